@@ -1,0 +1,268 @@
+//! Load metrics and the per-endpoint state they read.
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::Duration,
+};
+use tokio::time::Instant;
+
+/// What "lighter" means when two candidates are compared.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LoadMetric {
+    /// Requests this balancer has in flight to the endpoint (tower's `PendingRequests`).
+    InFlight,
+    /// Peak-sensitive EWMA of latency times (in flight + 1): Finagle's and Linkerd's `PeakEWMA`.
+    PeakEwma(PeakEwma),
+}
+
+impl Default for LoadMetric {
+    fn default() -> Self {
+        Self::PeakEwma(PeakEwma::default())
+    }
+}
+
+impl LoadMetric {
+    pub(crate) fn uses_clock(&self) -> bool {
+        matches!(self, Self::PeakEwma(_))
+    }
+
+    /// The load of `state` at `now`. Reading never changes the state.
+    #[inline]
+    pub(crate) fn load(&self, state: &EndpointLoad, now: Instant) -> f64 {
+        match self {
+            Self::InFlight => state.in_flight() as f64,
+            Self::PeakEwma(_) => state.projected_ewma_ns(now) * (state.in_flight() + 1) as f64,
+        }
+    }
+}
+
+/// When the latency sample of a request is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SampleAt {
+    /// When the response head arrives (time to first byte): the default, as in Linkerd.
+    #[default]
+    ResponseHeaders,
+    /// When the response body ends (or errors, or is dropped).
+    BodyEnd,
+}
+
+/// The latency estimate a newly added endpoint starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DefaultRtt {
+    /// The median of the current endpoints' estimates, or 30 ms when there are none. A newcomer then
+    /// neither looks idle (and gets stampeded) nor looks slow (and gets starved).
+    #[default]
+    PoolMedian,
+    /// A fixed estimate.
+    Fixed(Duration),
+}
+
+/// Settings of the [`LoadMetric::PeakEwma`] metric.
+///
+/// The estimate jumps to any sample above it at once (peak) and otherwise moves toward new samples with
+/// weight `w = exp(-Δt/τ)`: `ewma = ewma·w + rtt·(1 - w)`, Δt being the time since the last sample. While
+/// no sample arrives, reads see the estimate decay toward zero with the same τ, so an endpoint that was
+/// slow once is eventually tried again; this decay is computed at read time and never stored, so how often
+/// the balancer reads a load cannot change it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeakEwma {
+    /// Time constant τ. Default 10 s.
+    pub decay: Duration,
+    /// Estimate of a new endpoint. Default: the pool median.
+    pub default_rtt: DefaultRtt,
+    /// When the latency sample is taken. Default: at response headers.
+    pub sample_at: SampleAt,
+    /// The latency recorded for a failed attempt (the inner service failed, e.g. connect refused, or the
+    /// response carried a penalised status). Default 1 s.
+    pub penalty: Duration,
+}
+
+impl Default for PeakEwma {
+    fn default() -> Self {
+        Self {
+            decay: Duration::from_secs(10),
+            default_rtt: DefaultRtt::PoolMedian,
+            sample_at: SampleAt::ResponseHeaders,
+            penalty: Duration::from_secs(1),
+        }
+    }
+}
+
+pub(crate) const FALLBACK_RTT: Duration = Duration::from_millis(30);
+
+/// The load state of one endpoint in one balancer.
+///
+/// Shared (by `Arc`) between the balancer and the guards of requests in flight, which may complete on
+/// other threads; all fields are atomics. Each balancer has its own: nothing here is shared between
+/// duet's workers. A control plane may hold the `Arc` to read it for metrics.
+#[derive(Debug)]
+pub struct EndpointLoad {
+    in_flight: AtomicU64,
+    picks: AtomicU64,
+    /// f64 bits of the estimate in nanoseconds.
+    ewma_ns: AtomicU64,
+    /// Nanoseconds since `epoch` of the last sample.
+    stamp_ns: AtomicU64,
+    epoch: Instant,
+    tau_ns: f64,
+    penalty_ns: f64,
+    sample_at: SampleAt,
+}
+
+impl EndpointLoad {
+    pub(crate) fn new(epoch: Instant, now: Instant, metric: &LoadMetric, initial_rtt: Duration) -> Self {
+        let (tau, penalty, sample_at) = match metric {
+            LoadMetric::PeakEwma(cfg) => (cfg.decay, cfg.penalty, cfg.sample_at),
+            LoadMetric::InFlight => (Duration::from_secs(10), Duration::from_secs(1), SampleAt::default()),
+        };
+        Self {
+            in_flight: AtomicU64::new(0),
+            picks: AtomicU64::new(0),
+            ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as f64).to_bits()),
+            stamp_ns: AtomicU64::new(since(epoch, now)),
+            epoch,
+            tau_ns: (tau.as_nanos() as f64).max(1.0),
+            penalty_ns: penalty.as_nanos() as f64,
+            sample_at,
+        }
+    }
+
+    /// Requests in flight to this endpoint through this balancer.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+
+    /// How many times this endpoint was picked.
+    pub fn picks(&self) -> u64 {
+        self.picks.load(Relaxed)
+    }
+
+    /// The latency estimate as seen at `now` (decayed toward zero since the last sample, not stored).
+    pub fn rtt_estimate(&self, now: Instant) -> Duration {
+        Duration::from_nanos(self.projected_ewma_ns(now) as u64)
+    }
+
+    #[inline]
+    pub(crate) fn projected_ewma_ns(&self, now: Instant) -> f64 {
+        let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
+        let elapsed = since(self.epoch, now).saturating_sub(self.stamp_ns.load(Relaxed));
+        if elapsed == 0 {
+            ewma
+        } else {
+            ewma * (-(elapsed as f64) / self.tau_ns).exp()
+        }
+    }
+
+    pub(crate) fn start(&self) {
+        self.in_flight.fetch_add(1, Relaxed);
+        self.picks.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn finish(&self) {
+        self.in_flight.fetch_sub(1, Relaxed);
+    }
+
+    pub(crate) fn sample_at(&self) -> SampleAt {
+        self.sample_at
+    }
+
+    pub(crate) fn record_penalty(&self, now: Instant) {
+        self.record_ns(self.penalty_ns, now);
+    }
+
+    pub(crate) fn record(&self, rtt: Duration, now: Instant) {
+        self.record_ns(rtt.as_nanos() as f64, now);
+    }
+
+    fn record_ns(&self, rtt_ns: f64, now: Instant) {
+        let now_ns = since(self.epoch, now);
+        let elapsed = now_ns.saturating_sub(self.stamp_ns.load(Relaxed)) as f64;
+        let weight = (-elapsed / self.tau_ns).exp();
+        // The pair (estimate, stamp) is not updated as one: two samples completing at the same instant on
+        // two threads may each decay from the other's stamp. The error is bounded by one sample's weight
+        // and cannot happen in duet's single-threaded workers.
+        let _ = self.ewma_ns.fetch_update(Relaxed, Relaxed, |bits| {
+            let ewma = f64::from_bits(bits);
+            let next = if rtt_ns > ewma {
+                rtt_ns
+            } else {
+                ewma * weight + rtt_ns * (1.0 - weight)
+            };
+            Some(next.to_bits())
+        });
+        self.stamp_ns.fetch_max(now_ns, Relaxed);
+    }
+}
+
+fn since(epoch: Instant, now: Instant) -> u64 {
+    now.saturating_duration_since(epoch).as_nanos() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ewma_state(now: Instant, initial: Duration) -> EndpointLoad {
+        EndpointLoad::new(now, now, &LoadMetric::PeakEwma(PeakEwma::default()), initial)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_higher_sample_is_taken_at_once() {
+        let now = Instant::now();
+        let state = ewma_state(now, Duration::from_millis(10));
+        state.record(Duration::from_millis(500), now);
+        assert_eq!(state.rtt_estimate(now), Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lower_samples_pull_the_estimate_down_with_time_constant() {
+        let start = Instant::now();
+        let state = ewma_state(start, Duration::from_millis(100));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let now = Instant::now();
+        state.record(Duration::from_millis(10), now);
+        // w = e^-1: 100·0.3679 + 10·0.6321 = 43.11 ms
+        let got = state.rtt_estimate(now).as_secs_f64() * 1000.0;
+        assert!((got - 43.11).abs() < 0.05, "{got}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reading_does_not_change_the_estimate() {
+        let start = Instant::now();
+        let a = ewma_state(start, Duration::from_millis(100));
+        let b = ewma_state(start, Duration::from_millis(100));
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_millis(50)).await;
+            let _ = a.rtt_estimate(Instant::now());
+        }
+        let now = Instant::now();
+        assert_eq!(a.rtt_estimate(now), b.rtt_estimate(now));
+        // Idle decay is projected: 5 s at τ = 10 s leaves e^-0.5 of the estimate.
+        let got = a.rtt_estimate(now).as_secs_f64() * 1000.0;
+        assert!((got - 100.0 * (-0.5f64).exp()).abs() < 0.01, "{got}");
+        a.record(Duration::from_millis(20), now);
+        b.record(Duration::from_millis(20), now);
+        assert_eq!(a.rtt_estimate(now), b.rtt_estimate(now));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_penalty_counts_as_a_peak() {
+        let now = Instant::now();
+        let state = ewma_state(now, Duration::from_millis(10));
+        state.record_penalty(now);
+        assert_eq!(state.rtt_estimate(now), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn load_is_estimate_times_in_flight_plus_one() {
+        let now = Instant::now();
+        let state = ewma_state(now, Duration::from_millis(10));
+        let metric = LoadMetric::PeakEwma(PeakEwma::default());
+        assert_eq!(metric.load(&state, now), 10_000_000.0);
+        state.start();
+        state.start();
+        assert_eq!(metric.load(&state, now), 30_000_000.0);
+        assert_eq!(LoadMetric::InFlight.load(&state, now), 2.0);
+    }
+}

@@ -1,0 +1,303 @@
+//! The power-of-two-choices selection rule, free of any service: the part a simulator reuses.
+
+use crate::{alias::AliasTable, draw::Draws, error::NoEligibleEndpoint};
+use std::cmp::Ordering;
+
+/// One of the two sampled candidates and the load it was compared at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// Index into the candidate list the selection was made over.
+    pub index: usize,
+    /// The load read for it (divided by weight when weights differ).
+    pub load: f64,
+}
+
+/// The outcome of one selection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Selection {
+    /// The index to send to.
+    pub chosen: usize,
+    /// The two candidates in draw order; `None` when there was a single candidate and nothing was compared.
+    pub candidates: Option<[Candidate; 2]>,
+    /// The two loads were equal and a coin flip decided.
+    pub tie: bool,
+}
+
+impl Selection {
+    /// Both candidates were read at zero load: too little concurrency for the metric to say anything
+    /// (Finagle counts this).
+    pub fn both_zero(&self) -> bool {
+        matches!(self.candidates, Some([a, b]) if a.load == 0.0 && b.load == 0.0)
+    }
+}
+
+/// Power of two choices over a list of `n` candidates.
+///
+/// * `n == 0`: [`NoEligibleEndpoint`].
+/// * `n == 1`: that candidate; no draw is consumed and no load is read.
+/// * `n >= 2`: two distinct indices from two draws, `i = d1 % n`, `j = d2 % (n - 1)`, `j += 1 if j >= i`;
+///   exactly two load reads; the lighter wins (loads are ordered with [`f64::total_cmp`], so a NaN
+///   cannot bias the choice); equal loads are settled by a third draw used as a fair coin.
+#[derive(Debug)]
+pub struct P2c {
+    draws: Draws,
+}
+
+impl Default for P2c {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl P2c {
+    /// A selector whose generator is seeded from the operating system.
+    pub fn new() -> Self {
+        Self {
+            draws: Draws::from_os(),
+        }
+    }
+
+    /// A reproducible selector. For tests and simulation: never share a constant seed in production.
+    pub fn with_seed(seed: u64) -> Self {
+        Self {
+            draws: Draws::with_seed(seed),
+        }
+    }
+
+    /// A selector over the given draws.
+    pub fn with_draws(draws: Draws) -> Self {
+        Self { draws }
+    }
+
+    /// Selects among `n` equally weighted candidates; `load(i)` is called exactly twice when `n >= 2`.
+    #[inline]
+    pub fn select(
+        &mut self,
+        n: usize,
+        mut load: impl FnMut(usize) -> f64,
+    ) -> Result<Selection, NoEligibleEndpoint> {
+        match n {
+            0 => Err(NoEligibleEndpoint),
+            1 => Ok(Selection {
+                chosen: 0,
+                candidates: None,
+                tie: false,
+            }),
+            _ => {
+                let n64 = n as u64;
+                let i = (self.draws.next() % n64) as usize;
+                let mut j = (self.draws.next() % (n64 - 1)) as usize;
+                if j >= i {
+                    j += 1;
+                }
+                Ok(self.compare(i, load(i), j, load(j)))
+            }
+        }
+    }
+
+    /// Selects among weighted candidates: both are drawn independently in proportion to weight through
+    /// `table`, and `load(i)` (already divided by the weight) is called exactly twice when the table has
+    /// two or more columns. See the crate docs for why this gives each candidate `w / Σw` at equal load.
+    #[inline]
+    pub fn select_weighted(
+        &mut self,
+        table: &AliasTable,
+        mut load: impl FnMut(usize) -> f64,
+    ) -> Result<Selection, NoEligibleEndpoint> {
+        match table.len() {
+            0 => Err(NoEligibleEndpoint),
+            1 => Ok(Selection {
+                chosen: 0,
+                candidates: None,
+                tie: false,
+            }),
+            _ => {
+                let i = table.sample(self.draws.next());
+                let j = table.sample(self.draws.next());
+                Ok(self.compare(i, load(i), j, load(j)))
+            }
+        }
+    }
+
+    /// One draw, for callers that need randomness from the same stream (uniform random baselines).
+    #[inline]
+    pub fn draw(&mut self) -> u64 {
+        self.draws.next()
+    }
+
+    #[inline]
+    fn compare(&mut self, i: usize, load_i: f64, j: usize, load_j: f64) -> Selection {
+        let (chosen, tie) = match load_i.total_cmp(&load_j) {
+            Ordering::Less => (i, false),
+            Ordering::Greater => (j, false),
+            // The same index drawn twice (weighted draws only) is no contest.
+            Ordering::Equal if i == j => (i, false),
+            Ordering::Equal => (if self.draws.next() & 1 == 0 { i } else { j }, true),
+        };
+        Selection {
+            chosen,
+            candidates: Some([
+                Candidate {
+                    index: i,
+                    load: load_i,
+                },
+                Candidate {
+                    index: j,
+                    load: load_j,
+                },
+            ]),
+            tie,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::draw::Lcg31;
+    use proptest::prelude::*;
+    use std::cell::Cell;
+
+    fn scripted(draws: Vec<u64>) -> P2c {
+        let mut it = draws.into_iter();
+        P2c::with_draws(Draws::from_source(move || it.next().expect("test ran out of draws")))
+    }
+
+    #[test]
+    fn empty_pool_is_an_error() {
+        let mut p2c = P2c::with_seed(1);
+        assert_eq!(p2c.select(0, |_| 0.0), Err(NoEligibleEndpoint));
+    }
+
+    #[test]
+    fn one_candidate_takes_no_draw_and_reads_no_load() {
+        // A source that panics on use proves no draw is consumed.
+        let mut p2c = P2c::with_draws(Draws::from_source(|| -> u64 { panic!("drew for one candidate") }));
+        let reads = Cell::new(0);
+        let sel = p2c
+            .select(1, |_| {
+                reads.set(reads.get() + 1);
+                0.0
+            })
+            .expect("one candidate");
+        assert_eq!(sel.chosen, 0);
+        assert_eq!(reads.get(), 0);
+    }
+
+    #[test]
+    fn exactly_two_load_reads_for_any_pool_size() {
+        let mut p2c = P2c::with_seed(9);
+        for n in [2, 3, 10, 4096] {
+            for _ in 0..100 {
+                let reads = Cell::new(0);
+                p2c.select(n, |i| {
+                    reads.set(reads.get() + 1);
+                    i as f64
+                })
+                .expect("non-empty");
+                assert_eq!(reads.get(), 2, "n = {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn seed_002_vector_picks_indices_2_and_1() {
+        let mut p2c = P2c::with_draws(Draws::from_source(Lcg31::new(1)));
+        let sel = p2c.select(4, |i| [9.0, 5.0, 3.0, 8.0][i]).expect("pool of 4");
+        let [a, b] = sel.candidates.expect("two candidates");
+        assert_eq!((a.index, b.index), (2, 1));
+        assert_eq!(sel.chosen, 2, "load 3 beats load 5");
+    }
+
+    #[test]
+    fn lighter_candidate_wins_in_either_draw_order() {
+        // Draws 0 then 1 over n = 3 sample i = 0, j = 1 + 1 = 2.
+        let mut p2c = scripted(vec![0, 1]);
+        let sel = p2c.select(3, |i| [5.0, 1.0, 3.0][i]).expect("three");
+        assert_eq!(sel.chosen, 2);
+        let mut p2c = scripted(vec![2, 0]);
+        let sel = p2c.select(3, |i| [5.0, 1.0, 3.0][i]).expect("three");
+        assert_eq!(sel.candidates.map(|c| (c[0].index, c[1].index)), Some((2, 0)));
+        assert_eq!(sel.chosen, 2, "3 beats 5");
+    }
+
+    #[test]
+    fn a_tie_takes_a_third_draw_as_coin() {
+        let mut p2c = scripted(vec![0, 0, 1]);
+        let sel = p2c.select(2, |_| 4.0).expect("two");
+        assert!(sel.tie);
+        assert_eq!(sel.chosen, 1, "odd coin takes the second candidate");
+        let mut p2c = scripted(vec![0, 0, 2]);
+        assert_eq!(p2c.select(2, |_| 4.0).expect("two").chosen, 0);
+    }
+
+    #[test]
+    fn nan_loads_are_totally_ordered() {
+        // total_cmp puts positive NaN above every number: a NaN load never wins against a real one.
+        let mut p2c = P2c::with_seed(5);
+        for _ in 0..1000 {
+            let sel = p2c.select(2, |i| if i == 0 { f64::NAN } else { 7.0 }).expect("two");
+            assert_eq!(sel.chosen, 1);
+        }
+    }
+
+    /// With n candidates of distinct loads, P2C over distinct pairs picks the k-th lightest (k = 1..n)
+    /// with probability 2(n-k)/(n(n-1)): it must be the lighter of a pair containing it. A full scan
+    /// would always pick k = 1, random would give 1/n each; both fail this.
+    #[test]
+    fn sample_size_is_two_seen_from_the_distribution() {
+        let n = 8usize;
+        let trials = 200_000u32;
+        let mut p2c = P2c::with_seed(11);
+        let mut wins = vec![0u32; n];
+        for _ in 0..trials {
+            let sel = p2c.select(n, |i| i as f64).expect("n = 8");
+            wins[sel.chosen] += 1;
+        }
+        for (idx, &w) in wins.iter().enumerate() {
+            let k = idx + 1;
+            let expected = 2.0 * (n - k) as f64 / (n * (n - 1)) as f64;
+            let got = f64::from(w) / f64::from(trials);
+            assert!((got - expected).abs() < 0.006, "k = {k}: {got:.4} vs {expected:.4}");
+        }
+        assert_eq!(wins[n - 1], 0, "the heaviest never wins");
+    }
+
+    #[test]
+    fn ties_split_evenly() {
+        let mut p2c = P2c::with_seed(2);
+        let mut first = 0u32;
+        let trials = 100_000u32;
+        for _ in 0..trials {
+            let sel = p2c.select(2, |_| 1.0).expect("two");
+            let [a, _] = sel.candidates.expect("two");
+            if sel.chosen == a.index {
+                first += 1;
+            }
+        }
+        let share = f64::from(first) / f64::from(trials);
+        assert!((share - 0.5).abs() < 0.01, "first candidate won {share}");
+    }
+
+    #[test]
+    fn unseeded_selectors_break_ties_differently() {
+        let run = || {
+            let mut p2c = P2c::new();
+            (0..64)
+                .map(|_| p2c.select(16, |_| 0.0).expect("16").chosen)
+                .collect::<Vec<_>>()
+        };
+        assert_ne!(run(), run());
+    }
+
+    proptest! {
+        #[test]
+        fn pair_is_always_distinct_and_in_range(n in 2usize..10_000, d1: u64, d2: u64) {
+            let mut p2c = scripted(vec![d1, d2, 0]);
+            let sel = p2c.select(n, |_| 0.0).expect("n >= 2");
+            let [a, b] = sel.candidates.expect("two");
+            prop_assert!(a.index < n && b.index < n);
+            prop_assert_ne!(a.index, b.index);
+        }
+    }
+}

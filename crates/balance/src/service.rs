@@ -1,0 +1,511 @@
+use crate::{
+    alias::AliasTable,
+    draw::Draws,
+    error::{BoxError, NoEligibleEndpoint, NotReady},
+    future::ResponseFuture,
+    guard::LoadGuard,
+    load::{DefaultRtt, EndpointLoad, LoadMetric, FALLBACK_RTT},
+    p2c::{P2c, Selection},
+};
+use std::{
+    collections::HashMap,
+    fmt,
+    hash::Hash,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+use tokio::time::Instant;
+use tower::load::{CompleteOnResponse, TrackCompletion};
+use tower_service::Service;
+
+/// How a [`Balance`] chooses among its eligible endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Policy {
+    /// Power of two choices on the configured [`LoadMetric`]. The product.
+    #[default]
+    P2c,
+    /// Each eligible endpoint in turn, ignoring load and weight. A baseline for benchmarks.
+    RoundRobin,
+    /// One uniformly random (or weight-proportional) endpoint, ignoring load. A baseline.
+    Random,
+}
+
+/// Counters of a balancer's selections, for telemetry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PickStats {
+    /// Endpoints picked.
+    pub picks: u64,
+    /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints).
+    pub load_reads: u64,
+    /// Picks decided by a coin flip between equal loads.
+    pub ties: u64,
+    /// Picks where both candidates had zero load: too little concurrency for the metric to mean much.
+    pub both_zero: u64,
+    /// Requests refused because no endpoint was eligible.
+    pub no_eligible: u64,
+}
+
+/// One P2C comparison, as passed to an observer set with [`Balance::with_observer`].
+#[derive(Debug, Clone, Copy)]
+pub struct PickEvent<'a, K> {
+    /// The two candidates in draw order, with the (weight-normalised) loads they were compared at.
+    pub candidates: [(&'a K, f64); 2],
+    /// The winner.
+    pub chosen: &'a K,
+    /// The loads were equal and a coin flip decided.
+    pub tie: bool,
+    /// Both loads were zero.
+    pub both_zero: bool,
+}
+
+type Observer<K> = Arc<dyn Fn(&PickEvent<'_, K>) + Send + Sync>;
+
+/// A read-only view of one endpoint.
+#[derive(Debug)]
+pub struct EndpointView<'a, K> {
+    /// Its key.
+    pub key: &'a K,
+    /// Its weight.
+    pub weight: u32,
+    /// Whether it was marked eligible (it also needs a non-zero weight to be picked).
+    pub eligible: bool,
+    /// Its load state in this balancer.
+    pub load: &'a Arc<EndpointLoad>,
+}
+
+struct Endpoint<K, S> {
+    key: K,
+    weight: u32,
+    eligible: bool,
+    service: S,
+    load: Arc<EndpointLoad>,
+}
+
+enum Ready {
+    None,
+    Endpoint(usize),
+    NoEligible,
+    Failed(usize, BoxError),
+}
+
+/// A tower [`Service`] that sends each request to one of its endpoints, chosen by power of two choices.
+///
+/// `K` keys an endpoint (e.g. its address): updates that keep a key keep its load state. `S` is the
+/// endpoint's service. `C` decides when a request stops counting as load: [`CompleteOnResponse`] for any
+/// response type, [`CompleteOnBodyEnd`](crate::CompleteOnBodyEnd) for HTTP responses.
+///
+/// Each instance owns its state; two balancers share nothing. Membership changes
+/// ([`insert`](Self::insert), [`remove`](Self::remove), [`set_eligible`](Self::set_eligible),
+/// [`set_weight`](Self::set_weight)) apply at once and cost O(n); a pick costs O(1).
+pub struct Balance<K, S, C = CompleteOnResponse> {
+    endpoints: Vec<Endpoint<K, S>>,
+    index: HashMap<K, usize>,
+    /// Dense list of pickable endpoint positions.
+    eligible: Vec<usize>,
+    /// Weights of `eligible`, and the table to draw from them, when they are not all equal.
+    weighted: Option<(AliasTable, Vec<f64>)>,
+    policy: Policy,
+    metric: LoadMetric,
+    p2c: P2c,
+    next_in_turn: usize,
+    completion: C,
+    epoch: Instant,
+    stats: PickStats,
+    observer: Option<Observer<K>>,
+    ready: Ready,
+}
+
+// === impl Balance ===
+
+impl<K, S> Balance<K, S, CompleteOnResponse>
+where
+    K: Hash + Eq + Clone,
+{
+    /// An empty balancer using `metric`, with its generator seeded from the operating system.
+    pub fn new(metric: LoadMetric) -> Self {
+        Self::with_draws(metric, Draws::from_os())
+    }
+
+    /// An empty balancer with reproducible draws. For tests and simulation; see [`Draws`].
+    pub fn with_seed(metric: LoadMetric, seed: u64) -> Self {
+        Self::with_draws(metric, Draws::with_seed(seed))
+    }
+
+    /// An empty balancer drawing from `draws`.
+    pub fn with_draws(metric: LoadMetric, draws: Draws) -> Self {
+        Self {
+            endpoints: Vec::new(),
+            index: HashMap::new(),
+            eligible: Vec::new(),
+            weighted: None,
+            policy: Policy::P2c,
+            metric,
+            p2c: P2c::with_draws(draws),
+            next_in_turn: 0,
+            completion: CompleteOnResponse::default(),
+            epoch: Instant::now(),
+            stats: PickStats::default(),
+            observer: None,
+            ready: Ready::None,
+        }
+    }
+}
+
+impl<K, S, C> Balance<K, S, C>
+where
+    K: Hash + Eq + Clone,
+{
+    /// Uses `completion` to decide when a request stops counting as load.
+    pub fn with_completion<C2>(self, completion: C2) -> Balance<K, S, C2> {
+        Balance {
+            endpoints: self.endpoints,
+            index: self.index,
+            eligible: self.eligible,
+            weighted: self.weighted,
+            policy: self.policy,
+            metric: self.metric,
+            p2c: self.p2c,
+            next_in_turn: self.next_in_turn,
+            completion,
+            epoch: self.epoch,
+            stats: self.stats,
+            observer: self.observer,
+            ready: Ready::None,
+        }
+    }
+
+    /// Chooses with `policy` instead of P2C (baselines for comparison).
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Calls `observer` after every P2C comparison with the two candidates, their loads and the winner.
+    /// It runs on the request path: keep it to a few counter updates.
+    pub fn with_observer(
+        mut self,
+        observer: impl Fn(&PickEvent<'_, K>) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Adds an endpoint, or replaces the service and weight of the endpoint with this key while keeping
+    /// its load state and eligibility. Returns the replaced service.
+    pub fn insert(&mut self, key: K, weight: u32, service: S) -> Option<S> {
+        if let Some(&at) = self.index.get(&key) {
+            let endpoint = &mut self.endpoints[at];
+            endpoint.weight = weight;
+            let old = std::mem::replace(&mut endpoint.service, service);
+            self.rebuild();
+            return Some(old);
+        }
+        let now = Instant::now();
+        let initial = self.initial_rtt(now);
+        let load = Arc::new(EndpointLoad::new(self.epoch, now, &self.metric, initial));
+        self.index.insert(key.clone(), self.endpoints.len());
+        self.endpoints.push(Endpoint {
+            key,
+            weight,
+            eligible: true,
+            service,
+            load,
+        });
+        self.rebuild();
+        None
+    }
+
+    /// Removes an endpoint. Requests in flight to it complete normally; their guards hold its state.
+    pub fn remove(&mut self, key: &K) -> Option<S> {
+        let at = self.index.remove(key)?;
+        let removed = self.endpoints.swap_remove(at);
+        if let Some(moved) = self.endpoints.get(at) {
+            self.index.insert(moved.key.clone(), at);
+        }
+        self.rebuild();
+        Some(removed.service)
+    }
+
+    /// Keeps only the endpoints for which `keep` returns true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        let doomed: Vec<K> = self
+            .endpoints
+            .iter()
+            .filter(|e| !keep(&e.key))
+            .map(|e| e.key.clone())
+            .collect();
+        for key in &doomed {
+            self.remove(key);
+        }
+    }
+
+    /// Marks an endpoint eligible or not (unhealthy, ejected, draining) without losing its load state.
+    /// Returns false if there is no such endpoint.
+    pub fn set_eligible(&mut self, key: &K, eligible: bool) -> bool {
+        let Some(&at) = self.index.get(key) else { return false };
+        if self.endpoints[at].eligible != eligible {
+            self.endpoints[at].eligible = eligible;
+            self.rebuild();
+        }
+        true
+    }
+
+    /// Changes an endpoint's weight (0 makes it ineligible). Returns false if there is no such endpoint.
+    pub fn set_weight(&mut self, key: &K, weight: u32) -> bool {
+        let Some(&at) = self.index.get(key) else { return false };
+        if self.endpoints[at].weight != weight {
+            self.endpoints[at].weight = weight;
+            self.rebuild();
+        }
+        true
+    }
+
+    /// Number of endpoints, eligible or not.
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// Whether there are no endpoints at all.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// Number of endpoints that can be picked.
+    pub fn eligible_len(&self) -> usize {
+        self.eligible.len()
+    }
+
+    /// The endpoints in insertion order (removal may reorder).
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointView<'_, K>> {
+        self.endpoints.iter().map(|e| EndpointView {
+            key: &e.key,
+            weight: e.weight,
+            eligible: e.eligible,
+            load: &e.load,
+        })
+    }
+
+    /// The load state of the endpoint with this key.
+    pub fn endpoint_load(&self, key: &K) -> Option<&Arc<EndpointLoad>> {
+        self.index.get(key).map(|&at| &self.endpoints[at].load)
+    }
+
+    /// The selection counters.
+    pub fn stats(&self) -> PickStats {
+        self.stats
+    }
+
+    /// The load metric.
+    pub fn metric(&self) -> &LoadMetric {
+        &self.metric
+    }
+
+    /// Picks an endpoint without sending anything: the selection alone, as a request would make it,
+    /// counted in [`stats`](Self::stats) but not as load. For simulations and tests.
+    pub fn pick(&mut self) -> Result<&K, NoEligibleEndpoint> {
+        let at = self.select()?;
+        Ok(&self.endpoints[at].key)
+    }
+
+    /// Picks an endpoint and claims it as [`pick`](Self::pick) then a call would: its load stays
+    /// incremented until the returned guard is dropped. For callers that forward requests themselves.
+    pub fn pick_and_claim(&mut self) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
+        let at = self.select()?;
+        let guard = LoadGuard::new(self.endpoints[at].load.clone(), self.metric.uses_clock());
+        let endpoint = &mut self.endpoints[at];
+        Ok((&endpoint.key, &mut endpoint.service, guard))
+    }
+
+    fn select(&mut self) -> Result<usize, NoEligibleEndpoint> {
+        let n = self.eligible.len();
+        if n == 0 {
+            self.stats.no_eligible += 1;
+            return Err(NoEligibleEndpoint);
+        }
+        self.stats.picks += 1;
+        let chosen = match self.policy {
+            Policy::RoundRobin => {
+                self.next_in_turn = self.next_in_turn.wrapping_add(1);
+                self.next_in_turn % n
+            }
+            Policy::Random if n == 1 => 0,
+            Policy::Random => match &self.weighted {
+                Some((table, _)) => table.sample(self.p2c.draw()),
+                None => (self.p2c.draw() % n as u64) as usize,
+            },
+            Policy::P2c => {
+                let selection = self.select_p2c(n);
+                if let Some(observer) = &self.observer {
+                    self.notify(observer.clone(), &selection);
+                }
+                if selection.tie {
+                    self.stats.ties += 1;
+                }
+                if selection.both_zero() {
+                    self.stats.both_zero += 1;
+                }
+                selection.chosen
+            }
+        };
+        Ok(self.eligible[chosen])
+    }
+
+    #[inline]
+    fn select_p2c(&mut self, n: usize) -> Selection {
+        let now = if self.metric.uses_clock() {
+            Instant::now()
+        } else {
+            self.epoch
+        };
+        let Self {
+            endpoints,
+            eligible,
+            weighted,
+            metric,
+            p2c,
+            stats,
+            ..
+        } = self;
+        let reads = &mut stats.load_reads;
+        let selection = match weighted {
+            Some((table, weights)) => p2c.select_weighted(table, |i| {
+                *reads += 1;
+                metric.load(&endpoints[eligible[i]].load, now) / weights[i]
+            }),
+            None => p2c.select(n, |i| {
+                *reads += 1;
+                metric.load(&endpoints[eligible[i]].load, now)
+            }),
+        };
+        // n >= 1 here, so selection cannot fail.
+        selection.unwrap_or(Selection {
+            chosen: 0,
+            candidates: None,
+            tie: false,
+        })
+    }
+
+    fn notify(&self, observer: Observer<K>, selection: &Selection) {
+        if let Some([a, b]) = selection.candidates {
+            let key = |i: usize| &self.endpoints[self.eligible[i]].key;
+            observer(&PickEvent {
+                candidates: [(key(a.index), a.load), (key(b.index), b.load)],
+                chosen: key(selection.chosen),
+                tie: selection.tie,
+                both_zero: selection.both_zero(),
+            });
+        }
+    }
+
+    fn initial_rtt(&self, now: Instant) -> Duration {
+        let LoadMetric::PeakEwma(config) = &self.metric else {
+            return FALLBACK_RTT;
+        };
+        match config.default_rtt {
+            DefaultRtt::Fixed(rtt) => rtt,
+            DefaultRtt::PoolMedian => {
+                let mut estimates: Vec<Duration> = self
+                    .endpoints
+                    .iter()
+                    .map(|e| e.load.rtt_estimate(now))
+                    .collect();
+                if estimates.is_empty() {
+                    return FALLBACK_RTT;
+                }
+                estimates.sort_unstable();
+                let mid = estimates.len() / 2;
+                if estimates.len() % 2 == 1 {
+                    estimates[mid]
+                } else {
+                    (estimates[mid - 1] + estimates[mid]) / 2
+                }
+            }
+        }
+    }
+
+    fn rebuild(&mut self) {
+        self.ready = Ready::None;
+        self.eligible.clear();
+        self.eligible.extend(
+            self.endpoints
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.eligible && e.weight > 0)
+                .map(|(at, _)| at),
+        );
+        let weights: Vec<u32> = self.eligible.iter().map(|&at| self.endpoints[at].weight).collect();
+        let uniform = weights.windows(2).all(|w| w[0] == w[1]);
+        self.weighted = (!uniform)
+            .then(|| (AliasTable::new(&weights), weights.iter().map(|&w| f64::from(w)).collect()));
+    }
+}
+
+impl<K, S, C, Req> Service<Req> for Balance<K, S, C>
+where
+    K: Hash + Eq + Clone,
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    C: TrackCompletion<LoadGuard, S::Response>,
+{
+    type Response = C::Output;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        let at = match self.ready {
+            Ready::Endpoint(at) => at,
+            Ready::NoEligible | Ready::Failed(..) => return Poll::Ready(Ok(())),
+            Ready::None => match self.select() {
+                Ok(at) => at,
+                Err(NoEligibleEndpoint) => {
+                    // Ready, so that `call` can answer this request with the error; the next request
+                    // picks again and may find an endpoint re-admitted.
+                    self.ready = Ready::NoEligible;
+                    return Poll::Ready(Ok(()));
+                }
+            },
+        };
+        self.ready = match self.endpoints[at].service.poll_ready(cx) {
+            Poll::Pending => {
+                self.ready = Ready::Endpoint(at);
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(())) => Ready::Endpoint(at),
+            Poll::Ready(Err(error)) => Ready::Failed(at, error.into()),
+        };
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let track_latency = self.metric.uses_clock();
+        match std::mem::replace(&mut self.ready, Ready::None) {
+            Ready::Endpoint(at) => {
+                let endpoint = &mut self.endpoints[at];
+                let guard = LoadGuard::new(endpoint.load.clone(), track_latency);
+                let future = endpoint.service.call(request);
+                ResponseFuture::called(future, guard, self.completion.clone())
+            }
+            Ready::Failed(at, error) => {
+                let mut guard = LoadGuard::new(self.endpoints[at].load.clone(), track_latency);
+                guard.on_failure();
+                ResponseFuture::failed(error, self.completion.clone())
+            }
+            Ready::NoEligible => ResponseFuture::failed(NoEligibleEndpoint.into(), self.completion.clone()),
+            Ready::None => ResponseFuture::failed(NotReady.into(), self.completion.clone()),
+        }
+    }
+}
+
+impl<K: fmt::Debug, S, C> fmt::Debug for Balance<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Balance")
+            .field("endpoints", &self.endpoints.iter().map(|e| &e.key).collect::<Vec<_>>())
+            .field("eligible", &self.eligible.len())
+            .field("policy", &self.policy)
+            .field("metric", &self.metric)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
