@@ -1,1 +1,98 @@
-fn main() {}
+//! Cost of one pick + complete, duet-balance against tower's p2c balancer, same n, same run.
+//!
+//! `cargo bench --bench balance` (add `-- --quick` for a short run). Every inner service answers at once,
+//! so what is measured is the balancer: selection, load accounting, completion.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use duet_balance::{Balance, LoadMetric};
+use std::{
+    convert::Infallible,
+    future::Future,
+    hint::black_box,
+    task::{Context, Poll},
+    time::Duration,
+};
+use tower::{
+    balance::p2c,
+    discover::ServiceList,
+    load::{CompleteOnResponse, PeakEwma, PendingRequests},
+    service_fn, Service,
+};
+
+const SIZES: [usize; 4] = [2, 16, 256, 4096];
+
+fn echo() -> impl Service<
+    u32,
+    Response = u32,
+    Error = Infallible,
+    Future = std::future::Ready<Result<u32, Infallible>>,
+> + Clone {
+    service_fn(|x: u32| std::future::ready(Ok(x)))
+}
+
+/// poll_ready, call, and resolve one request, as a server task would, without a runtime in the way.
+#[inline]
+fn one_request<S: Service<u32>>(svc: &mut S, cx: &mut Context<'_>) {
+    match svc.poll_ready(cx) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!("benchmark services are always ready"),
+    }
+    let mut future = std::pin::pin!(svc.call(black_box(1)));
+    match future.as_mut().poll(cx) {
+        Poll::Ready(Ok(response)) => {
+            black_box(response);
+        }
+        _ => panic!("benchmark services answer at once"),
+    }
+}
+
+fn duet(c: &mut Criterion) {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut group = c.benchmark_group("pick_complete");
+    for n in SIZES {
+        for (name, metric) in [
+            ("duet_inflight", LoadMetric::InFlight),
+            ("duet_peak_ewma", LoadMetric::default()),
+        ] {
+            let mut balance = Balance::new(metric);
+            for k in 0..n {
+                balance.insert(k, 1, echo());
+            }
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| one_request(&mut balance, &mut cx))
+            });
+        }
+
+        let services: Vec<_> = (0..n)
+            .map(|_| PendingRequests::new(echo(), CompleteOnResponse::default()))
+            .collect();
+        let mut tower_pending = p2c::Balance::new(ServiceList::new(services));
+        group.bench_with_input(BenchmarkId::new("tower_pending_requests", n), &n, |b, _| {
+            b.iter(|| one_request(&mut tower_pending, &mut cx))
+        });
+
+        let services: Vec<_> = (0..n)
+            .map(|_| {
+                PeakEwma::new(
+                    echo(),
+                    Duration::from_millis(30),
+                    Duration::from_secs(10).as_nanos() as f64,
+                    CompleteOnResponse::default(),
+                )
+            })
+            .collect();
+        let mut tower_ewma = p2c::Balance::new(ServiceList::new(services));
+        group.bench_with_input(BenchmarkId::new("tower_peak_ewma", n), &n, |b, _| {
+            b.iter(|| one_request(&mut tower_ewma, &mut cx))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    targets = duet
+}
+criterion_main!(benches);

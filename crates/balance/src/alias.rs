@@ -26,7 +26,8 @@ impl AliasTable {
             .collect();
         let mut alias: Vec<u32> = (0..n as u32).collect();
         let mut keep = vec![1.0_f64; n];
-        let (mut small, mut large): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| scaled[i] < 1.0);
+        let (mut small, mut large): (Vec<usize>, Vec<usize>) =
+            (0..n).partition(|&i| scaled[i] < 1.0);
         while let (Some(s), Some(&l)) = (small.pop(), large.last()) {
             keep[s] = scaled[s];
             alias[s] = l as u32;
@@ -87,7 +88,10 @@ mod tests {
         for (i, &w) in weights.iter().enumerate() {
             let expected = f64::from(w) / 16.0;
             let got = f64::from(counts[i]) / f64::from(draws);
-            assert!((got - expected).abs() < 0.005, "index {i}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 0.005,
+                "index {i}: {got} vs {expected}"
+            );
         }
     }
 

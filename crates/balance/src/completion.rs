@@ -63,9 +63,12 @@ pub struct CompleteOnBodyEnd {
 impl Default for CompleteOnBodyEnd {
     fn default() -> Self {
         Self {
-            penalised: [StatusCode::TOO_MANY_REQUESTS, StatusCode::SERVICE_UNAVAILABLE]
-                .into_iter()
-                .collect(),
+            penalised: [
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::SERVICE_UNAVAILABLE,
+            ]
+            .into_iter()
+            .collect(),
         }
     }
 }

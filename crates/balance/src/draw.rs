@@ -92,7 +92,7 @@ impl Draws {
 
     /// The next draw.
     #[inline]
-    pub fn next(&mut self) -> u64 {
+    pub fn next_draw(&mut self) -> u64 {
         match &mut self.inner {
             Inner::Rng(rng) => rng.next_u64(),
             Inner::Custom(source) => source.draw(),
@@ -124,11 +124,11 @@ mod tests {
     fn os_seeded_generators_differ() {
         let a: Vec<u64> = {
             let mut d = Draws::from_os();
-            (0..4).map(|_| d.next()).collect()
+            (0..4).map(|_| d.next_draw()).collect()
         };
         let b: Vec<u64> = {
             let mut d = Draws::from_os();
-            (0..4).map(|_| d.next()).collect()
+            (0..4).map(|_| d.next_draw()).collect()
         };
         assert_ne!(a, b);
     }
@@ -138,7 +138,7 @@ mod tests {
         let mut a = Draws::with_seed(7);
         let mut b = Draws::with_seed(7);
         for _ in 0..16 {
-            assert_eq!(a.next(), b.next());
+            assert_eq!(a.next_draw(), b.next_draw());
         }
     }
 }

@@ -61,7 +61,9 @@ where
         match this.state.project() {
             StateProj::Called { future } => match ready!(future.poll(cx)) {
                 Ok(response) => match this.guard.take() {
-                    Some(guard) => Poll::Ready(Ok(this.completion.track_completion(guard, response))),
+                    Some(guard) => {
+                        Poll::Ready(Ok(this.completion.track_completion(guard, response)))
+                    }
                     None => Poll::Ready(Err(NotReady.into())),
                 },
                 Err(error) => {

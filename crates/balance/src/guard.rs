@@ -17,11 +17,12 @@ pub struct LoadGuard {
 }
 
 impl LoadGuard {
-    pub(crate) fn new(load: Arc<EndpointLoad>, track_latency: bool) -> Self {
+    /// `started` is the request's start when the metric uses latency, `None` otherwise.
+    pub(crate) fn new(load: Arc<EndpointLoad>, started: Option<Instant>) -> Self {
         load.start();
         Self {
             load,
-            started: track_latency.then(Instant::now),
+            started,
             sampled: false,
         }
     }
@@ -38,7 +39,8 @@ impl LoadGuard {
             self.load.record_penalty(now);
             self.sampled = true;
         } else if self.load.sample_at() == SampleAt::ResponseHeaders {
-            self.load.record(now.saturating_duration_since(started), now);
+            self.load
+                .record(now.saturating_duration_since(started), now);
             self.sampled = true;
         }
     }
@@ -61,7 +63,8 @@ impl Drop for LoadGuard {
     fn drop(&mut self) {
         if let (Some(started), false) = (self.started, self.sampled) {
             let now = Instant::now();
-            self.load.record(now.saturating_duration_since(started), now);
+            self.load
+                .record(now.saturating_duration_since(started), now);
         }
         self.load.finish();
     }

@@ -118,6 +118,6 @@ pub use future::ResponseFuture;
 pub use guard::LoadGuard;
 pub use layer::{BalanceLayer, Picked, Target};
 pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwma, SampleAt};
-pub use p2c::{Candidate, Selection, P2c};
+pub use p2c::{Candidate, P2c, Selection};
 pub use service::{Balance, EndpointView, PickEvent, PickStats, Policy};
 pub use tower::load::{CompleteOnResponse, TrackCompletion};

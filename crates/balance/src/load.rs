@@ -111,19 +111,28 @@ pub struct EndpointLoad {
 }
 
 impl EndpointLoad {
-    pub(crate) fn new(epoch: Instant, now: Instant, metric: &LoadMetric, initial_rtt: Duration) -> Self {
+    pub(crate) fn new(
+        epoch: Instant,
+        now: Instant,
+        metric: &LoadMetric,
+        initial_rtt: Duration,
+    ) -> Self {
         let (tau, penalty, sample_at) = match metric {
             LoadMetric::PeakEwma(cfg) => (cfg.decay, cfg.penalty, cfg.sample_at),
-            LoadMetric::InFlight => (Duration::from_secs(10), Duration::from_secs(1), SampleAt::default()),
+            LoadMetric::InFlight => (
+                Duration::from_secs(10),
+                Duration::from_secs(1),
+                SampleAt::default(),
+            ),
         };
         Self {
             in_flight: AtomicU64::new(0),
             picks: AtomicU64::new(0),
-            ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as f64).to_bits()),
+            ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
             stamp_ns: AtomicU64::new(since(epoch, now)),
             epoch,
-            tau_ns: (tau.as_nanos() as f64).max(1.0),
-            penalty_ns: penalty.as_nanos() as f64,
+            tau_ns: (tau.as_nanos() as u64 as f64).max(1.0),
+            penalty_ns: penalty.as_nanos() as u64 as f64,
             sample_at,
         }
     }
@@ -172,7 +181,7 @@ impl EndpointLoad {
     }
 
     pub(crate) fn record(&self, rtt: Duration, now: Instant) {
-        self.record_ns(rtt.as_nanos() as f64, now);
+        self.record_ns(rtt.as_nanos() as u64 as f64, now);
     }
 
     fn record_ns(&self, rtt_ns: f64, now: Instant) {
@@ -191,12 +200,15 @@ impl EndpointLoad {
             };
             Some(next.to_bits())
         });
-        self.stamp_ns.fetch_max(now_ns, Relaxed);
+        if now_ns > self.stamp_ns.load(Relaxed) {
+            self.stamp_ns.store(now_ns, Relaxed);
+        }
     }
 }
 
 fn since(epoch: Instant, now: Instant) -> u64 {
-    now.saturating_duration_since(epoch).as_nanos() as u64
+    let elapsed = now.saturating_duration_since(epoch);
+    elapsed.as_secs() * 1_000_000_000 + u64::from(elapsed.subsec_nanos())
 }
 
 #[cfg(test)]
@@ -204,7 +216,12 @@ mod tests {
     use super::*;
 
     fn ewma_state(now: Instant, initial: Duration) -> EndpointLoad {
-        EndpointLoad::new(now, now, &LoadMetric::PeakEwma(PeakEwma::default()), initial)
+        EndpointLoad::new(
+            now,
+            now,
+            &LoadMetric::PeakEwma(PeakEwma::default()),
+            initial,
+        )
     }
 
     #[tokio::test(start_paused = true)]

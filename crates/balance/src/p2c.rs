@@ -85,8 +85,8 @@ impl P2c {
             }),
             _ => {
                 let n64 = n as u64;
-                let i = (self.draws.next() % n64) as usize;
-                let mut j = (self.draws.next() % (n64 - 1)) as usize;
+                let i = (self.draws.next_draw() % n64) as usize;
+                let mut j = (self.draws.next_draw() % (n64 - 1)) as usize;
                 if j >= i {
                     j += 1;
                 }
@@ -112,8 +112,8 @@ impl P2c {
                 tie: false,
             }),
             _ => {
-                let i = table.sample(self.draws.next());
-                let j = table.sample(self.draws.next());
+                let i = table.sample(self.draws.next_draw());
+                let j = table.sample(self.draws.next_draw());
                 Ok(self.compare(i, load(i), j, load(j)))
             }
         }
@@ -122,7 +122,7 @@ impl P2c {
     /// One draw, for callers that need randomness from the same stream (uniform random baselines).
     #[inline]
     pub fn draw(&mut self) -> u64 {
-        self.draws.next()
+        self.draws.next_draw()
     }
 
     #[inline]
@@ -132,7 +132,7 @@ impl P2c {
             Ordering::Greater => (j, false),
             // The same index drawn twice (weighted draws only) is no contest.
             Ordering::Equal if i == j => (i, false),
-            Ordering::Equal => (if self.draws.next() & 1 == 0 { i } else { j }, true),
+            Ordering::Equal => (if self.draws.next_draw() & 1 == 0 { i } else { j }, true),
         };
         Selection {
             chosen,
@@ -160,7 +160,9 @@ mod tests {
 
     fn scripted(draws: Vec<u64>) -> P2c {
         let mut it = draws.into_iter();
-        P2c::with_draws(Draws::from_source(move || it.next().expect("test ran out of draws")))
+        P2c::with_draws(Draws::from_source(move || {
+            it.next().expect("test ran out of draws")
+        }))
     }
 
     #[test]
@@ -172,7 +174,9 @@ mod tests {
     #[test]
     fn one_candidate_takes_no_draw_and_reads_no_load() {
         // A source that panics on use proves no draw is consumed.
-        let mut p2c = P2c::with_draws(Draws::from_source(|| -> u64 { panic!("drew for one candidate") }));
+        let mut p2c = P2c::with_draws(Draws::from_source(|| -> u64 {
+            panic!("drew for one candidate")
+        }));
         let reads = Cell::new(0);
         let sel = p2c
             .select(1, |_| {
@@ -203,7 +207,9 @@ mod tests {
     #[test]
     fn seed_002_vector_picks_indices_2_and_1() {
         let mut p2c = P2c::with_draws(Draws::from_source(Lcg31::new(1)));
-        let sel = p2c.select(4, |i| [9.0, 5.0, 3.0, 8.0][i]).expect("pool of 4");
+        let sel = p2c
+            .select(4, |i| [9.0, 5.0, 3.0, 8.0][i])
+            .expect("pool of 4");
         let [a, b] = sel.candidates.expect("two candidates");
         assert_eq!((a.index, b.index), (2, 1));
         assert_eq!(sel.chosen, 2, "load 3 beats load 5");
@@ -217,7 +223,10 @@ mod tests {
         assert_eq!(sel.chosen, 2);
         let mut p2c = scripted(vec![2, 0]);
         let sel = p2c.select(3, |i| [5.0, 1.0, 3.0][i]).expect("three");
-        assert_eq!(sel.candidates.map(|c| (c[0].index, c[1].index)), Some((2, 0)));
+        assert_eq!(
+            sel.candidates.map(|c| (c[0].index, c[1].index)),
+            Some((2, 0))
+        );
         assert_eq!(sel.chosen, 2, "3 beats 5");
     }
 
@@ -236,7 +245,9 @@ mod tests {
         // total_cmp puts positive NaN above every number: a NaN load never wins against a real one.
         let mut p2c = P2c::with_seed(5);
         for _ in 0..1000 {
-            let sel = p2c.select(2, |i| if i == 0 { f64::NAN } else { 7.0 }).expect("two");
+            let sel = p2c
+                .select(2, |i| if i == 0 { f64::NAN } else { 7.0 })
+                .expect("two");
             assert_eq!(sel.chosen, 1);
         }
     }
@@ -258,7 +269,10 @@ mod tests {
             let k = idx + 1;
             let expected = 2.0 * (n - k) as f64 / (n * (n - 1)) as f64;
             let got = f64::from(w) / f64::from(trials);
-            assert!((got - expected).abs() < 0.006, "k = {k}: {got:.4} vs {expected:.4}");
+            assert!(
+                (got - expected).abs() < 0.006,
+                "k = {k}: {got:.4} vs {expected:.4}"
+            );
         }
         assert_eq!(wins[n - 1], 0, "the heaviest never wins");
     }

@@ -85,7 +85,9 @@ struct Endpoint<K, S> {
 
 enum Ready {
     None,
-    Endpoint(usize),
+    /// Picked and ready; with the pick's clock reading when the metric uses latency, reused as the
+    /// request's start (one clock read saved per request).
+    Endpoint(usize, Option<Instant>),
     NoEligible,
     Failed(usize, BoxError),
 }
@@ -244,7 +246,9 @@ where
     /// Marks an endpoint eligible or not (unhealthy, ejected, draining) without losing its load state.
     /// Returns false if there is no such endpoint.
     pub fn set_eligible(&mut self, key: &K, eligible: bool) -> bool {
-        let Some(&at) = self.index.get(key) else { return false };
+        let Some(&at) = self.index.get(key) else {
+            return false;
+        };
         if self.endpoints[at].eligible != eligible {
             self.endpoints[at].eligible = eligible;
             self.rebuild();
@@ -254,7 +258,9 @@ where
 
     /// Changes an endpoint's weight (0 makes it ineligible). Returns false if there is no such endpoint.
     pub fn set_weight(&mut self, key: &K, weight: u32) -> bool {
-        let Some(&at) = self.index.get(key) else { return false };
+        let Some(&at) = self.index.get(key) else {
+            return false;
+        };
         if self.endpoints[at].weight != weight {
             self.endpoints[at].weight = weight;
             self.rebuild();
@@ -313,18 +319,24 @@ where
     /// incremented until the returned guard is dropped. For callers that forward requests themselves.
     pub fn pick_and_claim(&mut self) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
         let at = self.select()?;
-        let guard = LoadGuard::new(self.endpoints[at].load.clone(), self.metric.uses_clock());
+        let started = self.metric.uses_clock().then(Instant::now);
+        let guard = LoadGuard::new(self.endpoints[at].load.clone(), started);
         let endpoint = &mut self.endpoints[at];
         Ok((&endpoint.key, &mut endpoint.service, guard))
     }
 
     fn select(&mut self) -> Result<usize, NoEligibleEndpoint> {
+        self.select_at().map(|(at, _)| at)
+    }
+
+    fn select_at(&mut self) -> Result<(usize, Option<Instant>), NoEligibleEndpoint> {
         let n = self.eligible.len();
         if n == 0 {
             self.stats.no_eligible += 1;
             return Err(NoEligibleEndpoint);
         }
         self.stats.picks += 1;
+        let mut picked_at = None;
         let chosen = match self.policy {
             Policy::RoundRobin => {
                 self.next_in_turn = self.next_in_turn.wrapping_add(1);
@@ -336,7 +348,9 @@ where
                 None => (self.p2c.draw() % n as u64) as usize,
             },
             Policy::P2c => {
-                let selection = self.select_p2c(n);
+                let now = self.metric.uses_clock().then(Instant::now);
+                picked_at = now;
+                let selection = self.select_p2c(n, now.unwrap_or(self.epoch));
                 if let Some(observer) = &self.observer {
                     self.notify(observer.clone(), &selection);
                 }
@@ -349,16 +363,11 @@ where
                 selection.chosen
             }
         };
-        Ok(self.eligible[chosen])
+        Ok((self.eligible[chosen], picked_at))
     }
 
     #[inline]
-    fn select_p2c(&mut self, n: usize) -> Selection {
-        let now = if self.metric.uses_clock() {
-            Instant::now()
-        } else {
-            self.epoch
-        };
+    fn select_p2c(&mut self, n: usize, now: Instant) -> Selection {
         let Self {
             endpoints,
             eligible,
@@ -435,10 +444,18 @@ where
                 .filter(|(_, e)| e.eligible && e.weight > 0)
                 .map(|(at, _)| at),
         );
-        let weights: Vec<u32> = self.eligible.iter().map(|&at| self.endpoints[at].weight).collect();
+        let weights: Vec<u32> = self
+            .eligible
+            .iter()
+            .map(|&at| self.endpoints[at].weight)
+            .collect();
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
-        self.weighted = (!uniform)
-            .then(|| (AliasTable::new(&weights), weights.iter().map(|&w| f64::from(w)).collect()));
+        self.weighted = (!uniform).then(|| {
+            (
+                AliasTable::new(&weights),
+                weights.iter().map(|&w| f64::from(w)).collect(),
+            )
+        });
     }
 }
 
@@ -454,11 +471,11 @@ where
     type Future = ResponseFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        let at = match self.ready {
-            Ready::Endpoint(at) => at,
+        let (at, picked_at) = match self.ready {
+            Ready::Endpoint(at, _) => (at, None),
             Ready::NoEligible | Ready::Failed(..) => return Poll::Ready(Ok(())),
-            Ready::None => match self.select() {
-                Ok(at) => at,
+            Ready::None => match self.select_at() {
+                Ok(picked) => picked,
                 Err(NoEligibleEndpoint) => {
                     // Ready, so that `call` can answer this request with the error; the next request
                     // picks again and may find an endpoint re-admitted.
@@ -469,30 +486,39 @@ where
         };
         self.ready = match self.endpoints[at].service.poll_ready(cx) {
             Poll::Pending => {
-                self.ready = Ready::Endpoint(at);
+                self.ready = Ready::Endpoint(at, None);
                 return Poll::Pending;
             }
-            Poll::Ready(Ok(())) => Ready::Endpoint(at),
+            Poll::Ready(Ok(())) => Ready::Endpoint(at, picked_at),
             Poll::Ready(Err(error)) => Ready::Failed(at, error.into()),
         };
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        let track_latency = self.metric.uses_clock();
+        let uses_clock = self.metric.uses_clock();
+        let started = |picked_at: Option<Instant>| {
+            if uses_clock {
+                picked_at.or_else(|| Some(Instant::now()))
+            } else {
+                None
+            }
+        };
         match std::mem::replace(&mut self.ready, Ready::None) {
-            Ready::Endpoint(at) => {
+            Ready::Endpoint(at, picked_at) => {
                 let endpoint = &mut self.endpoints[at];
-                let guard = LoadGuard::new(endpoint.load.clone(), track_latency);
+                let guard = LoadGuard::new(endpoint.load.clone(), started(picked_at));
                 let future = endpoint.service.call(request);
                 ResponseFuture::called(future, guard, self.completion.clone())
             }
             Ready::Failed(at, error) => {
-                let mut guard = LoadGuard::new(self.endpoints[at].load.clone(), track_latency);
+                let mut guard = LoadGuard::new(self.endpoints[at].load.clone(), started(None));
                 guard.on_failure();
                 ResponseFuture::failed(error, self.completion.clone())
             }
-            Ready::NoEligible => ResponseFuture::failed(NoEligibleEndpoint.into(), self.completion.clone()),
+            Ready::NoEligible => {
+                ResponseFuture::failed(NoEligibleEndpoint.into(), self.completion.clone())
+            }
             Ready::None => ResponseFuture::failed(NotReady.into(), self.completion.clone()),
         }
     }
@@ -501,7 +527,10 @@ where
 impl<K: fmt::Debug, S, C> fmt::Debug for Balance<K, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Balance")
-            .field("endpoints", &self.endpoints.iter().map(|e| &e.key).collect::<Vec<_>>())
+            .field(
+                "endpoints",
+                &self.endpoints.iter().map(|e| &e.key).collect::<Vec<_>>(),
+            )
             .field("eligible", &self.eligible.len())
             .field("policy", &self.policy)
             .field("metric", &self.metric)

@@ -1,0 +1,236 @@
+//! The in-flight count moves up once per request and back down exactly once, whatever ends the request.
+
+use bytes::Bytes;
+use duet_balance::{Balance, CompleteOnBodyEnd, LoadMetric, NoEligibleEndpoint};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use proptest::prelude::*;
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+use tower::{service_fn, Service, ServiceExt};
+
+/// A response body that yields scripted frames, then ends or fails.
+#[derive(Debug)]
+struct Scripted {
+    frames: VecDeque<Bytes>,
+    fail_at_end: bool,
+}
+
+impl Body for Scripted {
+    type Data = Bytes;
+    type Error = &'static str;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.frames.pop_front() {
+            Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            None if self.fail_at_end => Poll::Ready(Some(Err("backend died mid-body"))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && !self.fail_at_end
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    /// The body is read to its end.
+    BodyEnd,
+    /// The body fails after its frames.
+    BodyError,
+    /// The body is dropped after the first frame.
+    BodyDroppedMidStream,
+    /// The response future is dropped before it resolves.
+    FutureDropped,
+    /// The inner service fails (e.g. connect refused).
+    InnerError,
+}
+
+fn ending() -> impl Strategy<Value = Ending> {
+    prop_oneof![
+        Just(Ending::BodyEnd),
+        Just(Ending::BodyError),
+        Just(Ending::BodyDroppedMidStream),
+        Just(Ending::FutureDropped),
+        Just(Ending::InnerError),
+    ]
+}
+
+type Request = (Ending, usize);
+
+fn backend() -> impl Service<
+    Request,
+    Response = http::Response<Scripted>,
+    Error = &'static str,
+    Future = impl Future<Output = Result<http::Response<Scripted>, &'static str>>,
+> + Clone {
+    service_fn(|(ending, frames): Request| async move {
+        if let Ending::InnerError = ending {
+            return Err("connection refused");
+        }
+        if let Ending::FutureDropped = ending {
+            std::future::pending::<()>().await;
+        }
+        let body = Scripted {
+            frames: (0..frames)
+                .map(|i| Bytes::from(vec![b'x'; i + 1]))
+                .collect(),
+            fail_at_end: matches!(ending, Ending::BodyError),
+        };
+        Ok(http::Response::new(body))
+    })
+}
+
+fn in_flight<K: std::hash::Hash + Eq + Clone, S, C>(balance: &Balance<K, S, C>) -> u64 {
+    balance.endpoints().map(|e| e.load.in_flight()).sum()
+}
+
+/// Runs one request to completion along `ending` and checks the count went 0 → 1 → 0.
+async fn run(ending: Ending, frames: usize, metric: LoadMetric) {
+    let mut balance = Balance::new(metric).with_completion(CompleteOnBodyEnd::default());
+    balance.insert("a", 1, backend());
+    balance.insert("b", 1, backend());
+    let svc = balance.ready().await.expect("ready");
+    let mut future = Box::pin(svc.call((ending, frames)));
+    assert_eq!(
+        in_flight(&balance),
+        1,
+        "counted before the inner service resolves"
+    );
+
+    match ending {
+        Ending::FutureDropped => {
+            let waker = std::task::Waker::noop();
+            assert!(future
+                .as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending());
+            assert_eq!(in_flight(&balance), 1);
+            drop(future);
+        }
+        Ending::InnerError => {
+            assert!(future.await.is_err());
+        }
+        Ending::BodyEnd | Ending::BodyError => {
+            let response = future.await.expect("response");
+            assert_eq!(
+                in_flight(&balance) as usize,
+                usize::from(frames > 0 || matches!(ending, Ending::BodyError))
+            );
+            let collected = response.into_body().collect().await;
+            assert_eq!(collected.is_err(), matches!(ending, Ending::BodyError));
+        }
+        Ending::BodyDroppedMidStream => {
+            let mut body = future.await.expect("response").into_body();
+            if frames > 1 {
+                let _first = body.frame().await;
+                assert_eq!(in_flight(&balance), 1, "still streaming");
+            }
+            drop(body);
+        }
+    }
+    assert_eq!(in_flight(&balance), 0, "{ending:?} with {frames} frames");
+}
+
+#[tokio::test]
+async fn every_ending_releases_exactly_once() {
+    for ending in [
+        Ending::BodyEnd,
+        Ending::BodyError,
+        Ending::BodyDroppedMidStream,
+        Ending::FutureDropped,
+        Ending::InnerError,
+    ] {
+        for frames in [0, 1, 3] {
+            run(ending, frames, LoadMetric::InFlight).await;
+            run(ending, frames, LoadMetric::default()).await;
+        }
+    }
+}
+
+proptest! {
+    /// Many requests in flight at once, ended in any order along any path: each ending lowers the count by
+    /// exactly one, and it returns to zero. A double release would wrap the counter; a missed one leaves it
+    /// above zero.
+    #[test]
+    fn interleaved_endings_move_the_count_one_step_each(
+        endings in proptest::collection::vec(ending(), 1..12),
+        order in proptest::collection::vec(any::<u32>(), 12),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        rt.block_on(async {
+            let mut balance = Balance::new(LoadMetric::InFlight).with_completion(CompleteOnBodyEnd::default());
+            balance.insert("only", 1, backend());
+            let waker = std::task::Waker::noop();
+            let mut cx = Context::from_waker(waker);
+            let mut pending = Vec::new();
+            for &ending in &endings {
+                let svc = balance.ready().await.expect("ready");
+                let mut future = Box::pin(svc.call((ending, 2)));
+                // Resolve what can resolve now; bodies stay open until we end them.
+                let resolved = match future.as_mut().poll(&mut cx) {
+                    Poll::Ready(result) => Some(result),
+                    Poll::Pending => None,
+                };
+                pending.push((ending, future, resolved));
+            }
+            let mut expected = endings.len() as u64 - endings.iter().filter(|e| matches!(e, Ending::InnerError)).count() as u64;
+            prop_assert_eq!(in_flight(&balance), expected);
+            let mut order_iter = order.into_iter();
+            while !pending.is_empty() {
+                let at = order_iter.next().unwrap_or(0) as usize % pending.len();
+                let (ending, future, resolved) = pending.swap_remove(at);
+                match (ending, resolved) {
+                    (Ending::InnerError, _) => continue,
+                    (_, None) => drop(future),
+                    (Ending::BodyDroppedMidStream, Some(Ok(response))) => drop(response),
+                    (_, Some(Ok(response))) => { let _ = response.into_body().collect().await; }
+                    (_, Some(Err(e))) => panic!("unexpected error {e}"),
+                }
+                expected -= 1;
+                prop_assert_eq!(in_flight(&balance), expected);
+            }
+            prop_assert_eq!(in_flight(&balance), 0);
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test]
+async fn an_empty_pool_answers_no_eligible_endpoint() {
+    let mut balance: Balance<&str, _> = Balance::new(LoadMetric::InFlight);
+    let svc = balance
+        .ready()
+        .await
+        .expect("an empty balancer is ready, to answer with the error");
+    let error = svc.call(1u32).await.expect_err("no endpoint");
+    assert!(
+        error.downcast_ref::<NoEligibleEndpoint>().is_some(),
+        "{error}"
+    );
+    balance.insert(
+        "late",
+        1,
+        service_fn(|x: u32| async move { Ok::<_, Infallible>(x) }),
+    );
+    assert_eq!(
+        balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(7)
+            .await
+            .expect("served"),
+        7
+    );
+    assert_eq!(balance.stats().no_eligible, 1);
+}

@@ -1,0 +1,431 @@
+//! Selection as a `Balance` makes it: read counts, draws, weights, ties, membership, PeakEWMA defaults.
+
+use duet_balance::{Balance, CompleteOnBodyEnd, DefaultRtt, Draws, LoadMetric, PeakEwma, Policy};
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+use tower::{service_fn, Service, ServiceExt};
+
+fn echo() -> impl Service<
+    u32,
+    Response = u32,
+    Error = Infallible,
+    Future = std::future::Ready<Result<u32, Infallible>>,
+> {
+    service_fn(|x: u32| std::future::ready(Ok(x)))
+}
+
+#[tokio::test]
+async fn each_pick_reads_exactly_two_loads() {
+    for n in [2usize, 3, 64, 4096] {
+        let mut balance = Balance::with_seed(LoadMetric::default(), 1);
+        for k in 0..n {
+            balance.insert(k, 1, echo());
+        }
+        for _ in 0..50 {
+            balance
+                .ready()
+                .await
+                .expect("ready")
+                .call(0)
+                .await
+                .expect("served");
+        }
+        let stats = balance.stats();
+        assert_eq!(stats.picks, 50);
+        assert_eq!(stats.load_reads, 100, "n = {n}");
+    }
+}
+
+#[tokio::test]
+async fn one_endpoint_consumes_no_draw() {
+    let mut balance = Balance::with_draws(
+        LoadMetric::InFlight,
+        Draws::from_source(|| -> u64 { panic!("a pool of one must not draw") }),
+    );
+    balance.insert("solo", 1, echo());
+    for _ in 0..10 {
+        balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(1)
+            .await
+            .expect("served");
+    }
+    assert_eq!(balance.stats().load_reads, 0);
+}
+
+#[tokio::test]
+async fn the_lighter_endpoint_wins_and_is_counted_before_the_call() {
+    // Script: draws 0, 0 over n = 2 give i = 0, j = 1.
+    let draws = Arc::new(Mutex::new(vec![0u64, 0, 0, 0, 0, 0].into_iter()));
+    let source = {
+        let draws = draws.clone();
+        move || draws.lock().expect("lock").next().expect("enough draws")
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let make = |name: &'static str| {
+        let seen = seen.clone();
+        service_fn(move |_: u32| {
+            seen.lock().expect("lock").push(name);
+            // Never completes: both requests stay in flight.
+            std::future::pending::<Result<u32, Infallible>>()
+        })
+    };
+    let mut balance = Balance::with_draws(LoadMetric::InFlight, Draws::from_source(source));
+    balance.insert("a", 1, make("a"));
+    balance.insert("b", 1, make("b"));
+    // First pick: both 0, tie, coin 0 → a. Second: a has 1, b has 0 → b, no coin drawn.
+    let f1 = balance.ready().await.expect("ready").call(0);
+    assert_eq!(balance.endpoint_load(&"a").map(|l| l.in_flight()), Some(1));
+    let f2 = balance.ready().await.expect("ready").call(0);
+    assert_eq!(*seen.lock().expect("lock"), vec!["a", "b"]);
+    assert_eq!(balance.stats().ties, 1);
+    assert_eq!(balance.stats().both_zero, 1);
+    assert_eq!(
+        draws.lock().expect("lock").len(),
+        1,
+        "five draws: two pairs and one coin"
+    );
+    drop((f1, f2));
+    assert_eq!(balance.endpoint_load(&"a").map(|l| l.in_flight()), Some(0));
+}
+
+#[tokio::test]
+async fn weights_10_1_1_at_equal_load_get_their_weight_share() {
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 42);
+    balance.insert("heavy", 10, echo());
+    balance.insert("light1", 1, echo());
+    balance.insert("light2", 1, echo());
+    let requests = 120_000u32;
+    for _ in 0..requests {
+        // Each request completes before the next pick: every comparison is at equal (zero) load.
+        balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(0)
+            .await
+            .expect("served");
+    }
+    let picks: HashMap<&str, u64> = balance
+        .endpoints()
+        .map(|e| (*e.key, e.load.picks()))
+        .collect();
+    let share = |k: &str| picks[k] as f64 / f64::from(requests);
+    // Tolerance: ±0.01 is over 9 standard deviations of a binomial share at this count.
+    assert!(
+        (share("heavy") - 10.0 / 12.0).abs() < 0.01,
+        "heavy {}",
+        share("heavy")
+    );
+    assert!(
+        (share("light1") - 1.0 / 12.0).abs() < 0.01,
+        "light1 {}",
+        share("light1")
+    );
+    assert!(
+        (share("light2") - 1.0 / 12.0).abs() < 0.01,
+        "light2 {}",
+        share("light2")
+    );
+}
+
+#[tokio::test]
+async fn weighted_comparison_divides_load_by_weight() {
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 3);
+    let hold = || service_fn(|_: u32| std::future::pending::<Result<u32, Infallible>>());
+    balance.insert("big", 4, hold());
+    balance.insert("small", 1, hold());
+    let mut futures = Vec::new();
+    for _ in 0..500 {
+        futures.push(balance.ready().await.expect("ready").call(0));
+    }
+    let big = balance
+        .endpoint_load(&"big")
+        .map(|l| l.in_flight())
+        .unwrap_or(0);
+    let small = balance
+        .endpoint_load(&"small")
+        .map(|l| l.in_flight())
+        .unwrap_or(0);
+    // Held requests pile up in proportion to capacity: 4:1, within a few requests.
+    assert_eq!(big + small, 500);
+    assert!((big as i64 - 400).abs() <= 5, "big {big}, small {small}");
+}
+
+#[tokio::test]
+async fn balancers_without_a_seed_break_ties_differently() {
+    let sequence = || async {
+        let mut balance = Balance::new(LoadMetric::InFlight);
+        for k in 0..8u32 {
+            balance.insert(
+                k,
+                1,
+                service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
+            );
+        }
+        let mut out = Vec::new();
+        for _ in 0..64 {
+            out.push(
+                balance
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(0)
+                    .await
+                    .expect("served"),
+            );
+        }
+        out
+    };
+    assert_ne!(sequence().await, sequence().await);
+}
+
+#[tokio::test]
+async fn membership_updates_keep_state_and_removed_guards_complete() {
+    let hold = || service_fn(|_: u32| std::future::pending::<Result<u32, Infallible>>());
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 5);
+    balance.insert("a", 1, hold());
+    balance.insert("b", 1, hold());
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(balance.ready().await.expect("ready").call(0));
+    }
+    let a_before = balance
+        .endpoint_load(&"a")
+        .map(|l| l.in_flight())
+        .unwrap_or(0);
+    assert!(a_before > 0);
+
+    // Ineligible, then back: the count survives.
+    balance.set_eligible(&"a", false);
+    assert_eq!(balance.eligible_len(), 1);
+    for _ in 0..5 {
+        held.push(balance.ready().await.expect("ready").call(0));
+    }
+    assert_eq!(
+        balance.endpoint_load(&"a").map(|l| l.in_flight()),
+        Some(a_before),
+        "ineligible gets nothing"
+    );
+    balance.set_eligible(&"a", true);
+    assert_eq!(
+        balance.endpoint_load(&"a").map(|l| l.in_flight()),
+        Some(a_before)
+    );
+
+    // Re-inserting the same key keeps state.
+    balance.insert("a", 1, hold());
+    assert_eq!(
+        balance.endpoint_load(&"a").map(|l| l.in_flight()),
+        Some(a_before)
+    );
+
+    // Removal: the guards in flight still hold the state and complete without panic.
+    let state = balance.endpoint_load(&"a").cloned().expect("a");
+    balance.remove(&"a");
+    assert_eq!(balance.len(), 1);
+    drop(held);
+    assert_eq!(state.in_flight(), 0);
+    assert_eq!(balance.endpoint_load(&"b").map(|l| l.in_flight()), Some(0));
+}
+
+#[tokio::test]
+async fn weight_zero_is_ineligible() {
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 5);
+    balance.insert("a", 0, echo());
+    assert_eq!(balance.eligible_len(), 0);
+    assert!(balance.pick().is_err());
+    balance.set_weight(&"a", 2);
+    assert_eq!(balance.pick().copied(), Ok("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_endpoint_starts_at_the_pool_median() {
+    let metric = LoadMetric::PeakEwma(PeakEwma::default());
+    let mut balance = Balance::with_seed(metric, 1);
+    let sleepy = |ms: u64| {
+        service_fn(move |_: u32| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, Infallible>(0u32)
+        })
+    };
+    balance.insert("first", 1, sleepy(0));
+    let now = tokio::time::Instant::now();
+    assert_eq!(
+        balance.endpoint_load(&"first").map(|l| l.rtt_estimate(now)),
+        Some(Duration::from_millis(30))
+    );
+    balance.insert("slow", 1, sleepy(0));
+    balance.insert("fast", 1, sleepy(0));
+    // Drive samples: 90 ms and 10 ms peaks.
+    for (key, ms) in [("slow", 90u64), ("fast", 10)] {
+        let state = balance.endpoint_load(&key).cloned().expect("present");
+        balance.insert(key, 1, sleepy(ms));
+        for other in ["first", "slow", "fast"] {
+            balance.set_eligible(&other, other == key);
+        }
+        balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(0)
+            .await
+            .expect("served");
+        let _ = state;
+    }
+    for key in ["first", "slow", "fast"] {
+        balance.set_eligible(&key, true);
+    }
+    let now = tokio::time::Instant::now();
+    let estimates: Vec<Duration> = ["first", "slow", "fast"]
+        .iter()
+        .map(|k| {
+            balance
+                .endpoint_load(k)
+                .map(|l| l.rtt_estimate(now))
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut sorted = estimates.clone();
+    sorted.sort();
+    balance.insert("newcomer", 1, sleepy(0));
+    assert_eq!(
+        balance
+            .endpoint_load(&"newcomer")
+            .map(|l| l.rtt_estimate(now)),
+        Some(sorted[1]),
+        "median of {estimates:?}"
+    );
+    assert!(
+        estimates[1] >= Duration::from_millis(89),
+        "slow peaked: {estimates:?}"
+    );
+
+    let mut fixed = Balance::<&str, _>::with_seed(
+        LoadMetric::PeakEwma(PeakEwma {
+            default_rtt: DefaultRtt::Fixed(Duration::from_millis(7)),
+            ..PeakEwma::default()
+        }),
+        1,
+    );
+    fixed.insert("x", 1, sleepy(0));
+    assert_eq!(
+        fixed.endpoint_load(&"x").map(|l| l.rtt_estimate(now)),
+        Some(Duration::from_millis(7))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_penalised_status_records_the_penalty() {
+    let mut balance =
+        Balance::with_seed(LoadMetric::default(), 1).with_completion(CompleteOnBodyEnd::default());
+    let status = |code: u16| {
+        service_fn(move |_: u32| async move {
+            let mut response = http::Response::new(http_body_util::Empty::<bytes::Bytes>::new());
+            *response.status_mut() = http::StatusCode::from_u16(code).map_err(|_| "bad status")?;
+            Ok::<_, &'static str>(response)
+        })
+    };
+    balance.insert("shedding", 1, status(503));
+    let response = balance
+        .ready()
+        .await
+        .expect("ready")
+        .call(0)
+        .await
+        .expect("served");
+    assert_eq!(response.status(), 503);
+    let now = tokio::time::Instant::now();
+    assert_eq!(
+        balance
+            .endpoint_load(&"shedding")
+            .map(|l| l.rtt_estimate(now)),
+        Some(Duration::from_secs(1))
+    );
+    // A connect failure is penalised the same way.
+    // Status 0 cannot be built: the service fails before any response, as a refused connect would.
+    balance.insert("refusing", 1, status(0));
+    balance.set_eligible(&"shedding", false);
+    assert!(balance.ready().await.expect("ready").call(0).await.is_err());
+    assert_eq!(
+        balance
+            .endpoint_load(&"refusing")
+            .map(|l| l.rtt_estimate(now)),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        balance.endpoint_load(&"refusing").map(|l| l.in_flight()),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn the_observer_sees_both_candidates() {
+    let events = Arc::new(AtomicU64::new(0));
+    let ties = Arc::new(AtomicU64::new(0));
+    let (e, t) = (events.clone(), ties.clone());
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 8).with_observer(move |event| {
+        e.fetch_add(1, Ordering::Relaxed);
+        assert_ne!(event.candidates[0].0, event.candidates[1].0);
+        assert!(event.chosen == event.candidates[0].0 || event.chosen == event.candidates[1].0);
+        if event.tie {
+            t.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    for k in 0..4u32 {
+        balance.insert(k, 1, echo());
+    }
+    for _ in 0..100 {
+        balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(0)
+            .await
+            .expect("served");
+    }
+    assert_eq!(events.load(Ordering::Relaxed), 100);
+    assert_eq!(ties.load(Ordering::Relaxed), balance.stats().ties);
+    assert_eq!(
+        balance.stats().ties,
+        100,
+        "sequential requests always compare two idle endpoints"
+    );
+}
+
+#[tokio::test]
+async fn round_robin_baseline_takes_turns() {
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 1).with_policy(Policy::RoundRobin);
+    for k in 0..3u32 {
+        balance.insert(
+            k,
+            1,
+            service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
+        );
+    }
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(
+            balance
+                .ready()
+                .await
+                .expect("ready")
+                .call(0)
+                .await
+                .expect("served"),
+        );
+    }
+    assert_eq!(got[..3], got[3..]);
+    let mut first = got[..3].to_vec();
+    first.sort();
+    assert_eq!(first, vec![0, 1, 2]);
+}
