@@ -132,7 +132,14 @@ impl P2c {
             Ordering::Greater => (j, false),
             // The same index drawn twice (weighted draws only) is no contest.
             Ordering::Equal if i == j => (i, false),
-            Ordering::Equal => (if self.draws.next_draw() & 1 == 0 { i } else { j }, true),
+            Ordering::Equal => (
+                if self.draws.next_draw() & 1 == 0 {
+                    i
+                } else {
+                    j
+                },
+                true,
+            ),
         };
         Selection {
             chosen,

@@ -1,0 +1,457 @@
+//! duet's configuration: the YAML schema, its validation, and errors written for people.
+//!
+//! ```
+//! let yaml = "
+//! listeners:
+//!   - address: 127.0.0.1:8080
+//! routes:
+//!   - match: { path_prefix: / }
+//!     cluster: web
+//! clusters:
+//!   - name: web
+//!     backends:
+//!       - address: 127.0.0.1:9001
+//! ";
+//! let config = duet_config::parse(yaml, "inline.yaml").expect("valid");
+//! assert_eq!(config.clusters[0].backends[0].weight, 1);
+//!
+//! let typo = yaml.replace("cluster: web", "cluster: wbe");
+//! let errors = duet_config::parse(&typo, "inline.yaml").unwrap_err();
+//! let message = errors.to_string();
+//! assert!(message.contains("inline.yaml:6:14"), "{message}");
+//! assert!(message.contains("did you mean `web`?"), "{message}");
+//! ```
+//!
+//! Syntax and type errors (an unknown field, a list where a value belongs) stop parsing at the first one;
+//! everything that parses is then checked as a whole and every problem is reported at once.
+
+#![warn(missing_docs)]
+
+mod error;
+mod model;
+mod raw;
+mod units;
+
+pub use error::{ConfigError, ConfigErrors};
+pub use model::{
+    Backend, Cluster, Config, HostPattern, Limits, Listener, Policy, Route, Shutdown, Timeouts,
+    Workers,
+};
+
+use error::did_you_mean;
+use raw::{RawConfig, Scalar};
+use serde_saphyr::Spanned;
+use std::{
+    collections::HashSet,
+    net::{SocketAddr, ToSocketAddrs},
+    num::NonZeroUsize,
+    path::Path,
+    time::Duration,
+};
+
+/// Reads and checks the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let mut error = ConfigError::new("", format!("cannot read the configuration file: {e}"));
+        error.origin = origin.clone();
+        ConfigErrors::single(error.hint("pass an existing YAML file with --config FILE"))
+    })?;
+    parse(&text, &origin)
+}
+
+/// Parses and checks configuration text; `origin` names it in errors (usually the file path).
+pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+    let finish = |mut errors: Vec<ConfigError>| {
+        let lines: Vec<&str> = text.lines().collect();
+        for error in &mut errors {
+            error.origin = origin.to_owned();
+            if error.line > 0 {
+                error.source_line = lines.get(error.line as usize - 1).map(|l| l.to_string());
+            }
+        }
+        errors.sort_by_key(|e| (e.line, e.column));
+        ConfigErrors { errors }
+    };
+    let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| finish(vec![from_serde(&e)]))?;
+    let mut checker = Checker::default();
+    let config = checker.check(raw);
+    if checker.errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(finish(checker.errors))
+    }
+}
+
+fn from_serde(error: &serde_saphyr::Error) -> ConfigError {
+    let rendered = error.to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    // "error: line 4 column 5: unknown field ..." → "unknown field ..."
+    let message = first
+        .strip_prefix("error: ")
+        .unwrap_or(first)
+        .split_once(": ")
+        .filter(|(head, _)| head.starts_with("line "))
+        .map_or(first, |(_, rest)| rest)
+        .to_owned();
+    let mut out = ConfigError::new("", message.clone());
+    if let Some(location) = error.location() {
+        out = out.at(location.line(), location.column());
+    }
+    // "unknown field `wieght`, expected one of address, weight"
+    if let Some(rest) = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("unknown variant `"))
+    {
+        if let Some((word, expected)) = rest.split_once("`, expected one of ") {
+            if let Some(hint) = did_you_mean(word, expected.split(", ").map(str::trim)) {
+                out = out.hint(hint);
+            }
+        } else if let Some((word, expected)) = rest.split_once("`, expected ") {
+            if let Some(hint) = did_you_mean(word, [expected.trim_matches('`')]) {
+                out = out.hint(hint);
+            }
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct Checker {
+    errors: Vec<ConfigError>,
+}
+
+impl Checker {
+    fn error<T>(
+        &mut self,
+        spanned: &Spanned<T>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError::new(field, message).at(spanned.referenced.line(), spanned.referenced.column())
+    }
+
+    fn push(&mut self, error: ConfigError) {
+        self.errors.push(error);
+    }
+
+    fn duration(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: String,
+        default: Duration,
+    ) -> Duration {
+        let Some(value) = value else { return default };
+        match units::parse_duration(&value.value.0) {
+            Ok(d) => d,
+            Err(message) => {
+                let e = self.error(value, field, message);
+                self.push(e);
+                default
+            }
+        }
+    }
+
+    fn size(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &str,
+        default: usize,
+        min: usize,
+    ) -> usize {
+        let Some(value) = value else { return default };
+        match units::parse_size(&value.value.0).map(|s| usize::try_from(s).unwrap_or(usize::MAX)) {
+            Ok(s) if s >= min => s,
+            Ok(s) => {
+                let e = self.error(
+                    value,
+                    field,
+                    format!("{s} bytes is too small: the minimum is {min}"),
+                );
+                self.push(e);
+                default
+            }
+            Err(message) => {
+                let e = self.error(value, field, message);
+                self.push(e);
+                default
+            }
+        }
+    }
+
+    fn check(&mut self, raw: RawConfig) -> Config {
+        let workers = match &raw.workers {
+            None => Workers::Auto,
+            Some(w) if w.value.0 == "auto" => Workers::Auto,
+            Some(w) => {
+                match w.value.0.parse::<usize>().ok().and_then(NonZeroUsize::new) {
+                    Some(n) => Workers::Count(n),
+                    None => {
+                        let e = self
+                        .error(w, "workers", format!("`{}` is not a worker count: expected `auto` or a number of 1 or more", w.value.0));
+                        self.push(e);
+                        Workers::Auto
+                    }
+                }
+            }
+        };
+
+        let mut listeners = Vec::new();
+        let mut seen = HashSet::new();
+        for (i, l) in raw.listeners.iter().enumerate() {
+            let field = format!("listeners[{i}].address");
+            match l.address.value.0.parse::<SocketAddr>() {
+                Ok(address) => {
+                    if address.port() != 0 && !seen.insert(address) {
+                        let e = self.error(&l.address, field, format!("{address} is listed twice"));
+                        self.push(e);
+                    }
+                    listeners.push(Listener { address });
+                }
+                Err(_) => {
+                    let e = self.error(
+                        &l.address,
+                        field,
+                        format!(
+                            "`{}` is not a listen address: expected IP:PORT such as 0.0.0.0:8080",
+                            l.address.value.0
+                        ),
+                    );
+                    self.push(e);
+                }
+            }
+        }
+        if raw.listeners.is_empty() {
+            self.push(
+                ConfigError::new(
+                    "listeners",
+                    "no listeners: duet would accept no connections",
+                )
+                .hint("add `listeners: [{ address: 0.0.0.0:8080 }]`"),
+            );
+        }
+
+        let mut clusters = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for (ci, c) in raw.clusters.iter().enumerate() {
+            let name = c.name.value.0.clone();
+            if name.is_empty() {
+                let e = self.error(
+                    &c.name,
+                    format!("clusters[{ci}].name"),
+                    "a cluster name cannot be empty",
+                );
+                self.push(e);
+            } else if names.contains(&name) {
+                let e = self.error(
+                    &c.name,
+                    format!("clusters[{ci}].name"),
+                    format!("cluster `{name}` is defined twice"),
+                );
+                self.push(e.hint("cluster names must be unique; rename one of them"));
+            }
+            names.push(name.clone());
+            let mut backends = Vec::new();
+            let mut seen = HashSet::new();
+            for (bi, b) in c.backends.iter().enumerate() {
+                let field = format!("clusters[{ci}].backends[{bi}]");
+                let text = b.address.value.0.clone();
+                let weight = b.weight.as_ref().map_or(1, |w| w.value);
+                if let Some(w) = &b.weight {
+                    if w.value > 10_000 {
+                        let e = self.error(
+                            w,
+                            format!("{field}.weight"),
+                            format!("weight {} is too large: the maximum is 10000", w.value),
+                        );
+                        self.push(e);
+                    }
+                }
+                match resolve(&text) {
+                    Ok(address) => {
+                        if !seen.insert(text.clone()) {
+                            let e = self.error(
+                                &b.address,
+                                format!("{field}.address"),
+                                format!("backend {text} is listed twice in cluster `{name}`"),
+                            );
+                            self.push(
+                                e.hint("give it a higher weight instead of listing it twice"),
+                            );
+                        }
+                        backends.push(Backend {
+                            name: text,
+                            address,
+                            weight,
+                        });
+                    }
+                    Err(message) => {
+                        let e = self.error(&b.address, format!("{field}.address"), message);
+                        self.push(e);
+                    }
+                }
+            }
+            if c.backends.is_empty() {
+                let e = self.error(
+                    &c.name,
+                    format!("clusters[{ci}].backends"),
+                    format!("cluster `{name}` has no backends"),
+                );
+                self.push(e.hint("add `backends: [{ address: IP:PORT }]`"));
+            } else if !backends.is_empty() && backends.iter().all(|b| b.weight == 0) {
+                let e = self.error(
+                    &c.name,
+                    format!("clusters[{ci}].backends"),
+                    format!(
+                        "every backend of cluster `{name}` has weight 0, so it can serve nothing"
+                    ),
+                );
+                self.push(e);
+            }
+            let t = c.timeouts.as_ref();
+            let defaults = Timeouts::default();
+            let timeouts = Timeouts {
+                connect: self.duration(
+                    t.and_then(|t| t.connect.as_ref()),
+                    format!("clusters[{ci}].timeouts.connect"),
+                    defaults.connect,
+                ),
+                response_headers: self.duration(
+                    t.and_then(|t| t.response_headers.as_ref()),
+                    format!("clusters[{ci}].timeouts.response_headers"),
+                    defaults.response_headers,
+                ),
+                idle: self.duration(
+                    t.and_then(|t| t.idle.as_ref()),
+                    format!("clusters[{ci}].timeouts.idle"),
+                    defaults.idle,
+                ),
+            };
+            clusters.push(Cluster {
+                name,
+                policy: c.policy.unwrap_or_default(),
+                backends,
+                timeouts,
+            });
+        }
+
+        let mut routes = Vec::new();
+        for (ri, r) in raw.routes.iter().enumerate() {
+            let wanted = &r.cluster.value.0;
+            let cluster = names.iter().position(|n| n == wanted);
+            if cluster.is_none() {
+                let mut e = self.error(
+                    &r.cluster,
+                    format!("routes[{ri}].cluster"),
+                    format!("no cluster is named `{wanted}`"),
+                );
+                e = match did_you_mean(wanted, names.iter().map(String::as_str)) {
+                    Some(hint) => e.hint(hint),
+                    None if names.is_empty() => e.hint("define it under `clusters:`"),
+                    None => e.hint(format!("defined clusters: {}", names.join(", "))),
+                };
+                self.push(e);
+            }
+            let matcher = r.matcher.as_ref();
+            let host = matcher.and_then(|m| m.host.as_ref()).and_then(|h| {
+                let text = h.value.0.trim().to_ascii_lowercase();
+                let pattern = match text.strip_prefix('*') {
+                    Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 && !suffix.contains('*') => {
+                        Some(HostPattern::Wildcard(suffix.to_owned()))
+                    }
+                    None if !text.is_empty() && !text.contains('*') && !text.contains('/') => Some(HostPattern::Exact(text.clone())),
+                    _ => None,
+                };
+                if pattern.is_none() {
+                    let e = self.error(h, format!("routes[{ri}].match.host"), format!("`{}` is not a host pattern: expected a name such as api.example.com, or *.example.com for its subdomains", h.value.0));
+                    self.push(e);
+                }
+                pattern
+            });
+            let path_prefix = match matcher.and_then(|m| m.path_prefix.as_ref()) {
+                None => "/".to_owned(),
+                Some(p) if p.value.0.starts_with('/') => p.value.0.clone(),
+                Some(p) => {
+                    let e = self.error(
+                        p,
+                        format!("routes[{ri}].match.path_prefix"),
+                        format!("`{}` must start with `/`", p.value.0),
+                    );
+                    self.push(e.hint(format!("did you mean `/{}`?", p.value.0)));
+                    "/".to_owned()
+                }
+            };
+            if let Some(cluster) = cluster {
+                routes.push(Route {
+                    host,
+                    path_prefix,
+                    cluster,
+                });
+            }
+        }
+        if raw.routes.is_empty() {
+            self.push(
+                ConfigError::new("routes", "no routes: every request would get 404")
+                    .hint("add `routes: [{ match: { path_prefix: / }, cluster: NAME }]`"),
+            );
+        }
+
+        let l = raw.limits.as_ref();
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_request_head: self.size(
+                l.and_then(|l| l.max_request_head.as_ref()),
+                "limits.max_request_head",
+                defaults.max_request_head,
+                8192,
+            ),
+            max_uri_length: self.size(
+                l.and_then(|l| l.max_uri_length.as_ref()),
+                "limits.max_uri_length",
+                defaults.max_uri_length,
+                64,
+            ),
+            header_read_timeout: self.duration(
+                l.and_then(|l| l.header_read_timeout.as_ref()),
+                "limits.header_read_timeout".to_owned(),
+                defaults.header_read_timeout,
+            ),
+        };
+        let shutdown = Shutdown {
+            drain_timeout: self.duration(
+                raw.shutdown.as_ref().and_then(|s| s.drain_timeout.as_ref()),
+                "shutdown.drain_timeout".to_owned(),
+                Shutdown::default().drain_timeout,
+            ),
+        };
+        Config {
+            workers,
+            listeners,
+            routes,
+            clusters,
+            limits,
+            shutdown,
+        }
+    }
+}
+
+/// An IP:PORT, or HOST:PORT resolved once now (the first address wins).
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("`{text}` is not a backend address: expected IP:PORT or HOST:PORT such as 127.0.0.1:9001"));
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(format!(
+            "`{text}` has no valid port: expected IP:PORT or HOST:PORT with a port from 1 to 65535"
+        ));
+    };
+    match (host, port).to_socket_addrs().map(|mut it| it.next()) {
+        Ok(Some(address)) => Ok(address),
+        Ok(None) | Err(_) => Err(format!(
+            "cannot resolve backend host `{host}`: check the name, or use an IP address"
+        )),
+    }
+}

@@ -1,0 +1,233 @@
+//! The checked configuration the proxy runs on.
+
+use serde::Deserialize;
+use std::{net::SocketAddr, num::NonZeroUsize, time::Duration};
+
+/// A checked configuration: every reference resolves, every value is in range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// How many worker threads to run.
+    pub workers: Workers,
+    /// Where to accept client connections.
+    pub listeners: Vec<Listener>,
+    /// Routes in order; the first that matches a request wins.
+    pub routes: Vec<Route>,
+    /// Backend groups.
+    pub clusters: Vec<Cluster>,
+    /// Request limits.
+    pub limits: Limits,
+    /// Shutdown behaviour.
+    pub shutdown: Shutdown,
+}
+
+/// `workers: auto | N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workers {
+    /// One per available core.
+    #[default]
+    Auto,
+    /// Exactly this many.
+    Count(NonZeroUsize),
+}
+
+impl Workers {
+    /// The number of worker threads this resolves to on this machine.
+    pub fn resolve(self) -> usize {
+        match self {
+            Self::Auto => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+            Self::Count(n) => n.get(),
+        }
+    }
+}
+
+/// A client-facing listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// Address to bind; port 0 lets the OS choose.
+    pub address: SocketAddr,
+}
+
+/// A routing rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Host to match (port ignored, case-insensitive); `None` matches any host.
+    pub host: Option<HostPattern>,
+    /// Path prefix to match; `/` matches every path.
+    pub path_prefix: String,
+    /// Index into [`Config::clusters`].
+    pub cluster: usize,
+}
+
+impl Route {
+    /// Whether a request for `host` (may carry a port) and `path` matches this route.
+    pub fn matches(&self, host: Option<&str>, path: &str) -> bool {
+        let host_ok = match (&self.host, host) {
+            (None, _) => true,
+            (Some(pattern), Some(host)) => pattern.matches(host),
+            (Some(_), None) => false,
+        };
+        host_ok && path.starts_with(&self.path_prefix)
+    }
+}
+
+/// `api.example.com` (exact) or `*.example.com` (any subdomain, not the apex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// The host, lowercased.
+    Exact(String),
+    /// The suffix after the `*`, lowercased, starting with a dot.
+    Wildcard(String),
+}
+
+impl HostPattern {
+    /// Matches `host`, ignoring a port and ASCII case.
+    pub fn matches(&self, host: &str) -> bool {
+        let host = strip_port(host);
+        match self {
+            Self::Exact(exact) => host.eq_ignore_ascii_case(exact),
+            Self::Wildcard(suffix) => {
+                host.len() > suffix.len()
+                    && host
+                        .get(host.len() - suffix.len()..)
+                        .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
+            }
+        }
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        // [v6]:port
+        return host.split(']').next().map_or(host, |h| &h[1..]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// How a cluster picks a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Power of two choices on requests in flight.
+    P2cInflight,
+    /// Power of two choices on PeakEWMA latency × (in flight + 1).
+    #[default]
+    P2cPeakEwma,
+    /// Each backend in turn (baseline).
+    RoundRobin,
+    /// Uniformly random (baseline).
+    Random,
+}
+
+impl Policy {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::P2cInflight => "p2c_inflight",
+            Self::P2cPeakEwma => "p2c_peak_ewma",
+            Self::RoundRobin => "round_robin",
+            Self::Random => "random",
+        }
+    }
+}
+
+/// A group of interchangeable backends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cluster {
+    /// Unique name, referenced by routes.
+    pub name: String,
+    /// Selection policy.
+    pub policy: Policy,
+    /// The backends.
+    pub backends: Vec<Backend>,
+    /// Timeouts toward the backends.
+    pub timeouts: Timeouts,
+}
+
+/// One backend server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// The address as written (the key that keeps its balancer state across reloads).
+    pub name: String,
+    /// The resolved address.
+    pub address: SocketAddr,
+    /// Relative capacity; 0 takes it out of rotation.
+    pub weight: u32,
+}
+
+/// Timeouts toward a cluster's backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP connect. Default 1 s.
+    pub connect: Duration,
+    /// From sending the request to receiving the response head. Default 15 s.
+    pub response_headers: Duration,
+    /// How long an idle pooled connection is kept. Default 60 s.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(1),
+            response_headers: Duration::from_secs(15),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Limits on what clients may send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Request line plus headers; larger gets 431. Default 64 KiB.
+    pub max_request_head: usize,
+    /// Request target length; longer gets 414. Default 8 KiB.
+    pub max_uri_length: usize,
+    /// Time a client has to send a complete request head. Default 10 s.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_request_head: 64 * 1024,
+            max_uri_length: 8 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Shutdown behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shutdown {
+    /// How long in-flight requests may run after SIGTERM before connections are closed. Default 30 s.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_patterns() {
+        let exact = HostPattern::Exact("api.example.com".into());
+        assert!(exact.matches("API.example.com:8080"));
+        assert!(!exact.matches("x.api.example.com"));
+        let wild = HostPattern::Wildcard(".example.com".into());
+        assert!(wild.matches("a.EXAMPLE.com"));
+        assert!(wild.matches("a.b.example.com:443"));
+        assert!(!wild.matches("example.com"));
+        assert!(!wild.matches("badexample.com"));
+        assert!(HostPattern::Exact("::1".into()).matches("[::1]:80"));
+    }
+}

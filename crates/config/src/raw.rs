@@ -1,0 +1,127 @@
+//! The file's shape, as serde reads it. Values that need checking keep their location (`Spanned`).
+
+use serde::{de, Deserialize, Deserializer};
+use serde_saphyr::Spanned;
+use std::fmt;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub(crate) workers: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) listeners: Vec<RawListener>,
+    #[serde(default)]
+    pub(crate) routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub(crate) clusters: Vec<RawCluster>,
+    #[serde(default)]
+    pub(crate) limits: Option<RawLimits>,
+    #[serde(default)]
+    pub(crate) shutdown: Option<RawShutdown>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListener {
+    pub(crate) address: Spanned<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    #[serde(rename = "match", default)]
+    pub(crate) matcher: Option<RawMatch>,
+    pub(crate) cluster: Spanned<Scalar>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMatch {
+    #[serde(default)]
+    pub(crate) host: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path_prefix: Option<Spanned<Scalar>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    pub(crate) name: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) policy: Option<crate::Policy>,
+    #[serde(default)]
+    pub(crate) backends: Vec<RawBackend>,
+    #[serde(default)]
+    pub(crate) timeouts: Option<RawTimeouts>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBackend {
+    pub(crate) address: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) weight: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTimeouts {
+    #[serde(default)]
+    pub(crate) connect: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) response_headers: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) idle: Option<Spanned<Scalar>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    #[serde(default)]
+    pub(crate) max_request_head: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_uri_length: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) header_read_timeout: Option<Spanned<Scalar>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawShutdown {
+    #[serde(default)]
+    pub(crate) drain_timeout: Option<Spanned<Scalar>>,
+}
+
+/// Any YAML scalar, kept as text: `1s`, `8080`, `auto` are all checked after parsing, so that every
+/// problem can be reported at once with its location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Scalar(pub(crate) String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a single value (text or number)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}

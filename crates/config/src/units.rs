@@ -1,0 +1,88 @@
+//! Durations (`1s`, `500ms`) and sizes (`64KiB`) as written in the config.
+
+use std::time::Duration;
+
+/// Parses `250us`, `500ms`, `1s`, `1.5s`, `2m`, `1h`; a bare number is seconds.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| {
+        format!(
+            "`{text}` is not a duration: expected a number and a unit, such as `1s`, `500ms`, `2m`"
+        )
+    })?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "`{text}` has unknown unit `{other}`: expected one of us, ms, s, m, h"
+            ))
+        }
+    };
+    if !seconds.is_finite() || seconds > 1e9 {
+        return Err(format!("`{text}` is out of range"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Parses `65536`, `64KiB`, `64k`, `1MiB`, `2MB`.
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number.parse().map_err(|_| {
+        format!(
+            "`{text}` is not a size: expected bytes, or a number with KiB or MiB, such as `64KiB`"
+        )
+    })?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        other => {
+            return Err(format!(
+                "`{text}` has unknown unit `{other}`: expected KiB, MiB, KB or MB"
+            ))
+        }
+    };
+    value
+        .checked_mul(scale)
+        .ok_or_else(|| format!("`{text}` is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("5x")
+            .unwrap_err()
+            .contains("unknown unit `x`"));
+        assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64KiB"), Ok(65_536));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(parse_size("12 parsecs").is_err());
+    }
+}

@@ -1,0 +1,135 @@
+//! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
+
+use duet_config::{parse, HostPattern, Policy, Workers};
+use std::time::Duration;
+
+const VALID: &str = "\
+workers: 2
+listeners:
+  - address: 127.0.0.1:0
+routes:
+  - match: { host: '*.example.com', path_prefix: /v1 }
+    cluster: api
+  - cluster: web
+clusters:
+  - name: web
+    backends:
+      - address: 127.0.0.1:9001
+      - address: 127.0.0.1:9002
+        weight: 3
+  - name: api
+    policy: round_robin
+    backends:
+      - address: 127.0.0.1:9003
+    timeouts: { connect: 250ms }
+";
+
+#[test]
+fn a_valid_file_gives_the_checked_model() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.workers, Workers::Count(std::num::NonZeroUsize::new(2).expect("2")));
+    assert_eq!(config.routes.len(), 2);
+    assert_eq!(config.routes[0].host, Some(HostPattern::Wildcard(".example.com".into())));
+    assert_eq!(config.routes[0].cluster, 1);
+    assert_eq!(config.routes[1].path_prefix, "/");
+    assert_eq!(config.clusters[0].policy, Policy::P2cPeakEwma, "the default policy");
+    assert_eq!(config.clusters[0].backends[1].weight, 3);
+    assert_eq!(config.clusters[1].timeouts.connect, Duration::from_millis(250));
+    assert_eq!(config.clusters[1].timeouts.response_headers, Duration::from_secs(15));
+    assert_eq!(config.limits.max_request_head, 65536);
+}
+
+fn errors(yaml: &str) -> Vec<String> {
+    match parse(yaml, "bad.yaml") {
+        Ok(_) => panic!("expected errors for:\n{yaml}"),
+        Err(errors) => errors.errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn a_misspelt_field_gets_its_location_and_a_hint() {
+    let yaml = VALID.replace("        weight: 3", "        wieght: 3");
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("bad.yaml:13:9: unknown field `wieght`"), "{}", errors[0]);
+    assert!(errors[0].contains("hint: did you mean `weight`?"), "{}", errors[0]);
+    assert!(errors[0].contains("13 |         wieght: 3"), "shows the line: {}", errors[0]);
+}
+
+#[test]
+fn an_unknown_policy_lists_the_choices() {
+    let yaml = VALID.replace("policy: round_robin", "policy: round_robbin");
+    let errors = errors(&yaml);
+    assert!(errors[0].starts_with("bad.yaml:15:13: unknown variant `round_robbin`"), "{}", errors[0]);
+    assert!(errors[0].contains("did you mean `round_robin`?"), "{}", errors[0]);
+}
+
+#[test]
+fn semantic_errors_are_reported_all_at_once() {
+    let yaml = "\
+workers: many
+listeners:
+  - address: localhost
+routes:
+  - match: { path_prefix: v1 }
+    cluster: wbe
+clusters:
+  - name: web
+    backends:
+      - address: 127.0.0.1:99999
+      - address: 127.0.0.1:9001
+      - address: 127.0.0.1:9001
+    timeouts: { connect: 5 parsecs }
+  - name: web
+    backends: []
+";
+    let errors = errors(yaml);
+    let expect = [
+        ("bad.yaml:1:10: workers: `many` is not a worker count", None),
+        ("bad.yaml:3:14: listeners[0].address: `localhost` is not a listen address", None),
+        ("bad.yaml:5:27: routes[0].match.path_prefix: `v1` must start with `/`", Some("did you mean `/v1`?")),
+        ("bad.yaml:6:14: routes[0].cluster: no cluster is named `wbe`", Some("did you mean `web`?")),
+        ("bad.yaml:10:18: clusters[0].backends[0].address: `127.0.0.1:99999` has no valid port", None),
+        ("bad.yaml:12:18: clusters[0].backends[2].address: backend 127.0.0.1:9001 is listed twice", None),
+        ("bad.yaml:13:26: clusters[0].timeouts.connect: `5 parsecs` has unknown unit `parsecs`", None),
+        ("bad.yaml:14:11: clusters[1].name: cluster `web` is defined twice", None),
+        ("bad.yaml:14:11: clusters[1].backends: cluster `web` has no backends", None),
+    ];
+    assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    for (got, (prefix, hint)) in errors.iter().zip(expect) {
+        assert!(got.starts_with(prefix), "expected `{prefix}`, got:\n{got}");
+        if let Some(hint) = hint {
+            assert!(got.contains(hint), "expected hint `{hint}` in:\n{got}");
+        }
+    }
+}
+
+#[test]
+fn missing_sections_are_explained() {
+    let errors = errors("clusters: []\n");
+    assert!(errors.iter().any(|e| e.contains("no listeners")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("no routes: every request would get 404")), "{errors:?}");
+}
+
+#[test]
+fn a_missing_file_names_the_file() {
+    let error = duet_config::load(std::path::Path::new("/nonexistent/duet.yaml")).expect_err("missing");
+    let text = error.to_string();
+    assert!(text.contains("/nonexistent/duet.yaml: cannot read the configuration file"), "{text}");
+}
+
+#[test]
+fn every_file_in_config_dir_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("config/ exists") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            if let Err(errors) = duet_config::load(&path) {
+                panic!("{errors}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "no configs found in {}", dir.display());
+}
