@@ -27,15 +27,31 @@ clusters:
 #[test]
 fn a_valid_file_gives_the_checked_model() {
     let config = parse(VALID, "valid.yaml").expect("valid");
-    assert_eq!(config.workers, Workers::Count(std::num::NonZeroUsize::new(2).expect("2")));
+    assert_eq!(
+        config.workers,
+        Workers::Count(std::num::NonZeroUsize::new(2).expect("2"))
+    );
     assert_eq!(config.routes.len(), 2);
-    assert_eq!(config.routes[0].host, Some(HostPattern::Wildcard(".example.com".into())));
+    assert_eq!(
+        config.routes[0].host,
+        Some(HostPattern::Wildcard(".example.com".into()))
+    );
     assert_eq!(config.routes[0].cluster, 1);
     assert_eq!(config.routes[1].path_prefix, "/");
-    assert_eq!(config.clusters[0].policy, Policy::P2cPeakEwma, "the default policy");
+    assert_eq!(
+        config.clusters[0].policy,
+        Policy::P2cPeakEwma,
+        "the default policy"
+    );
     assert_eq!(config.clusters[0].backends[1].weight, 3);
-    assert_eq!(config.clusters[1].timeouts.connect, Duration::from_millis(250));
-    assert_eq!(config.clusters[1].timeouts.response_headers, Duration::from_secs(15));
+    assert_eq!(
+        config.clusters[1].timeouts.connect,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        config.clusters[1].timeouts.response_headers,
+        Duration::from_secs(15)
+    );
     assert_eq!(config.limits.max_request_head, 65536);
 }
 
@@ -51,17 +67,37 @@ fn a_misspelt_field_gets_its_location_and_a_hint() {
     let yaml = VALID.replace("        weight: 3", "        wieght: 3");
     let errors = errors(&yaml);
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].starts_with("bad.yaml:13:9: unknown field `wieght`"), "{}", errors[0]);
-    assert!(errors[0].contains("hint: did you mean `weight`?"), "{}", errors[0]);
-    assert!(errors[0].contains("13 |         wieght: 3"), "shows the line: {}", errors[0]);
+    assert!(
+        errors[0].starts_with("bad.yaml:13:9: unknown field `wieght`"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains("hint: did you mean `weight`?"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains("13 |         wieght: 3"),
+        "shows the line: {}",
+        errors[0]
+    );
 }
 
 #[test]
 fn an_unknown_policy_lists_the_choices() {
     let yaml = VALID.replace("policy: round_robin", "policy: round_robbin");
     let errors = errors(&yaml);
-    assert!(errors[0].starts_with("bad.yaml:15:13: unknown variant `round_robbin`"), "{}", errors[0]);
-    assert!(errors[0].contains("did you mean `round_robin`?"), "{}", errors[0]);
+    assert!(
+        errors[0].starts_with("bad.yaml:15:13: unknown variant `round_robbin`"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains("did you mean `round_robin`?"),
+        "{}",
+        errors[0]
+    );
 }
 
 #[test]
@@ -107,15 +143,27 @@ clusters:
 #[test]
 fn missing_sections_are_explained() {
     let errors = errors("clusters: []\n");
-    assert!(errors.iter().any(|e| e.contains("no listeners")), "{errors:?}");
-    assert!(errors.iter().any(|e| e.contains("no routes: every request would get 404")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("no listeners")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("no routes: every request would get 404")),
+        "{errors:?}"
+    );
 }
 
 #[test]
 fn a_missing_file_names_the_file() {
-    let error = duet_config::load(std::path::Path::new("/nonexistent/duet.yaml")).expect_err("missing");
+    let error =
+        duet_config::load(std::path::Path::new("/nonexistent/duet.yaml")).expect_err("missing");
     let text = error.to_string();
-    assert!(text.contains("/nonexistent/duet.yaml: cannot read the configuration file"), "{text}");
+    assert!(
+        text.contains("/nonexistent/duet.yaml: cannot read the configuration file"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,1 +1,3 @@
-fn main() {}
+fn main() {
+    std::process::exit(duet::cli::main(std::env::args().skip(1).collect()));
+}

@@ -1,0 +1,176 @@
+//! `duet run | check | demo`.
+
+use crate::{demo, Server};
+use std::path::PathBuf;
+
+const USAGE: &str = "\
+duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker)
+
+usage:
+  duet run --config FILE [--log-format text|json]   serve
+  duet check --config FILE                          validate a config and print a summary
+  duet demo                                         run a local demo: three backends, each policy
+  duet --version
+
+logging: RUST_LOG (default `info`; access logs are target `duet::access`)";
+
+/// Runs the command line; returns the process exit code.
+pub fn main(args: Vec<String>) -> i32 {
+    let mut command = None;
+    let mut config = None;
+    let mut json = false;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--version" | "-V" => {
+                println!("duet {}", env!("CARGO_PKG_VERSION"));
+                return 0;
+            }
+            "--help" | "-h" | "help" => {
+                println!("{USAGE}");
+                return 0;
+            }
+            "--config" | "-c" => match args.next() {
+                Some(path) => config = Some(PathBuf::from(path)),
+                None => return usage_error("--config needs a file"),
+            },
+            "--log-format" => match args.next().as_deref() {
+                Some("json") => json = true,
+                Some("text") => json = false,
+                other => {
+                    return usage_error(&format!(
+                        "--log-format wants `text` or `json`, got {other:?}"
+                    ))
+                }
+            },
+            "run" | "check" | "demo" if command.is_none() => command = Some(arg),
+            other => return usage_error(&format!("unexpected argument `{other}`")),
+        }
+    }
+    match (command.as_deref(), config) {
+        (Some("run"), Some(path)) => run(&path, json),
+        (Some("check"), Some(path)) => check(&path),
+        (Some("run" | "check"), None) => usage_error("--config FILE is required"),
+        (Some("demo"), _) => {
+            init_logging(json, "warn");
+            match demo::run() {
+                Ok(()) => 0,
+                Err(error) => {
+                    eprintln!("duet demo: {error}");
+                    1
+                }
+            }
+        }
+        _ => usage_error("no command given"),
+    }
+}
+
+fn usage_error(message: &str) -> i32 {
+    eprintln!("duet: {message}\n\n{USAGE}");
+    2
+}
+
+fn init_logging(json: bool, default: &str) {
+    use tracing_subscriber::{fmt, EnvFilter};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn check(path: &std::path::Path) -> i32 {
+    match duet_config::load(path) {
+        Ok(config) => {
+            println!("{}: ok", path.display());
+            println!(
+                "  workers: {} ({:?})",
+                config.workers.resolve(),
+                config.workers
+            );
+            for listener in &config.listeners {
+                println!("  listener {}", listener.address);
+            }
+            for route in &config.routes {
+                let host = match &route.host {
+                    None => "*".to_owned(),
+                    Some(duet_config::HostPattern::Exact(h)) => h.clone(),
+                    Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
+                };
+                println!(
+                    "  route host {host} path {} -> {}",
+                    route.path_prefix, config.clusters[route.cluster].name
+                );
+            }
+            for cluster in &config.clusters {
+                println!(
+                    "  cluster {} policy {} backends {}",
+                    cluster.name,
+                    cluster.policy.name(),
+                    cluster.backends.len()
+                );
+                for backend in &cluster.backends {
+                    println!("    {} weight {}", backend.name, backend.weight);
+                }
+            }
+            0
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            1
+        }
+    }
+}
+
+fn run(path: &std::path::Path, json: bool) -> i32 {
+    init_logging(json, "info");
+    let config = match duet_config::load(path) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    let server = match Server::start(config) {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::error!("cannot start: {error}");
+            return 1;
+        }
+    };
+    for address in server.local_addrs() {
+        tracing::info!(workers = server.workers(), "listening on http://{address}");
+    }
+    let signal = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|runtime| runtime.block_on(wait_for_stop_signal()));
+    match signal {
+        Ok(Ok(name)) => tracing::info!("{name}: draining in-flight requests, then exiting"),
+        Ok(Err(error)) | Err(error) => {
+            tracing::error!("cannot wait for signals ({error}); stopping")
+        }
+    }
+    match server.shutdown() {
+        Ok(()) => {
+            tracing::info!("stopped");
+            0
+        }
+        Err(error) => {
+            tracing::error!("shutdown: {error}");
+            1
+        }
+    }
+}
+
+async fn wait_for_stop_signal() -> std::io::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = terminate.recv() => Ok("SIGTERM"),
+        _ = interrupt.recv() => Ok("SIGINT"),
+    }
+}

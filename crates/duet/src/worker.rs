@@ -1,0 +1,101 @@
+//! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
+
+use duet_config::Config;
+use duet_proxy::{serve_connection, WorkerProxy};
+use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::{mpsc, watch},
+    task::{JoinSet, LocalSet},
+};
+
+/// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
+pub(crate) fn run(
+    index: usize,
+    listeners: Vec<std::net::TcpListener>,
+    config: Arc<Config>,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    LocalSet::new().block_on(&runtime, serve(index, listeners, config, shutdown))
+}
+
+async fn serve(
+    index: usize,
+    listeners: Vec<std::net::TcpListener>,
+    config: Arc<Config>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let proxy = Rc::new(WorkerProxy::new(&config));
+    let limits = config.limits;
+    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
+    let mut acceptors = JoinSet::new();
+    for listener in listeners {
+        let listener = TcpListener::from_std(listener)?;
+        let accepted_tx = accepted_tx.clone();
+        acceptors.spawn_local(async move {
+            loop {
+                match listener.accept().await {
+                    Ok(connection) => {
+                        if accepted_tx.send(connection).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    Err(error) => {
+                        tracing::warn!(worker = index, "accept failed: {error}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+    }
+    drop(accepted_tx);
+
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            Some((stream, peer)) = accepted.recv() => {
+                connections.spawn_local(serve_connection(proxy.clone(), limits, stream, peer, shutdown.clone()));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+
+    // Stop accepting: the listening sockets close with their tasks. Connections already accepted but
+    // not yet served are served (and drained) too.
+    acceptors.abort_all();
+    while let Ok((stream, peer)) = accepted.try_recv() {
+        connections.spawn_local(serve_connection(
+            proxy.clone(),
+            limits,
+            stream,
+            peer,
+            shutdown.clone(),
+        ));
+    }
+    let open = connections.len();
+    let drained = tokio::time::timeout(config.shutdown.drain_timeout, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    match drained {
+        Ok(()) => tracing::debug!(worker = index, open, "drained"),
+        Err(_) => {
+            tracing::warn!(
+                worker = index,
+                remaining = connections.len(),
+                "drain deadline passed; closing connections"
+            );
+            connections.abort_all();
+        }
+    }
+    Ok(())
+}

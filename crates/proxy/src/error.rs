@@ -1,0 +1,116 @@
+//! Why a request could not be proxied, and the response the client gets for it.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use std::{fmt, net::SocketAddr};
+
+/// Which side failed and how: this decides the status code the client sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No route matches the request's host and path (404).
+    NoRoute,
+    /// The request target is longer than `limits.max_uri_length` (414).
+    UriTooLong,
+    /// The cluster has no eligible backend (503).
+    NoEligibleBackend,
+    /// The backend could not be connected to (502).
+    Connect,
+    /// The backend did not send response headers within `timeouts.response_headers` (504).
+    Timeout,
+    /// The backend closed the connection or answered something that is not HTTP (502).
+    BadGateway,
+}
+
+/// A request that could not be proxied.
+#[derive(Debug)]
+pub struct ProxyError {
+    kind: ErrorKind,
+    backend: Option<SocketAddr>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ProxyError {
+    pub(crate) fn new(kind: ErrorKind) -> Self {
+        Self {
+            kind,
+            backend: None,
+            source: None,
+        }
+    }
+
+    pub(crate) fn upstream(
+        kind: ErrorKind,
+        backend: SocketAddr,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            kind,
+            backend: Some(backend),
+            source: Some(source.into()),
+        }
+    }
+
+    /// What failed.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The backend involved, if one was picked.
+    pub fn backend(&self) -> Option<SocketAddr> {
+        self.backend
+    }
+
+    /// The status code the client gets.
+    pub fn status(&self) -> StatusCode {
+        match self.kind {
+            ErrorKind::NoRoute => StatusCode::NOT_FOUND,
+            ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
+            ErrorKind::NoEligibleBackend => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
+            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    fn text(&self) -> &'static str {
+        match self.kind {
+            ErrorKind::NoRoute => "no route matches this host and path\n",
+            ErrorKind::UriTooLong => "request target too long\n",
+            ErrorKind::NoEligibleBackend => "no backend available\n",
+            ErrorKind::Connect => "backend unreachable\n",
+            ErrorKind::Timeout => "backend did not answer in time\n",
+            ErrorKind::BadGateway => "backend sent an invalid response\n",
+        }
+    }
+
+    /// The short text response for this error.
+    pub fn to_response(&self) -> Response<Bytes> {
+        let mut response = Response::new(Bytes::from_static(self.text().as_bytes()));
+        *response.status_mut() = self.status();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    }
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text().trim_end())?;
+        if let Some(backend) = self.backend {
+            write!(f, " ({backend})")?;
+        }
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+            let mut next = source.source();
+            while let Some(cause) = next {
+                write!(f, ": {cause}")?;
+                next = cause.source();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ProxyError {}

@@ -1,0 +1,69 @@
+//! Serving client connections on a worker.
+
+use crate::worker::WorkerProxy;
+use duet_config::Limits;
+use hyper::{server::conn::http1, service::service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::{convert::Infallible, net::SocketAddr, rc::Rc};
+use tokio::{net::TcpStream, sync::watch};
+
+/// Serves one client connection until it closes, or until `shutdown` turns true: then the request in
+/// progress (if any) finishes, and the connection closes instead of waiting for another.
+pub async fn serve_connection(
+    proxy: Rc<WorkerProxy>,
+    limits: Limits,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let service = service_fn(move |request| {
+        let proxy = proxy.clone();
+        async move { Ok::<_, Infallible>(proxy.handle(request, peer).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_request_head)
+        .writev(false)
+        .keep_alive(true);
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(connection);
+    let mut draining = *shutdown.borrow();
+    if draining {
+        connection.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    log_connection_error(&error, peer);
+                }
+                return;
+            }
+            changed = shutdown.changed(), if !draining => {
+                draining = true;
+                if changed.is_err() || *shutdown.borrow() {
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+fn log_connection_error(error: &hyper::Error, peer: SocketAddr) {
+    if error.is_parse_too_large() {
+        tracing::info!(target: "duet::conn", %peer, reason = "head_too_large", "rejected request: {error}");
+    } else if error.is_parse() || error.is_parse_status() {
+        tracing::info!(target: "duet::conn", %peer, reason = "malformed", "rejected request: {error}");
+    } else if error.is_timeout() {
+        tracing::info!(target: "duet::conn", %peer, reason = "header_timeout", "closed slow client: {error}");
+    } else if error.is_incomplete_message() || error.is_canceled() {
+        tracing::debug!(target: "duet::conn", %peer, "connection ended early: {error}");
+    } else {
+        tracing::debug!(target: "duet::conn", %peer, "connection error: {error}");
+    }
+}

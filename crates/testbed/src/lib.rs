@@ -1,0 +1,358 @@
+//! Real HTTP/1.1 backends on loopback for duet's tests, demo and load benchmarks.
+//!
+//! Each [`Backend`] runs hyper on its own thread and runtime, on a port the OS chooses, and answers by
+//! path:
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/bytes/N` | N bytes (`x`), streamed in 64 KiB chunks with a `Content-Length` |
+//! | `/upload` | reads the request body as a stream and answers with its length |
+//! | `/status/N` | status N |
+//! | `/sleep/MS` | waits MS milliseconds, then answers |
+//! | `/die` | announces 1 MB, sends 64 KiB, then fails the body (the connection is cut) |
+//! | `/upgrade` | `101 Switching Protocols`, then echoes every byte it receives |
+//! | anything else | the backend's name, after its configured delay |
+//!
+//! Every request is counted, and its head recorded, so a test can assert which backend served what and
+//! which headers arrived.
+
+pub mod load;
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::{
+    body::{Frame, Incoming},
+    server::conn::http1,
+    service::service_fn,
+    HeaderMap, Request, Response, StatusCode,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::{
+    convert::Infallible,
+    io,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    thread,
+    time::Duration,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+    sync::oneshot,
+};
+
+type Body = BoxBody<Bytes, io::Error>;
+
+/// How a backend behaves.
+#[derive(Debug, Clone)]
+pub struct BackendOptions {
+    /// Name, sent as the body of default answers and in an `x-backend` header.
+    pub name: String,
+    /// Delay before each default answer.
+    pub delay: Duration,
+    /// Close keep-alive connections idle for this long (to test pooled connections that went stale).
+    pub idle_timeout: Option<Duration>,
+    /// Address to bind; defaults to 127.0.0.1:0.
+    pub address: SocketAddr,
+}
+
+impl BackendOptions {
+    /// A backend called `name` that answers at once.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            delay: Duration::ZERO,
+            idle_timeout: None,
+            address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    /// Adds a delay before each default answer.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Closes idle keep-alive connections after `timeout`.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+}
+
+/// A request as the backend received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Method.
+    pub method: String,
+    /// Target, as received.
+    pub uri: String,
+    /// Headers, as received.
+    pub headers: HeaderMap,
+    /// HTTP version.
+    pub version: hyper::Version,
+}
+
+#[derive(Default)]
+struct Shared {
+    requests: AtomicU64,
+    recorded: Mutex<Vec<Recorded>>,
+}
+
+/// A running backend. Dropping it (or [`Backend::stop`]) stops it and closes its connections.
+pub struct Backend {
+    address: SocketAddr,
+    name: String,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Backend {
+    /// Starts a backend on its own thread.
+    pub fn start(options: BackendOptions) -> io::Result<Self> {
+        let listener = std::net::TcpListener::bind(options.address)?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let (stop, stopped) = oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let name = options.name.clone();
+        let thread = {
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name(format!("backend-{}", options.name))
+                .spawn(move || {
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(&runtime, serve(listener, options, shared, stopped));
+                })?
+        };
+        Ok(Self {
+            address,
+            name,
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::Relaxed)
+    }
+
+    /// The requests received so far, oldest first.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.shared
+            .recorded
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// Stops serving and closes every connection, like a crashed process.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    options: BackendOptions,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let Ok(listener) = TcpListener::from_std(listener) else {
+        return;
+    };
+    let options = Arc::new(options);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let options = options.clone();
+                let shared = shared.clone();
+                connections.spawn_local(async move {
+                    let idle_timeout = options.idle_timeout;
+                    let service = service_fn(move |request| answer(request, options.clone(), shared.clone()));
+                    let mut builder = http1::Builder::new();
+                    builder.timer(TokioTimer::new()).writev(false);
+                    if let Some(idle) = idle_timeout {
+                        builder.header_read_timeout(idle);
+                    }
+                    let _ = builder.serve_connection(TokioIo::new(stream), service).with_upgrades().await;
+                });
+            }
+        }
+    }
+    // Dropping the set aborts every connection task: their sockets close.
+    connections.abort_all();
+}
+
+fn full(status: StatusCode, body: impl Into<Bytes>, name: &str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(body.into())
+            .map_err(|never: Infallible| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    if let Ok(value) = name.parse() {
+        response.headers_mut().insert("x-backend", value);
+    }
+    response
+}
+
+async fn answer(
+    mut request: Request<Incoming>,
+    options: Arc<BackendOptions>,
+    shared: Arc<Shared>,
+) -> Result<Response<Body>, Infallible> {
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut recorded) = shared.recorded.lock() {
+        recorded.push(Recorded {
+            method: request.method().to_string(),
+            uri: request.uri().to_string(),
+            headers: request.headers().clone(),
+            version: request.version(),
+        });
+    }
+    let name = options.name.as_str();
+    let path = request.uri().path().to_owned();
+    let mut segments = path.trim_start_matches('/').splitn(2, '/');
+    let response = match (segments.next(), segments.next()) {
+        (Some("bytes"), Some(n)) => {
+            let total: u64 = n.parse().unwrap_or(0);
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            let chunks = (0..total.div_ceil(64 * 1024)).map(move |i| {
+                let len = (total - i * 64 * 1024).min(64 * 1024) as usize;
+                Ok::<_, io::Error>(Frame::data(chunk.slice(..len)))
+            });
+            let body = StreamBody::new(futures_lite_iter(chunks)).boxed();
+            let mut response = Response::new(body);
+            response
+                .headers_mut()
+                .insert(hyper::header::CONTENT_LENGTH, total.into());
+            response
+        }
+        (Some("upload"), _) => {
+            let mut total = 0u64;
+            let body = request.body_mut();
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(frame) => total += frame.data_ref().map_or(0, |d| d.len() as u64),
+                    Err(_) => break,
+                }
+            }
+            full(StatusCode::OK, total.to_string(), name)
+        }
+        (Some("status"), Some(code)) => {
+            let status = code
+                .parse()
+                .ok()
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .unwrap_or(StatusCode::OK);
+            full(status, format!("status {}\n", status.as_u16()), name)
+        }
+        (Some("sleep"), Some(ms)) => {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+            full(StatusCode::OK, name.to_owned(), name)
+        }
+        (Some("die"), _) => {
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            let frames = vec![
+                Ok(Frame::data(chunk)),
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "backend died mid-body",
+                )),
+            ];
+            let mut response =
+                Response::new(StreamBody::new(futures_lite_iter(frames.into_iter())).boxed());
+            response
+                .headers_mut()
+                .insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
+            response
+        }
+        (Some("upgrade"), _) => {
+            let upgrade = hyper::upgrade::on(&mut request);
+            tokio::task::spawn_local(async move {
+                if let Ok(upgraded) = upgrade.await {
+                    let mut io = TokioIo::new(upgraded);
+                    let mut buffer = [0u8; 4096];
+                    while let Ok(n) = io.read(&mut buffer).await {
+                        if n == 0 || io.write_all(&buffer[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+            let mut response = full(StatusCode::SWITCHING_PROTOCOLS, Bytes::new(), name);
+            response.headers_mut().insert(
+                hyper::header::UPGRADE,
+                hyper::header::HeaderValue::from_static("websocket"),
+            );
+            response.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("upgrade"),
+            );
+            response
+        }
+        _ => {
+            if !options.delay.is_zero() {
+                tokio::time::sleep(options.delay).await;
+            }
+            full(StatusCode::OK, name.to_owned(), name)
+        }
+    };
+    Ok(response)
+}
+
+/// An iterator as a stream.
+fn futures_lite_iter<I: Iterator + Unpin>(iter: I) -> IterStream<I> {
+    IterStream(iter)
+}
+
+struct IterStream<I>(I);
+
+impl<I: Iterator + Unpin> futures_core::Stream for IterStream<I> {
+    type Item = I::Item;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<I::Item>> {
+        std::task::Poll::Ready(self.0.next())
+    }
+}

@@ -1,0 +1,111 @@
+//! A bounded closed-loop load generator: a fixed number of requests from a fixed number of concurrent
+//! clients, recording each latency and which backend answered (its `x-backend` header).
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::Uri;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+/// What a load run measured.
+#[derive(Debug, Default, Clone)]
+pub struct LoadReport {
+    /// Latency of every successful request, sorted.
+    pub latencies: Vec<Duration>,
+    /// Requests answered per `x-backend` value.
+    pub by_backend: BTreeMap<String, u64>,
+    /// Requests that failed or got a non-2xx status.
+    pub errors: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    /// The `q`-quantile latency (0.5 = median), or zero if nothing succeeded.
+    pub fn percentile(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank =
+            ((self.latencies.len() as f64 * q).ceil() as usize).clamp(1, self.latencies.len());
+        self.latencies[rank - 1]
+    }
+
+    /// The share of successful requests answered by `backend`.
+    pub fn share(&self, backend: &str) -> f64 {
+        let total: u64 = self.by_backend.values().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        self.by_backend.get(backend).copied().unwrap_or(0) as f64 / total as f64
+    }
+}
+
+/// Sends `requests` GETs to `uri` from `concurrency` concurrent keep-alive clients and waits for all.
+/// Every request is bounded by `timeout`.
+pub async fn closed_loop(
+    uri: Uri,
+    requests: usize,
+    concurrency: usize,
+    timeout: Duration,
+) -> LoadReport {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    let per_worker = requests / concurrency.max(1);
+    let extra = requests % concurrency.max(1);
+    for w in 0..concurrency.max(1) {
+        let client = client.clone();
+        let uri = uri.clone();
+        let count = per_worker + usize::from(w < extra);
+        workers.spawn(async move {
+            let mut report = LoadReport::default();
+            for _ in 0..count {
+                let sent = Instant::now();
+                let outcome = tokio::time::timeout(timeout, async {
+                    let response = client.get(uri.clone()).await.map_err(|_| ())?;
+                    let ok = response.status().is_success();
+                    let backend = response
+                        .headers()
+                        .get("x-backend")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-")
+                        .to_owned();
+                    response.into_body().collect().await.map_err(|_| ())?;
+                    if ok {
+                        Ok(backend)
+                    } else {
+                        Err(())
+                    }
+                })
+                .await;
+                match outcome {
+                    Ok(Ok(backend)) => {
+                        report.latencies.push(sent.elapsed());
+                        *report.by_backend.entry(backend).or_default() += 1;
+                    }
+                    _ => report.errors += 1,
+                }
+            }
+            report
+        });
+    }
+    let mut total = LoadReport::default();
+    while let Some(done) = workers.join_next().await {
+        if let Ok(report) = done {
+            total.latencies.extend(report.latencies);
+            total.errors += report.errors;
+            for (backend, n) in report.by_backend {
+                *total.by_backend.entry(backend).or_default() += n;
+            }
+        } else {
+            total.errors += 1;
+        }
+    }
+    total.latencies.sort_unstable();
+    total.elapsed = started.elapsed();
+    total
+}
