@@ -33,7 +33,10 @@ pin_project! {
 }
 
 impl ProxyBody {
-    pub(crate) fn upstream(body: TrackedBody<Incoming>, log: Option<AccessLog>) -> Self {
+    pub(crate) fn upstream(body: TrackedBody<Incoming>, mut log: Option<AccessLog>) -> Self {
+        if let Some(log) = log.as_mut().filter(|_| body.is_end_stream()) {
+            log.complete = Some(true);
+        }
         Self {
             kind: Kind::Upstream { body },
             log,
@@ -64,12 +67,16 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.project();
         match this.kind.project() {
-            KindProj::Upstream { body } => {
-                let frame = ready!(body.poll_frame(cx));
+            KindProj::Upstream { mut body } => {
+                let frame = ready!(body.as_mut().poll_frame(cx));
                 if let Some(log) = this.log.as_mut() {
                     match &frame {
                         Some(Ok(frame)) => {
                             log.bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
+                            // hyper stops polling once the body says it has ended.
+                            if body.is_end_stream() {
+                                log.complete = Some(true);
+                            }
                         }
                         Some(Err(_)) => log.complete = Some(false),
                         None => log.complete = Some(true),
@@ -137,11 +144,11 @@ impl Drop for AccessLog {
             method = %self.method,
             path = %self.path,
             status = self.status.as_u16(),
-            cluster = self.cluster.as_deref().unwrap_or("-"),
+            cluster = %self.cluster.as_deref().unwrap_or("-"),
             backend = %self.backend.map_or_else(|| "-".to_owned(), |b| b.to_string()),
             duration_ms = format_args!("{duration_ms:.3}"),
             bytes = self.bytes,
-            outcome,
+            outcome = %outcome,
         );
     }
 }

@@ -1,0 +1,184 @@
+//! Routing and header rules, through the real binary to real backends.
+
+mod support;
+
+use duet_testbed::{Backend, BackendOptions};
+use support::{get, raw_exchange, Duet};
+use std::time::Duration;
+
+fn routed_setup() -> (Backend, Backend, Backend, Duet) {
+    let api = Backend::start(BackendOptions::named("api")).expect("api");
+    let wild = Backend::start(BackendOptions::named("wild")).expect("wild");
+    let web = Backend::start(BackendOptions::named("web")).expect("web");
+    let yaml = format!(
+        "workers: 2
+listeners:
+  - address: 127.0.0.1:0
+routes:
+  - match: {{ host: api.example.com, path_prefix: /v1 }}
+    cluster: api
+  - match: {{ host: '*.example.org' }}
+    cluster: wild
+  - match: {{ path_prefix: /site }}
+    cluster: web
+clusters:
+  - name: api
+    backends: [ {{ address: {} }} ]
+  - name: wild
+    backends: [ {{ address: {} }} ]
+  - name: web
+    backends: [ {{ address: {} }} ]
+",
+        api.address(),
+        wild.address(),
+        web.address()
+    );
+    let duet = Duet::start(&yaml);
+    (api, wild, web, duet)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_matching_route_wins() {
+    let (api, wild, web, duet) = routed_setup();
+    let cases: &[(&str, &str, u16, &str)] = &[
+        ("API.Example.com:8080", "/v1/users", 200, "api"),
+        ("api.example.com", "/v2/users", 404, ""),
+        ("x.example.org", "/anything", 200, "wild"),
+        ("x.y.EXAMPLE.org", "/site", 200, "wild"),
+        ("example.org", "/site/page", 200, "web"),
+        ("other.test", "/elsewhere", 404, ""),
+    ];
+    for &(host, path, status, backend) in cases {
+        let (got, headers, body) = get(&duet.url(path), &[("host", host)]).await;
+        assert_eq!(got, status, "{host}{path}");
+        if status == 200 {
+            assert_eq!(headers["x-backend"], backend, "{host}{path}");
+            assert_eq!(body, backend.as_bytes());
+        } else {
+            assert_eq!(&body[..], b"no route matches this host and path\n");
+        }
+    }
+    assert_eq!((api.requests(), wild.requests(), web.requests()), (1, 2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_are_forwarded_by_the_rules() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
+    let (status, response_headers, _) = get(
+        &duet.url("/path?q=1"),
+        &[
+            ("host", "Shop.Example.com"),
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-forwarded-proto", "https"),
+            ("connection", "x-hop, keep-alive"),
+            ("x-hop", "secret"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("upgrade", "h2c"),
+            ("x-end-to-end", "kept"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let seen = backend.recorded().pop().expect("one request");
+    let h = &seen.headers;
+    assert_eq!(seen.uri, "/path?q=1", "origin-form target to the backend");
+    assert_eq!(seen.version, hyper::Version::HTTP_11);
+    assert_eq!(h["host"], "Shop.Example.com", "Host passes unchanged");
+    assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1", "appended, not replaced");
+    assert_eq!(h["x-forwarded-proto"], "http", "set to what duet saw");
+    assert_eq!(h["x-forwarded-host"], "Shop.Example.com");
+    assert_eq!(h["x-end-to-end"], "kept");
+    for hop in ["x-hop", "keep-alive", "proxy-connection", "te", "upgrade", "transfer-encoding"] {
+        assert!(!h.contains_key(hop), "{hop} must not reach the backend: {h:?}");
+    }
+    assert!(h.get("connection").is_none_or(|c| c != "x-hop, keep-alive"));
+    // Hop-by-hop headers from the backend do not reach the client either.
+    assert!(!response_headers.contains_key("keep-alive"));
+    assert_eq!(response_headers["x-backend"], "b");
+}
+
+#[test]
+fn absolute_form_is_routed_by_config_never_proxied_elsewhere() {
+    let backend = Backend::start(BackendOptions::named("only")).expect("backend");
+    let yaml = format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\nroutes:\n  - match: {{ host: internal.test }}\n    cluster: app\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+    // Asking duet to fetch an arbitrary site: no route matches, nothing is contacted.
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+    // An absolute-form target naming a configured host goes to that host's configured backend only.
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET http://internal.test/x HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("only"), "{response}");
+    let seen = backend.recorded();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].uri, "/x");
+}
+
+#[test]
+fn http10_head_204_304_and_expect_continue() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&support::single_cluster("p2c_peak_ewma", &[backend.address()], "", ""));
+    // HTTP/1.0 without keep-alive: answered, then closed.
+    let (response, closed) = raw_exchange(duet.address, b"GET / HTTP/1.0\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("\r\n\r\nb"), "{response}");
+    assert!(closed);
+    // HEAD: headers with the length, no body.
+    let (response, _) = raw_exchange(duet.address, b"HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("content-length: 1"), "{response}");
+    assert!(response.ends_with("\r\n\r\n"), "no body after HEAD: {response:?}");
+    // 204 and 304 carry no body.
+    for code in [204, 304] {
+        let request = format!("GET /status/{code} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with(&format!("HTTP/1.1 {code}")), "{response}");
+        assert!(response.ends_with("\r\n\r\n"), "{response:?}");
+    }
+    // Expect: 100-continue: the client hears 100 before sending its body.
+    let mut stream = std::net::TcpStream::connect(duet.address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    use std::io::{Read, Write};
+    stream
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+        .expect("head");
+    let mut buffer = [0u8; 1024];
+    let n = stream.read(&mut buffer).expect("100");
+    assert!(String::from_utf8_lossy(&buffer[..n]).starts_with("HTTP/1.1 100 Continue"));
+    stream.write_all(b"hello").expect("body");
+    let mut rest = String::new();
+    let _ = stream.read_to_string(&mut rest);
+    assert!(rest.contains("200 OK") && rest.ends_with("\r\n\r\n5"), "{rest}");
+}
+
+#[test]
+fn one_access_log_line_per_request() {
+    let backend = Backend::start(BackendOptions::named("logged")).expect("backend");
+    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
+    let (response, _) = raw_exchange(duet.address, b"GET /bytes/1234 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 200"));
+    let expected = format!(
+        "duet::access: method=GET path=/bytes/1234 status=200 cluster=app backend={} ",
+        backend.address()
+    );
+    let found = support::eventually(Duration::from_secs(5), || {
+        duet.log_lines().iter().any(|l| l.contains(&expected) && l.contains(" bytes=1234 outcome=complete"))
+    });
+    assert!(found, "no line with `{expected}` in {:#?}", duet.log_lines());
+    let access_lines = duet.log_lines().iter().filter(|l| l.contains("duet::access")).count();
+    assert_eq!(access_lines, 1);
+}

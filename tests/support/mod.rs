@@ -1,0 +1,203 @@
+//! Shared helpers: the real `duet` binary on a config with port 0, raw and hyper clients, waiting.
+#![allow(dead_code, unreachable_pub)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{mpsc, Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+/// The real `duet` binary, serving a config written to a temporary file.
+pub struct Duet {
+    pub child: Child,
+    pub address: SocketAddr,
+    pub log: Arc<Mutex<Vec<String>>>,
+    _dir: TempDir,
+}
+
+impl Duet {
+    /// Starts `duet run` on `yaml` (whose listener should use port 0) and waits until it listens.
+    pub fn start(yaml: &str) -> Self {
+        Self::start_with(yaml, "info")
+    }
+
+    pub fn start_with(yaml: &str, rust_log: &str) -> Self {
+        let dir = TempDir::new();
+        let path = dir.0.join("duet.yaml");
+        std::fs::write(&path, yaml).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
+            .args(["run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", rust_log)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn duet");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+                    }
+                    log.lock().expect("log").push(line);
+                }
+            });
+        }
+        let address = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(address) => address.parse().expect("listen address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("duet did not start: {:?}", log.lock().expect("log"));
+            }
+        };
+        Self { child, address, log, _dir: dir }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.address, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal with the system's `kill` command.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit, up to `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Peak resident memory of the process, in KiB (VmHWM).
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
+    }
+}
+
+impl Drop for Duet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("duet-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A config with one listener on port 0, one catch-all route and one cluster.
+pub fn single_cluster(policy: &str, backends: &[SocketAddr], extra_cluster: &str, extra_top: &str) -> String {
+    let mut yaml = format!(
+        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\nroutes:\n  - cluster: app\nclusters:\n  - name: app\n    policy: {policy}\n    backends:\n"
+    );
+    for b in backends {
+        yaml.push_str(&format!("      - address: {b}\n"));
+    }
+    yaml.push_str(extra_cluster);
+    yaml.push_str(extra_top);
+    yaml
+}
+
+/// Writes raw bytes and reads until the peer closes or `limit` passes. Returns what was read and whether
+/// the peer closed the connection.
+pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    stream.write_all(request).expect("write");
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buffer = [0u8; 65536];
+    let mut closed = false;
+    while Instant::now() < deadline {
+        match stream.read(&mut buffer) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(n) => out.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+/// A plain hyper client for tests.
+pub fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// GET `url` with extra headers; returns status, headers and body.
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Bytes) {
+    let mut request = http::Request::get(url);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let request = request.body(Full::new(Bytes::new())).expect("request");
+    let response = client().request(request).await.expect("response");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.expect("body").to_bytes();
+    (status, headers, body)
+}
+
+/// Polls `condition` every 20 ms until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
