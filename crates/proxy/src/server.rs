@@ -56,11 +56,11 @@ pub async fn serve_connection(
 
 fn log_connection_error(error: &hyper::Error, peer: SocketAddr) {
     if error.is_parse_too_large() {
-        tracing::info!(target: "duet::conn", %peer, reason = "head_too_large", "rejected request: {error}");
+        tracing::info!(target: "duet::conn", %peer, reason = %"head_too_large", "rejected request: {error}");
     } else if error.is_parse() || error.is_parse_status() {
-        tracing::info!(target: "duet::conn", %peer, reason = "malformed", "rejected request: {error}");
+        tracing::info!(target: "duet::conn", %peer, reason = %"malformed", "rejected request: {error}");
     } else if error.is_timeout() {
-        tracing::info!(target: "duet::conn", %peer, reason = "header_timeout", "closed slow client: {error}");
+        tracing::info!(target: "duet::conn", %peer, reason = %"header_timeout", "closed slow client: {error}");
     } else if error.is_incomplete_message() || error.is_canceled() {
         tracing::debug!(target: "duet::conn", %peer, "connection ended early: {error}");
     } else {

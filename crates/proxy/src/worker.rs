@@ -98,7 +98,7 @@ impl WorkerProxy {
         let started = Instant::now();
         let mut log = AccessLog::enabled().then(|| AccessLog {
             method: request.method().clone(),
-            path: request.uri().path().to_owned(),
+            path: loggable_path(request.uri().path()),
             status: StatusCode::OK,
             cluster: None,
             backend: None,
@@ -190,6 +190,19 @@ impl WorkerProxy {
             }
         }
     }
+}
+
+/// The path for the access log, cut at 512 bytes so an oversized target cannot flood the log.
+fn loggable_path(path: &str) -> String {
+    const MAX: usize = 512;
+    if path.len() <= MAX {
+        return path.to_owned();
+    }
+    let mut end = MAX;
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &path[..end])
 }
 
 /// The length of the request target as the client sent it, without building a string.

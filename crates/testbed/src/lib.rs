@@ -99,6 +99,7 @@ pub struct Recorded {
 #[derive(Default)]
 struct Shared {
     requests: AtomicU64,
+    connections: AtomicU64,
     recorded: Mutex<Vec<Recorded>>,
 }
 
@@ -156,6 +157,11 @@ impl Backend {
         self.shared.requests.load(Ordering::Relaxed)
     }
 
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::Relaxed)
+    }
+
     /// The requests received so far, oldest first.
     pub fn recorded(&self) -> Vec<Recorded> {
         self.shared
@@ -202,6 +208,7 @@ async fn serve(
             _ = &mut stopped => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                shared.connections.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
                 let options = options.clone();
                 let shared = shared.clone();
@@ -291,19 +298,12 @@ async fn answer(
             full(StatusCode::OK, name.to_owned(), name)
         }
         (Some("die"), _) => {
-            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-            let frames = vec![
-                Ok(Frame::data(chunk)),
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "backend died mid-body",
-                )),
-            ];
-            let mut response =
-                Response::new(StreamBody::new(futures_lite_iter(frames.into_iter())).boxed());
-            response
-                .headers_mut()
-                .insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
+            let body = DyingBody {
+                sent: false,
+                pause: Box::pin(tokio::time::sleep(Duration::from_millis(100))),
+            };
+            let mut response = Response::new(body.boxed());
+            response.headers_mut().insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
             response
         }
         (Some("upgrade"), _) => {
@@ -354,5 +354,29 @@ impl<I: Iterator + Unpin> futures_core::Stream for IterStream<I> {
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<I::Item>> {
         std::task::Poll::Ready(self.0.next())
+    }
+}
+
+/// 64 KiB of a promised megabyte, a pause (so it is on the wire), then a failure: hyper cuts the
+/// connection, as when a backend process dies mid-response.
+struct DyingBody {
+    sent: bool,
+    pause: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for DyingBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        if !self.sent {
+            self.sent = true;
+            return std::task::Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; 64 * 1024])))));
+        }
+        std::task::ready!(std::future::Future::poll(self.pause.as_mut(), cx));
+        std::task::Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::ConnectionReset, "backend died mid-body"))))
     }
 }

@@ -1,0 +1,114 @@
+//! Each error status, with a real cause: unreachable, garbage, slow and dying backends, no eligible one.
+
+mod support;
+
+use duet_config::{Backend as BackendConfig, Cluster, Config, Limits, Listener, Policy, Route, Shutdown, Timeouts, Workers};
+use duet_testbed::{Backend, BackendOptions};
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener},
+    time::{Duration, Instant},
+};
+use support::{raw_exchange, Duet};
+
+fn closed_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+#[test]
+fn unreachable_backend_gives_502() {
+    let duet = Duet::start(&support::single_cluster("p2c_peak_ewma", &[closed_port()], "", ""));
+    let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 502"), "{response}");
+    assert!(response.ends_with("backend unreachable\n"), "{response}");
+}
+
+#[test]
+fn garbage_from_a_backend_gives_502() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(2) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buffer = [0u8; 4096];
+            let _ = stream.read(&mut buffer);
+            let _ = stream.write_all(b"SPDY/9 banana\r\n\r\n");
+        }
+    });
+    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[address], "", ""));
+    let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 502"), "{response}");
+    assert!(response.ends_with("backend sent an invalid response\n"), "{response}");
+}
+
+#[test]
+fn a_backend_slower_than_response_headers_timeout_gives_504() {
+    let backend = Backend::start(BackendOptions::named("slow")).expect("backend");
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "    timeouts: { response_headers: 300ms }\n",
+        "",
+    ));
+    let started = Instant::now();
+    let (response, _) = raw_exchange(duet.address, b"GET /sleep/3000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 504"), "{response}");
+    assert!(started.elapsed() < Duration::from_millis(2500), "answered after {:?}", started.elapsed());
+}
+
+#[test]
+fn a_cluster_without_eligible_backends_gives_503() {
+    // Weight 0 everywhere cannot be written in a config file (it is rejected); built in code it
+    // stands for what health checks will do: every backend out of rotation.
+    let backend = Backend::start(BackendOptions::named("drained")).expect("backend");
+    let config = Config {
+        workers: Workers::Count(std::num::NonZeroUsize::MIN),
+        listeners: vec![Listener { address: SocketAddr::from(([127, 0, 0, 1], 0)) }],
+        routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0 }],
+        clusters: vec![Cluster {
+            name: "app".into(),
+            policy: Policy::P2cPeakEwma,
+            backends: vec![BackendConfig { name: "drained".into(), address: backend.address(), weight: 0 }],
+            timeouts: Timeouts::default(),
+        }],
+        limits: Limits::default(),
+        shutdown: Shutdown::default(),
+    };
+    let server = duet::Server::start(config).expect("start");
+    let address = server.local_addrs()[0];
+    let (response, _) = raw_exchange(address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.ends_with("no backend available\n"), "{response}");
+    assert_eq!(backend.requests(), 0);
+    server.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_backend_dying_mid_body_closes_the_client_connection() {
+    let backend = Backend::start(BackendOptions::named("dying")).expect("backend");
+    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
+    let (response, closed) = raw_exchange(duet.address, b"GET /die HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 200"), "{}", &response[..response.len().min(200)]);
+    assert!(response.contains("content-length: 1000000"));
+    let body = response.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
+    assert!(closed, "the client must see the connection close");
+    assert!(body < 1_000_000, "never a complete-looking response: got {body} bytes");
+    // The next request on a new connection is served normally.
+    let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+#[test]
+fn a_pooled_connection_closed_by_the_backend_while_idle_is_not_a_502() {
+    let backend = Backend::start(BackendOptions::named("closer").idle_timeout(Duration::from_millis(150))).expect("backend");
+    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
+    for round in 0..4 {
+        let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 200"), "round {round}: {response}");
+        // Longer than the backend keeps idle connections: duet's pooled one is closed under it.
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert_eq!(backend.requests(), 4);
+    assert_eq!(backend.connections(), 4, "each pooled connection was closed by the backend and replaced");
+}
