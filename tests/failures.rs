@@ -2,7 +2,10 @@
 
 mod support;
 
-use duet_config::{Backend as BackendConfig, Cluster, Config, Limits, Listener, Policy, Route, Shutdown, Timeouts, Workers};
+use duet_config::{
+    Backend as BackendConfig, Cluster, Config, Limits, Listener, Policy, Route, Shutdown, Timeouts,
+    Workers,
+};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{Read, Write},
@@ -18,8 +21,17 @@ fn closed_port() -> SocketAddr {
 
 #[test]
 fn unreachable_backend_gives_502() {
-    let duet = Duet::start(&support::single_cluster("p2c_peak_ewma", &[closed_port()], "", ""));
-    let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_peak_ewma",
+        &[closed_port()],
+        "",
+        "",
+    ));
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     assert!(response.ends_with("backend unreachable\n"), "{response}");
 }
@@ -37,9 +49,16 @@ fn garbage_from_a_backend_gives_502() {
         }
     });
     let duet = Duet::start(&support::single_cluster("p2c_inflight", &[address], "", ""));
-    let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
-    assert!(response.ends_with("backend sent an invalid response\n"), "{response}");
+    assert!(
+        response.ends_with("backend sent an invalid response\n"),
+        "{response}"
+    );
 }
 
 #[test]
@@ -52,9 +71,17 @@ fn a_backend_slower_than_response_headers_timeout_gives_504() {
         "",
     ));
     let started = Instant::now();
-    let (response, _) = raw_exchange(duet.address, b"GET /sleep/3000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET /sleep/3000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 504"), "{response}");
-    assert!(started.elapsed() < Duration::from_millis(2500), "answered after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "answered after {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -64,12 +91,22 @@ fn a_cluster_without_eligible_backends_gives_503() {
     let backend = Backend::start(BackendOptions::named("drained")).expect("backend");
     let config = Config {
         workers: Workers::Count(std::num::NonZeroUsize::MIN),
-        listeners: vec![Listener { address: SocketAddr::from(([127, 0, 0, 1], 0)) }],
-        routes: vec![Route { host: None, path_prefix: "/".into(), cluster: 0 }],
+        listeners: vec![Listener {
+            address: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }],
+        routes: vec![Route {
+            host: None,
+            path_prefix: "/".into(),
+            cluster: 0,
+        }],
         clusters: vec![Cluster {
             name: "app".into(),
             policy: Policy::P2cPeakEwma,
-            backends: vec![BackendConfig { name: "drained".into(), address: backend.address(), weight: 0 }],
+            backends: vec![BackendConfig {
+                name: "drained".into(),
+                address: backend.address(),
+                weight: 0,
+            }],
             timeouts: Timeouts::default(),
         }],
         limits: Limits::default(),
@@ -77,7 +114,11 @@ fn a_cluster_without_eligible_backends_gives_503() {
     };
     let server = duet::Server::start(config).expect("start");
     let address = server.local_addrs()[0];
-    let (response, _) = raw_exchange(address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let (response, _) = raw_exchange(
+        address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
     assert!(response.ends_with("no backend available\n"), "{response}");
     assert_eq!(backend.requests(), 0);
@@ -87,28 +128,66 @@ fn a_cluster_without_eligible_backends_gives_503() {
 #[test]
 fn a_backend_dying_mid_body_closes_the_client_connection() {
     let backend = Backend::start(BackendOptions::named("dying")).expect("backend");
-    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
-    let (response, closed) = raw_exchange(duet.address, b"GET /die HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(5));
-    assert!(response.starts_with("HTTP/1.1 200"), "{}", &response[..response.len().min(200)]);
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "",
+        "",
+    ));
+    let (response, closed) = raw_exchange(
+        duet.address,
+        b"GET /die HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "{}",
+        &response[..response.len().min(200)]
+    );
     assert!(response.contains("content-length: 1000000"));
     let body = response.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
     assert!(closed, "the client must see the connection close");
-    assert!(body < 1_000_000, "never a complete-looking response: got {body} bytes");
+    assert!(
+        body < 1_000_000,
+        "never a complete-looking response: got {body} bytes"
+    );
     // The next request on a new connection is served normally.
-    let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
 #[test]
 fn a_pooled_connection_closed_by_the_backend_while_idle_is_not_a_502() {
-    let backend = Backend::start(BackendOptions::named("closer").idle_timeout(Duration::from_millis(150))).expect("backend");
-    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
+    let backend =
+        Backend::start(BackendOptions::named("closer").idle_timeout(Duration::from_millis(150)))
+            .expect("backend");
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "",
+        "",
+    ));
     for round in 0..4 {
-        let (response, _) = raw_exchange(duet.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
-        assert!(response.starts_with("HTTP/1.1 200"), "round {round}: {response}");
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "round {round}: {response}"
+        );
         // Longer than the backend keeps idle connections: duet's pooled one is closed under it.
         std::thread::sleep(Duration::from_millis(400));
     }
     assert_eq!(backend.requests(), 4);
-    assert_eq!(backend.connections(), 4, "each pooled connection was closed by the backend and replaced");
+    assert_eq!(
+        backend.connections(),
+        4,
+        "each pooled connection was closed by the backend and replaced"
+    );
 }

@@ -8,7 +8,12 @@ use support::{raw_exchange, Duet};
 
 fn setup(extra_top: &str) -> (Backend, Duet) {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", extra_top));
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "",
+        extra_top,
+    ));
     (backend, duet)
 }
 
@@ -30,7 +35,8 @@ fn transfer_encoding_other_than_chunked_gets_400() {
     let (backend, duet) = setup("");
     for te in ["gzip", "chunked, gzip", "identity"] {
         let request = format!("POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: {te}\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-        let (response, closed) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        let (response, closed) =
+            raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
         assert!(response.starts_with("HTTP/1.1 400"), "{te}: {response}");
         assert!(closed);
     }
@@ -48,26 +54,46 @@ fn content_length_with_transfer_encoding_is_read_as_chunked_then_closed() {
     let (response, closed) = raw_exchange(duet.address, smuggled, Duration::from_secs(5));
     assert!(closed, "connection closed after the response");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    assert!(response.ends_with("\r\n\r\n5"), "the whole chunked body (5 bytes) was read: {response}");
-    assert_eq!(response.matches("HTTP/1.1").count(), 1, "only one response: {response}");
+    assert!(
+        response.ends_with("\r\n\r\n5"),
+        "the whole chunked body (5 bytes) was read: {response}"
+    );
+    assert_eq!(
+        response.matches("HTTP/1.1").count(),
+        1,
+        "only one response: {response}"
+    );
     let seen = backend.recorded();
     assert_eq!(seen.len(), 1, "the smuggled GET never reached the backend");
-    assert!(!seen[0].headers.contains_key("content-length"), "{:?}", seen[0].headers);
+    assert!(
+        !seen[0].headers.contains_key("content-length"),
+        "{:?}",
+        seen[0].headers
+    );
 }
 
 #[test]
 fn an_oversized_head_gets_431_and_a_long_target_414() {
     let (backend, duet) = setup("limits: { max_request_head: 16KiB, max_uri_length: 1KiB }\n");
-    let big_header = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(20 * 1024));
-    let (response, closed) = raw_exchange(duet.address, big_header.as_bytes(), Duration::from_secs(5));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20 * 1024)
+    );
+    let (response, closed) =
+        raw_exchange(duet.address, big_header.as_bytes(), Duration::from_secs(5));
     assert!(response.starts_with("HTTP/1.1 431"), "{response}");
     assert!(closed);
-    let long_target = format!("GET /{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "p".repeat(2000));
+    let long_target = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "p".repeat(2000)
+    );
     let (response, _) = raw_exchange(duet.address, long_target.as_bytes(), Duration::from_secs(5));
     assert!(response.starts_with("HTTP/1.1 414"), "{response}");
     assert_eq!(backend.requests(), 0);
     let rejected = support::eventually(Duration::from_secs(5), || {
-        duet.log_lines().iter().any(|l| l.contains("reason=head_too_large"))
+        duet.log_lines()
+            .iter()
+            .any(|l| l.contains("reason=head_too_large"))
     });
     assert!(rejected, "the 431 is logged: {:#?}", duet.log_lines());
 }
@@ -78,7 +104,9 @@ fn a_client_trickling_its_head_is_cut_off() {
     let started = Instant::now();
     let mut stream = std::net::TcpStream::connect(duet.address).expect("connect");
     use std::io::{Read, Write};
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n");
     // Keep sending a byte now and then, never finishing the head.
     let mut buffer = [0u8; 256];
@@ -92,16 +120,22 @@ fn a_client_trickling_its_head_is_cut_off() {
         stream.set_nonblocking(true).expect("nonblocking");
         let read = stream.read(&mut buffer);
         stream.set_nonblocking(false).expect("blocking");
-        if matches!(read, Ok(_)) {
+        if read.is_ok() {
             cut_off = true;
             break;
         }
     }
     assert!(cut_off, "still connected after {:?}", started.elapsed());
-    assert!(started.elapsed() < Duration::from_secs(3), "cut off after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cut off after {:?}",
+        started.elapsed()
+    );
     assert_eq!(backend.requests(), 0);
     let logged = support::eventually(Duration::from_secs(5), || {
-        duet.log_lines().iter().any(|l| l.contains("reason=header_timeout"))
+        duet.log_lines()
+            .iter()
+            .any(|l| l.contains("reason=header_timeout"))
     });
     assert!(logged, "{:#?}", duet.log_lines());
 }

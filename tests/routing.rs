@@ -3,8 +3,8 @@
 mod support;
 
 use duet_testbed::{Backend, BackendOptions};
-use support::{get, raw_exchange, Duet};
 use std::time::Duration;
+use support::{get, raw_exchange, Duet};
 
 fn routed_setup() -> (Backend, Backend, Backend, Duet) {
     let api = Backend::start(BackendOptions::named("api")).expect("api");
@@ -64,7 +64,12 @@ async fn first_matching_route_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_are_forwarded_by_the_rules() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "",
+        "",
+    ));
     let (status, response_headers, _) = get(
         &duet.url("/path?q=1"),
         &[
@@ -87,12 +92,25 @@ async fn headers_are_forwarded_by_the_rules() {
     assert_eq!(seen.uri, "/path?q=1", "origin-form target to the backend");
     assert_eq!(seen.version, hyper::Version::HTTP_11);
     assert_eq!(h["host"], "Shop.Example.com", "Host passes unchanged");
-    assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1", "appended, not replaced");
+    assert_eq!(
+        h["x-forwarded-for"], "203.0.113.9, 127.0.0.1",
+        "appended, not replaced"
+    );
     assert_eq!(h["x-forwarded-proto"], "http", "set to what duet saw");
     assert_eq!(h["x-forwarded-host"], "Shop.Example.com");
     assert_eq!(h["x-end-to-end"], "kept");
-    for hop in ["x-hop", "keep-alive", "proxy-connection", "te", "upgrade", "transfer-encoding"] {
-        assert!(!h.contains_key(hop), "{hop} must not reach the backend: {h:?}");
+    for hop in [
+        "x-hop",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "upgrade",
+        "transfer-encoding",
+    ] {
+        assert!(
+            !h.contains_key(hop),
+            "{hop} must not reach the backend: {h:?}"
+        );
     }
     assert!(h.get("connection").is_none_or(|c| c != "x-hop, keep-alive"));
     // Hop-by-hop headers from the backend do not reach the client either.
@@ -131,27 +149,52 @@ fn absolute_form_is_routed_by_config_never_proxied_elsewhere() {
 #[test]
 fn http10_head_204_304_and_expect_continue() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&support::single_cluster("p2c_peak_ewma", &[backend.address()], "", ""));
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_peak_ewma",
+        &[backend.address()],
+        "",
+        "",
+    ));
     // HTTP/1.0 without keep-alive: answered, then closed.
-    let (response, closed) = raw_exchange(duet.address, b"GET / HTTP/1.0\r\n\r\n", Duration::from_secs(5));
-    assert!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+    let (response, closed) = raw_exchange(
+        duet.address,
+        b"GET / HTTP/1.0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "{response}"
+    );
     assert!(response.ends_with("\r\n\r\nb"), "{response}");
     assert!(closed);
     // HEAD: headers with the length, no body.
-    let (response, _) = raw_exchange(duet.address, b"HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("content-length: 1"), "{response}");
-    assert!(response.ends_with("\r\n\r\n"), "no body after HEAD: {response:?}");
+    assert!(
+        response.ends_with("\r\n\r\n"),
+        "no body after HEAD: {response:?}"
+    );
     // 204 and 304 carry no body.
     for code in [204, 304] {
-        let request = format!("GET /status/{code} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET /status/{code} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
-        assert!(response.starts_with(&format!("HTTP/1.1 {code}")), "{response}");
+        assert!(
+            response.starts_with(&format!("HTTP/1.1 {code}")),
+            "{response}"
+        );
         assert!(response.ends_with("\r\n\r\n"), "{response:?}");
     }
     // Expect: 100-continue: the client hears 100 before sending its body.
     let mut stream = std::net::TcpStream::connect(duet.address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     use std::io::{Read, Write};
     stream
         .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
@@ -162,23 +205,45 @@ fn http10_head_204_304_and_expect_continue() {
     stream.write_all(b"hello").expect("body");
     let mut rest = String::new();
     let _ = stream.read_to_string(&mut rest);
-    assert!(rest.contains("200 OK") && rest.ends_with("\r\n\r\n5"), "{rest}");
+    assert!(
+        rest.contains("200 OK") && rest.ends_with("\r\n\r\n5"),
+        "{rest}"
+    );
 }
 
 #[test]
 fn one_access_log_line_per_request() {
     let backend = Backend::start(BackendOptions::named("logged")).expect("backend");
-    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[backend.address()], "", ""));
-    let (response, _) = raw_exchange(duet.address, b"GET /bytes/1234 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "",
+        "",
+    ));
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET /bytes/1234 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 200"));
     let expected = format!(
         "duet::access: method=GET path=/bytes/1234 status=200 cluster=app backend={} ",
         backend.address()
     );
     let found = support::eventually(Duration::from_secs(5), || {
-        duet.log_lines().iter().any(|l| l.contains(&expected) && l.contains(" bytes=1234 outcome=complete"))
+        duet.log_lines()
+            .iter()
+            .any(|l| l.contains(&expected) && l.contains(" bytes=1234 outcome=complete"))
     });
-    assert!(found, "no line with `{expected}` in {:#?}", duet.log_lines());
-    let access_lines = duet.log_lines().iter().filter(|l| l.contains("duet::access")).count();
+    assert!(
+        found,
+        "no line with `{expected}` in {:#?}",
+        duet.log_lines()
+    );
+    let access_lines = duet
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains("duet::access"))
+        .count();
     assert_eq!(access_lines, 1);
 }

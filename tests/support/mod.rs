@@ -49,7 +49,12 @@ impl Duet {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(rest) = line.split("listening on http://").nth(1) {
-                        let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+                        let _ = tx.send(
+                            rest.split_whitespace()
+                                .next()
+                                .unwrap_or_default()
+                                .to_owned(),
+                        );
                     }
                     log.lock().expect("log").push(line);
                 }
@@ -62,7 +67,12 @@ impl Duet {
                 panic!("duet did not start: {:?}", log.lock().expect("log"));
             }
         };
-        Self { child, address, log, _dir: dir }
+        Self {
+            child,
+            address,
+            log,
+            _dir: dir,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -75,7 +85,11 @@ impl Duet {
 
     /// Sends a signal with the system's `kill` command.
     pub fn signal(&self, name: &str) {
-        let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().expect("kill");
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
         assert!(status.success());
     }
 
@@ -93,7 +107,8 @@ impl Duet {
 
     /// Peak resident memory of the process, in KiB (VmHWM).
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -132,9 +147,19 @@ impl Drop for TempDir {
 }
 
 /// A config with one listener on port 0, one catch-all route and one cluster.
-pub fn single_cluster(policy: &str, backends: &[SocketAddr], extra_cluster: &str, extra_top: &str) -> String {
+pub fn single_cluster(
+    policy: &str,
+    backends: &[SocketAddr],
+    extra_cluster: &str,
+    extra_top: &str,
+) -> String {
+    let workers = if extra_top.contains("workers:") {
+        ""
+    } else {
+        "workers: 1\n"
+    };
     let mut yaml = format!(
-        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\nroutes:\n  - cluster: app\nclusters:\n  - name: app\n    policy: {policy}\n    backends:\n"
+        "{workers}listeners:\n  - address: 127.0.0.1:0\nroutes:\n  - cluster: app\nclusters:\n  - name: app\n    policy: {policy}\n    backends:\n"
     );
     for b in backends {
         yaml.push_str(&format!("      - address: {b}\n"));
@@ -148,7 +173,9 @@ pub fn single_cluster(policy: &str, backends: &[SocketAddr], extra_cluster: &str
 /// the peer closed the connection.
 pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {
     let mut stream = TcpStream::connect(address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
     stream.write_all(request).expect("write");
     let deadline = Instant::now() + limit;
     let mut out = Vec::new();
@@ -161,7 +188,9 @@ pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (St
                 break;
             }
             Ok(n) => out.extend_from_slice(&buffer[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
             Err(_) => {
                 closed = true;
                 break;
@@ -186,7 +215,12 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, 
     let response = client().request(request).await.expect("response");
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = response.into_body().collect().await.expect("body").to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
     (status, headers, body)
 }
 

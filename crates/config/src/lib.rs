@@ -92,7 +92,13 @@ fn from_serde(error: &serde_saphyr::Error) -> ConfigError {
         .unwrap_or(first)
         .split_once(": ")
         .filter(|(head, _)| head.starts_with("line "))
-        .map_or(first, |(_, rest)| rest)
+        .map_or(first, |(_, rest)| rest);
+    // Advice meant for the parser's API users, not for someone editing the file.
+    let message = message
+        .split(", set DuplicateKeyPolicy")
+        .next()
+        .unwrap_or(message)
+        .replace("duplicate mapping key: ", "duplicate key: ")
         .to_owned();
     let mut out = ConfigError::new("", message.clone());
     if let Some(location) = error.location() {

@@ -73,7 +73,7 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("5x")
-            .unwrap_err()
+            .expect_err("bad unit")
             .contains("unknown unit `x`"));
         assert!(parse_duration("fast").is_err());
     }

@@ -303,7 +303,9 @@ async fn answer(
                 pause: Box::pin(tokio::time::sleep(Duration::from_millis(100))),
             };
             let mut response = Response::new(body.boxed());
-            response.headers_mut().insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
+            response
+                .headers_mut()
+                .insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
             response
         }
         (Some("upgrade"), _) => {
@@ -374,9 +376,15 @@ impl hyper::body::Body for DyingBody {
     ) -> std::task::Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         if !self.sent {
             self.sent = true;
-            return std::task::Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; 64 * 1024])))));
+            return std::task::Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![
+                b'x';
+                64 * 1024
+            ])))));
         }
         std::task::ready!(std::future::Future::poll(self.pause.as_mut(), cx));
-        std::task::Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::ConnectionReset, "backend died mid-body"))))
+        std::task::Poll::Ready(Some(Err(io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "backend died mid-body",
+        ))))
     }
 }

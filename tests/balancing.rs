@@ -1,0 +1,68 @@
+//! Per-backend shares with one slow backend, through the real binary: P2C steers away from it, round
+//! robin cannot.
+
+mod support;
+
+use duet_testbed::{load::closed_loop, Backend, BackendOptions};
+use std::time::Duration;
+use support::Duet;
+
+const REQUESTS: usize = 1500;
+const CONCURRENCY: usize = 16;
+
+fn slow_share(policy: &str, backends: &[Backend]) -> (f64, u64) {
+    let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+    let duet = Duet::start_with(
+        &support::single_cluster(policy, &addresses, "", "workers: 2\n"),
+        "warn,duet::cli=info",
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let uri = duet.url("/").parse().expect("uri");
+    let report = runtime.block_on(closed_loop(
+        uri,
+        REQUESTS,
+        CONCURRENCY,
+        Duration::from_secs(10),
+    ));
+    eprintln!(
+        "{policy}: shares fast-1 {:.3} fast-2 {:.3} slow {:.3}, p50 {:?} p99 {:?}, errors {}",
+        report.share("fast-1"),
+        report.share("fast-2"),
+        report.share("slow"),
+        report.percentile(0.5),
+        report.percentile(0.99),
+        report.errors
+    );
+    (report.share("slow"), report.errors)
+}
+
+#[test]
+fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
+    let backends = [
+        Backend::start(BackendOptions::named("fast-1").delay(Duration::from_millis(1)))
+            .expect("fast-1"),
+        Backend::start(BackendOptions::named("fast-2").delay(Duration::from_millis(1)))
+            .expect("fast-2"),
+        Backend::start(BackendOptions::named("slow").delay(Duration::from_millis(20)))
+            .expect("slow"),
+    ];
+    let (round_robin, rr_errors) = slow_share("round_robin", &backends);
+    let (inflight, if_errors) = slow_share("p2c_inflight", &backends);
+    let (peak_ewma, pe_errors) = slow_share("p2c_peak_ewma", &backends);
+    assert_eq!((rr_errors, if_errors, pe_errors), (0, 0, 0));
+    // Round robin ignores load: a third each, exactly, up to the split between two workers.
+    assert!(
+        (round_robin - 1.0 / 3.0).abs() < 0.02,
+        "round robin gave slow {round_robin}"
+    );
+    // P2C compares load and the slow backend loses most comparisons.
+    assert!(inflight < 0.2, "p2c_inflight gave slow {inflight}");
+    assert!(peak_ewma < 0.2, "p2c_peak_ewma gave slow {peak_ewma}");
+    assert!(
+        peak_ewma < round_robin / 2.0,
+        "peak_ewma {peak_ewma} vs round robin {round_robin}"
+    );
+}
