@@ -176,6 +176,13 @@ impl EndpointLoad {
         self.sample_at
     }
 
+    /// Replaces the estimate (re-admission after ejection or failed health checks).
+    pub(crate) fn reset_estimate(&self, rtt: Duration, now: Instant) {
+        self.ewma_ns
+            .store((rtt.as_nanos() as u64 as f64).to_bits(), Relaxed);
+        self.stamp_ns.store(since(self.epoch, now), Relaxed);
+    }
+
     pub(crate) fn record_penalty(&self, now: Instant) {
         self.record_ns(self.penalty_ns, now);
     }

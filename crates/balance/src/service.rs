@@ -79,6 +79,8 @@ struct Endpoint<K, S> {
     key: K,
     weight: u32,
     eligible: bool,
+    /// When it last became eligible, for slow start.
+    admitted: Instant,
     service: S,
     load: Arc<EndpointLoad>,
 }
@@ -108,6 +110,12 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     eligible: Vec<usize>,
     /// Weights of `eligible`, and the table to draw from them, when they are not all equal.
     weighted: Option<(AliasTable, Vec<f64>)>,
+    /// Below this fraction of eligible endpoints, every endpoint of non-zero weight is a candidate.
+    panic_threshold: f64,
+    panicking: bool,
+    slow_start: Option<Duration>,
+    /// While an endpoint is ramping up, when to recompute the ramped weights next.
+    next_ramp_step: Option<Instant>,
     policy: Policy,
     metric: LoadMetric,
     p2c: P2c,
@@ -142,6 +150,10 @@ where
             index: HashMap::new(),
             eligible: Vec::new(),
             weighted: None,
+            panic_threshold: 0.0,
+            panicking: false,
+            slow_start: None,
+            next_ramp_step: None,
             policy: Policy::P2c,
             metric,
             p2c: P2c::with_draws(draws),
@@ -166,6 +178,10 @@ where
             index: self.index,
             eligible: self.eligible,
             weighted: self.weighted,
+            panic_threshold: self.panic_threshold,
+            panicking: self.panicking,
+            slow_start: self.slow_start,
+            next_ramp_step: self.next_ramp_step,
             policy: self.policy,
             metric: self.metric,
             p2c: self.p2c,
@@ -182,6 +198,30 @@ where
     pub fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Panic mode: when fewer than `fraction` (0.0–1.0) of the endpoints with non-zero weight are
+    /// eligible, picks among all of them instead, eligible or not. Health information that rules out most
+    /// of a pool is more often wrong (a network partition between checker and backends) than true, and
+    /// serving through it beats answering every request with an error. With 0.0 (the default) the
+    /// balancer never panics and answers [`NoEligibleEndpoint`] when nothing is eligible; Envoy's
+    /// default is 0.5.
+    pub fn with_panic_threshold(mut self, fraction: f64) -> Self {
+        self.panic_threshold = fraction.clamp(0.0, 1.0);
+        self.rebuild();
+        self
+    }
+
+    /// Slow start: an endpoint that is added or re-admitted takes `window` to reach its full weight,
+    /// starting at a tenth of it and growing linearly, so a recovering backend is not stampeded.
+    pub fn with_slow_start(mut self, window: Duration) -> Self {
+        self.slow_start = (!window.is_zero()).then_some(window);
+        self
+    }
+
+    /// Whether the balancer is in panic mode (see [`with_panic_threshold`](Self::with_panic_threshold)).
+    pub fn is_panicking(&self) -> bool {
+        self.panicking
     }
 
     /// Calls `observer` after every P2C comparison with the two candidates, their loads and the winner.
@@ -212,6 +252,7 @@ where
             key,
             weight,
             eligible: true,
+            admitted: now,
             service,
             load,
         });
@@ -250,6 +291,17 @@ where
             return false;
         };
         if self.endpoints[at].eligible != eligible {
+            if eligible {
+                // Re-admitted: start from the pool's median estimate, neither the stale penalty that
+                // would starve it nor an idle-looking zero that would stampede it.
+                let now = Instant::now();
+                let median = self.median_rtt(now, Some(at));
+                let endpoint = &mut self.endpoints[at];
+                endpoint.admitted = now;
+                if let (LoadMetric::PeakEwma(_), Some(median)) = (&self.metric, median) {
+                    endpoint.load.reset_estimate(median, now);
+                }
+            }
             self.endpoints[at].eligible = eligible;
             self.rebuild();
         }
@@ -325,11 +377,67 @@ where
         Ok((&endpoint.key, &mut endpoint.service, guard))
     }
 
+    /// Like `poll_ready`, but never picks an endpoint whose key is in `exclude`: a retry re-picks with
+    /// P2C among the endpoints not tried yet. Then `call` sends to the endpoint picked. Costs O(n) when
+    /// `exclude` is not empty (retries only).
+    pub fn poll_ready_excluding<Req>(
+        &mut self,
+        cx: &mut Context<'_>,
+        exclude: &[K],
+    ) -> Poll<Result<(), BoxError>>
+    where
+        S: Service<Req>,
+        S::Error: Into<BoxError>,
+        C: TrackCompletion<LoadGuard, S::Response>,
+    {
+        if exclude.is_empty() || !matches!(self.ready, Ready::None) {
+            return Service::<Req>::poll_ready(self, cx);
+        }
+        let keep: Vec<usize> = self
+            .eligible
+            .iter()
+            .copied()
+            .filter(|&at| !exclude.contains(&self.endpoints[at].key))
+            .collect();
+        let weighted = self.weighted.as_ref().map(|(_, _)| {
+            let weights: Vec<f64> = keep
+                .iter()
+                .map(|&at| f64::from(self.endpoints[at].weight))
+                .collect();
+            let table = AliasTable::new(
+                &keep
+                    .iter()
+                    .map(|&at| self.endpoints[at].weight)
+                    .collect::<Vec<_>>(),
+            );
+            (table, weights)
+        });
+        // Select over the remaining candidates by swapping them in; the step check is skipped so the
+        // full lists are not rebuilt underneath.
+        let saved_list = std::mem::replace(&mut self.eligible, keep);
+        let saved_weights = std::mem::replace(&mut self.weighted, weighted);
+        let saved_step = self.next_ramp_step.take();
+        let picked = self.select_at();
+        self.eligible = saved_list;
+        self.weighted = saved_weights;
+        self.next_ramp_step = saved_step;
+        self.ready = match picked {
+            Ok((at, picked_at)) => Ready::Endpoint(at, picked_at),
+            Err(NoEligibleEndpoint) => Ready::NoEligible,
+        };
+        Service::<Req>::poll_ready(self, cx)
+    }
+
     fn select(&mut self) -> Result<usize, NoEligibleEndpoint> {
         self.select_at().map(|(at, _)| at)
     }
 
     fn select_at(&mut self) -> Result<(usize, Option<Instant>), NoEligibleEndpoint> {
+        if let Some(step) = self.next_ramp_step {
+            if Instant::now() >= step {
+                self.rebuild();
+            }
+        }
         let n = self.eligible.len();
         if n == 0 {
             self.stats.no_eligible += 1;
@@ -414,50 +522,93 @@ where
         };
         match config.default_rtt {
             DefaultRtt::Fixed(rtt) => rtt,
-            DefaultRtt::PoolMedian => {
-                let mut estimates: Vec<Duration> = self
-                    .endpoints
-                    .iter()
-                    .map(|e| e.load.rtt_estimate(now))
-                    .collect();
-                if estimates.is_empty() {
-                    return FALLBACK_RTT;
-                }
-                estimates.sort_unstable();
-                let mid = estimates.len() / 2;
-                if estimates.len() % 2 == 1 {
-                    estimates[mid]
-                } else {
-                    (estimates[mid - 1] + estimates[mid]) / 2
-                }
-            }
+            DefaultRtt::PoolMedian => self.median_rtt(now, None).unwrap_or(FALLBACK_RTT),
         }
+    }
+
+    /// The median latency estimate of the eligible endpoints (all endpoints if none is eligible),
+    /// leaving out `except`.
+    fn median_rtt(&self, now: Instant, except: Option<usize>) -> Option<Duration> {
+        let others = || {
+            self.endpoints
+                .iter()
+                .enumerate()
+                .filter(|(at, _)| Some(*at) != except)
+        };
+        let mut estimates: Vec<Duration> = others()
+            .filter(|(_, e)| e.eligible)
+            .map(|(_, e)| e.load.rtt_estimate(now))
+            .collect();
+        if estimates.is_empty() {
+            estimates = others().map(|(_, e)| e.load.rtt_estimate(now)).collect();
+        }
+        if estimates.is_empty() {
+            return None;
+        }
+        estimates.sort_unstable();
+        let mid = estimates.len() / 2;
+        Some(if estimates.len() % 2 == 1 {
+            estimates[mid]
+        } else {
+            (estimates[mid - 1] + estimates[mid]) / 2
+        })
     }
 
     fn rebuild(&mut self) {
         self.ready = Ready::None;
+        let now = Instant::now();
+        let pickable = self.endpoints.iter().filter(|e| e.weight > 0).count();
+        let eligible = self
+            .endpoints
+            .iter()
+            .filter(|e| e.eligible && e.weight > 0)
+            .count();
+        self.panicking = pickable > 0 && (eligible as f64) < self.panic_threshold * pickable as f64;
+        let panicking = self.panicking;
         self.eligible.clear();
         self.eligible.extend(
             self.endpoints
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.eligible && e.weight > 0)
+                .filter(|(_, e)| (e.eligible || panicking) && e.weight > 0)
                 .map(|(at, _)| at),
         );
+        // Slow start scales weights by how far into its window each endpoint is: 1/10 at admission,
+        // growing linearly to the full weight. Ramping weights are kept to 1/1000 of a unit.
+        let mut ramping = false;
         let weights: Vec<u32> = self
             .eligible
             .iter()
-            .map(|&at| self.endpoints[at].weight)
+            .map(|&at| {
+                let endpoint = &self.endpoints[at];
+                let ramp = match self.slow_start {
+                    Some(window) => {
+                        let elapsed = now.saturating_duration_since(endpoint.admitted);
+                        (elapsed.as_secs_f64() / window.as_secs_f64()).clamp(0.1, 1.0)
+                    }
+                    None => 1.0,
+                };
+                if ramp < 1.0 {
+                    ramping = true;
+                }
+                (f64::from(endpoint.weight) * 1000.0 * ramp)
+                    .round()
+                    .max(1.0) as u32
+            })
             .collect();
+        self.next_ramp_step = ramping.then(|| now + RAMP_STEP);
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
         self.weighted = (!uniform).then(|| {
             (
                 AliasTable::new(&weights),
-                weights.iter().map(|&w| f64::from(w)).collect(),
+                weights.iter().map(|&w| f64::from(w) / 1000.0).collect(),
             )
         });
     }
 }
+
+/// How often ramping weights are recomputed during slow start.
+const RAMP_STEP: Duration = Duration::from_millis(250);
 
 impl<K, S, C, Req> Service<Req> for Balance<K, S, C>
 where

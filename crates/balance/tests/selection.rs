@@ -270,8 +270,9 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
     for (key, ms) in [("slow", 90u64), ("fast", 10)] {
         let state = balance.endpoint_load(&key).cloned().expect("present");
         balance.insert(key, 1, sleepy(ms));
+        // Weight 0 isolates the endpoint without re-admission (which would reset estimates).
         for other in ["first", "slow", "fast"] {
-            balance.set_eligible(&other, other == key);
+            balance.set_weight(&other, u32::from(other == key));
         }
         balance
             .ready()
@@ -283,7 +284,7 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
         let _ = state;
     }
     for key in ["first", "slow", "fast"] {
-        balance.set_eligible(&key, true);
+        balance.set_weight(&key, 1);
     }
     let now = tokio::time::Instant::now();
     let estimates: Vec<Duration> = ["first", "slow", "fast"]
@@ -428,4 +429,174 @@ async fn round_robin_baseline_takes_turns() {
     let mut first = got[..3].to_vec();
     first.sort();
     assert_eq!(first, vec![0, 1, 2]);
+}
+
+#[tokio::test]
+async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 4).with_panic_threshold(0.5);
+    for k in 0..4u32 {
+        balance.insert(
+            k,
+            1,
+            service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
+        );
+    }
+    // Two of four eligible: exactly at the threshold, no panic, only 2 and 3 are picked.
+    balance.set_eligible(&0, false);
+    balance.set_eligible(&1, false);
+    assert!(!balance.is_panicking());
+    for _ in 0..50 {
+        let got = balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(0)
+            .await
+            .expect("served");
+        assert!(got >= 2, "picked ineligible {got}");
+    }
+    // One of four: below half, so all four are candidates again.
+    balance.set_eligible(&2, false);
+    assert!(balance.is_panicking());
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        seen.insert(
+            balance
+                .ready()
+                .await
+                .expect("ready")
+                .call(0)
+                .await
+                .expect("served"),
+        );
+    }
+    assert_eq!(seen.len(), 4, "panic mode uses every endpoint: {seen:?}");
+    // None eligible: still served (a balancer without a panic threshold would answer NoEligibleEndpoint).
+    balance.set_eligible(&3, false);
+    assert!(balance.ready().await.expect("ready").call(0).await.is_ok());
+    let mut strict = Balance::with_seed(LoadMetric::InFlight, 4);
+    strict.insert(0u32, 1, echo());
+    strict.set_eligible(&0, false);
+    assert!(strict.ready().await.expect("ready").call(0).await.is_err());
+}
+
+#[tokio::test]
+async fn a_retry_never_picks_an_excluded_endpoint() {
+    let mut balance = Balance::with_seed(LoadMetric::InFlight, 6);
+    for k in 0..3u32 {
+        balance.insert(
+            k,
+            1,
+            service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
+        );
+    }
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    for _ in 0..100 {
+        assert!(balance
+            .poll_ready_excluding::<u32>(&mut cx, &[0, 2])
+            .is_ready());
+        assert_eq!(balance.call(0).await.expect("served"), 1);
+    }
+    assert!(balance
+        .poll_ready_excluding::<u32>(&mut cx, &[0, 1, 2])
+        .is_ready());
+    let error = balance.call(0).await.expect_err("everything excluded");
+    assert!(error.is::<duet_balance::NoEligibleEndpoint>());
+    // Each retry pick reads exactly two loads as well.
+    let before = balance.stats().load_reads;
+    assert!(balance
+        .poll_ready_excluding::<u32>(&mut cx, &[2])
+        .is_ready());
+    let _ = balance.call(0).await;
+    assert_eq!(balance.stats().load_reads - before, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_readmitted_endpoint_restarts_at_the_median_estimate() {
+    let mut balance = Balance::with_seed(LoadMetric::default(), 12);
+    let sleepy = |ms: u64| {
+        service_fn(move |_: u32| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, Infallible>(0u32)
+        })
+    };
+    for (k, ms) in [(0u32, 10u64), (1, 20), (2, 40), (3, 900)] {
+        balance.insert(k, 1, sleepy(ms));
+    }
+    // One sample each: the estimates peak at 10, 20, 40 and 900 ms.
+    for k in 0..4u32 {
+        for other in 0..4u32 {
+            balance.set_weight(&other, u32::from(other == k));
+        }
+        balance
+            .ready()
+            .await
+            .expect("ready")
+            .call(0)
+            .await
+            .expect("served");
+    }
+    for k in 0..4u32 {
+        balance.set_weight(&k, 1);
+    }
+    let now = tokio::time::Instant::now();
+    let before = balance
+        .endpoint_load(&3)
+        .map(|l| l.rtt_estimate(now))
+        .expect("3");
+    assert!(before > Duration::from_millis(800), "{before:?}");
+    balance.set_eligible(&3, false);
+    balance.set_eligible(&3, true);
+    let median = balance
+        .endpoint_load(&1)
+        .map(|l| l.rtt_estimate(now))
+        .expect("1");
+    assert_eq!(
+        balance.endpoint_load(&3).map(|l| l.rtt_estimate(now)),
+        Some(median),
+        "median of 10, 20, 40 ms"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_start_ramps_a_readmitted_share_up_gradually() {
+    let mut balance =
+        Balance::with_seed(LoadMetric::InFlight, 12).with_slow_start(Duration::from_secs(10));
+    for k in 0..4u32 {
+        balance.insert(k, 1, echo());
+    }
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let state = balance.endpoint_load(&3).cloned().expect("3");
+    balance.set_eligible(&3, false);
+    balance.set_eligible(&3, true);
+    // Sequential requests compare idle endpoints, so the share follows the ramped weight exactly:
+    // w / (3 + w) with w growing from 0.1 to 1 over the 10 s window.
+    let mut shares = Vec::new();
+    for _ in 0..12 {
+        let before = state.picks();
+        for _ in 0..1000 {
+            balance
+                .ready()
+                .await
+                .expect("ready")
+                .call(0)
+                .await
+                .expect("served");
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        shares.push((state.picks() - before) as f64 / 1000.0);
+    }
+    let expected = |second: f64| {
+        let w = ((second + 0.5) / 10.0).clamp(0.1, 1.0);
+        w / (3.0 + w)
+    };
+    for (second, &share) in shares.iter().enumerate() {
+        assert!(
+            (share - expected(second as f64)).abs() < 0.04,
+            "second {second}: {share} vs {:.3}; all {shares:?}",
+            expected(second as f64)
+        );
+    }
+    assert!(shares[0] < 0.06 && shares[11] > 0.21, "{shares:?}");
 }
