@@ -2,10 +2,6 @@
 
 mod support;
 
-use duet_config::{
-    Backend as BackendConfig, Cluster, Config, Limits, Listener, Policy, Route, Shutdown, Timeouts,
-    Workers,
-};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{Read, Write},
@@ -89,29 +85,12 @@ fn a_cluster_without_eligible_backends_gives_503() {
     // Weight 0 everywhere cannot be written in a config file (it is rejected); built in code it
     // stands for what health checks will do: every backend out of rotation.
     let backend = Backend::start(BackendOptions::named("drained")).expect("backend");
-    let config = Config {
-        workers: Workers::Count(std::num::NonZeroUsize::MIN),
-        listeners: vec![Listener {
-            address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        }],
-        routes: vec![Route {
-            host: None,
-            path_prefix: "/".into(),
-            cluster: 0,
-        }],
-        clusters: vec![Cluster {
-            name: "app".into(),
-            policy: Policy::P2cPeakEwma,
-            backends: vec![BackendConfig {
-                name: "drained".into(),
-                address: backend.address(),
-                weight: 0,
-            }],
-            timeouts: Timeouts::default(),
-        }],
-        limits: Limits::default(),
-        shutdown: Shutdown::default(),
-    };
+    let yaml = format!(
+        "workers: 1\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    panic_threshold: 0%\n    backends: [ {{ address: {} }} ]\n",
+        backend.address()
+    );
+    let mut config = duet_config::parse(&yaml, "test").expect("valid");
+    config.clusters[0].backends[0].weight = 0;
     let server = duet::Server::start(config).expect("start");
     let address = server.local_addrs()[0];
     let (response, _) = raw_exchange(

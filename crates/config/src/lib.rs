@@ -34,8 +34,8 @@ mod units;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
-    Backend, Cluster, Config, HostPattern, Limits, Listener, Policy, Route, Shutdown, Timeouts,
-    Workers,
+    http_method, Backend, Cluster, Config, HealthCheck, HostPattern, Limits, Listener,
+    OutlierDetection, Policy, Retries, Route, Shutdown, Timeouts, Workers,
 };
 
 use error::did_you_mean;
@@ -183,6 +183,69 @@ impl Checker {
                 default
             }
         }
+    }
+
+    /// `50%` or `50`: a percentage from 0 to 100, returned as a fraction.
+    fn percent(&mut self, value: Option<&Spanned<Scalar>>, field: String, default: f64) -> f64 {
+        let Some(value) = value else { return default };
+        let text = value.value.0.trim();
+        match text.trim_end_matches('%').trim().parse::<f64>() {
+            Ok(p) if (0.0..=100.0).contains(&p) => p / 100.0,
+            _ => {
+                let e = self.error(value, field, format!("`{text}` is not a percentage: expected a number from 0 to 100, such as `50%`"));
+                self.push(e);
+                default
+            }
+        }
+    }
+
+    fn count(
+        &mut self,
+        value: Option<&Spanned<u32>>,
+        field: String,
+        default: u32,
+        min: u32,
+        max: u32,
+    ) -> u32 {
+        let Some(value) = value else { return default };
+        if (min..=max).contains(&value.value) {
+            value.value
+        } else {
+            let e = self.error(
+                value,
+                field,
+                format!("{} is out of range: expected {min} to {max}", value.value),
+            );
+            self.push(e);
+            default
+        }
+    }
+
+    fn statuses(&mut self, values: &[Spanned<Scalar>], field: &str) -> Vec<(u16, u16)> {
+        let mut out = Vec::new();
+        for (i, value) in values.iter().enumerate() {
+            let text = value.value.0.trim();
+            let parsed = match text.split_once('-') {
+                Some((low, high)) => low
+                    .trim()
+                    .parse::<u16>()
+                    .ok()
+                    .zip(high.trim().parse::<u16>().ok()),
+                None => text.parse::<u16>().ok().map(|code| (code, code)),
+            };
+            match parsed {
+                Some((low, high))
+                    if (100..=599).contains(&low) && (100..=599).contains(&high) && low <= high =>
+                {
+                    out.push((low, high))
+                }
+                _ => {
+                    let e = self.error(value, format!("{field}[{i}]"), format!("`{text}` is not a status or range: expected a code from 100 to 599, or a range such as `200-399`"));
+                    self.push(e);
+                }
+            }
+        }
+        out
     }
 
     fn check(&mut self, raw: RawConfig) -> Config {
@@ -333,11 +396,149 @@ impl Checker {
                     defaults.idle,
                 ),
             };
+            let health_check = c.health_check.as_ref().map(|h| {
+                let d = HealthCheck::default();
+                let path = match &h.path {
+                    None => d.path.clone(),
+                    Some(p) if p.value.0.starts_with('/') => p.value.0.clone(),
+                    Some(p) => {
+                        let e = self.error(
+                            p,
+                            format!("clusters[{ci}].health_check.path"),
+                            format!("`{}` must start with `/`", p.value.0),
+                        );
+                        self.push(e);
+                        d.path.clone()
+                    }
+                };
+                let check = HealthCheck {
+                    path,
+                    interval: self.duration(
+                        h.interval.as_ref(),
+                        format!("clusters[{ci}].health_check.interval"),
+                        d.interval,
+                    ),
+                    timeout: self.duration(
+                        h.timeout.as_ref(),
+                        format!("clusters[{ci}].health_check.timeout"),
+                        d.timeout,
+                    ),
+                    healthy_threshold: self.count(
+                        h.healthy_threshold.as_ref(),
+                        format!("clusters[{ci}].health_check.healthy_threshold"),
+                        d.healthy_threshold,
+                        1,
+                        100,
+                    ),
+                    unhealthy_threshold: self.count(
+                        h.unhealthy_threshold.as_ref(),
+                        format!("clusters[{ci}].health_check.unhealthy_threshold"),
+                        d.unhealthy_threshold,
+                        1,
+                        100,
+                    ),
+                    expected_statuses: match &h.expected_statuses {
+                        Some(list) => self.statuses(
+                            list,
+                            &format!("clusters[{ci}].health_check.expected_statuses"),
+                        ),
+                        None => d.expected_statuses.clone(),
+                    },
+                };
+                if check.interval.is_zero() {
+                    if let Some(i) = &h.interval {
+                        let e = self.error(
+                            i,
+                            format!("clusters[{ci}].health_check.interval"),
+                            "the interval must be more than 0",
+                        );
+                        self.push(e);
+                    }
+                }
+                check
+            });
+            let o = c.outlier_detection.as_ref();
+            let od = OutlierDetection::default();
+            let outlier_detection = OutlierDetection {
+                consecutive_failures: self.count(
+                    o.and_then(|o| o.consecutive_failures.as_ref()),
+                    format!("clusters[{ci}].outlier_detection.consecutive_failures"),
+                    od.consecutive_failures,
+                    0,
+                    1000,
+                ),
+                base_ejection_time: self.duration(
+                    o.and_then(|o| o.base_ejection_time.as_ref()),
+                    format!("clusters[{ci}].outlier_detection.base_ejection_time"),
+                    od.base_ejection_time,
+                ),
+                max_ejection_time: self.duration(
+                    o.and_then(|o| o.max_ejection_time.as_ref()),
+                    format!("clusters[{ci}].outlier_detection.max_ejection_time"),
+                    od.max_ejection_time,
+                ),
+                max_ejection_fraction: self.percent(
+                    o.and_then(|o| o.max_ejection_percent.as_ref()),
+                    format!("clusters[{ci}].outlier_detection.max_ejection_percent"),
+                    od.max_ejection_fraction,
+                ),
+            };
+            let r = c.retries.as_ref();
+            let rd = Retries::default();
+            let retries = Retries {
+                attempts: self.count(
+                    r.and_then(|r| r.attempts.as_ref()),
+                    format!("clusters[{ci}].retries.attempts"),
+                    rd.attempts,
+                    1,
+                    10,
+                ),
+                budget_fraction: self.percent(
+                    r.and_then(|r| r.budget_percent.as_ref()),
+                    format!("clusters[{ci}].retries.budget_percent"),
+                    rd.budget_fraction,
+                ),
+                min_retries_per_second: self.count(
+                    r.and_then(|r| r.min_retries_per_second.as_ref()),
+                    format!("clusters[{ci}].retries.min_retries_per_second"),
+                    rd.min_retries_per_second,
+                    0,
+                    100_000,
+                ),
+                replay_body_limit: self.size(
+                    r.and_then(|r| r.replay_body_limit.as_ref()),
+                    "retries.replay_body_limit",
+                    rd.replay_body_limit,
+                    0,
+                ),
+            };
+            let penalty_statuses = match &c.penalty_statuses {
+                Some(list) => self
+                    .statuses(list, &format!("clusters[{ci}].penalty_statuses"))
+                    .into_iter()
+                    .flat_map(|(low, high)| low..=high)
+                    .collect(),
+                None => vec![429, 503],
+            };
             clusters.push(Cluster {
                 name,
                 policy: c.policy.unwrap_or_default(),
                 backends,
                 timeouts,
+                health_check,
+                outlier_detection,
+                retries,
+                panic_threshold: self.percent(
+                    c.panic_threshold.as_ref(),
+                    format!("clusters[{ci}].panic_threshold"),
+                    0.5,
+                ),
+                slow_start: self.duration(
+                    c.slow_start.as_ref(),
+                    format!("clusters[{ci}].slow_start"),
+                    Duration::ZERO,
+                ),
+                penalty_statuses,
             });
         }
 
@@ -387,11 +588,35 @@ impl Checker {
                     "/".to_owned()
                 }
             };
+            let retry_methods = match &r.retry_methods {
+                None => http_method::idempotent(),
+                Some(list) => list
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(mi, m)| {
+                        let method = m.value.0.trim().to_ascii_uppercase();
+                        if !method.is_empty()
+                            && method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-')
+                        {
+                            Some(method)
+                        } else {
+                            let e = self.error(
+                                m,
+                                format!("routes[{ri}].retry_methods[{mi}]"),
+                                format!("`{}` is not an HTTP method", m.value.0),
+                            );
+                            self.push(e);
+                            None
+                        }
+                    })
+                    .collect(),
+            };
             if let Some(cluster) = cluster {
                 routes.push(Route {
                     host,
                     path_prefix,
                     cluster,
+                    retry_methods,
                 });
             }
         }

@@ -56,6 +56,22 @@ pub struct Route {
     pub path_prefix: String,
     /// Index into [`Config::clusters`].
     pub cluster: usize,
+    /// Methods that may be retried after the request reached a backend. Default: the idempotent methods
+    /// of RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
+    pub retry_methods: Vec<http_method::Method>,
+}
+
+/// HTTP method names, kept as text so this crate needs no HTTP library.
+pub mod http_method {
+    /// An upper-case HTTP method name.
+    pub type Method = String;
+
+    /// RFC 9110 §9.2.2's idempotent methods.
+    pub fn idempotent() -> Vec<Method> {
+        ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+            .map(String::from)
+            .to_vec()
+    }
 }
 
 impl Route {
@@ -144,6 +160,105 @@ pub struct Cluster {
     pub backends: Vec<Backend>,
     /// Timeouts toward the backends.
     pub timeouts: Timeouts,
+    /// Active health checks, run once per process; `None` when not configured (backends start eligible).
+    pub health_check: Option<HealthCheck>,
+    /// Passive ejection of failing backends, per worker.
+    pub outlier_detection: OutlierDetection,
+    /// Retries and their budget.
+    pub retries: Retries,
+    /// Below this fraction of eligible backends, balance over all of them (panic mode). Default 0.5.
+    pub panic_threshold: f64,
+    /// Window over which a new or re-admitted backend ramps up to its full weight. Default 0 (off).
+    pub slow_start: Duration,
+    /// Response statuses recorded as failures (PeakEWMA penalty; `Retry-After` honoured). Default 429, 503.
+    pub penalty_statuses: Vec<u16>,
+}
+
+/// Active health checking of a cluster's backends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// Path requested with GET. Default `/healthz`.
+    pub path: String,
+    /// Time between checks of one backend. Default 2 s.
+    pub interval: Duration,
+    /// Time a check may take. Default 1 s.
+    pub timeout: Duration,
+    /// Consecutive passes that make an unhealthy backend healthy. Default 2.
+    pub healthy_threshold: u32,
+    /// Consecutive failures that make a healthy backend unhealthy. Default 3.
+    pub unhealthy_threshold: u32,
+    /// Inclusive status ranges that pass. Default 200–399.
+    pub expected_statuses: Vec<(u16, u16)>,
+}
+
+impl HealthCheck {
+    /// Whether `status` passes.
+    pub fn passes(&self, status: u16) -> bool {
+        self.expected_statuses
+            .iter()
+            .any(|&(low, high)| (low..=high).contains(&status))
+    }
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        Self {
+            path: "/healthz".into(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+            expected_statuses: vec![(200, 399)],
+        }
+    }
+}
+
+/// Passive outlier ejection, decided by each worker from its own traffic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutlierDetection {
+    /// Consecutive connect failures or 5xx responses that eject a backend. 0 disables. Default 5.
+    pub consecutive_failures: u32,
+    /// First ejection time; doubled for each further ejection in a row. Default 10 s.
+    pub base_ejection_time: Duration,
+    /// Cap on the ejection time. Default 300 s.
+    pub max_ejection_time: Duration,
+    /// Never eject more than this fraction of the cluster. Default 0.5.
+    pub max_ejection_fraction: f64,
+}
+
+impl Default for OutlierDetection {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: 5,
+            base_ejection_time: Duration::from_secs(10),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_fraction: 0.5,
+        }
+    }
+}
+
+/// Retries of failed attempts, each re-picked by P2C among backends not tried yet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retries {
+    /// Attempts per request, the first included. 1 disables retries. Default 3.
+    pub attempts: u32,
+    /// Retries allowed as a fraction of recent requests (over 10 s). Default 0.2.
+    pub budget_fraction: f64,
+    /// Retries allowed per second regardless of traffic. Default 10.
+    pub min_retries_per_second: u32,
+    /// Request bodies up to this size are kept to be replayed. Default 64 KiB.
+    pub replay_body_limit: usize,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            budget_fraction: 0.2,
+            min_retries_per_second: 10,
+            replay_body_limit: 64 * 1024,
+        }
+    }
 }
 
 /// One backend server.

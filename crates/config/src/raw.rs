@@ -33,6 +33,8 @@ pub(crate) struct RawRoute {
     #[serde(rename = "match", default)]
     pub(crate) matcher: Option<RawMatch>,
     pub(crate) cluster: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) retry_methods: Option<Vec<Spanned<Scalar>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -54,6 +56,61 @@ pub(crate) struct RawCluster {
     pub(crate) backends: Vec<RawBackend>,
     #[serde(default)]
     pub(crate) timeouts: Option<RawTimeouts>,
+    #[serde(default)]
+    pub(crate) health_check: Option<RawHealthCheck>,
+    #[serde(default)]
+    pub(crate) outlier_detection: Option<RawOutlierDetection>,
+    #[serde(default)]
+    pub(crate) retries: Option<RawRetries>,
+    #[serde(default)]
+    pub(crate) panic_threshold: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) slow_start: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) penalty_statuses: Option<Vec<Spanned<Scalar>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealthCheck {
+    #[serde(default)]
+    pub(crate) path: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) interval: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) healthy_threshold: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) unhealthy_threshold: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) expected_statuses: Option<Vec<Spanned<Scalar>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOutlierDetection {
+    #[serde(default)]
+    pub(crate) consecutive_failures: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) base_ejection_time: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_ejection_time: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_ejection_percent: Option<Spanned<Scalar>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetries {
+    #[serde(default)]
+    pub(crate) attempts: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) budget_percent: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) min_retries_per_second: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) replay_body_limit: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

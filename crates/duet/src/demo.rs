@@ -2,11 +2,9 @@
 //! bounded burst of requests for each policy, with each backend's share and the latency percentiles.
 
 use crate::Server;
-use duet_config::{
-    Backend, Cluster, Config, Limits, Listener, Policy, Route, Shutdown, Timeouts, Workers,
-};
+use duet_config::{Config, Policy};
 use duet_testbed::{load::closed_loop, Backend as TestBackend, BackendOptions};
-use std::{error::Error, net::SocketAddr, num::NonZeroUsize, time::Duration};
+use std::{error::Error, net::SocketAddr, time::Duration};
 
 const REQUESTS: usize = 3000;
 const CONCURRENCY: usize = 24;
@@ -39,13 +37,8 @@ pub fn run() -> Result<(), Box<dyn Error>> {
         Policy::P2cInflight,
         Policy::P2cPeakEwma,
     ] {
-        let server = Server::start(config(
-            policy,
-            &backends
-                .iter()
-                .map(TestBackend::address)
-                .collect::<Vec<_>>(),
-        ))?;
+        let addresses: Vec<SocketAddr> = backends.iter().map(TestBackend::address).collect();
+        let server = Server::start(config(policy, &addresses)?)?;
         let address = server.local_addrs().first().copied().ok_or("no listener")?;
         let uri = format!("http://{address}/").parse()?;
         let report = runtime.block_on(closed_loop(
@@ -70,33 +63,23 @@ pub fn run() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn config(policy: Policy, backends: &[SocketAddr]) -> Config {
-    Config {
-        workers: Workers::Count(NonZeroUsize::MIN.saturating_add(1)),
-        listeners: vec![Listener {
-            address: SocketAddr::from(([127, 0, 0, 1], 0)),
-        }],
-        routes: vec![Route {
-            host: None,
-            path_prefix: "/".into(),
-            cluster: 0,
-        }],
-        clusters: vec![Cluster {
-            name: "demo".into(),
-            policy,
-            backends: backends
-                .iter()
-                .map(|&address| Backend {
-                    name: address.to_string(),
-                    address,
-                    weight: 1,
-                })
-                .collect(),
-            timeouts: Timeouts::default(),
-        }],
-        limits: Limits::default(),
-        shutdown: Shutdown {
-            drain_timeout: Duration::from_secs(5),
-        },
+fn config(policy: Policy, backends: &[SocketAddr]) -> Result<Config, Box<dyn Error>> {
+    let mut yaml = format!(
+        "workers: 2
+listeners:
+  - address: 127.0.0.1:0
+routes:
+  - cluster: demo
+clusters:
+  - name: demo
+    policy: {}
+    backends:
+",
+        policy.name()
+    );
+    for backend in backends {
+        yaml.push_str(&format!("      - address: {backend}\n"));
     }
+    yaml.push_str("shutdown: { drain_timeout: 5s }\n");
+    Ok(duet_config::parse(&yaml, "demo")?)
 }
