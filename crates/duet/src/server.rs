@@ -2,6 +2,7 @@
 
 use crate::{listener::bind_reuseport, worker};
 use duet_config::Config;
+use duet_proxy::{run_health_checks, HealthView};
 use std::{io, net::SocketAddr, sync::Arc, thread};
 use tokio::sync::watch;
 
@@ -9,6 +10,7 @@ use tokio::sync::watch;
 pub struct Server {
     addresses: Vec<SocketAddr>,
     workers: Vec<thread::JoinHandle<io::Result<()>>>,
+    control: Option<thread::JoinHandle<io::Result<()>>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -29,19 +31,35 @@ impl Server {
         }
         let config = Arc::new(config);
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let (health_tx, health_rx) = watch::channel(Arc::new(HealthView::initial(&config)));
+        // The control plane: health checks run once per process and are published to every worker.
+        let control = if config.clusters.iter().any(|c| c.health_check.is_some()) {
+            let config = config.clone();
+            let shutdown_rx = shutdown_rx.clone();
+            Some(thread::Builder::new().name("duet-control".into()).spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                tokio::task::LocalSet::new()
+                    .block_on(&runtime, run_health_checks(config, health_tx, shutdown_rx));
+                Ok(())
+            })?)
+        } else {
+            None
+        };
         let mut handles = Vec::with_capacity(workers);
         for (index, listeners) in per_worker.into_iter().enumerate() {
             let config = config.clone();
             let shutdown_rx = shutdown_rx.clone();
+            let health_rx = health_rx.clone();
             handles.push(
                 thread::Builder::new()
                     .name(format!("duet-worker-{index}"))
-                    .spawn(move || worker::run(index, listeners, config, shutdown_rx))?,
+                    .spawn(move || worker::run(index, listeners, config, shutdown_rx, health_rx))?,
             );
         }
         Ok(Self {
             addresses,
             workers: handles,
+            control,
             shutdown,
         })
     }
@@ -65,7 +83,7 @@ impl Server {
 
     fn join(self) -> io::Result<()> {
         let mut result = Ok(());
-        for handle in self.workers {
+        for handle in self.workers.into_iter().chain(self.control) {
             match handle.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => result = Err(error),

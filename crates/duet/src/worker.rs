@@ -1,7 +1,7 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
 use duet_config::Config;
-use duet_proxy::{serve_connection, WorkerProxy};
+use duet_proxy::{serve_connection, HealthView, WorkerProxy};
 use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -15,11 +15,12 @@ pub(crate) fn run(
     listeners: Vec<std::net::TcpListener>,
     config: Arc<Config>,
     shutdown: watch::Receiver<bool>,
+    health: watch::Receiver<Arc<HealthView>>,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    LocalSet::new().block_on(&runtime, serve(index, listeners, config, shutdown))
+    LocalSet::new().block_on(&runtime, serve(index, listeners, config, shutdown, health))
 }
 
 async fn serve(
@@ -27,8 +28,10 @@ async fn serve(
     listeners: Vec<std::net::TcpListener>,
     config: Arc<Config>,
     mut shutdown: watch::Receiver<bool>,
+    mut health: watch::Receiver<Arc<HealthView>>,
 ) -> std::io::Result<()> {
     let proxy = Rc::new(WorkerProxy::new(&config));
+    proxy.apply_health(&health.borrow_and_update());
     let limits = config.limits;
     let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
     let mut acceptors = JoinSet::new();
@@ -61,6 +64,10 @@ async fn serve(
                 connections.spawn_local(serve_connection(proxy.clone(), limits, stream, peer, shutdown.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Ok(()) = health.changed() => {
+                let view = health.borrow_and_update().clone();
+                proxy.apply_health(&view);
+            }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     break;

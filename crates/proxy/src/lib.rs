@@ -22,12 +22,17 @@
 mod body;
 mod error;
 mod headers;
+mod health;
+mod outlier;
+mod request_body;
 mod server;
 mod upstream;
 mod worker;
 
 pub use body::ProxyBody;
 pub use error::{ErrorKind, ProxyError};
+pub use health::{run_health_checks, HealthView};
+pub use request_body::UpstreamBody;
 pub use server::serve_connection;
 pub use upstream::{upstream_client, BackendFuture, BackendService, PickedBackend, UpstreamClient};
 pub use worker::{ClusterBalance, WorkerProxy};

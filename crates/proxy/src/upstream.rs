@@ -3,6 +3,7 @@
 use crate::error::{ErrorKind, ProxyError};
 use duet_config::Timeouts;
 use http::{uri::Authority, Request, Response, Uri, Version};
+use crate::request_body::UpstreamBody;
 use hyper::body::Incoming;
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client, ResponseFuture},
@@ -20,7 +21,7 @@ use tokio::time::Timeout;
 
 /// A pooled HTTP/1.1 client. Each worker builds its own (one per cluster, for the cluster's timeouts):
 /// no pool, lock or connection is shared between workers.
-pub type UpstreamClient = Client<HttpConnector, Incoming>;
+pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
 /// Builds a worker's client for a cluster's timeouts.
 pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
@@ -64,7 +65,7 @@ impl BackendService {
     }
 }
 
-impl tower::Service<Request<Incoming>> for BackendService {
+impl tower::Service<Request<UpstreamBody>> for BackendService {
     type Response = Response<Incoming>;
     type Error = ProxyError;
     type Future = BackendFuture;
@@ -74,7 +75,7 @@ impl tower::Service<Request<Incoming>> for BackendService {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut request: Request<UpstreamBody>) -> Self::Future {
         let mut parts = std::mem::take(request.uri_mut()).into_parts();
         parts.scheme = Some(http::uri::Scheme::HTTP);
         parts.authority = Some(self.authority.clone());

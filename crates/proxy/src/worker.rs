@@ -1,29 +1,43 @@
-//! One worker's proxy: its routes, and per cluster its own client and balancer.
+//! One worker's proxy: its routes, and per cluster its own client, balancer, outlier view and retry
+//! budget.
 
 use crate::{
     body::{AccessLog, ProxyBody},
     error::{ErrorKind, ProxyError},
     headers,
+    health::HealthView,
+    outlier::Outliers,
+    request_body::{BodySource, Reclaimable, UpstreamBody},
     upstream::{upstream_client, BackendService, PickedBackend},
 };
 use duet_balance::{
-    Balance, CompleteOnBodyEnd, LoadMetric, NoEligibleEndpoint, Policy as BalancePolicy,
+    Balance, CompleteOnBodyEnd, LoadMetric, NoEligibleEndpoint, PeakEwma, Policy as BalancePolicy, StatusSet,
 };
-use duet_config::{Config, Policy, Route};
+use duet_config::{Cluster, Config, Policy, Route};
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
+use http_body::Body;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::{
     cell::RefCell,
     net::SocketAddr,
+    rc::Rc,
     sync::Arc,
     task::{Context, Poll},
+    time::Duration,
 };
 use tokio::time::Instant;
-use tower::Service;
+use tower::{
+    retry::budget::{Budget, TpsBudget},
+    Service,
+};
 
 /// The balancer type of one cluster in one worker.
 pub type ClusterBalance = Balance<SocketAddr, BackendService, CompleteOnBodyEnd>;
+
+/// The longest `Retry-After` that duet honours by ejecting the backend locally.
+const RETRY_AFTER_CAP: Duration = Duration::from_secs(30);
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
 /// with another worker, and no borrow is held across an `.await`.
@@ -36,65 +50,55 @@ pub struct WorkerProxy {
 struct ClusterState {
     name: Arc<str>,
     balance: RefCell<ClusterBalance>,
+    /// Backend addresses in config order, as health views index them.
+    backends: Vec<SocketAddr>,
+    healthy: RefCell<Vec<bool>>,
+    outliers: RefCell<Outliers>,
+    budget: TpsBudget,
+    attempts: u32,
+    replay_body_limit: usize,
+    penalised: StatusSet,
 }
 
 impl WorkerProxy {
     /// Builds a worker's clients and balancers from a checked config. Must run inside the worker's
     /// tokio runtime (the clients use its timer).
     pub fn new(config: &Config) -> Self {
-        let clusters = config
-            .clusters
-            .iter()
-            .map(|cluster| {
-                let client = upstream_client(&cluster.timeouts);
-                let (metric, policy) = match cluster.policy {
-                    Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
-                    Policy::P2cPeakEwma => (LoadMetric::default(), BalancePolicy::P2c),
-                    Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
-                    Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
-                };
-                let mut balance = Balance::new(metric)
-                    .with_policy(policy)
-                    .with_completion(CompleteOnBodyEnd::default());
-                for backend in &cluster.backends {
-                    let service = BackendService::new(
-                        client.clone(),
-                        backend.address,
-                        cluster.timeouts.response_headers,
-                    );
-                    balance.insert(backend.address, backend.weight, service);
-                }
-                ClusterState {
-                    name: Arc::from(cluster.name.as_str()),
-                    balance: RefCell::new(balance),
-                }
-            })
-            .collect();
-        Self {
+        let clusters = config.clusters.iter().map(ClusterState::new).collect();
+        let proxy = Self {
             routes: config.routes.clone(),
             clusters,
             max_uri_length: config.limits.max_uri_length,
-        }
+        };
+        proxy.apply_health(&HealthView::initial(config));
+        proxy
     }
 
     /// Runs `f` on a cluster's balancer (for telemetry and tests).
-    pub fn with_balance<T>(
-        &self,
-        cluster: &str,
-        f: impl FnOnce(&ClusterBalance) -> T,
-    ) -> Option<T> {
+    pub fn with_balance<T>(&self, cluster: &str, f: impl FnOnce(&ClusterBalance) -> T) -> Option<T> {
         self.clusters
             .iter()
             .find(|c| &*c.name == cluster)
             .map(|c| f(&c.balance.borrow()))
     }
 
+    /// Applies the control plane's health view: a backend is eligible when it is healthy and this
+    /// worker has not ejected it. Runs between requests, off the request path.
+    pub fn apply_health(&self, view: &HealthView) {
+        let now = Instant::now();
+        for (cluster, healthy) in self.clusters.iter().zip(&view.clusters) {
+            if healthy.len() != cluster.backends.len() {
+                continue;
+            }
+            *cluster.healthy.borrow_mut() = healthy.clone();
+            for &backend in &cluster.backends {
+                cluster.refresh_eligibility(backend, now);
+            }
+        }
+    }
+
     /// Proxies one request from `client`. Never fails: errors become short text responses.
-    pub async fn handle(
-        &self,
-        mut request: Request<Incoming>,
-        client: SocketAddr,
-    ) -> Response<ProxyBody> {
+    pub async fn handle(self: Rc<Self>, mut request: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
         let started = Instant::now();
         let mut log = AccessLog::enabled().then(|| AccessLog {
             method: request.method().clone(),
@@ -118,7 +122,8 @@ impl WorkerProxy {
         };
         let host_name = host.as_ref().and_then(|h| h.to_str().ok());
         let path = request.uri().path();
-        let Some(route) = self.routes.iter().find(|r| r.matches(host_name, path)) else {
+        let Some((route_index, route)) = self.routes.iter().enumerate().find(|(_, r)| r.matches(host_name, path))
+        else {
             return local_error(ProxyError::new(ErrorKind::NoRoute), log);
         };
         let Some(cluster) = self.clusters.get(route.cluster) else {
@@ -136,20 +141,69 @@ impl WorkerProxy {
         // The client's `Expect: 100-continue` was answered by our server when we began reading its body.
         request_headers.remove(header::EXPECT);
 
-        let waker = std::task::Waker::noop();
-        let future = {
-            let mut balance = cluster.balance.borrow_mut();
-            match balance.poll_ready(&mut Context::from_waker(waker)) {
-                Poll::Ready(Ok(())) => balance.call(request),
-                // Backends are always ready (see BackendService::poll_ready): this is unreachable in
-                // practice, and a 503 is the honest answer if it ever happens.
-                Poll::Ready(Err(_)) | Poll::Pending => {
-                    return local_error(ProxyError::new(ErrorKind::NoEligibleBackend), log);
-                }
+        let (parts, body) = request.into_parts();
+        let source = match cluster.body_source(body).await {
+            Ok(source) => source,
+            Err(error) => {
+                tracing::debug!(%client, "client body failed: {error}");
+                let mut response = Response::new(ProxyBody::local(bytes::Bytes::from_static(b"bad request body\n"), log));
+                *response.status_mut() = StatusCode::BAD_REQUEST;
+                return response;
             }
         };
+        let retry_after_send = self.routes[route_index].retry_methods.iter().any(|m| m == parts.method.as_str())
+            && source.replayable();
+        cluster.budget.deposit();
 
-        match future.await {
+        let mut tried: Vec<SocketAddr> = Vec::new();
+        let mut last_error: Option<ProxyError> = None;
+        let outcome = loop {
+            let Some(body) = source.attempt() else {
+                break Err(ProxyError::new(ErrorKind::BadGateway));
+            };
+            let mut attempt = Request::new(body);
+            *attempt.method_mut() = parts.method.clone();
+            *attempt.uri_mut() = parts.uri.clone();
+            *attempt.version_mut() = parts.version;
+            *attempt.headers_mut() = parts.headers.clone();
+
+            let result = cluster.send(attempt, &tried).await;
+            let now = Instant::now();
+            let failed = match result {
+                Ok(response) => {
+                    let backend = response.extensions().get::<PickedBackend>().map(|b| b.0);
+                    if let Some(backend) = backend {
+                        self.record_response(route.cluster, backend, &response, now);
+                    }
+                    break Ok(response);
+                }
+                // Nothing left to retry on: the client hears about the failure that made us retry.
+                Err(error) if error.kind() == ErrorKind::NoEligibleBackend && last_error.is_some() => {
+                    break Err(last_error.take().unwrap_or(error));
+                }
+                Err(error) => error,
+            };
+            let Some(backend) = failed.backend() else { break Err(failed) };
+            self.record_failure(route.cluster, backend, now);
+            tried.push(backend);
+            let safe = match failed.kind() {
+                // Never reached the backend: safe for any method, if the body is still ours to send.
+                ErrorKind::Connect => true,
+                ErrorKind::BadGateway | ErrorKind::Timeout => retry_after_send,
+                _ => false,
+            };
+            if !safe || tried.len() >= cluster.attempts as usize || source.attempt().is_none() {
+                break Err(failed);
+            }
+            if !cluster.budget.withdraw() {
+                tracing::debug!(cluster = %cluster.name, "retry budget exhausted");
+                break Err(failed);
+            }
+            tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {failed}");
+            last_error = Some(failed);
+        };
+
+        match outcome {
             Ok(mut response) => {
                 let backend = response.extensions().get::<PickedBackend>().map(|b| b.0);
                 let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -159,11 +213,7 @@ impl WorkerProxy {
                             let backend_side = hyper::upgrade::on(&mut response);
                             tokio::task::spawn_local(tunnel(client_side, backend_side, client));
                         }
-                        None => {
-                            // A 101 nobody asked for cannot be relayed.
-                            let error = ProxyError::new(ErrorKind::BadGateway);
-                            return local_error(error, log);
-                        }
+                        None => return local_error(ProxyError::new(ErrorKind::BadGateway), log),
                     }
                 }
                 headers::remove_hop_by_hop(response.headers_mut(), switching);
@@ -175,20 +225,155 @@ impl WorkerProxy {
                 Response::from_parts(parts, ProxyBody::upstream(body, log))
             }
             Err(error) => {
-                let error = match error.downcast::<ProxyError>() {
-                    Ok(error) => *error,
-                    Err(other) if other.is::<NoEligibleEndpoint>() => {
-                        ProxyError::new(ErrorKind::NoEligibleBackend)
-                    }
-                    Err(_) => ProxyError::new(ErrorKind::BadGateway),
-                };
-                tracing::warn!(cluster = %cluster.name, %client, "{error}");
+                tracing::warn!(cluster = %cluster.name, %client, attempts = tried.len().max(1), "{error}");
                 if let Some(log) = log.as_mut() {
                     log.backend = error.backend();
                 }
                 local_error(error, log)
             }
         }
+    }
+
+    fn record_response(
+        self: &Rc<Self>,
+        cluster_index: usize,
+        backend: SocketAddr,
+        response: &Response<duet_balance::TrackedBody<Incoming>>,
+        now: Instant,
+    ) {
+        let cluster = &self.clusters[cluster_index];
+        let status = response.status();
+        if status.is_server_error() {
+            self.record_failure(cluster_index, backend, now);
+        } else {
+            cluster.outliers.borrow_mut().record_success(backend, now);
+        }
+        // A backend shedding load with Retry-After is left alone for that long (capped).
+        if cluster.penalised.contains(status) {
+            let retry_after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|secs| Duration::from_secs(secs).min(RETRY_AFTER_CAP));
+            if let Some(time) = retry_after {
+                let ejected = cluster.outliers.borrow_mut().eject(backend, time, now);
+                if let Some(time) = ejected {
+                    self.eject(cluster_index, backend, time);
+                }
+            }
+        }
+    }
+
+    fn record_failure(self: &Rc<Self>, cluster_index: usize, backend: SocketAddr, now: Instant) {
+        let ejected = self.clusters[cluster_index].outliers.borrow_mut().record_failure(backend, now);
+        if let Some(time) = ejected {
+            self.eject(cluster_index, backend, time);
+        }
+    }
+
+    /// Takes `backend` out of this worker's rotation for `time`, then re-admits it (if still healthy).
+    fn eject(self: &Rc<Self>, cluster_index: usize, backend: SocketAddr, time: Duration) {
+        let cluster = &self.clusters[cluster_index];
+        tracing::warn!(cluster = %cluster.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");
+        cluster.refresh_eligibility(backend, Instant::now());
+        let proxy = self.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(time).await;
+            let cluster = &proxy.clusters[cluster_index];
+            cluster.refresh_eligibility(backend, Instant::now());
+            tracing::info!(cluster = %cluster.name, %backend, "ejection over");
+        });
+    }
+}
+
+impl ClusterState {
+    fn new(cluster: &Cluster) -> Self {
+        let client = upstream_client(&cluster.timeouts);
+        let (metric, policy) = match cluster.policy {
+            Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
+            Policy::P2cPeakEwma => (LoadMetric::PeakEwma(PeakEwma::default()), BalancePolicy::P2c),
+            Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
+            Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
+        };
+        let penalised: StatusSet = cluster
+            .penalty_statuses
+            .iter()
+            .filter_map(|&code| StatusCode::from_u16(code).ok())
+            .collect();
+        let mut balance = Balance::new(metric)
+            .with_policy(policy)
+            .with_panic_threshold(cluster.panic_threshold)
+            .with_slow_start(cluster.slow_start)
+            .with_completion(CompleteOnBodyEnd::penalising(penalised));
+        for backend in &cluster.backends {
+            let service = BackendService::new(client.clone(), backend.address, cluster.timeouts.response_headers);
+            balance.insert(backend.address, backend.weight, service);
+        }
+        let retries = cluster.retries;
+        Self {
+            name: Arc::from(cluster.name.as_str()),
+            balance: RefCell::new(balance),
+            backends: cluster.backends.iter().map(|b| b.address).collect(),
+            healthy: RefCell::new(vec![true; cluster.backends.len()]),
+            outliers: RefCell::new(Outliers::new(cluster.outlier_detection, cluster.backends.len())),
+            budget: TpsBudget::new(
+                Duration::from_secs(10),
+                retries.min_retries_per_second,
+                retries.budget_fraction as f32,
+            ),
+            attempts: retries.attempts.max(1),
+            replay_body_limit: retries.replay_body_limit,
+            penalised,
+        }
+    }
+
+    fn refresh_eligibility(&self, backend: SocketAddr, now: Instant) {
+        let Some(index) = self.backends.iter().position(|&b| b == backend) else { return };
+        let healthy = self.healthy.borrow().get(index).copied().unwrap_or(true);
+        let ejected = self.outliers.borrow().is_ejected(backend, now);
+        self.balance.borrow_mut().set_eligible(&backend, healthy && !ejected);
+    }
+
+    /// Keeps a small body so that it can be replayed; streams anything larger or unsized.
+    async fn body_source(&self, body: Incoming) -> Result<BodySource, hyper::Error> {
+        if body.is_end_stream() {
+            return Ok(BodySource::Empty);
+        }
+        let small = body.size_hint().exact().is_some_and(|n| n <= self.replay_body_limit as u64);
+        if small && self.attempts > 1 {
+            return Ok(BodySource::Buffered(body.collect().await?.to_bytes()));
+        }
+        Ok(BodySource::Streaming(Reclaimable::new(body)))
+    }
+
+    /// One attempt: P2C (excluding backends already tried), counted as load until its body ends.
+    async fn send(
+        &self,
+        request: Request<UpstreamBody>,
+        tried: &[SocketAddr],
+    ) -> Result<Response<duet_balance::TrackedBody<Incoming>>, ProxyError> {
+        let waker = std::task::Waker::noop();
+        let future = {
+            let mut balance = self.balance.borrow_mut();
+            let mut cx = Context::from_waker(waker);
+            let ready = if tried.is_empty() {
+                Service::<Request<UpstreamBody>>::poll_ready(&mut *balance, &mut cx)
+            } else {
+                balance.poll_ready_excluding::<Request<UpstreamBody>>(&mut cx, tried)
+            };
+            match ready {
+                Poll::Ready(Ok(())) => balance.call(request),
+                // Backends are always ready (see BackendService::poll_ready): this is unreachable in
+                // practice, and a 503 is the honest answer if it ever happens.
+                Poll::Ready(Err(_)) | Poll::Pending => return Err(ProxyError::new(ErrorKind::NoEligibleBackend)),
+            }
+        };
+        future.await.map_err(|error| match error.downcast::<ProxyError>() {
+            Ok(error) => *error,
+            Err(other) if other.is::<NoEligibleEndpoint>() => ProxyError::new(ErrorKind::NoEligibleBackend),
+            Err(_) => ProxyError::new(ErrorKind::BadGateway),
+        })
     }
 }
 
@@ -222,11 +407,7 @@ fn local_error(error: ProxyError, mut log: Option<AccessLog>) -> Response<ProxyB
 }
 
 /// Relays an upgraded connection (e.g. a WebSocket) both ways until either side closes.
-async fn tunnel(
-    client: hyper::upgrade::OnUpgrade,
-    backend: hyper::upgrade::OnUpgrade,
-    peer: SocketAddr,
-) {
+async fn tunnel(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade, peer: SocketAddr) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,
         Err(error) => {
@@ -240,3 +421,4 @@ async fn tunnel(
         tracing::debug!(%peer, "tunnel closed: {error}");
     }
 }
+
