@@ -25,7 +25,7 @@ fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 echo "== building duet (release)"
-cargo build --release -q --bin duet && cargo build --release -q -p duet-testbed --bin duet-backend
+cargo build --release -q --bin duet --bin duet-backend
 
 backend() { # port name delay_ms
   taskset -c 1 target/release/duet-backend --listen "127.0.0.1:$1" --name "$2" --delay-ms "$3" >/dev/null &

@@ -36,12 +36,18 @@ impl Server {
         let control = if config.clusters.iter().any(|c| c.health_check.is_some()) {
             let config = config.clone();
             let shutdown_rx = shutdown_rx.clone();
-            Some(thread::Builder::new().name("duet-control".into()).spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                tokio::task::LocalSet::new()
-                    .block_on(&runtime, run_health_checks(config, health_tx, shutdown_rx));
-                Ok(())
-            })?)
+            Some(
+                thread::Builder::new()
+                    .name("duet-control".into())
+                    .spawn(move || {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        tokio::task::LocalSet::new()
+                            .block_on(&runtime, run_health_checks(config, health_tx, shutdown_rx));
+                        Ok(())
+                    })?,
+            )
         } else {
             None
         };

@@ -44,7 +44,9 @@ pub async fn run_health_checks(
     let publish = Rc::new(publish);
     let mut probes = tokio::task::JoinSet::new();
     for (c, cluster) in config.clusters.iter().enumerate() {
-        let Some(check) = &cluster.health_check else { continue };
+        let Some(check) = &cluster.health_check else {
+            continue;
+        };
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(check.timeout));
         let client = Client::builder(TokioExecutor::new())
@@ -137,7 +139,9 @@ impl Probe {
             response.into_body().collect().await.ok()?;
             Some(self.check.passes(status))
         };
-        matches!(tokio::time::timeout(self.check.timeout, attempt).await, Ok(Some(true)))
+        matches!(
+            tokio::time::timeout(self.check.timeout, attempt).await,
+            Ok(Some(true))
+        )
     }
 }
-

@@ -32,7 +32,8 @@ impl Outliers {
     /// The most backends that may be ejected at once: `max_ejection_percent` of the cluster, but at least
     /// one when there are two or more (so a pair can still shed its bad half), and never the last one.
     fn max_ejected(&self) -> usize {
-        let by_fraction = (self.backends as f64 * self.config.max_ejection_fraction).floor() as usize;
+        let by_fraction =
+            (self.backends as f64 * self.config.max_ejection_fraction).floor() as usize;
         let floor = usize::from(self.backends >= 2 && self.config.max_ejection_fraction > 0.0);
         by_fraction.max(floor).min(self.backends.saturating_sub(1))
     }
@@ -54,7 +55,9 @@ impl Outliers {
     pub(crate) fn record_success(&mut self, backend: SocketAddr, now: Instant) {
         if let Some(state) = self.states.get_mut(&backend) {
             state.consecutive_failures = 0;
-            let calm_since = state.ejected_until.map(|t| t + self.config.base_ejection_time);
+            let calm_since = state
+                .ejected_until
+                .map(|t| t + self.config.base_ejection_time);
             if calm_since.is_none_or(|t| now >= t) {
                 state.ejections = 0;
             }
@@ -80,8 +83,16 @@ impl Outliers {
     }
 
     /// Ejects `backend` for `time` unless that would exceed the ejection cap. Returns the time if ejected.
-    pub(crate) fn eject(&mut self, backend: SocketAddr, time: Duration, now: Instant) -> Option<Duration> {
-        if self.is_ejected(backend, now) || self.ejected_now(now) >= self.max_ejected() || time.is_zero() {
+    pub(crate) fn eject(
+        &mut self,
+        backend: SocketAddr,
+        time: Duration,
+        now: Instant,
+    ) -> Option<Duration> {
+        if self.is_ejected(backend, now)
+            || self.ejected_now(now) >= self.max_ejected()
+            || time.is_zero()
+        {
             return None;
         }
         let state = self.states.entry(backend).or_default();
@@ -115,20 +126,31 @@ mod tests {
         let now = Instant::now();
         assert_eq!(outliers.record_failure(addr(1), now), None);
         assert_eq!(outliers.record_failure(addr(1), now), None);
-        assert_eq!(outliers.record_failure(addr(1), now), Some(Duration::from_secs(10)));
+        assert_eq!(
+            outliers.record_failure(addr(1), now),
+            Some(Duration::from_secs(10))
+        );
         assert!(outliers.is_ejected(addr(1), now));
         let later = now + Duration::from_secs(11);
         assert!(!outliers.is_ejected(addr(1), later));
         for _ in 0..2 {
             outliers.record_failure(addr(1), later);
         }
-        assert_eq!(outliers.record_failure(addr(1), later), Some(Duration::from_secs(20)), "doubled");
+        assert_eq!(
+            outliers.record_failure(addr(1), later),
+            Some(Duration::from_secs(20)),
+            "doubled"
+        );
         let much_later = later + Duration::from_secs(500);
         outliers.record_success(addr(1), much_later);
         for _ in 0..2 {
             outliers.record_failure(addr(1), much_later);
         }
-        assert_eq!(outliers.record_failure(addr(1), much_later), Some(Duration::from_secs(10)), "reset");
+        assert_eq!(
+            outliers.record_failure(addr(1), much_later),
+            Some(Duration::from_secs(10)),
+            "reset"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -156,7 +178,11 @@ mod tests {
         assert_eq!(ejected, 2, "50% of 4");
         let mut single = Outliers::new(config(), 1);
         for _ in 0..10 {
-            assert_eq!(single.record_failure(addr(9), now), None, "the only backend is never ejected");
+            assert_eq!(
+                single.record_failure(addr(9), now),
+                None,
+                "the only backend is never ejected"
+            );
         }
     }
 }

@@ -30,7 +30,9 @@ impl BodySource {
         match self {
             Self::Empty => Some(UpstreamBody::Empty),
             Self::Buffered(bytes) => Some(UpstreamBody::Buffered(Some(bytes.clone()))),
-            Self::Streaming(shared) => (!shared.touched()).then(|| UpstreamBody::Streaming(shared.clone())),
+            Self::Streaming(shared) => {
+                (!shared.touched()).then(|| UpstreamBody::Streaming(shared.clone()))
+            }
         }
     }
 
@@ -79,7 +81,10 @@ impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
             Self::Empty => Poll::Ready(None),
             Self::Buffered(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
@@ -112,8 +117,10 @@ impl Body for UpstreamBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Empty => SizeHint::with_exact(0),
-            Self::Buffered(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
-            Self::Streaming(shared) => shared.hint.clone(),
+            Self::Buffered(data) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Self::Streaming(shared) => shared.hint,
         }
     }
 }

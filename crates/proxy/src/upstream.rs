@@ -1,9 +1,9 @@
 //! The per-worker client toward backends, and the per-backend tower service the balancer calls.
 
 use crate::error::{ErrorKind, ProxyError};
+use crate::request_body::UpstreamBody;
 use duet_config::Timeouts;
 use http::{uri::Authority, Request, Response, Uri, Version};
-use crate::request_body::UpstreamBody;
 use hyper::body::Incoming;
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client, ResponseFuture},

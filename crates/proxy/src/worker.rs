@@ -11,7 +11,8 @@ use crate::{
     upstream::{upstream_client, BackendService, PickedBackend},
 };
 use duet_balance::{
-    Balance, CompleteOnBodyEnd, LoadMetric, NoEligibleEndpoint, PeakEwma, Policy as BalancePolicy, StatusSet,
+    Balance, CompleteOnBodyEnd, LoadMetric, NoEligibleEndpoint, PeakEwma, Policy as BalancePolicy,
+    StatusSet,
 };
 use duet_config::{Cluster, Config, Policy, Route};
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
@@ -75,7 +76,11 @@ impl WorkerProxy {
     }
 
     /// Runs `f` on a cluster's balancer (for telemetry and tests).
-    pub fn with_balance<T>(&self, cluster: &str, f: impl FnOnce(&ClusterBalance) -> T) -> Option<T> {
+    pub fn with_balance<T>(
+        &self,
+        cluster: &str,
+        f: impl FnOnce(&ClusterBalance) -> T,
+    ) -> Option<T> {
         self.clusters
             .iter()
             .find(|c| &*c.name == cluster)
@@ -98,7 +103,11 @@ impl WorkerProxy {
     }
 
     /// Proxies one request from `client`. Never fails: errors become short text responses.
-    pub async fn handle(self: Rc<Self>, mut request: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+    pub async fn handle(
+        self: Rc<Self>,
+        mut request: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
         let started = Instant::now();
         let mut log = AccessLog::enabled().then(|| AccessLog {
             method: request.method().clone(),
@@ -122,7 +131,11 @@ impl WorkerProxy {
         };
         let host_name = host.as_ref().and_then(|h| h.to_str().ok());
         let path = request.uri().path();
-        let Some((route_index, route)) = self.routes.iter().enumerate().find(|(_, r)| r.matches(host_name, path))
+        let Some((route_index, route)) = self
+            .routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.matches(host_name, path))
         else {
             return local_error(ProxyError::new(ErrorKind::NoRoute), log);
         };
@@ -146,12 +159,18 @@ impl WorkerProxy {
             Ok(source) => source,
             Err(error) => {
                 tracing::debug!(%client, "client body failed: {error}");
-                let mut response = Response::new(ProxyBody::local(bytes::Bytes::from_static(b"bad request body\n"), log));
+                let mut response = Response::new(ProxyBody::local(
+                    bytes::Bytes::from_static(b"bad request body\n"),
+                    log,
+                ));
                 *response.status_mut() = StatusCode::BAD_REQUEST;
                 return response;
             }
         };
-        let retry_after_send = self.routes[route_index].retry_methods.iter().any(|m| m == parts.method.as_str())
+        let retry_after_send = self.routes[route_index]
+            .retry_methods
+            .iter()
+            .any(|m| m == parts.method.as_str())
             && source.replayable();
         cluster.budget.deposit();
 
@@ -178,12 +197,16 @@ impl WorkerProxy {
                     break Ok(response);
                 }
                 // Nothing left to retry on: the client hears about the failure that made us retry.
-                Err(error) if error.kind() == ErrorKind::NoEligibleBackend && last_error.is_some() => {
+                Err(error)
+                    if error.kind() == ErrorKind::NoEligibleBackend && last_error.is_some() =>
+                {
                     break Err(last_error.take().unwrap_or(error));
                 }
                 Err(error) => error,
             };
-            let Some(backend) = failed.backend() else { break Err(failed) };
+            let Some(backend) = failed.backend() else {
+                break Err(failed);
+            };
             self.record_failure(route.cluster, backend, now);
             tried.push(backend);
             let safe = match failed.kind() {
@@ -266,7 +289,10 @@ impl WorkerProxy {
     }
 
     fn record_failure(self: &Rc<Self>, cluster_index: usize, backend: SocketAddr, now: Instant) {
-        let ejected = self.clusters[cluster_index].outliers.borrow_mut().record_failure(backend, now);
+        let ejected = self.clusters[cluster_index]
+            .outliers
+            .borrow_mut()
+            .record_failure(backend, now);
         if let Some(time) = ejected {
             self.eject(cluster_index, backend, time);
         }
@@ -292,7 +318,10 @@ impl ClusterState {
         let client = upstream_client(&cluster.timeouts);
         let (metric, policy) = match cluster.policy {
             Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
-            Policy::P2cPeakEwma => (LoadMetric::PeakEwma(PeakEwma::default()), BalancePolicy::P2c),
+            Policy::P2cPeakEwma => (
+                LoadMetric::PeakEwma(PeakEwma::default()),
+                BalancePolicy::P2c,
+            ),
             Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
             Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
         };
@@ -307,7 +336,11 @@ impl ClusterState {
             .with_slow_start(cluster.slow_start)
             .with_completion(CompleteOnBodyEnd::penalising(penalised));
         for backend in &cluster.backends {
-            let service = BackendService::new(client.clone(), backend.address, cluster.timeouts.response_headers);
+            let service = BackendService::new(
+                client.clone(),
+                backend.address,
+                cluster.timeouts.response_headers,
+            );
             balance.insert(backend.address, backend.weight, service);
         }
         let retries = cluster.retries;
@@ -316,7 +349,10 @@ impl ClusterState {
             balance: RefCell::new(balance),
             backends: cluster.backends.iter().map(|b| b.address).collect(),
             healthy: RefCell::new(vec![true; cluster.backends.len()]),
-            outliers: RefCell::new(Outliers::new(cluster.outlier_detection, cluster.backends.len())),
+            outliers: RefCell::new(Outliers::new(
+                cluster.outlier_detection,
+                cluster.backends.len(),
+            )),
             budget: TpsBudget::new(
                 Duration::from_secs(10),
                 retries.min_retries_per_second,
@@ -329,10 +365,18 @@ impl ClusterState {
     }
 
     fn refresh_eligibility(&self, backend: SocketAddr, now: Instant) {
-        let Some(index) = self.backends.iter().position(|&b| b == backend) else { return };
+        let Some(index) = self.backends.iter().position(|&b| b == backend) else {
+            return;
+        };
         let healthy = self.healthy.borrow().get(index).copied().unwrap_or(true);
         let ejected = self.outliers.borrow().is_ejected(backend, now);
-        self.balance.borrow_mut().set_eligible(&backend, healthy && !ejected);
+        let eligible = healthy && !ejected;
+        let mut balance = self.balance.borrow_mut();
+        let was = balance.endpoints().any(|e| *e.key == backend && e.eligible);
+        balance.set_eligible(&backend, eligible);
+        if was != eligible {
+            tracing::debug!(cluster = %self.name, %backend, eligible, healthy, ejected, panicking = balance.is_panicking(), "eligibility changed");
+        }
     }
 
     /// Keeps a small body so that it can be replayed; streams anything larger or unsized.
@@ -340,7 +384,10 @@ impl ClusterState {
         if body.is_end_stream() {
             return Ok(BodySource::Empty);
         }
-        let small = body.size_hint().exact().is_some_and(|n| n <= self.replay_body_limit as u64);
+        let small = body
+            .size_hint()
+            .exact()
+            .is_some_and(|n| n <= self.replay_body_limit as u64);
         if small && self.attempts > 1 {
             return Ok(BodySource::Buffered(body.collect().await?.to_bytes()));
         }
@@ -366,14 +413,20 @@ impl ClusterState {
                 Poll::Ready(Ok(())) => balance.call(request),
                 // Backends are always ready (see BackendService::poll_ready): this is unreachable in
                 // practice, and a 503 is the honest answer if it ever happens.
-                Poll::Ready(Err(_)) | Poll::Pending => return Err(ProxyError::new(ErrorKind::NoEligibleBackend)),
+                Poll::Ready(Err(_)) | Poll::Pending => {
+                    return Err(ProxyError::new(ErrorKind::NoEligibleBackend))
+                }
             }
         };
-        future.await.map_err(|error| match error.downcast::<ProxyError>() {
-            Ok(error) => *error,
-            Err(other) if other.is::<NoEligibleEndpoint>() => ProxyError::new(ErrorKind::NoEligibleBackend),
-            Err(_) => ProxyError::new(ErrorKind::BadGateway),
-        })
+        future
+            .await
+            .map_err(|error| match error.downcast::<ProxyError>() {
+                Ok(error) => *error,
+                Err(other) if other.is::<NoEligibleEndpoint>() => {
+                    ProxyError::new(ErrorKind::NoEligibleBackend)
+                }
+                Err(_) => ProxyError::new(ErrorKind::BadGateway),
+            })
     }
 }
 
@@ -407,7 +460,11 @@ fn local_error(error: ProxyError, mut log: Option<AccessLog>) -> Response<ProxyB
 }
 
 /// Relays an upgraded connection (e.g. a WebSocket) both ways until either side closes.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade, peer: SocketAddr) {
+async fn tunnel(
+    client: hyper::upgrade::OnUpgrade,
+    backend: hyper::upgrade::OnUpgrade,
+    peer: SocketAddr,
+) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,
         Err(error) => {
@@ -421,4 +478,3 @@ async fn tunnel(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUp
         tracing::debug!(%peer, "tunnel closed: {error}");
     }
 }
-

@@ -11,6 +11,7 @@
 //! | `/sleep/MS` | waits MS milliseconds, then answers |
 //! | `/die` | announces 1 MB, sends 64 KiB, then fails the body (the connection is cut) |
 //! | `/upgrade` | `101 Switching Protocols`, then echoes every byte it receives |
+//! | `/healthz` | `200 ok` at once (no delay) |
 //! | anything else | the backend's name, after its configured delay |
 //!
 //! Every request is counted, and its head recorded, so a test can assert which backend served what and
@@ -285,6 +286,7 @@ async fn answer(
             }
             full(StatusCode::OK, total.to_string(), name)
         }
+        (Some("healthz"), None) => full(StatusCode::OK, "ok", name),
         (Some("status"), Some(code)) => {
             let status = code
                 .parse()
@@ -386,5 +388,132 @@ impl hyper::body::Body for DyingBody {
             io::ErrorKind::ConnectionReset,
             "backend died mid-body",
         ))))
+    }
+}
+
+/// How a [`RawBackend`] misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misbehaviour {
+    /// Reads requests and never answers.
+    Hang,
+    /// Answers each request head with bytes that are not HTTP, then closes.
+    Garbage,
+    /// Reads the whole request (head and `Content-Length` body), then closes without answering.
+    CloseAfterRequest,
+}
+
+/// A TCP server that speaks broken HTTP, counting connections and request heads.
+pub struct RawBackend {
+    address: SocketAddr,
+    connections: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RawBackend {
+    /// Starts one on a port the OS chooses.
+    pub fn start(behaviour: Misbehaviour) -> io::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let address = listener.local_addr()?;
+        let connections = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, r, s) = (connections.clone(), requests.clone(), stop.clone());
+        thread::Builder::new()
+            .name("raw-backend".into())
+            .spawn(move || {
+                let mut held = Vec::new();
+                while !s.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            c.fetch_add(1, Ordering::Relaxed);
+                            let r = r.clone();
+                            let s = s.clone();
+                            held.push(thread::spawn(move || raw_serve(stream, behaviour, &r, &s)));
+                        }
+                        Err(_) => thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+                for handle in held {
+                    let _ = handle.join();
+                }
+            })?;
+        Ok(Self {
+            address,
+            connections,
+            requests,
+            stop,
+        })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Connections accepted.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Request heads received.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for RawBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn raw_serve(
+    mut stream: std::net::TcpStream,
+    behaviour: Misbehaviour,
+    requests: &AtomicU64,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::io::{Read, Write};
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => return,
+        }
+        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if buffer.len() < end + 4 + length {
+            continue;
+        }
+        requests.fetch_add(1, Ordering::Relaxed);
+        buffer.drain(..end + 4 + length);
+        match behaviour {
+            Misbehaviour::Hang => {}
+            Misbehaviour::Garbage => {
+                let _ = stream.write_all(b"BANANA 9000 nonsense\r\n\r\n");
+                return;
+            }
+            Misbehaviour::CloseAfterRequest => return,
+        }
     }
 }

@@ -1,0 +1,364 @@
+//! Keeping service while backends die, hang, recover or all fail: retries, budgets, ejection, health
+//! checks and slow start, through the real binary with real (and really misbehaving) backends.
+
+mod support;
+
+use duet_testbed::{load::closed_loop, Backend, BackendOptions, Misbehaviour, RawBackend};
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+use support::{raw_exchange, Duet};
+
+/// A backend in its own process, so it can be killed by pid.
+struct BackendProcess {
+    child: Child,
+    address: SocketAddr,
+}
+
+impl BackendProcess {
+    fn start(name: &str, listen: &str, delay_ms: u64) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duet-backend"))
+            .args([
+                "--listen",
+                listen,
+                "--name",
+                name,
+                "--delay-ms",
+                &delay_ms.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn duet-backend");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("listening line");
+        let address = line
+            .trim()
+            .trim_start_matches("listening on ")
+            .parse()
+            .expect("address");
+        Self { child, address }
+    }
+
+    fn kill(&mut self) {
+        let status = Command::new("kill")
+            .args(["-KILL", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BackendProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cluster_yaml(policy: &str, backends: &[SocketAddr], cluster_extra: &str) -> String {
+    let mut yaml = format!(
+        "workers: 2\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    policy: {policy}\n{cluster_extra}    backends:\n"
+    );
+    for b in backends {
+        yaml.push_str(&format!("      - address: {b}\n"));
+    }
+    yaml
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn killing_one_of_four_backends_under_load_loses_no_request() {
+    let mut backends: Vec<BackendProcess> = (0..4)
+        .map(|i| BackendProcess::start(&format!("b{i}"), "127.0.0.1:0", 2))
+        .collect();
+    let addresses: Vec<_> = backends.iter().map(|b| b.address).collect();
+    let duet = Duet::start_with(
+        &cluster_yaml("p2c_peak_ewma", &addresses, ""),
+        "warn,duet::cli=info",
+    );
+    let uri = duet.url("/").parse().expect("uri");
+    let load = std::thread::spawn(move || {
+        runtime().block_on(closed_loop(uri, 3000, 16, Duration::from_secs(10)))
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    backends[1].kill();
+    let report = load.join().expect("load");
+    eprintln!(
+        "kill one of four: {} ok, {} errors, p99 {:?}, shares {:?}",
+        report.latencies.len(),
+        report.errors,
+        report.percentile(0.99),
+        report.by_backend
+    );
+    assert_eq!(report.errors, 0, "client-visible errors");
+    assert_eq!(report.latencies.len(), 3000);
+    assert!(
+        report.by_backend.get("b1").copied().unwrap_or(0) > 0,
+        "b1 served before it was killed"
+    );
+}
+
+#[test]
+fn a_hung_backend_is_avoided_and_only_unretriable_requests_time_out() {
+    let good_1 = Backend::start(BackendOptions::named("good-1")).expect("good-1");
+    let good_2 = Backend::start(BackendOptions::named("good-2")).expect("good-2");
+    let hung = RawBackend::start(Misbehaviour::Hang).expect("hung");
+    let addresses = [good_1.address(), good_2.address(), hung.address()];
+    let yaml = cluster_yaml(
+        "round_robin",
+        &addresses,
+        "    timeouts: { response_headers: 300ms }\n",
+    )
+    .replace("workers: 2", "workers: 1");
+    let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
+
+    // Round robin walks straight into the hung backend. POSTs are not idempotent and their bodies reached
+    // it: they time out as 504 and are never replayed.
+    let started = Instant::now();
+    let mut timed_out = 0;
+    for _ in 0..6 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            Duration::from_secs(5),
+        );
+        if response.starts_with("HTTP/1.1 504") {
+            timed_out += 1;
+        } else {
+            assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        }
+    }
+    assert_eq!(timed_out, 2, "every third POST went to the hung backend");
+    assert_eq!(hung.requests(), 2, "and none was replayed elsewhere");
+    assert_eq!(good_1.requests() + good_2.requests(), 4);
+    // GETs that reach it are retried elsewhere: all succeed. Five consecutive failures eject it.
+    let mut last_reached = Duration::ZERO;
+    for _ in 0..30 {
+        let before = hung.requests();
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "a GET must be retried, not time out: {response}"
+        );
+        if hung.requests() > before {
+            last_reached = started.elapsed();
+        }
+    }
+    let reached = hung.requests();
+    eprintln!("hung backend: {timed_out} POSTs timed out, {reached} requests reached it, the last {last_reached:?} after the first");
+    assert_eq!(reached, 5, "ejected after five consecutive failures");
+    // Once ejected, nothing reaches it and GETs answer quickly.
+    let phase_two = Instant::now();
+    for _ in 0..60 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    assert_eq!(hung.requests(), reached, "avoided after ejection");
+    assert!(
+        phase_two.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        phase_two.elapsed()
+    );
+}
+
+#[test]
+fn a_recovered_backend_is_readmitted_by_health_checks_and_ramps_up() {
+    let fast_1 = Backend::start(BackendOptions::named("a1")).expect("a1");
+    let fast_2 = Backend::start(BackendOptions::named("a2")).expect("a2");
+    let mut returning = BackendProcess::start("b", "127.0.0.1:0", 0);
+    let b_address = returning.address;
+    let extra = "    health_check: { path: /healthz, interval: 100ms, timeout: 200ms, healthy_threshold: 2, unhealthy_threshold: 2 }\n    slow_start: 4s\n";
+    let yaml = cluster_yaml(
+        "p2c_inflight",
+        &[fast_1.address(), fast_2.address(), b_address],
+        extra,
+    )
+    .replace("workers: 2", "workers: 1");
+    let duet = Duet::start_with(&yaml, "info,duet::access=off");
+    let uri: hyper::Uri = duet.url("/").parse().expect("uri");
+    let rt = runtime();
+    // Admitted after the first passing check.
+    assert!(support::eventually(Duration::from_secs(5), || duet
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains("backend healthy"))
+        .count()
+        >= 3));
+    // Everyone ramps up after the first admission too: let that finish first.
+    std::thread::sleep(Duration::from_millis(4200));
+
+    returning.kill();
+    assert!(
+        support::eventually(Duration::from_secs(5), || duet.log_lines().iter().any(
+            |l| l.contains("backend unhealthy") && l.contains(&b_address.to_string())
+        )),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let outage = rt.block_on(closed_loop(uri.clone(), 200, 4, Duration::from_secs(5)));
+    assert_eq!(outage.errors, 0);
+    assert_eq!(outage.share("b"), 0.0);
+
+    let _back = BackendProcess::start("b", &b_address.to_string(), 0);
+    let readmitted = Instant::now();
+    assert!(support::eventually(Duration::from_secs(5), || duet
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains("backend healthy") && l.contains(&b_address.to_string()))
+        .count()
+        >= 2));
+    eprintln!("re-admitted {:?} after restart", readmitted.elapsed());
+    let mut shares = Vec::new();
+    for _ in 0..6 {
+        let window = Instant::now();
+        let report = rt.block_on(closed_loop(uri.clone(), 300, 4, Duration::from_secs(5)));
+        assert_eq!(report.errors, 0);
+        shares.push(report.share("b"));
+        std::thread::sleep(Duration::from_millis(800).saturating_sub(window.elapsed()));
+    }
+    eprintln!("returning backend's share per ~0.8 s window: {shares:?}");
+
+    assert!(shares[0] < 0.2, "starts low: {shares:?}");
+    assert!(shares[5] > shares[0] + 0.08, "ramps up: {shares:?}");
+    assert!(shares[5] > 0.22, "reaches about a third: {shares:?}");
+}
+
+#[test]
+fn when_every_backend_fails_retries_stay_within_the_budget() {
+    let broken: Vec<RawBackend> = (0..3)
+        .map(|_| RawBackend::start(Misbehaviour::Garbage).expect("raw"))
+        .collect();
+    let addresses: Vec<_> = broken.iter().map(RawBackend::address).collect();
+    let extra = "    retries: { attempts: 3, budget_percent: 10%, min_retries_per_second: 1 }\n    outlier_detection: { consecutive_failures: 0 }\n";
+    let duet = Duet::start_with(
+        &cluster_yaml("p2c_inflight", &addresses, extra).replace("workers: 2", "workers: 1"),
+        "error,duet::cli=info",
+    );
+    let requests = 400u64;
+    let report = runtime().block_on(closed_loop(
+        duet.url("/").parse().expect("uri"),
+        requests as usize,
+        4,
+        Duration::from_secs(5),
+    ));
+    assert_eq!(report.errors, requests, "every request fails");
+    let attempts: u64 = broken.iter().map(RawBackend::requests).sum();
+    let ratio = attempts as f64 / requests as f64;
+    eprintln!("all failing: {attempts} attempts for {requests} requests = {ratio:.3}");
+    // Budget: 10% of requests plus a reserve of 1/s over 10 s; without it, 3 attempts per request.
+    assert!(
+        ratio <= 1.0 + 0.1 + 10.0 / requests as f64 + 0.01,
+        "retry storm: {ratio}"
+    );
+    assert!(ratio > 1.05, "retries did happen: {ratio}");
+}
+
+#[test]
+fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
+    // Never reached: the connection was refused. Any method may be retried, even a large streamed body.
+    let good = Backend::start(BackendOptions::named("good")).expect("good");
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr")
+    };
+    let extra = "    outlier_detection: { consecutive_failures: 0 }\n";
+    let duet = Duet::start_with(
+        &cluster_yaml("round_robin", &[refused, good.address()], extra)
+            .replace("workers: 2", "workers: 1"),
+        "warn,duet::cli=info",
+    );
+    let big = vec![b'z'; 1 << 20];
+    for i in 0..10 {
+        let body: &[u8] = if i % 2 == 0 { b"small" } else { &big };
+        let mut request = format!(
+            "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        let (response, _) = raw_exchange(duet.address, &request, Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 200"), "POST {i}: {response}");
+        assert!(
+            response.ends_with(&format!("\r\n\r\n{}", body.len())),
+            "the whole body arrived: {response}"
+        );
+    }
+    assert_eq!(good.requests(), 10);
+
+    // Reached: the backend read the request and hung up. A POST is not replayed; a GET is.
+    let good = Backend::start(BackendOptions::named("good")).expect("good");
+    let closer = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("closer");
+    let duet = Duet::start_with(
+        &cluster_yaml("round_robin", &[closer.address(), good.address()], extra)
+            .replace("workers: 2", "workers: 1"),
+        "warn,duet::cli=info",
+    );
+    let mut failed = 0;
+    for _ in 0..10 {
+        let (response, _) = raw_exchange(duet.address, b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello", Duration::from_secs(5));
+        if response.starts_with("HTTP/1.1 502") {
+            failed += 1;
+        } else {
+            assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        }
+    }
+    assert_eq!(
+        failed,
+        closer.requests(),
+        "each POST the closer swallowed failed, and was not replayed"
+    );
+    assert_eq!(
+        good.requests() + closer.requests(),
+        10,
+        "no POST reached two backends"
+    );
+    assert_eq!(
+        closer.requests(),
+        5,
+        "round robin sent every other POST to it"
+    );
+    let closer_before = closer.requests();
+    for _ in 0..10 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "GET is retried: {response}"
+        );
+    }
+    assert!(
+        closer.requests() > closer_before,
+        "some GETs reached the closer"
+    );
+    assert_eq!(
+        good.requests(),
+        5 + 10,
+        "and every GET was then served by the good backend, once"
+    );
+}
