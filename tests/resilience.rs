@@ -367,18 +367,45 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
 fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
     // The checks ask for a status the backends never give: every backend is "unhealthy". Below the panic
     // threshold duet balances over all of them instead of answering 503 to everything.
-    let backends: Vec<Backend> = (0..3).map(|i| Backend::start(BackendOptions::named(&format!("p{i}"))).expect("backend")).collect();
+    let backends: Vec<Backend> = (0..3)
+        .map(|i| Backend::start(BackendOptions::named(&format!("p{i}"))).expect("backend"))
+        .collect();
     let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
     let extra = "    health_check: { path: /status/500, interval: 100ms, timeout: 200ms }\n    panic_threshold: 50%\n";
-    let duet = Duet::start_with(&cluster_yaml("p2c_peak_ewma", &addresses, extra), "warn,duet::cli=info");
-    assert!(support::eventually(Duration::from_secs(3), || backends.iter().all(|b| b.requests() >= 2)), "checks ran");
-    let report = runtime().block_on(closed_loop(duet.url("/").parse().expect("uri"), 300, 4, Duration::from_secs(5)));
+    let duet = Duet::start_with(
+        &cluster_yaml("p2c_peak_ewma", &addresses, extra),
+        "warn,duet::cli=info",
+    );
+    assert!(
+        support::eventually(Duration::from_secs(3), || backends
+            .iter()
+            .all(|b| b.requests() >= 2)),
+        "checks ran"
+    );
+    let report = runtime().block_on(closed_loop(
+        duet.url("/").parse().expect("uri"),
+        300,
+        4,
+        Duration::from_secs(5),
+    ));
     assert_eq!(report.errors, 0, "panic mode serves");
-    assert_eq!(report.by_backend.len(), 3, "over every backend: {:?}", report.by_backend);
+    assert_eq!(
+        report.by_backend.len(),
+        3,
+        "over every backend: {:?}",
+        report.by_backend
+    );
 
     // With the threshold at 0 the same cluster answers 503: nothing is eligible.
-    let strict = Duet::start_with(&cluster_yaml("p2c_peak_ewma", &addresses, &extra.replace("50%", "0%")), "error,duet::cli=info");
+    let strict = Duet::start_with(
+        &cluster_yaml("p2c_peak_ewma", &addresses, &extra.replace("50%", "0%")),
+        "error,duet::cli=info",
+    );
     std::thread::sleep(Duration::from_millis(300));
-    let (response, _) = raw_exchange(strict.address, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(5));
+    let (response, _) = raw_exchange(
+        strict.address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
 }

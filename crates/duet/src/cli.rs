@@ -88,37 +88,9 @@ fn init_logging(json: bool, default: &str) {
 fn check(path: &std::path::Path) -> i32 {
     match duet_config::load(path) {
         Ok(config) => {
-            println!("{}: ok", path.display());
-            println!(
-                "  workers: {} ({:?})",
-                config.workers.resolve(),
-                config.workers
-            );
-            for listener in &config.listeners {
-                println!("  listener {}", listener.address);
-            }
-            for route in &config.routes {
-                let host = match &route.host {
-                    None => "*".to_owned(),
-                    Some(duet_config::HostPattern::Exact(h)) => h.clone(),
-                    Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
-                };
-                println!(
-                    "  route host {host} path {} -> {}",
-                    route.path_prefix, config.clusters[route.cluster].name
-                );
-            }
-            for cluster in &config.clusters {
-                println!(
-                    "  cluster {} policy {} backends {}",
-                    cluster.name,
-                    cluster.policy.name(),
-                    cluster.backends.len()
-                );
-                for backend in &cluster.backends {
-                    println!("    {} weight {}", backend.name, backend.weight);
-                }
-            }
+            use std::io::Write;
+            // A closed stdout (`duet check ... | head`) is not an error worth a panic.
+            let _ = std::io::stdout().write_all(summary(path, &config).as_bytes());
             0
         }
         Err(errors) => {
@@ -126,6 +98,55 @@ fn check(path: &std::path::Path) -> i32 {
             1
         }
     }
+}
+
+fn summary(path: &std::path::Path, config: &duet_config::Config) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: ok", path.display());
+    let _ = writeln!(
+        out,
+        "  workers: {} ({:?})",
+        config.workers.resolve(),
+        config.workers
+    );
+    for listener in &config.listeners {
+        let _ = writeln!(out, "  listener {}", listener.address);
+    }
+    for route in &config.routes {
+        let host = match &route.host {
+            None => "*".to_owned(),
+            Some(duet_config::HostPattern::Exact(h)) => h.clone(),
+            Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
+        };
+        let _ = writeln!(
+            out,
+            "  route host {host} path {} -> {}",
+            route.path_prefix, config.clusters[route.cluster].name
+        );
+    }
+    for cluster in &config.clusters {
+        let checks = match &cluster.health_check {
+            Some(check) => format!("health checks {} every {:?}", check.path, check.interval),
+            None => "no health checks".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "  cluster {} policy {} backends {}, {checks}, {} attempts",
+            cluster.name,
+            cluster.policy.name(),
+            cluster.backends.len(),
+            cluster.retries.attempts
+        );
+        for backend in &cluster.backends {
+            let _ = writeln!(
+                out,
+                "    {} ({}) weight {}",
+                backend.name, backend.address, backend.weight
+            );
+        }
+    }
+    out
 }
 
 fn run(path: &std::path::Path, json: bool) -> i32 {

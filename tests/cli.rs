@@ -1,0 +1,93 @@
+//! The command line as a newcomer meets it: `check`, `--version`, bad arguments, and `demo`.
+
+use std::process::Command;
+
+fn duet(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(args)
+        .output()
+        .expect("run duet");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_accepts_the_example_and_summarises_it() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/duet.yaml");
+    let (code, stdout, _) = duet(&["check", "--config", config]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("config/duet.yaml: ok"), "{stdout}");
+    assert!(
+        stdout.contains("route host api.example.com path /v1 -> api"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("cluster web policy p2c_peak_ewma backends 2"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_reports_every_error_and_exits_1() {
+    let dir = std::env::temp_dir().join(format!("duet-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        "listeners: [ { address: nowhere } ]\nroutes: [ { cluster: ghost } ]\nclusters: []\n",
+    )
+    .expect("write");
+    let (code, stdout, stderr) = duet(&["check", "--config", path.to_str().expect("utf-8")]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("bad.yaml:1:25: listeners[0].address: `nowhere` is not a listen address"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("bad.yaml:2:22: routes[0].cluster: no cluster is named `ghost`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 errors in configuration"), "{stderr}");
+}
+
+#[test]
+fn version_and_usage_errors() {
+    let (code, stdout, _) = duet(&["--version"]);
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, concat!("duet ", env!("CARGO_PKG_VERSION")))
+    );
+    let (code, _, stderr) = duet(&["run"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--config FILE is required"), "{stderr}");
+    let (code, _, stderr) = duet(&["serve", "--config", "x"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unexpected argument `serve`"), "{stderr}");
+}
+
+#[test]
+fn the_demo_runs_and_shows_p2c_steering_away_from_the_slow_backend() {
+    let (code, stdout, stderr) = duet(&["demo"]);
+    assert_eq!(code, 0, "{stderr}");
+    let share_of_slow = |policy: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(policy))
+            .unwrap_or_else(|| panic!("no {policy} row:\n{stdout}"));
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(columns[6], "0", "errors column: {line}");
+        columns[3]
+            .trim_end_matches('%')
+            .parse()
+            .expect("slow share")
+    };
+    let round_robin = share_of_slow("round_robin");
+    let peak_ewma = share_of_slow("p2c_peak_ewma");
+    assert!((round_robin - 33.3).abs() < 2.0, "{stdout}");
+    assert!(peak_ewma < round_robin / 2.0, "{stdout}");
+}
