@@ -117,7 +117,7 @@ pub use error::{BoxError, NoEligibleEndpoint, NotReady};
 pub use future::ResponseFuture;
 pub use guard::LoadGuard;
 pub use layer::{BalanceLayer, Picked, Target};
-pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwma, SampleAt};
+pub use load::{peak_ewma, DefaultRtt, EndpointLoad, LoadMetric, PeakEwma, SampleAt};
 pub use p2c::{Candidate, P2c, Selection};
 pub use service::{Balance, EndpointView, PickEvent, PickStats, Policy};
 pub use tower::load::{CompleteOnResponse, TrackCompletion};

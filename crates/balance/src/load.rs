@@ -32,7 +32,7 @@ impl LoadMetric {
     pub(crate) fn load(&self, state: &EndpointLoad, now: Instant) -> f64 {
         match self {
             Self::InFlight => state.in_flight() as f64,
-            Self::PeakEwma(_) => state.projected_ewma_ns(now) * (state.in_flight() + 1) as f64,
+            Self::PeakEwma(_) => peak_ewma::load(state.projected_ewma_ns(now), state.in_flight()),
         }
     }
 }
@@ -156,11 +156,7 @@ impl EndpointLoad {
     pub(crate) fn projected_ewma_ns(&self, now: Instant) -> f64 {
         let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
         let elapsed = since(self.epoch, now).saturating_sub(self.stamp_ns.load(Relaxed));
-        if elapsed == 0 {
-            ewma
-        } else {
-            ewma * (-(elapsed as f64) / self.tau_ns).exp()
-        }
+        peak_ewma::project(ewma, elapsed as f64, self.tau_ns, self.in_flight())
     }
 
     pub(crate) fn start(&self) {
@@ -194,22 +190,51 @@ impl EndpointLoad {
     fn record_ns(&self, rtt_ns: f64, now: Instant) {
         let now_ns = since(self.epoch, now);
         let elapsed = now_ns.saturating_sub(self.stamp_ns.load(Relaxed)) as f64;
-        let weight = (-elapsed / self.tau_ns).exp();
+        let tau = self.tau_ns;
         // The pair (estimate, stamp) is not updated as one: two samples completing at the same instant on
         // two threads may each decay from the other's stamp. The error is bounded by one sample's weight
         // and cannot happen in duet's single-threaded workers.
         let _ = self.ewma_ns.fetch_update(Relaxed, Relaxed, |bits| {
-            let ewma = f64::from_bits(bits);
-            let next = if rtt_ns > ewma {
-                rtt_ns
-            } else {
-                ewma * weight + rtt_ns * (1.0 - weight)
-            };
-            Some(next.to_bits())
+            Some(peak_ewma::update(f64::from_bits(bits), rtt_ns, elapsed, tau).to_bits())
         });
         if now_ns > self.stamp_ns.load(Relaxed) {
             self.stamp_ns.store(now_ns, Relaxed);
         }
+    }
+}
+
+/// The PeakEWMA arithmetic on plain numbers (any time unit, used consistently), shared by the balancer
+/// and by simulations that run on virtual time.
+pub mod peak_ewma {
+    /// The estimate after a sample `rtt` taken `elapsed` after the previous one: a higher sample replaces
+    /// it (peak); otherwise `ewma·w + rtt·(1 − w)` with `w = exp(−elapsed/τ)`.
+    #[inline]
+    pub fn update(ewma: f64, rtt: f64, elapsed: f64, tau: f64) -> f64 {
+        if rtt > ewma {
+            rtt
+        } else {
+            let w = (-elapsed / tau).exp();
+            ewma * w + rtt * (1.0 - w)
+        }
+    }
+
+    /// The estimate as read `elapsed` after the last sample, computed, never stored. An idle endpoint's
+    /// estimate decays toward zero, so one that was slow once is tried again. One with requests in
+    /// flight does not decay: no sample there means its requests are slow, and letting its estimate
+    /// fade would make a black hole look idle and attract ever more traffic.
+    #[inline]
+    pub fn project(ewma: f64, elapsed: f64, tau: f64, in_flight: u64) -> f64 {
+        if elapsed <= 0.0 || in_flight > 0 {
+            ewma
+        } else {
+            ewma * (-elapsed / tau).exp()
+        }
+    }
+
+    /// The load P2C compares: the projected estimate times (in flight + 1).
+    #[inline]
+    pub fn load(projected: f64, in_flight: u64) -> f64 {
+        projected * (in_flight + 1) as f64
     }
 }
 
@@ -268,6 +293,25 @@ mod tests {
         a.record(Duration::from_millis(20), now);
         b.record(Duration::from_millis(20), now);
         assert_eq!(a.rtt_estimate(now), b.rtt_estimate(now));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_idle_decay_while_requests_are_in_flight() {
+        let start = Instant::now();
+        let state = ewma_state(start, Duration::from_millis(100));
+        state.start();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(
+            state.rtt_estimate(Instant::now()),
+            Duration::from_millis(100),
+            "a stuck request is no idleness"
+        );
+        state.finish();
+        let decayed = state.rtt_estimate(Instant::now()).as_secs_f64() * 1000.0;
+        assert!(
+            (decayed - 100.0 * (-3.0f64).exp()).abs() < 0.01,
+            "{decayed}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,24 @@
+//! Simulations of duet's balancing, driving duet-balance's own selection code (`P2c::with_seed`,
+//! `select`, `select_weighted`, and the `peak_ewma` arithmetic) on virtual time, so that what is
+//! simulated is what ships. Every run is deterministic for its seed.
+//!
+//! * [`balls`]: balls into bins, one choice against two (Azar, Broder, Karlin, Upfal 1994).
+//! * [`supermarket`]: Mitzenmacher's supermarket model, against his fixed-point formula.
+//! * [`cluster`]: K balancers × W workers with local views in front of n backends (heterogeneous
+//!   capacity, a backend that degrades at time t), under each policy.
+//! * [`herd`]: least-loaded on a stale shared view piles onto one backend as the view ages; P2C on
+//!   local views does not.
+//!
+//! ```
+//! let report = duet_sim::supermarket::run(200, 0.5, 2, 50_000, 7).expect("valid");
+//! assert!((report.mean_time_in_system - report.theory).abs() < 0.1);
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod balls;
+pub mod cluster;
+pub mod herd;
+pub mod plot;
+mod random;
+pub mod supermarket;
