@@ -29,6 +29,7 @@ use hyper::{
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
+    rc::Rc,
     convert::Infallible,
     io,
     net::SocketAddr,
@@ -58,6 +59,12 @@ pub struct BackendOptions {
     pub idle_timeout: Option<Duration>,
     /// Address to bind; defaults to 127.0.0.1:0.
     pub address: SocketAddr,
+    /// If set, default answers wait a uniform random time in `[delay, jitter_to)` instead of `delay`.
+    pub jitter_to: Option<Duration>,
+    /// Answer at most this many default requests at once; the rest wait their turn.
+    pub max_concurrency: Option<usize>,
+    /// From `.0` to `.1` after the backend starts, default answers take `.2`.
+    pub slow_window: Option<(Duration, Duration, Duration)>,
 }
 
 impl BackendOptions {
@@ -68,7 +75,29 @@ impl BackendOptions {
             delay: Duration::ZERO,
             idle_timeout: None,
             address: SocketAddr::from(([127, 0, 0, 1], 0)),
+            jitter_to: None,
+            max_concurrency: None,
+            slow_window: None,
         }
+    }
+
+    /// Default answers wait a uniform random time in `[low, high)`.
+    pub fn uniform_delay(mut self, low: Duration, high: Duration) -> Self {
+        self.delay = low;
+        self.jitter_to = Some(high);
+        self
+    }
+
+    /// At most `limit` default answers in progress at once.
+    pub fn max_concurrency(mut self, limit: usize) -> Self {
+        self.max_concurrency = Some(limit);
+        self
+    }
+
+    /// Between `from` and `to` after start, default answers take `latency`.
+    pub fn slow_between(mut self, from: Duration, to: Duration, latency: Duration) -> Self {
+        self.slow_window = Some((from, to, latency));
+        self
     }
 
     /// Adds a delay before each default answer.
@@ -101,6 +130,9 @@ pub struct Recorded {
 struct Shared {
     requests: AtomicU64,
     connections: AtomicU64,
+    /// Requests received in each second since the backend started.
+    per_second: Mutex<Vec<u64>>,
+    started: Mutex<Option<std::time::Instant>>,
     recorded: Mutex<Vec<Recorded>>,
 }
 
@@ -120,6 +152,9 @@ impl Backend {
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
+        if let Ok(mut started) = shared.started.lock() {
+            *started = Some(std::time::Instant::now());
+        }
         let (stop, stopped) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -156,6 +191,11 @@ impl Backend {
     /// Requests received so far.
     pub fn requests(&self) -> u64 {
         self.shared.requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests received in each whole second since the backend started.
+    pub fn requests_per_second(&self) -> Vec<u64> {
+        self.shared.per_second.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
     /// Connections accepted so far.
@@ -202,7 +242,19 @@ async fn serve(
     let Ok(listener) = TcpListener::from_std(listener) else {
         return;
     };
-    let options = Arc::new(options);
+    let behaviour = Rc::new(Behaviour {
+        limit: options
+            .max_concurrency
+            .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
+        started: tokio::time::Instant::now(),
+        random: std::cell::RefCell::new(<rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(
+            options
+                .name
+                .bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+        )),
+        options,
+    });
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -211,11 +263,11 @@ async fn serve(
                 let Ok((stream, _)) = accepted else { continue };
                 shared.connections.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
-                let options = options.clone();
+                let behaviour = behaviour.clone();
                 let shared = shared.clone();
                 connections.spawn_local(async move {
-                    let idle_timeout = options.idle_timeout;
-                    let service = service_fn(move |request| answer(request, options.clone(), shared.clone()));
+                    let idle_timeout = behaviour.options.idle_timeout;
+                    let service = service_fn(move |request| answer(request, behaviour.clone(), shared.clone()));
                     let mut builder = http1::Builder::new();
                     builder.timer(TokioTimer::new()).writev(false);
                     if let Some(idle) = idle_timeout {
@@ -243,12 +295,51 @@ fn full(status: StatusCode, body: impl Into<Bytes>, name: &str) -> Response<Body
     response
 }
 
+/// A backend's options and the state its answers share (on the backend's own thread).
+struct Behaviour {
+    options: BackendOptions,
+    limit: Option<Arc<tokio::sync::Semaphore>>,
+    started: tokio::time::Instant,
+    random: std::cell::RefCell<rand::rngs::SmallRng>,
+}
+
+impl Behaviour {
+    fn delay(&self) -> Duration {
+        if let Some((from, to, latency)) = self.options.slow_window {
+            let since = self.started.elapsed();
+            if since >= from && since < to {
+                return latency;
+            }
+        }
+        match self.options.jitter_to {
+            Some(high) if high > self.options.delay => {
+                let unit = (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64 / (1u64 << 53) as f64;
+                self.options.delay + (high - self.options.delay).mul_f64(unit)
+            }
+            _ => self.options.delay,
+        }
+    }
+}
+
 async fn answer(
     mut request: Request<Incoming>,
-    options: Arc<BackendOptions>,
+    behaviour: Rc<Behaviour>,
     shared: Arc<Shared>,
 ) -> Result<Response<Body>, Infallible> {
+    let options = &behaviour.options;
     shared.requests.fetch_add(1, Ordering::Relaxed);
+    let second = shared
+        .started
+        .lock()
+        .ok()
+        .and_then(|s| *s)
+        .map_or(0, |s| s.elapsed().as_secs() as usize);
+    if let Ok(mut buckets) = shared.per_second.lock() {
+        if buckets.len() <= second {
+            buckets.resize(second + 1, 0);
+        }
+        buckets[second] += 1;
+    }
     if let Ok(mut recorded) = shared.recorded.lock() {
         recorded.push(Recorded {
             method: request.method().to_string(),
@@ -335,8 +426,13 @@ async fn answer(
             response
         }
         _ => {
-            if !options.delay.is_zero() {
-                tokio::time::sleep(options.delay).await;
+            let _permit = match &behaviour.limit {
+                Some(limit) => limit.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            let delay = behaviour.delay();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
             }
             full(StatusCode::OK, name.to_owned(), name)
         }

@@ -109,3 +109,69 @@ pub async fn closed_loop(
     total.elapsed = started.elapsed();
     total
 }
+
+/// One request of an open-loop run.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// When it was sent, from the start of the run.
+    pub sent_at: Duration,
+    /// How long it took (the timeout if it timed out).
+    pub latency: Duration,
+    /// A 2xx within the timeout.
+    pub ok: bool,
+    /// The answering backend's `x-backend`, or `-`.
+    pub backend: String,
+}
+
+/// Sends GETs to `uri` at a fixed `rate` per second for `duration`, whatever the responses do (open
+/// loop: a slow backend does not slow the offered load), each bounded by `timeout`.
+pub async fn open_loop(uri: Uri, rate: f64, duration: Duration, timeout: Duration) -> Vec<Sample> {
+    let client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1024)
+        .build_http::<Empty<Bytes>>();
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(0.001)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut requests = tokio::task::JoinSet::new();
+    let total = (rate * duration.as_secs_f64()).round() as usize;
+    for _ in 0..total {
+        ticks.tick().await;
+        let client = client.clone();
+        let uri = uri.clone();
+        let sent_at = started.elapsed();
+        requests.spawn(async move {
+            let sent = tokio::time::Instant::now();
+            let outcome = tokio::time::timeout(timeout, async {
+                let response = client.get(uri).await.ok()?;
+                let ok = response.status().is_success();
+                let backend = response
+                    .headers()
+                    .get("x-backend")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_owned();
+                response.into_body().collect().await.ok()?;
+                Some((ok, backend))
+            })
+            .await;
+            let (ok, backend) = match outcome {
+                Ok(Some(result)) => result,
+                _ => (false, "-".to_owned()),
+            };
+            Sample {
+                sent_at,
+                latency: sent.elapsed(),
+                ok,
+                backend,
+            }
+        });
+    }
+    let mut samples = Vec::with_capacity(total);
+    while let Some(done) = requests.join_next().await {
+        if let Ok(sample) = done {
+            samples.push(sample);
+        }
+    }
+    samples.sort_by_key(|s| s.sent_at);
+    samples
+}

@@ -1,0 +1,226 @@
+//! Real-traffic experiments through the real `duet` binary and real loopback backends, reproducing
+//! published setups. Writes tables to stdout, JSON and SVG plots under `docs/`.
+//!
+//! ```sh
+//! cargo bench --bench experiments -- tower      # tower PR #76: 10 backends of very different latency
+//! cargo bench --bench experiments -- linkerd    # Linkerd "beyond round robin": one backend goes slow
+//! cargo bench --bench experiments -- --quick    # both, scaled down (about a minute)
+//! ```
+
+use duet_sim::plot::{self, Axes, Series};
+use duet_testbed::{
+    load::{closed_loop, open_loop},
+    Backend, BackendOptions,
+};
+use serde_json::json;
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+const POLICIES: [&str; 3] = ["round_robin", "p2c_inflight", "p2c_peak_ewma"];
+
+struct Duet {
+    child: Child,
+    address: SocketAddr,
+    _config: PathBuf,
+}
+
+impl Duet {
+    fn start(workers: usize, policy: &str, backends: &[SocketAddr]) -> Self {
+        let mut yaml = format!(
+            "workers: {workers}
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes: [ {{ cluster: app }} ]
+clusters:
+  - name: app
+    policy: {policy}
+    # Balancing alone: no retries, no ejection, so each policy is measured by its choices.
+    retries: {{ attempts: 1 }}
+    outlier_detection: {{ consecutive_failures: 0 }}
+    backends:
+"
+        );
+        for b in backends {
+            yaml.push_str(&format!("      - address: {b}\n"));
+        }
+        let config = std::env::temp_dir().join(format!("duet-experiment-{}-{policy}-{workers}.yaml", std::process::id()));
+        std::fs::write(&config, yaml).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "error,duet::cli=info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn duet");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let address = loop {
+            let line = lines.next().expect("duet exited").expect("read");
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                break rest.split_whitespace().next().unwrap_or_default().parse().expect("address");
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, address, _config: config }
+    }
+}
+
+impl Drop for Duet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self._config);
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn docs() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    std::fs::create_dir_all(dir.join("experiments")).expect("docs dir");
+    dir
+}
+
+/// tower PR #76: 10 backends whose latency is uniform in [0, max), max = 1, 10×4, 100×4, 1000 ms, each
+/// limited to 50 concurrent requests; 50 concurrent clients.
+fn tower(requests: usize) {
+    let maxes = [1u64, 10, 10, 10, 10, 100, 100, 100, 100, 1000];
+    let backends: Vec<Backend> = maxes
+        .iter()
+        .enumerate()
+        .map(|(i, &max)| {
+            Backend::start(
+                BackendOptions::named(&format!("b{i}-{max}ms"))
+                    .uniform_delay(Duration::ZERO, Duration::from_millis(max))
+                    .max_concurrency(50),
+            )
+            .expect("backend")
+        })
+        .collect();
+    let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    println!("tower PR #76 setup: {requests} requests, 50 concurrent clients, 1 duet worker");
+    println!("{:<15} {:>9} {:>9} {:>9} {:>9} {:>8}", "policy", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors");
+    let mut results = Vec::new();
+    let mut cdf = Vec::new();
+    for policy in POLICIES {
+        let duet = Duet::start(1, policy, &addresses);
+        let uri = format!("http://{}/", duet.address).parse().expect("uri");
+        let report = runtime.block_on(closed_loop(uri, requests, 50, Duration::from_secs(30)));
+        let q = |x| ms(report.percentile(x));
+        println!("{policy:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8}", q(0.5), q(0.9), q(0.99), q(0.999), report.errors);
+        results.push(json!({
+            "policy": policy, "requests": requests, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
+            "p999_ms": q(0.999), "errors": report.errors, "shares": report.by_backend,
+        }));
+        let n = report.latencies.len().max(1) as f64;
+        let step = (report.latencies.len() / 400).max(1);
+        cdf.push(Series {
+            name: policy.to_owned(),
+            points: report
+                .latencies
+                .iter()
+                .enumerate()
+                .step_by(step)
+                .map(|(i, l)| (ms(*l).max(0.01), (i + 1) as f64 / n))
+                .collect(),
+        });
+    }
+    println!("tower's published figures: PeakEWMA p99 96 ms, p99.9 105 ms; least-loaded p99.9 857 ms; round robin p99 906 ms");
+    let docs = docs();
+    let _ = std::fs::write(docs.join("experiments/tower.json"), serde_json::to_string_pretty(&results).unwrap_or_default());
+    if let Err(e) = plot::line_chart(
+        &docs.join("latency-cdf.svg"),
+        "Latency CDF, tower PR #76 setup through duet",
+        "latency (ms, log scale)",
+        "fraction of requests",
+        &cdf,
+        Axes { log_x: true, log_y: false },
+    ) {
+        eprintln!("plot: {e}");
+    }
+}
+
+/// Linkerd "beyond round robin", scaled to a 2-core machine: 11 backends around 167 ms, one held at 2 s
+/// for the middle half of the run, open-loop fixed rate, 1 s client timeout.
+fn linkerd(seconds: u64, rate: f64) {
+    let duration = Duration::from_secs(seconds);
+    println!("\nLinkerd setup: 11 backends ~167 ms (117-217), b0 at 2 s from {}s to {}s; {rate} req/s open loop for {seconds} s; 1 s timeout", seconds / 4, 3 * seconds / 4);
+    println!("{:<15} {:>7} {:>9} {:>9} {:>9} {:>9}", "policy", "workers", "success", "p50 ms", "p99 ms", "p99.9 ms");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let mut results = Vec::new();
+    let mut shares = Vec::new();
+    for workers in [1usize, 2] {
+        for policy in POLICIES {
+            let backends: Vec<Backend> = (0..11)
+                .map(|i| {
+                    let mut options = BackendOptions::named(&format!("b{i}"))
+                        .uniform_delay(Duration::from_millis(117), Duration::from_millis(217));
+                    if i == 0 {
+                        options = options.slow_between(duration / 4, duration * 3 / 4, Duration::from_secs(2));
+                    }
+                    Backend::start(options).expect("backend")
+                })
+                .collect();
+            let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+            let duet = Duet::start(workers, policy, &addresses);
+            let uri = format!("http://{}/", duet.address).parse().expect("uri");
+            let samples = runtime.block_on(open_loop(uri, rate, duration, Duration::from_secs(1)));
+            let ok = samples.iter().filter(|s| s.ok).count();
+            let success = ok as f64 / samples.len().max(1) as f64;
+            let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+            latencies.sort_unstable();
+            let q = |x: f64| latencies.get(((latencies.len() as f64 * x) as usize).min(latencies.len().saturating_sub(1))).map_or(0.0, |d| ms(*d));
+            println!("{policy:<15} {workers:>7} {:>8.2}% {:>9.1} {:>9.1} {:>9.1}", success * 100.0, q(0.5), q(0.99), q(0.999));
+            results.push(json!({
+                "policy": policy, "workers": workers, "requests": samples.len(), "success_rate": success,
+                "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999),
+            }));
+            if workers == 1 {
+                // The degraded backend's share of what reached the backends, second by second.
+                let slow = backends[0].requests_per_second();
+                let all: Vec<Vec<u64>> = backends.iter().map(Backend::requests_per_second).collect();
+                let points = (0..seconds as usize)
+                    .map(|t| {
+                        let total: u64 = all.iter().map(|b| b.get(t).copied().unwrap_or(0)).sum();
+                        (t as f64, slow.get(t).copied().unwrap_or(0) as f64 / total.max(1) as f64)
+                    })
+                    .collect();
+                shares.push(Series { name: policy.to_owned(), points });
+            }
+        }
+    }
+    println!("Linkerd reported success rates of ~95% (round robin), ~99% (least loaded), ~99.9% (PeakEWMA)");
+    let docs = docs();
+    let _ = std::fs::write(docs.join("experiments/linkerd.json"), serde_json::to_string_pretty(&results).unwrap_or_default());
+    if let Err(e) = plot::line_chart(
+        &docs.join("degraded-share.svg"),
+        "Share of requests sent to the backend that turns slow (1 worker)",
+        "seconds (slow during the middle half)",
+        "share of requests",
+        &shares,
+        Axes::default(),
+    ) {
+        eprintln!("plot: {e}");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let which: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.starts_with("--")).collect();
+    let run_all = which.is_empty();
+    if run_all || which.contains(&"tower") {
+        tower(if quick { 10_000 } else { 50_000 });
+    }
+    if run_all || which.contains(&"linkerd") {
+        linkerd(if quick { 16 } else { 40 }, 200.0);
+    }
+}
