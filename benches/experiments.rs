@@ -47,7 +47,10 @@ clusters:
         for b in backends {
             yaml.push_str(&format!("      - address: {b}\n"));
         }
-        let config = std::env::temp_dir().join(format!("duet-experiment-{}-{policy}-{workers}.yaml", std::process::id()));
+        let config = std::env::temp_dir().join(format!(
+            "duet-experiment-{}-{policy}-{workers}.yaml",
+            std::process::id()
+        ));
         std::fs::write(&config, yaml).expect("write config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
             .args(["run", "--config"])
@@ -62,11 +65,20 @@ clusters:
         let address = loop {
             let line = lines.next().expect("duet exited").expect("read");
             if let Some(rest) = line.split("listening on http://").nth(1) {
-                break rest.split_whitespace().next().unwrap_or_default().parse().expect("address");
+                break rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .parse()
+                    .expect("address");
             }
         };
         std::thread::spawn(move || for _ in lines {});
-        Self { child, address, _config: config }
+        Self {
+            child,
+            address,
+            _config: config,
+        }
     }
 }
 
@@ -105,9 +117,16 @@ fn tower(requests: usize) {
         })
         .collect();
     let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
     println!("tower PR #76 setup: {requests} requests, 50 concurrent clients, 1 duet worker");
-    println!("{:<15} {:>9} {:>9} {:>9} {:>9} {:>8}", "policy", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors");
+    println!(
+        "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "policy", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors"
+    );
     let mut results = Vec::new();
     let mut cdf = Vec::new();
     for policy in POLICIES {
@@ -115,7 +134,14 @@ fn tower(requests: usize) {
         let uri = format!("http://{}/", duet.address).parse().expect("uri");
         let report = runtime.block_on(closed_loop(uri, requests, 50, Duration::from_secs(30)));
         let q = |x| ms(report.percentile(x));
-        println!("{policy:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8}", q(0.5), q(0.9), q(0.99), q(0.999), report.errors);
+        println!(
+            "{policy:<15} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8}",
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            q(0.999),
+            report.errors
+        );
         results.push(json!({
             "policy": policy, "requests": requests, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
             "p999_ms": q(0.999), "errors": report.errors, "shares": report.by_backend,
@@ -135,14 +161,20 @@ fn tower(requests: usize) {
     }
     println!("tower's published figures: PeakEWMA p99 96 ms, p99.9 105 ms; least-loaded p99.9 857 ms; round robin p99 906 ms");
     let docs = docs();
-    let _ = std::fs::write(docs.join("experiments/tower.json"), serde_json::to_string_pretty(&results).unwrap_or_default());
+    let _ = std::fs::write(
+        docs.join("experiments/tower.json"),
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    );
     if let Err(e) = plot::line_chart(
         &docs.join("latency-cdf.svg"),
         "Latency CDF, tower PR #76 setup through duet",
         "latency (ms, log scale)",
         "fraction of requests",
         &cdf,
-        Axes { log_x: true, log_y: false },
+        Axes {
+            log_x: true,
+            log_y: false,
+        },
     ) {
         eprintln!("plot: {e}");
     }
@@ -153,8 +185,15 @@ fn tower(requests: usize) {
 fn linkerd(seconds: u64, rate: f64) {
     let duration = Duration::from_secs(seconds);
     println!("\nLinkerd setup: 11 backends ~167 ms (117-217), b0 at 2 s from {}s to {}s; {rate} req/s open loop for {seconds} s; 1 s timeout", seconds / 4, 3 * seconds / 4);
-    println!("{:<15} {:>7} {:>9} {:>9} {:>9} {:>9}", "policy", "workers", "success", "p50 ms", "p99 ms", "p99.9 ms");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    println!(
+        "{:<15} {:>7} {:>9} {:>9} {:>9} {:>9}",
+        "policy", "workers", "success", "p50 ms", "p99 ms", "p99.9 ms"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut results = Vec::new();
     let mut shares = Vec::new();
     for workers in [1usize, 2] {
@@ -164,7 +203,11 @@ fn linkerd(seconds: u64, rate: f64) {
                     let mut options = BackendOptions::named(&format!("b{i}"))
                         .uniform_delay(Duration::from_millis(117), Duration::from_millis(217));
                     if i == 0 {
-                        options = options.slow_between(duration / 4, duration * 3 / 4, Duration::from_secs(2));
+                        options = options.slow_between(
+                            duration / 4,
+                            duration * 3 / 4,
+                            Duration::from_secs(2),
+                        );
                     }
                     Backend::start(options).expect("backend")
                 })
@@ -177,8 +220,21 @@ fn linkerd(seconds: u64, rate: f64) {
             let success = ok as f64 / samples.len().max(1) as f64;
             let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
             latencies.sort_unstable();
-            let q = |x: f64| latencies.get(((latencies.len() as f64 * x) as usize).min(latencies.len().saturating_sub(1))).map_or(0.0, |d| ms(*d));
-            println!("{policy:<15} {workers:>7} {:>8.2}% {:>9.1} {:>9.1} {:>9.1}", success * 100.0, q(0.5), q(0.99), q(0.999));
+            let q = |x: f64| {
+                latencies
+                    .get(
+                        ((latencies.len() as f64 * x) as usize)
+                            .min(latencies.len().saturating_sub(1)),
+                    )
+                    .map_or(0.0, |d| ms(*d))
+            };
+            println!(
+                "{policy:<15} {workers:>7} {:>8.2}% {:>9.1} {:>9.1} {:>9.1}",
+                success * 100.0,
+                q(0.5),
+                q(0.99),
+                q(0.999)
+            );
             results.push(json!({
                 "policy": policy, "workers": workers, "requests": samples.len(), "success_rate": success,
                 "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999),
@@ -186,20 +242,30 @@ fn linkerd(seconds: u64, rate: f64) {
             if workers == 1 {
                 // The degraded backend's share of what reached the backends, second by second.
                 let slow = backends[0].requests_per_second();
-                let all: Vec<Vec<u64>> = backends.iter().map(Backend::requests_per_second).collect();
+                let all: Vec<Vec<u64>> =
+                    backends.iter().map(Backend::requests_per_second).collect();
                 let points = (0..seconds as usize)
                     .map(|t| {
                         let total: u64 = all.iter().map(|b| b.get(t).copied().unwrap_or(0)).sum();
-                        (t as f64, slow.get(t).copied().unwrap_or(0) as f64 / total.max(1) as f64)
+                        (
+                            t as f64,
+                            slow.get(t).copied().unwrap_or(0) as f64 / total.max(1) as f64,
+                        )
                     })
                     .collect();
-                shares.push(Series { name: policy.to_owned(), points });
+                shares.push(Series {
+                    name: policy.to_owned(),
+                    points,
+                });
             }
         }
     }
     println!("Linkerd reported success rates of ~95% (round robin), ~99% (least loaded), ~99.9% (PeakEWMA)");
     let docs = docs();
-    let _ = std::fs::write(docs.join("experiments/linkerd.json"), serde_json::to_string_pretty(&results).unwrap_or_default());
+    let _ = std::fs::write(
+        docs.join("experiments/linkerd.json"),
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    );
     if let Err(e) = plot::line_chart(
         &docs.join("degraded-share.svg"),
         "Share of requests sent to the backend that turns slow (1 worker)",
@@ -213,9 +279,16 @@ fn linkerd(seconds: u64, rate: f64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let which: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.starts_with("--")).collect();
+    let which: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let run_all = which.is_empty();
     if run_all || which.contains(&"tower") {
         tower(if quick { 10_000 } else { 50_000 });

@@ -29,10 +29,10 @@ use hyper::{
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
-    rc::Rc,
     convert::Infallible,
     io,
     net::SocketAddr,
+    rc::Rc,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -195,7 +195,11 @@ impl Backend {
 
     /// Requests received in each whole second since the backend started.
     pub fn requests_per_second(&self) -> Vec<u64> {
-        self.shared.per_second.lock().map(|v| v.clone()).unwrap_or_default()
+        self.shared
+            .per_second
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
     }
 
     /// Connections accepted so far.
@@ -247,12 +251,14 @@ async fn serve(
             .max_concurrency
             .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
         started: tokio::time::Instant::now(),
-        random: std::cell::RefCell::new(<rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(
-            options
-                .name
-                .bytes()
-                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
-        )),
+        random: std::cell::RefCell::new(
+            <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(
+                options
+                    .name
+                    .bytes()
+                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+            ),
+        ),
         options,
     });
     let mut connections = tokio::task::JoinSet::new();
@@ -313,7 +319,8 @@ impl Behaviour {
         }
         match self.options.jitter_to {
             Some(high) if high > self.options.delay => {
-                let unit = (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64 / (1u64 << 53) as f64;
+                let unit = (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64
+                    / (1u64 << 53) as f64;
                 self.options.delay + (high - self.options.delay).mul_f64(unit)
             }
             _ => self.options.delay,
