@@ -243,6 +243,12 @@ pub mod peak_ewma {
         }
     }
 
+    /// The load P2C compares: the projected estimate times (in flight + 1).
+    #[inline]
+    pub fn load(projected: f64, in_flight: u64) -> f64 {
+        projected * (in_flight + 1) as f64
+    }
+
     #[cfg(test)]
     mod tests {
         #[test]
@@ -251,12 +257,6 @@ pub mod peak_ewma {
                 assert!((super::decay(x) - (-x).exp()).abs() < 2e-10, "{x}");
             }
         }
-    }
-
-    /// The load P2C compares: the projected estimate times (in flight + 1).
-    #[inline]
-    pub fn load(projected: f64, in_flight: u64) -> f64 {
-        projected * (in_flight + 1) as f64
     }
 }
 
