@@ -75,6 +75,11 @@ impl Duet {
         }
     }
 
+    /// The config file duet was started with (rewrite it, then send SIGHUP).
+    pub fn config_path(&self) -> PathBuf {
+        self._dir.0.join("duet.yaml")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
     }

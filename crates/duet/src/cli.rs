@@ -7,7 +7,7 @@ const USAGE: &str = "\
 duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker)
 
 usage:
-  duet run --config FILE [--log-format text|json]   serve
+  duet run --config FILE [--log-format text|json]   serve; SIGHUP reloads FILE, SIGTERM drains
   duet check --config FILE                          validate a config and print a summary
   duet demo                                         run a local demo: three backends, each policy
   duet --version
@@ -171,7 +171,7 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
     let signal = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map(|runtime| runtime.block_on(wait_for_stop_signal()));
+        .map(|runtime| runtime.block_on(control_loop(path, &server)));
     match signal {
         Ok(Ok(name)) => tracing::info!("{name}: draining in-flight requests, then exiting"),
         Ok(Err(error)) | Err(error) => {
@@ -190,12 +190,24 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
     }
 }
 
-async fn wait_for_stop_signal() -> std::io::Result<&'static str> {
+/// Waits for SIGTERM or SIGINT (returned) and reloads the config file on each SIGHUP. A config that does
+/// not load is reported with every error, and the running one stays.
+async fn control_loop(path: &std::path::Path, server: &Server) -> std::io::Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = terminate.recv() => Ok("SIGTERM"),
-        _ = interrupt.recv() => Ok("SIGINT"),
+    let mut hangup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => return Ok("SIGTERM"),
+            _ = interrupt.recv() => return Ok("SIGINT"),
+            _ = hangup.recv() => match duet_config::load(path) {
+                Err(errors) => tracing::error!("SIGHUP: keeping the running configuration; {} does not load:\n{errors}", path.display()),
+                Ok(config) => match server.reload(config) {
+                    Ok(()) => tracing::info!("SIGHUP: reloaded {}", path.display()),
+                    Err(why) => tracing::error!("SIGHUP: keeping the running configuration: {why}"),
+                },
+            },
+        }
     }
 }

@@ -10,8 +10,9 @@ use tokio::sync::watch;
 pub struct Server {
     addresses: Vec<SocketAddr>,
     workers: Vec<thread::JoinHandle<io::Result<()>>>,
-    control: Option<thread::JoinHandle<io::Result<()>>>,
+    control: thread::JoinHandle<io::Result<()>>,
     shutdown: watch::Sender<bool>,
+    config: watch::Sender<Arc<Config>>,
 }
 
 impl Server {
@@ -31,35 +32,40 @@ impl Server {
         }
         let config = Arc::new(config);
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let (health_tx, health_rx) = watch::channel(Arc::new(HealthView::initial(&config)));
-        // The control plane: health checks run once per process and are published to every worker.
-        let control = if config.clusters.iter().any(|c| c.health_check.is_some()) {
-            let config = config.clone();
+        let (config_tx, config_rx) = watch::channel(config.clone());
+        let initial_health = HealthView::for_config(&config, &HealthView::default());
+        let (health_tx, health_rx) = watch::channel(Arc::new(initial_health));
+        // The control plane: health checks run once per process and are published to every worker; a
+        // reloaded config restarts them.
+        let control = {
+            let config_rx = config_rx.clone();
             let shutdown_rx = shutdown_rx.clone();
-            Some(
-                thread::Builder::new()
-                    .name("duet-control".into())
-                    .spawn(move || {
-                        let runtime = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()?;
-                        tokio::task::LocalSet::new()
-                            .block_on(&runtime, run_health_checks(config, health_tx, shutdown_rx));
-                        Ok(())
-                    })?,
-            )
-        } else {
-            None
+            thread::Builder::new()
+                .name("duet-control".into())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    tokio::task::LocalSet::new().block_on(
+                        &runtime,
+                        run_health_checks(config_rx, health_tx, shutdown_rx),
+                    );
+                    Ok(())
+                })?
         };
         let mut handles = Vec::with_capacity(workers);
         for (index, listeners) in per_worker.into_iter().enumerate() {
             let config = config.clone();
             let shutdown_rx = shutdown_rx.clone();
-            let health_rx = health_rx.clone();
+            let channels = worker::Channels {
+                shutdown: shutdown_rx.clone(),
+                health: health_rx.clone(),
+                config: config_rx.clone(),
+            };
             handles.push(
                 thread::Builder::new()
                     .name(format!("duet-worker-{index}"))
-                    .spawn(move || worker::run(index, listeners, config, shutdown_rx, health_rx))?,
+                    .spawn(move || worker::run(index, listeners, config, channels))?,
             );
         }
         Ok(Self {
@@ -67,7 +73,31 @@ impl Server {
             workers: handles,
             control,
             shutdown,
+            config: config_tx,
         })
+    }
+
+    /// Switches every worker to `config` between requests, keeping the balancer state of backends that
+    /// remain, and restarts health checks. Listeners and the worker count are fixed at start: a change
+    /// to them is refused (restart duet to apply it), and nothing changes.
+    pub fn reload(&self, config: Config) -> Result<(), String> {
+        let current = self.config.borrow().clone();
+        // A listener is unchanged if it names the address it was configured with or the one it bound
+        // (port 0 resolved).
+        let same_listeners = config.listeners.len() == current.listeners.len()
+            && config
+                .listeners
+                .iter()
+                .zip(current.listeners.iter().zip(&self.addresses))
+                .all(|(new, (old, bound))| new.address == old.address || new.address == *bound);
+        if !same_listeners {
+            return Err("listeners changed: restart duet to apply a new set of listeners".into());
+        }
+        if config.workers.resolve() != self.workers.len() {
+            return Err("the worker count changed: restart duet to apply it".into());
+        }
+        self.config.send_replace(Arc::new(config));
+        Ok(())
     }
 
     /// The bound address of each configured listener, in config order.
@@ -89,7 +119,11 @@ impl Server {
 
     fn join(self) -> io::Result<()> {
         let mut result = Ok(());
-        for handle in self.workers.into_iter().chain(self.control) {
+        for handle in self
+            .workers
+            .into_iter()
+            .chain(std::iter::once(self.control))
+        {
             match handle.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => result = Err(error),

@@ -9,30 +9,41 @@ use tokio::{
     task::{JoinSet, LocalSet},
 };
 
+/// What a worker listens to from the control plane.
+pub(crate) struct Channels {
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) health: watch::Receiver<Arc<HealthView>>,
+    pub(crate) config: watch::Receiver<Arc<Config>>,
+}
+
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
 pub(crate) fn run(
     index: usize,
     listeners: Vec<std::net::TcpListener>,
     config: Arc<Config>,
-    shutdown: watch::Receiver<bool>,
-    health: watch::Receiver<Arc<HealthView>>,
+    channels: Channels,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    LocalSet::new().block_on(&runtime, serve(index, listeners, config, shutdown, health))
+    LocalSet::new().block_on(&runtime, serve(index, listeners, config, channels))
 }
 
 async fn serve(
     index: usize,
     listeners: Vec<std::net::TcpListener>,
-    config: Arc<Config>,
-    mut shutdown: watch::Receiver<bool>,
-    mut health: watch::Receiver<Arc<HealthView>>,
+    mut config: Arc<Config>,
+    channels: Channels,
 ) -> std::io::Result<()> {
+    let Channels {
+        mut shutdown,
+        mut health,
+        config: mut reloads,
+    } = channels;
+    reloads.borrow_and_update();
     let proxy = Rc::new(WorkerProxy::new(&config));
-    proxy.apply_health(&health.borrow_and_update());
-    let limits = config.limits;
+    proxy.apply_health(health.borrow_and_update().clone());
+    let mut limits = config.limits;
     let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
     let mut acceptors = JoinSet::new();
     for listener in listeners {
@@ -66,7 +77,13 @@ async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             Ok(()) = health.changed() => {
                 let view = health.borrow_and_update().clone();
-                proxy.apply_health(&view);
+                proxy.apply_health(view);
+            }
+            Ok(()) = reloads.changed() => {
+                config = reloads.borrow_and_update().clone();
+                limits = config.limits;
+                proxy.reload(&config);
+                tracing::info!(worker = index, "configuration reloaded");
             }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {

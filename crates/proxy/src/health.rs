@@ -8,83 +8,128 @@ use hyper_util::{
     client::legacy::{connect::HttpConnector, Client},
     rt::{TokioExecutor, TokioTimer},
 };
-use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc};
+use std::{cell::RefCell, collections::HashMap, net::SocketAddr, rc::Rc, sync::Arc};
 use tokio::sync::watch;
 
-/// Which backends pass their health checks: `clusters[c][b]` for backend `b` of cluster `c`, in config
-/// order. Backends of clusters without checks are always healthy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which backends pass their health checks, by cluster name and backend address. Backends of clusters
+/// without checks have no entry: they are always healthy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HealthView {
-    /// Per cluster, per backend.
-    pub clusters: Vec<Vec<bool>>,
+    clusters: HashMap<String, HashMap<SocketAddr, bool>>,
 }
 
 impl HealthView {
-    /// The view before any check has run: with checks configured a backend is admitted only after its
-    /// first passing check (as Envoy does); without, it starts healthy.
-    pub fn initial(config: &Config) -> Self {
-        Self {
-            clusters: config
-                .clusters
-                .iter()
-                .map(|c| vec![c.health_check.is_none(); c.backends.len()])
-                .collect(),
+    /// The view for `config` before its checks have run: backends kept from `previous` keep their state;
+    /// new backends of checked clusters start unhealthy, admitted after their first passing check (as
+    /// Envoy does).
+    pub fn for_config(config: &Config, previous: &HealthView) -> Self {
+        let clusters = config
+            .clusters
+            .iter()
+            .filter(|c| c.health_check.is_some())
+            .map(|c| {
+                let backends = c
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        (
+                            b.address,
+                            previous.healthy(&c.name, b.address).unwrap_or(false),
+                        )
+                    })
+                    .collect();
+                (c.name.clone(), backends)
+            })
+            .collect();
+        Self { clusters }
+    }
+
+    /// Whether a checked backend is healthy; `None` if it is not checked.
+    pub fn healthy(&self, cluster: &str, backend: SocketAddr) -> Option<bool> {
+        self.clusters
+            .get(cluster)
+            .and_then(|c| c.get(&backend))
+            .copied()
+    }
+
+    fn set(&mut self, cluster: &str, backend: SocketAddr, healthy: bool) -> bool {
+        match self
+            .clusters
+            .get_mut(cluster)
+            .and_then(|c| c.get_mut(&backend))
+        {
+            Some(slot) if *slot != healthy => {
+                *slot = healthy;
+                true
+            }
+            _ => false,
         }
     }
 }
 
 /// Probes every backend of every cluster that has `health_check` configured, publishing each change of
-/// state on `publish`, until `shutdown` turns true. Runs on the caller's (single-threaded) runtime.
+/// state on `publish`, until `shutdown` turns true. A new config on `config` restarts the probes, keeping
+/// the state of backends that remain. Runs on the caller's (single-threaded) runtime.
 pub async fn run_health_checks(
-    config: Arc<Config>,
+    mut config: watch::Receiver<Arc<Config>>,
     publish: watch::Sender<Arc<HealthView>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let view = Rc::new(RefCell::new(HealthView::initial(&config)));
-    let publish = Rc::new(publish);
-    let mut probes = tokio::task::JoinSet::new();
-    for (c, cluster) in config.clusters.iter().enumerate() {
-        let Some(check) = &cluster.health_check else {
-            continue;
-        };
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(check.timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(check.interval * 2)
-            .build::<_, Empty<Bytes>>(connector);
-        for (b, backend) in cluster.backends.iter().enumerate() {
-            let probe = Probe {
-                cluster: cluster.name.clone(),
-                address: backend.address,
-                check: check.clone(),
-                client: client.clone(),
+    loop {
+        let current = config.borrow_and_update().clone();
+        let previous = publish.borrow().clone();
+        let view = Rc::new(RefCell::new(HealthView::for_config(&current, &previous)));
+        publish.send_replace(Arc::new(view.borrow().clone()));
+        let publish = Rc::new(publish.clone());
+        let mut probes = tokio::task::JoinSet::new();
+        for cluster in &current.clusters {
+            let Some(check) = &cluster.health_check else {
+                continue;
             };
-            let view = view.clone();
-            let publish = publish.clone();
-            probes.spawn_local(async move {
-                probe
-                    .run(|healthy| {
-                        let changed = {
-                            let mut view = view.borrow_mut();
-                            let slot = &mut view.clusters[c][b];
-                            let changed = *slot != healthy;
-                            *slot = healthy;
-                            changed
-                        };
-                        if changed {
-                            publish.send_replace(Arc::new(view.borrow().clone()));
-                        }
-                    })
-                    .await
-            });
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(check.timeout));
+            let client = Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(check.interval * 2)
+                .build::<_, Empty<Bytes>>(connector);
+            for backend in &cluster.backends {
+                let initial = view
+                    .borrow()
+                    .healthy(&cluster.name, backend.address)
+                    .unwrap_or(false);
+                let probe = Probe {
+                    cluster: cluster.name.clone(),
+                    address: backend.address,
+                    check: check.clone(),
+                    client: client.clone(),
+                };
+                let view = view.clone();
+                let publish = publish.clone();
+                probes.spawn_local(async move {
+                    let (cluster, address) = (probe.cluster.clone(), probe.address);
+                    probe
+                        .run(initial, |healthy| {
+                            if view.borrow_mut().set(&cluster, address, healthy) {
+                                publish.send_replace(Arc::new(view.borrow().clone()));
+                            }
+                        })
+                        .await
+                });
+            }
+        }
+        tokio::select! {
+            changed = config.changed() => {
+                probes.abort_all();
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = shutdown.wait_for(|stop| *stop) => {
+                probes.abort_all();
+                return;
+            }
         }
     }
-    if probes.is_empty() {
-        return;
-    }
-    let _ = shutdown.wait_for(|stop| *stop).await;
-    probes.abort_all();
 }
 
 struct Probe {
@@ -95,9 +140,9 @@ struct Probe {
 }
 
 impl Probe {
-    async fn run(self, mut report: impl FnMut(bool)) {
-        let mut healthy = false;
-        let mut admitted_once = false;
+    async fn run(self, initial: bool, mut report: impl FnMut(bool)) {
+        let mut healthy = initial;
+        let mut admitted_once = initial;
         let (mut passes, mut failures) = (0u32, 0u32);
         let uri: http::Uri = match format!("http://{}{}", self.address, self.check.path).parse() {
             Ok(uri) => uri,

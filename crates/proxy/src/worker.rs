@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::{
     cell::RefCell,
+    collections::HashMap,
     net::SocketAddr,
     rc::Rc,
     sync::Arc,
@@ -42,18 +43,27 @@ const RETRY_AFTER_CAP: Duration = Duration::from_secs(30);
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
 /// with another worker, and no borrow is held across an `.await`.
+///
+/// Its routing table can be replaced by [`reload`](Self::reload) between requests: each request works on
+/// the table it started with; balancer state carries over for backends (keyed by address) that remain.
 pub struct WorkerProxy {
+    table: RefCell<Rc<Table>>,
+    health: RefCell<Arc<HealthView>>,
+}
+
+struct Table {
     routes: Vec<Route>,
-    clusters: Vec<ClusterState>,
+    clusters: Vec<Rc<ClusterState>>,
     max_uri_length: usize,
 }
 
 struct ClusterState {
     name: Arc<str>,
+    policy: Policy,
     balance: RefCell<ClusterBalance>,
-    /// Backend addresses in config order, as health views index them.
     backends: Vec<SocketAddr>,
-    healthy: RefCell<Vec<bool>>,
+    health_checked: bool,
+    healthy: RefCell<HashMap<SocketAddr, bool>>,
     outliers: RefCell<Outliers>,
     budget: TpsBudget,
     attempts: u32,
@@ -65,14 +75,24 @@ impl WorkerProxy {
     /// Builds a worker's clients and balancers from a checked config. Must run inside the worker's
     /// tokio runtime (the clients use its timer).
     pub fn new(config: &Config) -> Self {
-        let clusters = config.clusters.iter().map(ClusterState::new).collect();
         let proxy = Self {
-            routes: config.routes.clone(),
-            clusters,
-            max_uri_length: config.limits.max_uri_length,
+            table: RefCell::new(Rc::new(Table::new(config, &[]))),
+            health: RefCell::new(Arc::new(HealthView::default())),
         };
-        proxy.apply_health(&HealthView::initial(config));
+        proxy.apply_health(Arc::new(HealthView::default()));
         proxy
+    }
+
+    /// Switches to a new config. Clusters are matched by name: a cluster that keeps its policy keeps its
+    /// balancer, and with it the load and latency state of every backend address that remains; new
+    /// backends start as a new endpoint would (PeakEWMA at the pool median). Requests in flight finish
+    /// on the table they started with.
+    pub fn reload(&self, config: &Config) {
+        let old = self.table.borrow().clone();
+        let table = Table::new(config, &old.clusters);
+        *self.table.borrow_mut() = Rc::new(table);
+        let view = self.health.borrow().clone();
+        self.apply_health(view);
     }
 
     /// Runs `f` on a cluster's balancer (for telemetry and tests).
@@ -81,7 +101,9 @@ impl WorkerProxy {
         cluster: &str,
         f: impl FnOnce(&ClusterBalance) -> T,
     ) -> Option<T> {
-        self.clusters
+        let table = self.table.borrow().clone();
+        table
+            .clusters
             .iter()
             .find(|c| &*c.name == cluster)
             .map(|c| f(&c.balance.borrow()))
@@ -89,17 +111,24 @@ impl WorkerProxy {
 
     /// Applies the control plane's health view: a backend is eligible when it is healthy and this
     /// worker has not ejected it. Runs between requests, off the request path.
-    pub fn apply_health(&self, view: &HealthView) {
+    pub fn apply_health(&self, view: Arc<HealthView>) {
         let now = Instant::now();
-        for (cluster, healthy) in self.clusters.iter().zip(&view.clusters) {
-            if healthy.len() != cluster.backends.len() {
-                continue;
+        let table = self.table.borrow().clone();
+        for cluster in &table.clusters {
+            {
+                let mut healthy = cluster.healthy.borrow_mut();
+                for &backend in &cluster.backends {
+                    let state = view
+                        .healthy(&cluster.name, backend)
+                        .unwrap_or(!cluster.health_checked);
+                    healthy.insert(backend, state);
+                }
             }
-            *cluster.healthy.borrow_mut() = healthy.clone();
             for &backend in &cluster.backends {
                 cluster.refresh_eligibility(backend, now);
             }
         }
+        *self.health.borrow_mut() = view;
     }
 
     /// Proxies one request from `client`. Never fails: errors become short text responses.
@@ -120,7 +149,8 @@ impl WorkerProxy {
             complete: None,
         });
 
-        if uri_length(request.uri()) > self.max_uri_length {
+        let table = self.table.borrow().clone();
+        if uri_length(request.uri()) > table.max_uri_length {
             return local_error(ProxyError::new(ErrorKind::UriTooLong), log);
         }
         // An absolute-form target names its host in the URI; otherwise the Host header does. Either way
@@ -131,7 +161,7 @@ impl WorkerProxy {
         };
         let host_name = host.as_ref().and_then(|h| h.to_str().ok());
         let path = request.uri().path();
-        let Some((route_index, route)) = self
+        let Some((route_index, route)) = table
             .routes
             .iter()
             .enumerate()
@@ -139,7 +169,7 @@ impl WorkerProxy {
         else {
             return local_error(ProxyError::new(ErrorKind::NoRoute), log);
         };
-        let Some(cluster) = self.clusters.get(route.cluster) else {
+        let Some(cluster) = table.clusters.get(route.cluster).cloned() else {
             return local_error(ProxyError::new(ErrorKind::NoRoute), log);
         };
         if let Some(log) = log.as_mut() {
@@ -167,7 +197,7 @@ impl WorkerProxy {
                 return response;
             }
         };
-        let retry_after_send = self.routes[route_index]
+        let retry_after_send = table.routes[route_index]
             .retry_methods
             .iter()
             .any(|m| m == parts.method.as_str())
@@ -192,7 +222,7 @@ impl WorkerProxy {
                 Ok(response) => {
                     let backend = response.extensions().get::<PickedBackend>().map(|b| b.0);
                     if let Some(backend) = backend {
-                        self.record_response(route.cluster, backend, &response, now);
+                        cluster.record_response(backend, &response, now);
                     }
                     break Ok(response);
                 }
@@ -207,7 +237,7 @@ impl WorkerProxy {
             let Some(backend) = failed.backend() else {
                 break Err(failed);
             };
-            self.record_failure(route.cluster, backend, now);
+            cluster.record_failure(backend, now);
             tried.push(backend);
             let safe = match failed.kind() {
                 // Never reached the backend: safe for any method, if the body is still ours to send.
@@ -256,99 +286,81 @@ impl WorkerProxy {
             }
         }
     }
+}
 
-    fn record_response(
-        self: &Rc<Self>,
-        cluster_index: usize,
-        backend: SocketAddr,
-        response: &Response<duet_balance::TrackedBody<Incoming>>,
-        now: Instant,
-    ) {
-        let cluster = &self.clusters[cluster_index];
-        let status = response.status();
-        if status.is_server_error() {
-            self.record_failure(cluster_index, backend, now);
-        } else {
-            cluster.outliers.borrow_mut().record_success(backend, now);
-        }
-        // A backend shedding load with Retry-After is left alone for that long (capped).
-        if cluster.penalised.contains(status) {
-            let retry_after = response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|secs| Duration::from_secs(secs).min(RETRY_AFTER_CAP));
-            if let Some(time) = retry_after {
-                let ejected = cluster.outliers.borrow_mut().eject(backend, time, now);
-                if let Some(time) = ejected {
-                    self.eject(cluster_index, backend, time);
-                }
-            }
+impl Table {
+    /// Builds the table for `config`, taking over the balancers of `previous` clusters of the same name
+    /// and policy.
+    fn new(config: &Config, previous: &[Rc<ClusterState>]) -> Self {
+        let clusters = config
+            .clusters
+            .iter()
+            .map(|cluster| {
+                let kept = previous
+                    .iter()
+                    .find(|old| *old.name == *cluster.name && old.policy == cluster.policy)
+                    .map(|old| old.take_balance());
+                Rc::new(ClusterState::new(cluster, kept))
+            })
+            .collect();
+        Self {
+            routes: config.routes.clone(),
+            clusters,
+            max_uri_length: config.limits.max_uri_length,
         }
     }
+}
 
-    fn record_failure(self: &Rc<Self>, cluster_index: usize, backend: SocketAddr, now: Instant) {
-        let ejected = self.clusters[cluster_index]
-            .outliers
-            .borrow_mut()
-            .record_failure(backend, now);
-        if let Some(time) = ejected {
-            self.eject(cluster_index, backend, time);
-        }
-    }
-
-    /// Takes `backend` out of this worker's rotation for `time`, then re-admits it (if still healthy).
-    fn eject(self: &Rc<Self>, cluster_index: usize, backend: SocketAddr, time: Duration) {
-        let cluster = &self.clusters[cluster_index];
-        tracing::warn!(cluster = %cluster.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");
-        cluster.refresh_eligibility(backend, Instant::now());
-        let proxy = self.clone();
-        tokio::task::spawn_local(async move {
-            tokio::time::sleep(time).await;
-            let cluster = &proxy.clusters[cluster_index];
-            cluster.refresh_eligibility(backend, Instant::now());
-            tracing::info!(cluster = %cluster.name, %backend, "ejection over");
-        });
+fn metric_and_policy(policy: Policy) -> (LoadMetric, BalancePolicy) {
+    match policy {
+        Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
+        Policy::P2cPeakEwma => (
+            LoadMetric::PeakEwma(PeakEwma::default()),
+            BalancePolicy::P2c,
+        ),
+        Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
+        Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
     }
 }
 
 impl ClusterState {
-    fn new(cluster: &Cluster) -> Self {
+    /// A cluster's per-worker state; `kept` is the balancer of the same cluster before a reload.
+    fn new(cluster: &Cluster, kept: Option<ClusterBalance>) -> Self {
         let client = upstream_client(&cluster.timeouts);
-        let (metric, policy) = match cluster.policy {
-            Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
-            Policy::P2cPeakEwma => (
-                LoadMetric::PeakEwma(PeakEwma::default()),
-                BalancePolicy::P2c,
-            ),
-            Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
-            Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
-        };
+        let (metric, policy) = metric_and_policy(cluster.policy);
         let penalised: StatusSet = cluster
             .penalty_statuses
             .iter()
             .filter_map(|&code| StatusCode::from_u16(code).ok())
             .collect();
-        let mut balance = Balance::new(metric)
-            .with_policy(policy)
-            .with_panic_threshold(cluster.panic_threshold)
-            .with_slow_start(cluster.slow_start)
-            .with_completion(CompleteOnBodyEnd::penalising(penalised));
+        let mut balance = match kept {
+            Some(balance) => balance,
+            None => Balance::new(metric)
+                .with_policy(policy)
+                .with_completion(CompleteOnBodyEnd::penalising(penalised)),
+        }
+        .with_panic_threshold(cluster.panic_threshold)
+        .with_slow_start(cluster.slow_start)
+        .with_completion(CompleteOnBodyEnd::penalising(penalised));
+        let addresses: Vec<SocketAddr> = cluster.backends.iter().map(|b| b.address).collect();
+        balance.retain(|address| addresses.contains(address));
         for backend in &cluster.backends {
             let service = BackendService::new(
                 client.clone(),
                 backend.address,
                 cluster.timeouts.response_headers,
             );
+            // Same key: new service and weight, same load state.
             balance.insert(backend.address, backend.weight, service);
         }
         let retries = cluster.retries;
         Self {
             name: Arc::from(cluster.name.as_str()),
+            policy: cluster.policy,
             balance: RefCell::new(balance),
-            backends: cluster.backends.iter().map(|b| b.address).collect(),
-            healthy: RefCell::new(vec![true; cluster.backends.len()]),
+            backends: addresses,
+            health_checked: cluster.health_check.is_some(),
+            healthy: RefCell::new(HashMap::new()),
             outliers: RefCell::new(Outliers::new(
                 cluster.outlier_detection,
                 cluster.backends.len(),
@@ -364,11 +376,71 @@ impl ClusterState {
         }
     }
 
+    /// Moves the balancer out (for the table that replaces this one), leaving an empty one behind for
+    /// the requests still finishing here.
+    fn take_balance(&self) -> ClusterBalance {
+        let (metric, policy) = metric_and_policy(self.policy);
+        let empty = Balance::new(metric)
+            .with_policy(policy)
+            .with_completion(CompleteOnBodyEnd::penalising(self.penalised));
+        std::mem::replace(&mut *self.balance.borrow_mut(), empty)
+    }
+
+    fn record_response(
+        self: &Rc<Self>,
+        backend: SocketAddr,
+        response: &Response<duet_balance::TrackedBody<Incoming>>,
+        now: Instant,
+    ) {
+        let status = response.status();
+        if status.is_server_error() {
+            self.record_failure(backend, now);
+        } else {
+            self.outliers.borrow_mut().record_success(backend, now);
+        }
+        // A backend shedding load with Retry-After is left alone for that long (capped).
+        if self.penalised.contains(status) {
+            let retry_after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|secs| Duration::from_secs(secs).min(RETRY_AFTER_CAP));
+            if let Some(time) = retry_after {
+                let ejected = self.outliers.borrow_mut().eject(backend, time, now);
+                if let Some(time) = ejected {
+                    self.eject(backend, time);
+                }
+            }
+        }
+    }
+
+    fn record_failure(self: &Rc<Self>, backend: SocketAddr, now: Instant) {
+        let ejected = self.outliers.borrow_mut().record_failure(backend, now);
+        if let Some(time) = ejected {
+            self.eject(backend, time);
+        }
+    }
+
+    /// Takes `backend` out of this worker's rotation for `time`, then re-admits it (if still healthy).
+    fn eject(self: &Rc<Self>, backend: SocketAddr, time: Duration) {
+        tracing::warn!(cluster = %self.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");
+        self.refresh_eligibility(backend, Instant::now());
+        let cluster = self.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(time).await;
+            cluster.refresh_eligibility(backend, Instant::now());
+            tracing::info!(cluster = %cluster.name, %backend, "ejection over");
+        });
+    }
+
     fn refresh_eligibility(&self, backend: SocketAddr, now: Instant) {
-        let Some(index) = self.backends.iter().position(|&b| b == backend) else {
-            return;
-        };
-        let healthy = self.healthy.borrow().get(index).copied().unwrap_or(true);
+        let healthy = self
+            .healthy
+            .borrow()
+            .get(&backend)
+            .copied()
+            .unwrap_or(!self.health_checked);
         let ejected = self.outliers.borrow().is_ejected(backend, now);
         let eligible = healthy && !ejected;
         let mut balance = self.balance.borrow_mut();
