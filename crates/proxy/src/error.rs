@@ -12,6 +12,8 @@ pub enum ErrorKind {
     NoRoute,
     /// The request target is longer than `limits.max_uri_length` (414).
     UriTooLong,
+    /// The client's request body was malformed or cut short (400).
+    BadRequestBody,
     /// The cluster has no eligible backend (503).
     NoEligibleBackend,
     /// The backend could not be connected to (502).
@@ -66,6 +68,7 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
+            ErrorKind::BadRequestBody => StatusCode::BAD_REQUEST,
             ErrorKind::NoEligibleBackend => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -76,6 +79,7 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => "no route matches this host and path\n",
             ErrorKind::UriTooLong => "request target too long\n",
+            ErrorKind::BadRequestBody => "bad request body\n",
             ErrorKind::NoEligibleBackend => "no backend available\n",
             ErrorKind::Connect => "backend unreachable\n",
             ErrorKind::Timeout => "backend did not answer in time\n",

@@ -36,6 +36,12 @@ impl BodySource {
         }
     }
 
+    /// Whether the client's own body failed (malformed chunking, client gone): then the failure of the
+    /// attempt is the client's, not the backend's.
+    pub(crate) fn client_failed(&self) -> bool {
+        matches!(self, Self::Streaming(shared) if shared.failed.load(Ordering::Acquire))
+    }
+
     /// Whether a retry after the request reached a backend could resend the same bytes.
     pub(crate) fn replayable(&self) -> bool {
         !matches!(self, Self::Streaming(_))
@@ -47,6 +53,7 @@ impl BodySource {
 pub(crate) struct Reclaimable {
     inner: Arc<Mutex<Option<Incoming>>>,
     touched: Arc<AtomicBool>,
+    failed: Arc<AtomicBool>,
     hint: SizeHint,
 }
 
@@ -56,6 +63,7 @@ impl Reclaimable {
         Self {
             inner: Arc::new(Mutex::new(Some(body))),
             touched: Arc::new(AtomicBool::new(false)),
+            failed: Arc::new(AtomicBool::new(false)),
             hint,
         }
     }
@@ -95,10 +103,14 @@ impl Body for UpstreamBody {
                 let Ok(mut guard) = shared.inner.lock() else {
                     return Poll::Ready(None);
                 };
-                match guard.as_mut() {
+                let frame = match guard.as_mut() {
                     Some(body) => Pin::new(body).poll_frame(cx),
                     None => Poll::Ready(None),
+                };
+                if let Poll::Ready(Some(Err(_))) = &frame {
+                    shared.failed.store(true, Ordering::Release);
                 }
+                frame
             }
         }
     }

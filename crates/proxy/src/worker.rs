@@ -189,12 +189,7 @@ impl WorkerProxy {
             Ok(source) => source,
             Err(error) => {
                 tracing::debug!(%client, "client body failed: {error}");
-                let mut response = Response::new(ProxyBody::local(
-                    bytes::Bytes::from_static(b"bad request body\n"),
-                    log,
-                ));
-                *response.status_mut() = StatusCode::BAD_REQUEST;
-                return response;
+                return local_error(ProxyError::new(ErrorKind::BadRequestBody), log);
             }
         };
         let retry_after_send = table.routes[route_index]
@@ -234,6 +229,9 @@ impl WorkerProxy {
                 }
                 Err(error) => error,
             };
+            if source.client_failed() {
+                break Err(ProxyError::new(ErrorKind::BadRequestBody));
+            }
             let Some(backend) = failed.backend() else {
                 break Err(failed);
             };
