@@ -18,6 +18,9 @@ pub struct Config {
     pub limits: Limits,
     /// Shutdown behaviour.
     pub shutdown: Shutdown,
+    /// The admin listener (`/metrics`, `/status`, `/healthz`, `/ready`); off when `None`. Keep it on
+    /// loopback or a private network: it shows the whole topology.
+    pub admin: Option<SocketAddr>,
 }
 
 /// `workers: auto | N`.

@@ -19,6 +19,14 @@ pub(crate) struct RawConfig {
     pub(crate) limits: Option<RawLimits>,
     #[serde(default)]
     pub(crate) shutdown: Option<RawShutdown>,
+    #[serde(default)]
+    pub(crate) admin: Option<RawAdmin>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAdmin {
+    pub(crate) address: Spanned<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -168,6 +168,9 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
     for address in server.local_addrs() {
         tracing::info!(workers = server.workers(), "listening on http://{address}");
     }
+    if let Some(address) = server.admin_addr() {
+        tracing::info!("admin on http://{address} (/metrics, /status, /healthz, /ready)");
+    }
     let signal = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

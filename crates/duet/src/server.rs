@@ -2,13 +2,14 @@
 
 use crate::{listener::bind_reuseport, worker};
 use duet_config::Config;
-use duet_proxy::{run_health_checks, HealthView};
+use duet_proxy::{run_health_checks, serve_admin, HealthView, Registry};
 use std::{io, net::SocketAddr, sync::Arc, thread};
 use tokio::sync::watch;
 
 /// A running duet: its workers, and the addresses they listen on.
 pub struct Server {
     addresses: Vec<SocketAddr>,
+    admin: Option<SocketAddr>,
     workers: Vec<thread::JoinHandle<io::Result<()>>>,
     control: thread::JoinHandle<io::Result<()>>,
     shutdown: watch::Sender<bool>,
@@ -30,6 +31,22 @@ impl Server {
                 per_worker[worker].push(socket);
             }
         }
+        // The admin listener is bound here too, so a port conflict fails the start, not a thread later.
+        let admin_listener = config
+            .admin
+            .map(|address| {
+                let listener = std::net::TcpListener::bind(address).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot listen on {address} (admin): {e}"))
+                })?;
+                listener.set_nonblocking(true)?;
+                Ok::<_, io::Error>(listener)
+            })
+            .transpose()?;
+        let admin = admin_listener
+            .as_ref()
+            .map(|l| l.local_addr())
+            .transpose()?;
+        let registry = Registry::new();
         let config = Arc::new(config);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (config_tx, config_rx) = watch::channel(config.clone());
@@ -40,17 +57,26 @@ impl Server {
         let control = {
             let config_rx = config_rx.clone();
             let shutdown_rx = shutdown_rx.clone();
+            let registry = registry.clone();
             thread::Builder::new()
                 .name("duet-control".into())
                 .spawn(move || {
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
-                    tokio::task::LocalSet::new().block_on(
-                        &runtime,
-                        run_health_checks(config_rx, health_tx, shutdown_rx),
-                    );
-                    Ok(())
+                    let local = tokio::task::LocalSet::new();
+                    local.block_on(&runtime, async move {
+                        if let Some(listener) = admin_listener {
+                            let listener = tokio::net::TcpListener::from_std(listener)?;
+                            tokio::task::spawn_local(serve_admin(
+                                listener,
+                                registry,
+                                shutdown_rx.clone(),
+                            ));
+                        }
+                        run_health_checks(config_rx, health_tx, shutdown_rx).await;
+                        Ok::<_, io::Error>(())
+                    })
                 })?
         };
         let mut handles = Vec::with_capacity(workers);
@@ -61,6 +87,7 @@ impl Server {
                 shutdown: shutdown_rx.clone(),
                 health: health_rx.clone(),
                 config: config_rx.clone(),
+                registry: registry.clone(),
             };
             handles.push(
                 thread::Builder::new()
@@ -70,6 +97,7 @@ impl Server {
         }
         Ok(Self {
             addresses,
+            admin,
             workers: handles,
             control,
             shutdown,
@@ -103,6 +131,11 @@ impl Server {
     /// The bound address of each configured listener, in config order.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addresses
+    }
+
+    /// The admin listener's bound address, if one is configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
     }
 
     /// Number of worker threads.

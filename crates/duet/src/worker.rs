@@ -1,7 +1,7 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
 use duet_config::Config;
-use duet_proxy::{serve_connection, HealthView, WorkerProxy};
+use duet_proxy::{serve_connection, HealthView, Registry, WorkerProxy};
 use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -14,6 +14,7 @@ pub(crate) struct Channels {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) health: watch::Receiver<Arc<HealthView>>,
     pub(crate) config: watch::Receiver<Arc<Config>>,
+    pub(crate) registry: Registry,
 }
 
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
@@ -39,9 +40,10 @@ async fn serve(
         mut shutdown,
         mut health,
         config: mut reloads,
+        registry,
     } = channels;
     reloads.borrow_and_update();
-    let proxy = Rc::new(WorkerProxy::new(&config));
+    let proxy = Rc::new(WorkerProxy::with_registry(&config, index, registry));
     proxy.apply_health(health.borrow_and_update().clone());
     let mut limits = config.limits;
     let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);

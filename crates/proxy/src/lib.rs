@@ -19,19 +19,23 @@
 
 #![warn(missing_docs)]
 
+mod admin;
 mod body;
 mod error;
 mod headers;
 mod health;
+mod metrics;
 mod outlier;
 mod request_body;
 mod server;
 mod upstream;
 mod worker;
 
+pub use admin::serve_admin;
 pub use body::ProxyBody;
 pub use error::{ErrorKind, ProxyError};
 pub use health::{run_health_checks, HealthView};
+pub use metrics::Registry;
 pub use request_body::UpstreamBody;
 pub use server::serve_connection;
 pub use upstream::{upstream_client, BackendFuture, BackendService, PickedBackend, UpstreamClient};

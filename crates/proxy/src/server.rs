@@ -1,6 +1,6 @@
 //! Serving client connections on a worker.
 
-use crate::worker::WorkerProxy;
+use crate::{metrics::WorkerCounters, worker::WorkerProxy};
 use duet_config::Limits;
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -17,6 +17,11 @@ pub async fn serve_connection(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    proxy
+        .counters()
+        .connections
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let counters = proxy.clone();
     let service = service_fn(move |request| {
         let proxy = proxy.clone();
         async move { Ok::<_, Infallible>(proxy.handle(request, peer).await) }
@@ -40,7 +45,7 @@ pub async fn serve_connection(
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {
-                    log_connection_error(&error, peer);
+                    log_connection_error(&error, peer, counters.counters());
                 }
                 return;
             }
@@ -54,12 +59,18 @@ pub async fn serve_connection(
     }
 }
 
-fn log_connection_error(error: &hyper::Error, peer: SocketAddr) {
+fn log_connection_error(error: &hyper::Error, peer: SocketAddr, counters: &WorkerCounters) {
+    let count = |cell: &std::sync::atomic::AtomicU64| {
+        cell.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    };
     if error.is_parse_too_large() {
+        count(&counters.head_too_large);
         tracing::info!(target: "duet::conn", %peer, reason = %"head_too_large", "rejected request: {error}");
     } else if error.is_parse() || error.is_parse_status() {
+        count(&counters.malformed);
         tracing::info!(target: "duet::conn", %peer, reason = %"malformed", "rejected request: {error}");
     } else if error.is_timeout() {
+        count(&counters.header_timeout);
         tracing::info!(target: "duet::conn", %peer, reason = %"header_timeout", "closed slow client: {error}");
     } else if error.is_incomplete_message() || error.is_canceled() {
         tracing::debug!(target: "duet::conn", %peer, "connection ended early: {error}");

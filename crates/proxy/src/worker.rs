@@ -6,6 +6,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     headers,
     health::HealthView,
+    metrics::{BackendCell, ClusterCells, ClusterCounters, Registry, WorkerCounters},
     outlier::Outliers,
     request_body::{BodySource, Reclaimable, UpstreamBody},
     upstream::{upstream_client, BackendService, PickedBackend},
@@ -25,7 +26,10 @@ use std::{
     collections::HashMap,
     net::SocketAddr,
     rc::Rc,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicBool, Ordering::Relaxed},
+        Arc,
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -49,6 +53,8 @@ const RETRY_AFTER_CAP: Duration = Duration::from_secs(30);
 pub struct WorkerProxy {
     table: RefCell<Rc<Table>>,
     health: RefCell<Arc<HealthView>>,
+    counters: Arc<WorkerCounters>,
+    registry: Option<(usize, Registry)>,
 }
 
 struct Table {
@@ -69,18 +75,51 @@ struct ClusterState {
     attempts: u32,
     replay_body_limit: usize,
     penalised: StatusSet,
+    counters: Arc<ClusterCounters>,
+    eligible_flags: HashMap<SocketAddr, Arc<AtomicBool>>,
 }
 
 impl WorkerProxy {
     /// Builds a worker's clients and balancers from a checked config. Must run inside the worker's
     /// tokio runtime (the clients use its timer).
     pub fn new(config: &Config) -> Self {
+        Self::build(config, None)
+    }
+
+    /// Like [`new`](Self::new), publishing this worker's metric cells in `registry` as worker `index`.
+    pub fn with_registry(config: &Config, index: usize, registry: Registry) -> Self {
+        Self::build(config, Some((index, registry)))
+    }
+
+    fn build(config: &Config, registry: Option<(usize, Registry)>) -> Self {
+        let counters = registry
+            .as_ref()
+            .map_or_else(Default::default, |(index, registry)| {
+                registry.worker(*index)
+            });
         let proxy = Self {
             table: RefCell::new(Rc::new(Table::new(config, &[]))),
             health: RefCell::new(Arc::new(HealthView::default())),
+            counters,
+            registry,
         };
         proxy.apply_health(Arc::new(HealthView::default()));
+        proxy.publish_cells();
         proxy
+    }
+
+    /// This worker's counters that belong to no cluster.
+    pub(crate) fn counters(&self) -> &WorkerCounters {
+        &self.counters
+    }
+
+    fn publish_cells(&self) {
+        let Some((index, registry)) = &self.registry else {
+            return;
+        };
+        let table = self.table.borrow().clone();
+        let cells = table.clusters.iter().map(|c| c.cells()).collect();
+        registry.publish(*index, cells);
     }
 
     /// Switches to a new config. Clusters are matched by name: a cluster that keeps its policy keeps its
@@ -93,6 +132,7 @@ impl WorkerProxy {
         *self.table.borrow_mut() = Rc::new(table);
         let view = self.health.borrow().clone();
         self.apply_health(view);
+        self.publish_cells();
     }
 
     /// Runs `f` on a cluster's balancer (for telemetry and tests).
@@ -151,6 +191,7 @@ impl WorkerProxy {
 
         let table = self.table.borrow().clone();
         if uri_length(request.uri()) > table.max_uri_length {
+            self.counters.uri_too_long.fetch_add(1, Relaxed);
             return local_error(ProxyError::new(ErrorKind::UriTooLong), log);
         }
         // An absolute-form target names its host in the URI; otherwise the Host header does. Either way
@@ -167,6 +208,7 @@ impl WorkerProxy {
             .enumerate()
             .find(|(_, r)| r.matches(host_name, path))
         else {
+            self.counters.no_route.fetch_add(1, Relaxed);
             return local_error(ProxyError::new(ErrorKind::NoRoute), log);
         };
         let Some(cluster) = table.clusters.get(route.cluster).cloned() else {
@@ -202,6 +244,9 @@ impl WorkerProxy {
         let mut tried: Vec<SocketAddr> = Vec::new();
         let mut last_error: Option<ProxyError> = None;
         let outcome = loop {
+            if !tried.is_empty() {
+                cluster.counters.retries.fetch_add(1, Relaxed);
+            }
             let Some(body) = source.attempt() else {
                 break Err(ProxyError::new(ErrorKind::BadGateway));
             };
@@ -254,7 +299,7 @@ impl WorkerProxy {
             last_error = Some(failed);
         };
 
-        match outcome {
+        let response = match outcome {
             Ok(mut response) => {
                 let backend = response.extensions().get::<PickedBackend>().map(|b| b.0);
                 let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -264,7 +309,10 @@ impl WorkerProxy {
                             let backend_side = hyper::upgrade::on(&mut response);
                             tokio::task::spawn_local(tunnel(client_side, backend_side, client));
                         }
-                        None => return local_error(ProxyError::new(ErrorKind::BadGateway), log),
+                        None => {
+                            cluster.counters.response(502);
+                            return local_error(ProxyError::new(ErrorKind::BadGateway), log);
+                        }
                     }
                 }
                 headers::remove_hop_by_hop(response.headers_mut(), switching);
@@ -282,7 +330,9 @@ impl WorkerProxy {
                 }
                 local_error(error, log)
             }
-        }
+        };
+        cluster.counters.response(response.status().as_u16());
+        response
     }
 }
 
@@ -371,6 +421,32 @@ impl ClusterState {
             attempts: retries.attempts.max(1),
             replay_body_limit: retries.replay_body_limit,
             penalised,
+            counters: Arc::default(),
+            eligible_flags: cluster
+                .backends
+                .iter()
+                .map(|b| (b.address, Arc::new(AtomicBool::new(false))))
+                .collect(),
+        }
+    }
+
+    /// This cluster's metric cells, for the registry.
+    fn cells(&self) -> ClusterCells {
+        let balance = self.balance.borrow();
+        let backends = balance
+            .endpoints()
+            .map(|e| BackendCell {
+                address: *e.key,
+                weight: e.weight,
+                load: e.load.clone(),
+                eligible: self.eligible_flags.get(e.key).cloned().unwrap_or_default(),
+            })
+            .collect();
+        ClusterCells {
+            name: self.name.to_string(),
+            policy: self.policy.name(),
+            counters: self.counters.clone(),
+            backends,
         }
     }
 
@@ -422,6 +498,7 @@ impl ClusterState {
 
     /// Takes `backend` out of this worker's rotation for `time`, then re-admits it (if still healthy).
     fn eject(self: &Rc<Self>, backend: SocketAddr, time: Duration) {
+        self.counters.ejections.fetch_add(1, Relaxed);
         tracing::warn!(cluster = %self.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");
         self.refresh_eligibility(backend, Instant::now());
         let cluster = self.clone();
@@ -444,6 +521,9 @@ impl ClusterState {
         let mut balance = self.balance.borrow_mut();
         let was = balance.endpoints().any(|e| *e.key == backend && e.eligible);
         balance.set_eligible(&backend, eligible);
+        if let Some(flag) = self.eligible_flags.get(&backend) {
+            flag.store(eligible, Relaxed);
+        }
         if was != eligible {
             tracing::debug!(cluster = %self.name, %backend, eligible, healthy, ejected, panicking = balance.is_panicking(), "eligibility changed");
         }

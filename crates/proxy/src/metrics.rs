@@ -1,0 +1,321 @@
+//! Per-worker metric cells and the admin endpoints that read them.
+//!
+//! Workers only touch their own atomics on the request path (no lock, nothing shared with another
+//! worker); the registry's lock is taken when a worker publishes its cells (start, reload) and when the
+//! admin endpoint renders them. The Prometheus text format is written directly: the cells are plain
+//! atomics summed at scrape time, which a metrics library's registry would only wrap.
+
+use duet_balance::EndpointLoad;
+use std::{
+    collections::BTreeMap,
+    fmt::Write,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+        Arc, Mutex,
+    },
+};
+use tokio::time::Instant;
+
+/// Counters of one cluster in one worker.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterCounters {
+    /// Responses sent to clients by status class (1xx … 5xx).
+    pub(crate) responses: [AtomicU64; 5],
+    /// Attempts retried on another backend.
+    pub(crate) retries: AtomicU64,
+    /// Backends ejected by this worker's outlier detection.
+    pub(crate) ejections: AtomicU64,
+}
+
+impl ClusterCounters {
+    pub(crate) fn response(&self, status: u16) {
+        if let Some(cell) = self
+            .responses
+            .get(usize::from(status / 100).wrapping_sub(1))
+        {
+            cell.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Counters of one worker that belong to no cluster.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerCounters {
+    pub(crate) connections: AtomicU64,
+    pub(crate) no_route: AtomicU64,
+    pub(crate) uri_too_long: AtomicU64,
+    pub(crate) head_too_large: AtomicU64,
+    pub(crate) malformed: AtomicU64,
+    pub(crate) header_timeout: AtomicU64,
+}
+
+/// One backend as one worker sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct BackendCell {
+    pub(crate) address: SocketAddr,
+    pub(crate) weight: u32,
+    pub(crate) load: Arc<EndpointLoad>,
+    pub(crate) eligible: Arc<AtomicBool>,
+}
+
+/// One cluster as one worker sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterCells {
+    pub(crate) name: String,
+    pub(crate) policy: &'static str,
+    pub(crate) counters: Arc<ClusterCounters>,
+    pub(crate) backends: Vec<BackendCell>,
+}
+
+#[derive(Debug, Default)]
+struct WorkerEntry {
+    counters: Arc<WorkerCounters>,
+    clusters: Vec<ClusterCells>,
+}
+
+/// Where workers publish their cells and the admin endpoint reads them.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    workers: Arc<Mutex<BTreeMap<usize, WorkerEntry>>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn worker(&self, worker: usize) -> Arc<WorkerCounters> {
+        let mut workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        workers.entry(worker).or_default().counters.clone()
+    }
+
+    pub(crate) fn publish(&self, worker: usize, clusters: Vec<ClusterCells>) {
+        let mut workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        workers.entry(worker).or_default().clusters = clusters;
+    }
+
+    /// The Prometheus text exposition of every worker's cells.
+    pub fn render_prometheus(&self) -> String {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        let mut out = String::new();
+        let mut family =
+            |name: &str, kind: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                lines(&mut out);
+            };
+        family(
+            "duet_connections_total",
+            "counter",
+            "Client connections accepted.",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let _ = writeln!(
+                        out,
+                        "duet_connections_total{{worker=\"{w}\"}} {}",
+                        e.counters.connections.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_rejected_requests_total",
+            "counter",
+            "Requests refused before routing, by reason.",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let c = &e.counters;
+                    for (reason, cell) in [
+                        ("no_route", &c.no_route),
+                        ("uri_too_long", &c.uri_too_long),
+                        ("head_too_large", &c.head_too_large),
+                        ("malformed", &c.malformed),
+                        ("header_timeout", &c.header_timeout),
+                    ] {
+                        let _ = writeln!(
+                            out,
+                            "duet_rejected_requests_total{{worker=\"{w}\",reason=\"{reason}\"}} {}",
+                            cell.load(Relaxed)
+                        );
+                    }
+                }
+            },
+        );
+        let clusters = || {
+            workers
+                .iter()
+                .flat_map(|(w, e)| e.clusters.iter().map(move |c| (w, c)))
+        };
+        family(
+            "duet_responses_total",
+            "counter",
+            "Responses sent to clients, by cluster and status class.",
+            &mut |out| {
+                for (w, c) in clusters() {
+                    for (i, cell) in c.counters.responses.iter().enumerate() {
+                        let _ = writeln!(
+                        out,
+                        "duet_responses_total{{worker=\"{w}\",cluster=\"{}\",class=\"{}xx\"}} {}",
+                        c.name,
+                        i + 1,
+                        cell.load(Relaxed)
+                    );
+                    }
+                }
+            },
+        );
+        family(
+            "duet_retries_total",
+            "counter",
+            "Attempts retried on another backend.",
+            &mut |out| {
+                for (w, c) in clusters() {
+                    let _ = writeln!(
+                        out,
+                        "duet_retries_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
+                        c.name,
+                        c.counters.retries.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_ejections_total",
+            "counter",
+            "Backends ejected by outlier detection.",
+            &mut |out| {
+                for (w, c) in clusters() {
+                    let _ = writeln!(
+                        out,
+                        "duet_ejections_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
+                        c.name,
+                        c.counters.ejections.load(Relaxed)
+                    );
+                }
+            },
+        );
+        let backends = || clusters().flat_map(|(w, c)| c.backends.iter().map(move |b| (w, c, b)));
+        family(
+            "duet_backend_picks_total",
+            "counter",
+            "Times each worker's balancer picked the backend.",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    let _ = writeln!(out, "duet_backend_picks_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}", c.name, b.address, b.load.picks());
+                }
+            },
+        );
+        family(
+            "duet_backend_in_flight",
+            "gauge",
+            "Requests in flight to the backend from each worker.",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    let _ = writeln!(
+                        out,
+                        "duet_backend_in_flight{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
+                        c.name,
+                        b.address,
+                        b.load.in_flight()
+                    );
+                }
+            },
+        );
+        family(
+            "duet_backend_rtt_estimate_seconds",
+            "gauge",
+            "Each worker's PeakEWMA latency estimate of the backend.",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    let _ = writeln!(
+                    out,
+                    "duet_backend_rtt_estimate_seconds{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {:.6}",
+                    c.name,
+                    b.address,
+                    b.load.rtt_estimate(now).as_secs_f64()
+                );
+                }
+            },
+        );
+        family(
+            "duet_backend_eligible",
+            "gauge",
+            "1 if the worker may pick the backend (healthy, not ejected).",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    let _ = writeln!(
+                        out,
+                        "duet_backend_eligible{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
+                        c.name,
+                        b.address,
+                        u8::from(b.eligible.load(Relaxed))
+                    );
+                }
+            },
+        );
+        out
+    }
+
+    /// A plain-text status page: every cluster and backend, as each worker sees it.
+    pub fn render_status(&self) -> String {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        let mut out = format!(
+            "duet {}: {} workers\n",
+            env!("CARGO_PKG_VERSION"),
+            workers.len()
+        );
+        let Some(first) = workers.values().next() else {
+            return out;
+        };
+        for (ci, cluster) in first.clusters.iter().enumerate() {
+            let _ = writeln!(out, "\ncluster {} ({})", cluster.name, cluster.policy);
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>6} {:>8} {:>9} {:>10} {:>12}",
+                "backend", "weight", "eligible", "in flight", "picks", "rtt estimate"
+            );
+            for (bi, backend) in cluster.backends.iter().enumerate() {
+                let cells = || {
+                    workers
+                        .values()
+                        .filter_map(|e| e.clusters.get(ci))
+                        .filter_map(|c| c.backends.get(bi))
+                };
+                let eligible = cells().filter(|b| b.eligible.load(Relaxed)).count();
+                let in_flight: u64 = cells().map(|b| b.load.in_flight()).sum();
+                let picks: u64 = cells().map(|b| b.load.picks()).sum();
+                let rtt: f64 = cells()
+                    .map(|b| b.load.rtt_estimate(now).as_secs_f64())
+                    .sum::<f64>()
+                    / workers.len().max(1) as f64;
+                let _ = writeln!(
+                    out,
+                    "  {:<22} {:>6} {:>6}/{:<1} {:>9} {:>10} {:>10.1}ms",
+                    backend.address.to_string(),
+                    backend.weight,
+                    eligible,
+                    workers.len(),
+                    in_flight,
+                    picks,
+                    rtt * 1000.0
+                );
+            }
+        }
+        out
+    }
+}

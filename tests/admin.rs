@@ -1,0 +1,119 @@
+//! The admin listener: Prometheus metrics summed from per-worker cells, and a status page.
+
+mod support;
+
+use duet_testbed::{Backend, BackendOptions};
+use std::{net::SocketAddr, time::Duration};
+use support::{raw_exchange, Duet};
+
+fn admin_address(duet: &Duet) -> SocketAddr {
+    let mut found = None;
+    assert!(support::eventually(Duration::from_secs(5), || {
+        found = duet.log_lines().iter().find_map(|l| {
+            l.split("admin on http://")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        });
+        found.is_some()
+    }));
+    found.expect("admin address")
+}
+
+fn get(address: SocketAddr, path: &str) -> String {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    raw_exchange(address, request.as_bytes(), Duration::from_secs(5)).0
+}
+
+/// Sums a metric's samples whose label set contains `labels`.
+fn sum(metrics: &str, name: &str, labels: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn metrics_count_what_happened_across_workers() {
+    let a = Backend::start(BackendOptions::named("a")).expect("a");
+    let b = Backend::start(BackendOptions::named("b")).expect("b");
+    let yaml = format!(
+        "workers: 2\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nadmin: {{ address: 127.0.0.1:0 }}\nroutes:\n  - match: {{ path_prefix: /app }}\n    cluster: app\nclusters:\n  - name: app\n    backends: [ {{ address: {} }}, {{ address: {} }} ]\n",
+        a.address(),
+        b.address()
+    );
+    let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
+    let admin = admin_address(&duet);
+    for _ in 0..20 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET /app HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 200"));
+    }
+    for _ in 0..3 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 404"));
+    }
+    let metrics = get(admin, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("# TYPE duet_responses_total counter"));
+    assert_eq!(
+        sum(
+            &metrics,
+            "duet_responses_total",
+            "cluster=\"app\",class=\"2xx\""
+        ),
+        20.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sum(
+            &metrics,
+            "duet_rejected_requests_total",
+            "reason=\"no_route\""
+        ),
+        3.0
+    );
+    assert_eq!(
+        sum(&metrics, "duet_backend_picks_total", "cluster=\"app\""),
+        20.0,
+        "every pick counted once"
+    );
+    assert_eq!(
+        sum(&metrics, "duet_backend_in_flight", "cluster=\"app\""),
+        0.0,
+        "every request completed"
+    );
+    assert_eq!(
+        sum(&metrics, "duet_backend_eligible", "cluster=\"app\""),
+        4.0,
+        "2 backends x 2 workers"
+    );
+    assert_eq!(sum(&metrics, "duet_connections_total", ""), 23.0);
+    assert_eq!(a.requests() + b.requests(), 20);
+    let per_backend = sum(
+        &metrics,
+        "duet_backend_picks_total",
+        &format!("backend=\"{}\"", a.address()),
+    );
+    assert_eq!(
+        per_backend,
+        a.requests() as f64,
+        "picks match what the backend saw"
+    );
+
+    let status = get(admin, "/status");
+    assert!(status.contains("cluster app (p2c_peak_ewma)"), "{status}");
+    assert!(
+        status.contains(&a.address().to_string()) && status.contains(&b.address().to_string()),
+        "{status}"
+    );
+    assert!(get(admin, "/healthz").ends_with("ok\n"));
+    assert!(get(admin, "/nope").starts_with("HTTP/1.1 404"));
+}
