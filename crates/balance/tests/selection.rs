@@ -21,6 +21,38 @@ fn echo() -> impl Service<
     service_fn(|x: u32| std::future::ready(Ok(x)))
 }
 
+/// An endpoint that answers with its own key.
+fn named(
+    k: u32,
+) -> impl Service<
+    u32,
+    Response = u32,
+    Error = Infallible,
+    Future = std::future::Ready<Result<u32, Infallible>>,
+> {
+    service_fn(move |_: u32| std::future::ready(Ok(k)))
+}
+
+/// Sends `n` sequential requests and returns the answers.
+async fn answers<S>(balance: &mut Balance<u32, S>, n: usize) -> Vec<u32>
+where
+    S: Service<u32, Response = u32, Error = Infallible>,
+{
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(
+            balance
+                .ready()
+                .await
+                .expect("ready")
+                .call(0)
+                .await
+                .expect("served"),
+        );
+    }
+    out
+}
+
 #[tokio::test]
 async fn each_pick_reads_exactly_two_loads() {
     for n in [2usize, 3, 64, 4096] {
@@ -166,25 +198,9 @@ async fn balancers_without_a_seed_break_ties_differently() {
     let sequence = || async {
         let mut balance = Balance::new(LoadMetric::InFlight);
         for k in 0..8u32 {
-            balance.insert(
-                k,
-                1,
-                service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
-            );
+            balance.insert(k, 1, named(k));
         }
-        let mut out = Vec::new();
-        for _ in 0..64 {
-            out.push(
-                balance
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(0)
-                    .await
-                    .expect("served"),
-            );
-        }
-        out
+        answers(&mut balance, 64).await
     };
     assert_ne!(sequence().await, sequence().await);
 }
@@ -407,24 +423,9 @@ async fn the_observer_sees_both_candidates() {
 async fn round_robin_baseline_takes_turns() {
     let mut balance = Balance::with_seed(LoadMetric::InFlight, 1).with_policy(Policy::RoundRobin);
     for k in 0..3u32 {
-        balance.insert(
-            k,
-            1,
-            service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
-        );
+        balance.insert(k, 1, named(k));
     }
-    let mut got = Vec::new();
-    for _ in 0..6 {
-        got.push(
-            balance
-                .ready()
-                .await
-                .expect("ready")
-                .call(0)
-                .await
-                .expect("served"),
-        );
-    }
+    let got = answers(&mut balance, 6).await;
     assert_eq!(got[..3], got[3..]);
     let mut first = got[..3].to_vec();
     first.sort();
@@ -435,11 +436,7 @@ async fn round_robin_baseline_takes_turns() {
 async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
     let mut balance = Balance::with_seed(LoadMetric::InFlight, 4).with_panic_threshold(0.5);
     for k in 0..4u32 {
-        balance.insert(
-            k,
-            1,
-            service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
-        );
+        balance.insert(k, 1, named(k));
     }
     // Two of four eligible: exactly at the threshold, no panic, only 2 and 3 are picked.
     balance.set_eligible(&0, false);
@@ -484,11 +481,7 @@ async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
 async fn a_retry_never_picks_an_excluded_endpoint() {
     let mut balance = Balance::with_seed(LoadMetric::InFlight, 6);
     for k in 0..3u32 {
-        balance.insert(
-            k,
-            1,
-            service_fn(move |_: u32| std::future::ready(Ok::<_, Infallible>(k))),
-        );
+        balance.insert(k, 1, named(k));
     }
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);

@@ -655,23 +655,24 @@ impl Checker {
                 Shutdown::default().drain_timeout,
             ),
         };
-        let admin = raw.admin.as_ref().and_then(|a| {
-            match a.address.value.0.parse::<SocketAddr>() {
-                Ok(address) => Some(address),
-                Err(_) => {
-                    let e = self.error(
-                        &a.address,
-                        "admin.address",
-                        format!(
+        let admin =
+            raw.admin
+                .as_ref()
+                .and_then(|a| match a.address.value.0.parse::<SocketAddr>() {
+                    Ok(address) => Some(address),
+                    Err(_) => {
+                        let e = self.error(
+                            &a.address,
+                            "admin.address",
+                            format!(
                             "`{}` is not a listen address: expected IP:PORT such as 127.0.0.1:9901",
                             a.address.value.0
                         ),
-                    );
-                    self.push(e);
-                    None
-                }
-            }
-        });
+                        );
+                        self.push(e);
+                        None
+                    }
+                });
         Config {
             workers,
             listeners,

@@ -51,6 +51,15 @@ impl Args {
         }
     }
 
+    /// `--choices d`, or both 1 and 2 when not given.
+    fn choices(&self) -> Result<Vec<u32>, String> {
+        if self.has("choices") {
+            Ok(vec![self.get("choices", 2)?])
+        } else {
+            Ok(vec![1, 2])
+        }
+    }
+
     fn has(&self, name: &str) -> bool {
         self.flags.contains_key(name)
     }
@@ -104,25 +113,25 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
     Ok(())
 }
 
+/// A single report as an object (the documented `--choices 2 --json` form), several as an array.
+fn print_one_or_all<T: serde::Serialize>(reports: &[T]) -> Result<(), String> {
+    match reports {
+        [one] => print_json(one),
+        all => print_json(&all),
+    }
+}
+
 fn run_balls(args: &Args) -> Result<(), String> {
     let n = args.get("n", 1_000_000usize)?;
     let m = args.get("m", n)?;
     let seed = args.get("seed", 1u64)?;
-    let choices: Vec<u32> = if args.has("choices") {
-        vec![args.get("choices", 2)?]
-    } else {
-        vec![1, 2]
-    };
+    let choices = args.choices()?;
     let reports = choices
         .iter()
         .map(|&d| balls::run(n, m, d, seed))
         .collect::<Result<Vec<_>, _>>()?;
     if args.has("json") {
-        return if reports.len() == 1 {
-            print_json(&reports[0])
-        } else {
-            print_json(&reports)
-        };
+        return print_one_or_all(&reports);
     }
     println!("balls into bins: n = {n} bins, m = {m} balls, seed {seed}");
     println!(
@@ -148,21 +157,13 @@ fn run_supermarket(args: &Args) -> Result<(), String> {
     let lambda = args.get("lambda", 0.9f64)?;
     let arrivals = args.get("arrivals", 2_000_000usize)?;
     let seed = args.get("seed", 1u64)?;
-    let choices: Vec<u32> = if args.has("choices") {
-        vec![args.get("choices", 2)?]
-    } else {
-        vec![1, 2]
-    };
+    let choices = args.choices()?;
     let reports = choices
         .iter()
         .map(|&d| supermarket::run(n, lambda, d, arrivals, seed))
         .collect::<Result<Vec<_>, _>>()?;
     if args.has("json") {
-        return if reports.len() == 1 {
-            print_json(&reports[0])
-        } else {
-            print_json(&reports)
-        };
+        return print_one_or_all(&reports);
     }
     println!("supermarket model: n = {n}, lambda = {lambda}, {arrivals} arrivals, seed {seed}");
     println!(
