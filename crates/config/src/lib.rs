@@ -62,6 +62,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 
 /// Parses and checks configuration text; `origin` names it in errors (usually the file path).
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+    parse_with(text, origin, true)
+}
+
+/// Like [`parse`], but never asks DNS: a backend given by host name is an error. For tools and tests
+/// that must not depend on (or send traffic to) a resolver.
+pub fn parse_offline(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
+    parse_with(text, origin, false)
+}
+
+fn parse_with(text: &str, origin: &str, resolve_names: bool) -> Result<Config, ConfigErrors> {
     let finish = |mut errors: Vec<ConfigError>| {
         let lines: Vec<&str> = text.lines().collect();
         for error in &mut errors {
@@ -74,7 +84,10 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
         ConfigErrors { errors }
     };
     let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| finish(vec![from_serde(&e)]))?;
-    let mut checker = Checker::default();
+    let mut checker = Checker {
+        errors: Vec::new(),
+        resolve_names,
+    };
     let config = checker.check(raw);
     if checker.errors.is_empty() {
         Ok(config)
@@ -122,9 +135,9 @@ fn from_serde(error: &serde_saphyr::Error) -> ConfigError {
     out
 }
 
-#[derive(Default)]
 struct Checker {
     errors: Vec<ConfigError>,
+    resolve_names: bool,
 }
 
 impl Checker {
@@ -336,7 +349,7 @@ impl Checker {
                         self.push(e);
                     }
                 }
-                match resolve(&text) {
+                match resolve(&text, self.resolve_names) {
                     Ok(address) => {
                         if !seen.insert(text.clone()) {
                             let e = self.error(
@@ -686,7 +699,7 @@ impl Checker {
 }
 
 /// An IP:PORT, or HOST:PORT resolved once now (the first address wins).
-fn resolve(text: &str) -> Result<SocketAddr, String> {
+fn resolve(text: &str, resolve_names: bool) -> Result<SocketAddr, String> {
     if let Ok(address) = text.parse::<SocketAddr>() {
         return Ok(address);
     }
@@ -698,6 +711,11 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
             "`{text}` has no valid port: expected IP:PORT or HOST:PORT with a port from 1 to 65535"
         ));
     };
+    if !resolve_names {
+        return Err(format!(
+            "`{text}` names a host, and this check does not resolve names: use an IP address"
+        ));
+    }
     match (host, port).to_socket_addrs().map(|mut it| it.next()) {
         Ok(Some(address)) => Ok(address),
         Ok(None) | Err(_) => Err(format!(

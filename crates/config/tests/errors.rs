@@ -181,3 +181,15 @@ fn every_file_in_config_dir_is_valid() {
     }
     assert!(checked >= 1, "no configs found in {}", dir.display());
 }
+
+#[test]
+fn offline_parsing_refuses_host_names_without_asking_dns() {
+    let yaml = VALID.replace("127.0.0.1:9003", "api.internal:9003");
+    let errors = duet_config::parse_offline(&yaml, "bad.yaml").expect_err("a name");
+    assert!(
+        errors.to_string().contains(
+            "bad.yaml:17:18: clusters[1].backends[0].address: `api.internal:9003` names a host"
+        ),
+        "{errors}"
+    );
+}
