@@ -176,3 +176,53 @@ fn malformed_requests_get_4xx_and_duet_keeps_serving() {
     // nothing else did.
     assert!(backend.requests() <= 2, "{}", backend.requests());
 }
+
+/// Seeded random corruptions of a valid request: every one gets a response or a closed connection, none
+/// takes duet down, and a valid request afterwards is served.
+#[test]
+fn randomly_corrupted_requests_never_take_duet_down() {
+    let (_backend, duet) = setup("limits: { header_read_timeout: 300ms }\n");
+    let valid = b"POST /upload?x=1 HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello".to_vec();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..150 {
+        let mut request = valid.clone();
+        for _ in 0..(next() % 4 + 1) {
+            let at = (next() % request.len() as u64) as usize;
+            match next() % 3 {
+                0 => request[at] = (next() % 256) as u8,
+                1 => {
+                    request.remove(at);
+                }
+                _ => request.insert(at, b"\r\n:\x00 -9aZ"[(next() % 9) as usize]),
+            }
+        }
+        // A corrupted length can leave duet waiting for body bytes that never come: a second is plenty
+        // to see any answer it would give.
+        let (response, _) = raw_exchange(duet.address, &request, Duration::from_secs(1));
+        assert!(
+            response.is_empty() || response.starts_with("HTTP/1.1 "),
+            "{:?} -> {response:?}",
+            String::from_utf8_lossy(&request)
+        );
+        assert!(
+            !response.starts_with("HTTP/1.1 5"),
+            "a client's mistake is never a 5xx: {:?} -> {response}",
+            String::from_utf8_lossy(&request)
+        );
+    }
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "still serving: {response}"
+    );
+}
