@@ -182,7 +182,7 @@ fn malformed_requests_get_4xx_and_duet_keeps_serving() {
 #[test]
 fn randomly_corrupted_requests_never_take_duet_down() {
     let (_backend, duet) = setup("limits: { header_read_timeout: 300ms }\n");
-    let valid = b"POST /upload?x=1 HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nX-A: b\r\n\r\nhello".to_vec();
+    let valid = b"POST /upload?x=1 HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nConnection: close\r\nX-A: b\r\n\r\nhello".to_vec();
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
         state ^= state << 13;
