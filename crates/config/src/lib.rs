@@ -350,7 +350,7 @@ impl Checker {
                     }
                 }
                 match resolve(&text, self.resolve_names) {
-                    Ok(address) => {
+                    Ok(addresses) => {
                         if !seen.insert(text.clone()) {
                             let e = self.error(
                                 &b.address,
@@ -361,11 +361,16 @@ impl Checker {
                                 e.hint("give it a higher weight instead of listing it twice"),
                             );
                         }
-                        backends.push(Backend {
-                            name: text,
-                            address,
-                            weight,
-                        });
+                        for address in addresses {
+                            // Two names for one address would be one endpoint: keep the first.
+                            if !backends.iter().any(|b: &Backend| b.address == address) {
+                                backends.push(Backend {
+                                    name: text.clone(),
+                                    address,
+                                    weight,
+                                });
+                            }
+                        }
                     }
                     Err(message) => {
                         let e = self.error(&b.address, format!("{field}.address"), message);
@@ -546,6 +551,11 @@ impl Checker {
                     format!("clusters[{ci}].panic_threshold"),
                     0.5,
                 ),
+                dns_refresh: self.duration(
+                    c.dns_refresh.as_ref(),
+                    format!("clusters[{ci}].dns_refresh"),
+                    Duration::from_secs(30),
+                ),
                 slow_start: self.duration(
                     c.slow_start.as_ref(),
                     format!("clusters[{ci}].slow_start"),
@@ -698,10 +708,11 @@ impl Checker {
     }
 }
 
-/// An IP:PORT, or HOST:PORT resolved once now (the first address wins).
-fn resolve(text: &str, resolve_names: bool) -> Result<SocketAddr, String> {
+/// An IP:PORT, or every address of HOST:PORT (each becomes an endpoint; the control plane re-resolves
+/// names every `dns_refresh`).
+fn resolve(text: &str, resolve_names: bool) -> Result<Vec<SocketAddr>, String> {
     if let Ok(address) = text.parse::<SocketAddr>() {
-        return Ok(address);
+        return Ok(vec![address]);
     }
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err(format!("`{text}` is not a backend address: expected IP:PORT or HOST:PORT such as 127.0.0.1:9001"));
@@ -716,9 +727,12 @@ fn resolve(text: &str, resolve_names: bool) -> Result<SocketAddr, String> {
             "`{text}` names a host, and this check does not resolve names: use an IP address"
         ));
     }
-    match (host, port).to_socket_addrs().map(|mut it| it.next()) {
-        Ok(Some(address)) => Ok(address),
-        Ok(None) | Err(_) => Err(format!(
+    match (host, port)
+        .to_socket_addrs()
+        .map(|it| it.collect::<Vec<_>>())
+    {
+        Ok(addresses) if !addresses.is_empty() => Ok(addresses),
+        Ok(_) | Err(_) => Err(format!(
             "cannot resolve backend host `{host}`: check the name, or use an IP address"
         )),
     }

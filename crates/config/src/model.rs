@@ -173,6 +173,9 @@ pub struct Cluster {
     pub panic_threshold: f64,
     /// Window over which a new or re-admitted backend ramps up to its full weight. Default 0 (off).
     pub slow_start: Duration,
+    /// How often backends given by host name are resolved again (all their addresses become
+    /// endpoints). Default 30 s; 0 resolves only at load.
+    pub dns_refresh: Duration,
     /// Response statuses recorded as failures (PeakEWMA penalty; `Retry-After` honoured). Default 429, 503.
     pub penalty_statuses: Vec<u16>,
 }
@@ -264,6 +267,48 @@ impl Default for Retries {
     }
 }
 
+impl Cluster {
+    /// Whether any backend is given by host name (and so may be re-resolved).
+    pub fn has_named_backends(&self) -> bool {
+        self.backends.iter().any(Backend::is_named)
+    }
+
+    /// The backends with every host name resolved again by `resolve` (which returns all addresses of a
+    /// `HOST:PORT`); backends given by IP stay as they are. Fails if a name resolves to nothing.
+    pub fn resolve_again(
+        &self,
+        resolve: &mut dyn FnMut(&str) -> std::io::Result<Vec<SocketAddr>>,
+    ) -> Result<Vec<Backend>, String> {
+        let mut out: Vec<Backend> = Vec::new();
+        let mut done: Vec<&str> = Vec::new();
+        for backend in &self.backends {
+            if !backend.is_named() {
+                out.push(backend.clone());
+                continue;
+            }
+            if done.contains(&backend.name.as_str()) {
+                continue;
+            }
+            done.push(&backend.name);
+            let addresses = resolve(&backend.name)
+                .map_err(|e| format!("cannot resolve {}: {e}", backend.name))?;
+            if addresses.is_empty() {
+                return Err(format!("{} resolves to no address", backend.name));
+            }
+            for address in addresses {
+                if !out.iter().any(|b| b.address == address) {
+                    out.push(Backend {
+                        name: backend.name.clone(),
+                        address,
+                        weight: backend.weight,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// One backend server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
@@ -273,6 +318,13 @@ pub struct Backend {
     pub address: SocketAddr,
     /// Relative capacity; 0 takes it out of rotation.
     pub weight: u32,
+}
+
+impl Backend {
+    /// Whether it was given by host name rather than by IP address.
+    pub fn is_named(&self) -> bool {
+        self.name.parse::<SocketAddr>().is_err()
+    }
 }
 
 /// Timeouts toward a cluster's backends.

@@ -75,6 +75,8 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) slow_start: Option<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) dns_refresh: Option<Spanned<Scalar>>,
+    #[serde(default)]
     pub(crate) penalty_statuses: Option<Vec<Spanned<Scalar>>>,
 }
 

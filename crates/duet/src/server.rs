@@ -20,6 +20,11 @@ impl Server {
     /// Binds every listener (port 0 picks a free port) and starts `config.workers` workers. Returns once
     /// the sockets are listening: connections made from then on are queued for the workers.
     pub fn start(config: Config) -> io::Result<Self> {
+        Self::start_with_resolver(config, crate::discovery::system_resolver())
+    }
+
+    /// Like [`start`](Self::start), re-resolving backend host names with `resolver`.
+    pub fn start_with_resolver(config: Config, resolver: crate::Resolver) -> io::Result<Self> {
         let workers = config.workers.resolve();
         let mut addresses = Vec::new();
         let mut per_worker: Vec<Vec<std::net::TcpListener>> =
@@ -52,10 +57,11 @@ impl Server {
         let (config_tx, config_rx) = watch::channel(config.clone());
         let initial_health = HealthView::for_config(&config, &HealthView::default());
         let (health_tx, health_rx) = watch::channel(Arc::new(initial_health));
-        // The control plane: health checks run once per process and are published to every worker; a
-        // reloaded config restarts them.
+        // The control plane: health checks run once per process and are published to every worker (a
+        // reloaded config restarts them); DNS names are re-resolved; the admin listener is served.
         let control = {
             let config_rx = config_rx.clone();
+            let config_tx = config_tx.clone();
             let shutdown_rx = shutdown_rx.clone();
             let registry = registry.clone();
             thread::Builder::new()
@@ -74,6 +80,11 @@ impl Server {
                                 shutdown_rx.clone(),
                             ));
                         }
+                        tokio::task::spawn_local(crate::discovery::run(
+                            config_tx,
+                            resolver,
+                            shutdown_rx.clone(),
+                        ));
                         run_health_checks(config_rx, health_tx, shutdown_rx).await;
                         Ok::<_, io::Error>(())
                     })
