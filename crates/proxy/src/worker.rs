@@ -226,7 +226,7 @@ impl WorkerProxy {
         // The client's `Expect: 100-continue` was answered by our server when we began reading its body.
         request_headers.remove(header::EXPECT);
 
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let source = match cluster.body_source(body).await {
             Ok(source) => source,
             Err(error) => {
@@ -254,7 +254,12 @@ impl WorkerProxy {
             *attempt.method_mut() = parts.method.clone();
             *attempt.uri_mut() = parts.uri.clone();
             *attempt.version_mut() = parts.version;
-            *attempt.headers_mut() = parts.headers.clone();
+            // Keep a copy only if another attempt may need it.
+            *attempt.headers_mut() = if cluster.attempts > 1 {
+                parts.headers.clone()
+            } else {
+                std::mem::take(&mut parts.headers)
+            };
 
             let result = cluster.send(attempt, &tried).await;
             let now = Instant::now();
