@@ -9,20 +9,7 @@ use std::{
     sync::{Arc, Mutex},
     time::Duration,
 };
-use support::raw_exchange;
-
-fn served_by(address: SocketAddr) -> String {
-    let (response, _) = raw_exchange(
-        address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
-    response
-        .rsplit("\r\n\r\n")
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-}
+use support::{raw_exchange, served_by};
 
 fn picks(admin: SocketAddr, backend: SocketAddr) -> f64 {
     let (metrics, _) = raw_exchange(

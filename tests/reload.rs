@@ -5,7 +5,7 @@ mod support;
 
 use duet_testbed::{Backend, BackendOptions};
 use std::time::Duration;
-use support::{raw_exchange, Duet};
+use support::{served_by, Duet};
 
 fn yaml(backend: std::net::SocketAddr, listen: std::net::SocketAddr) -> String {
     format!(
@@ -13,37 +13,24 @@ fn yaml(backend: std::net::SocketAddr, listen: std::net::SocketAddr) -> String {
     )
 }
 
-fn served_by(duet: &Duet) -> String {
-    let (response, _) = raw_exchange(
-        duet.address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
-    response
-        .rsplit("\r\n\r\n")
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 #[test]
 fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
     let old = Backend::start(BackendOptions::named("old")).expect("old");
     let new = Backend::start(BackendOptions::named("new")).expect("new");
     let duet = Duet::start(&yaml(old.address(), "127.0.0.1:0".parse().expect("addr")));
-    assert_eq!(served_by(&duet), "old");
+    assert_eq!(served_by(duet.address), "old");
     let path = duet.config_path();
 
     // Same listener (now with its real port), new backend.
     std::fs::write(&path, yaml(new.address(), duet.address)).expect("rewrite");
     duet.signal("HUP");
     assert!(
-        support::eventually(Duration::from_secs(5), || served_by(&duet) == "new"),
+        support::eventually(Duration::from_secs(5), || served_by(duet.address) == "new"),
         "{:#?}",
         duet.log_lines()
     );
     for _ in 0..20 {
-        assert_eq!(served_by(&duet), "new", "every worker switched");
+        assert_eq!(served_by(duet.address), "new", "every worker switched");
     }
 
     // A broken file: reported with its location, and duet keeps serving the config it has.
@@ -59,7 +46,7 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
                 .any(|l| l.contains("duet.yaml:5:19: unknown field `adress`"))
     });
     assert!(reported, "{:#?}", duet.log_lines());
-    assert_eq!(served_by(&duet), "new");
+    assert_eq!(served_by(duet.address), "new");
 
     // A valid file that moves the listener cannot be applied in place: refused, nothing changes.
     std::fs::write(
@@ -72,5 +59,5 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
         .log_lines()
         .iter()
         .any(|l| l.contains("listeners changed"))));
-    assert_eq!(served_by(&duet), "new");
+    assert_eq!(served_by(duet.address), "new");
 }

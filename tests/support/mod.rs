@@ -205,6 +205,20 @@ pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (St
     (String::from_utf8_lossy(&out).into_owned(), closed)
 }
 
+/// `GET /` on a fresh connection; returns the response body (a testbed backend answers with its name).
+pub fn served_by(address: SocketAddr) -> String {
+    let (response, _) = raw_exchange(
+        address,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    response
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// A plain hyper client for tests.
 pub fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()

@@ -4,11 +4,28 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::Uri;
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use hyper_util::{
+    client::legacy::{connect::HttpConnector, Client},
+    rt::TokioExecutor,
+};
 use std::{
     collections::BTreeMap,
     time::{Duration, Instant},
 };
+
+/// One GET read to its end: whether it was a 2xx, and which backend answered (`x-backend`, or `-`).
+async fn get(client: &Client<HttpConnector, Empty<Bytes>>, uri: Uri) -> Option<(bool, String)> {
+    let response = client.get(uri).await.ok()?;
+    let ok = response.status().is_success();
+    let backend = response
+        .headers()
+        .get("x-backend")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned();
+    response.into_body().collect().await.ok()?;
+    Some((ok, backend))
+}
 
 /// What a load run measured.
 #[derive(Debug, Default, Clone)]
@@ -66,19 +83,9 @@ pub async fn closed_loop(
             for _ in 0..count {
                 let sent = Instant::now();
                 let outcome = tokio::time::timeout(timeout, async {
-                    let response = client.get(uri.clone()).await.map_err(|_| ())?;
-                    let ok = response.status().is_success();
-                    let backend = response
-                        .headers()
-                        .get("x-backend")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("-")
-                        .to_owned();
-                    response.into_body().collect().await.map_err(|_| ())?;
-                    if ok {
-                        Ok(backend)
-                    } else {
-                        Err(())
+                    match get(&client, uri.clone()).await {
+                        Some((true, backend)) => Ok(backend),
+                        _ => Err(()),
                     }
                 })
                 .await;
@@ -141,19 +148,7 @@ pub async fn open_loop(uri: Uri, rate: f64, duration: Duration, timeout: Duratio
         let sent_at = started.elapsed();
         requests.spawn(async move {
             let sent = tokio::time::Instant::now();
-            let outcome = tokio::time::timeout(timeout, async {
-                let response = client.get(uri).await.ok()?;
-                let ok = response.status().is_success();
-                let backend = response
-                    .headers()
-                    .get("x-backend")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-")
-                    .to_owned();
-                response.into_body().collect().await.ok()?;
-                Some((ok, backend))
-            })
-            .await;
+            let outcome = tokio::time::timeout(timeout, get(&client, uri)).await;
             let (ok, backend) = match outcome {
                 Ok(Some(result)) => result,
                 _ => (false, "-".to_owned()),
