@@ -36,6 +36,14 @@ impl BodySource {
         }
     }
 
+    /// Whether another attempt can still be given this body.
+    pub(crate) fn can_attempt(&self) -> bool {
+        match self {
+            Self::Empty | Self::Buffered(_) => true,
+            Self::Streaming(shared) => !shared.touched(),
+        }
+    }
+
     /// Whether the client's own body failed (malformed chunking, client gone): then the failure of the
     /// attempt is the client's, not the backend's.
     pub(crate) fn client_failed(&self) -> bool {

@@ -231,6 +231,7 @@ impl WorkerProxy {
             Ok(source) => source,
             Err(error) => {
                 tracing::debug!(%client, "client body failed: {error}");
+                cluster.counters.response(400);
                 return local_error(ProxyError::new(ErrorKind::BadRequestBody), log);
             }
         };
@@ -293,7 +294,7 @@ impl WorkerProxy {
                 ErrorKind::BadGateway | ErrorKind::Timeout => retry_after_send,
                 _ => false,
             };
-            if !safe || tried.len() >= cluster.attempts as usize || source.attempt().is_none() {
+            if !safe || tried.len() >= cluster.attempts as usize || !source.can_attempt() {
                 break Err(failed);
             }
             if !cluster.budget.withdraw() {
