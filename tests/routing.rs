@@ -247,3 +247,24 @@ fn one_access_log_line_per_request() {
         .count();
     assert_eq!(access_lines, 1);
 }
+
+#[test]
+fn an_interim_1xx_from_the_backend_does_not_break_the_response() {
+    let backend =
+        duet_testbed::RawBackend::start(duet_testbed::Misbehaviour::EarlyHints).expect("backend");
+    let duet = Duet::start(&support::single_cluster(
+        "p2c_inflight",
+        &[backend.address()],
+        "",
+        "",
+    ));
+    for _ in 0..3 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("\r\n\r\nok"), "{response}");
+    }
+}

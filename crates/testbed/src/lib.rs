@@ -503,6 +503,8 @@ pub enum Misbehaviour {
     Garbage,
     /// Reads the whole request (head and `Content-Length` body), then closes without answering.
     CloseAfterRequest,
+    /// Answers `103 Early Hints`, then `200 OK` with body `ok` (a valid interim response).
+    EarlyHints,
 }
 
 /// A TCP server that speaks broken HTTP, counting connections and request heads.
@@ -617,6 +619,11 @@ fn raw_serve(
                 return;
             }
             Misbehaviour::CloseAfterRequest => return,
+            Misbehaviour::EarlyHints => {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Backend: hints\r\n\r\nok",
+                );
+            }
         }
     }
 }
