@@ -226,3 +226,35 @@ fn randomly_corrupted_requests_never_take_duet_down() {
         "still serving: {response}"
     );
 }
+
+#[test]
+fn a_client_that_stalls_its_body_gets_408() {
+    let (backend, duet) = setup("limits: { body_read_timeout: 400ms }\n");
+    for (length, sent) in [(10usize, 3usize), (200_000, 70_000)] {
+        // Small bodies are buffered for replay (nothing reaches the backend); large ones are streamed.
+        let mut stream = std::net::TcpStream::connect(duet.address).expect("connect");
+        use std::io::{Read, Write};
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let head = format!("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n");
+        stream.write_all(head.as_bytes()).expect("head");
+        stream
+            .write_all(&vec![b'b'; sent])
+            .expect("part of the body");
+        let started = Instant::now();
+        let mut response = vec![0u8; 4096];
+        let n = stream.read(&mut response).expect("a response");
+        let response = String::from_utf8_lossy(&response[..n]);
+        assert!(response.starts_with("HTTP/1.1 408"), "{length}: {response}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert!(
+        backend.requests() <= 1,
+        "only the streamed one may have reached the backend"
+    );
+}

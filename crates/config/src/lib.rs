@@ -670,6 +670,11 @@ impl Checker {
                 "limits.header_read_timeout".to_owned(),
                 defaults.header_read_timeout,
             ),
+            body_read_timeout: self.duration(
+                l.and_then(|l| l.body_read_timeout.as_ref()),
+                "limits.body_read_timeout".to_owned(),
+                defaults.body_read_timeout,
+            ),
         };
         let shutdown = Shutdown {
             drain_timeout: self.duration(

@@ -357,6 +357,8 @@ pub struct Limits {
     pub max_uri_length: usize,
     /// Time a client has to send a complete request head. Default 10 s.
     pub header_read_timeout: Duration,
+    /// Longest wait for the next piece of a request body; longer gets 408. Default 60 s.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -365,6 +367,7 @@ impl Default for Limits {
             max_request_head: 64 * 1024,
             max_uri_length: 8 * 1024,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -151,6 +151,8 @@ pub(crate) struct RawLimits {
     pub(crate) max_uri_length: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) header_read_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) body_read_timeout: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

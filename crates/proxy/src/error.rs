@@ -14,6 +14,8 @@ pub enum ErrorKind {
     UriTooLong,
     /// The client's request body was malformed or cut short (400).
     BadRequestBody,
+    /// The client stopped sending its request body for longer than `limits.body_read_timeout` (408).
+    BodyTimeout,
     /// The cluster has no eligible backend (503).
     NoEligibleBackend,
     /// The backend could not be connected to (502).
@@ -69,6 +71,7 @@ impl ProxyError {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
             ErrorKind::BadRequestBody => StatusCode::BAD_REQUEST,
+            ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::NoEligibleBackend => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -80,6 +83,7 @@ impl ProxyError {
             ErrorKind::NoRoute => "no route matches this host and path\n",
             ErrorKind::UriTooLong => "request target too long\n",
             ErrorKind::BadRequestBody => "bad request body\n",
+            ErrorKind::BodyTimeout => "request body not received in time\n",
             ErrorKind::NoEligibleBackend => "no backend available\n",
             ErrorKind::Connect => "backend unreachable\n",
             ErrorKind::Timeout => "backend did not answer in time\n",

@@ -4,13 +4,17 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::{
+    fmt,
+    future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicU8, Ordering},
         Arc, Mutex,
     },
     task::{Context, Poll},
+    time::Duration,
 };
+use tokio::time::Sleep;
 
 /// Where an attempt's body comes from.
 #[derive(Debug, Clone)]
@@ -24,15 +28,30 @@ pub(crate) enum BodySource {
     Streaming(Reclaimable),
 }
 
+/// How the client's side of a streamed body ended, when it was the client's fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientFailure {
+    /// Malformed chunking, or the client went away mid-body.
+    Broken,
+    /// Nothing arrived for `limits.body_read_timeout`.
+    Stalled,
+}
+
+const UNTOUCHED: u8 = 0;
+const TOUCHED: u8 = 1;
+const BROKEN: u8 = 2;
+const STALLED: u8 = 3;
+
 impl BodySource {
     /// A body for one attempt, or `None` if this source has been (partly) consumed.
     pub(crate) fn attempt(&self) -> Option<UpstreamBody> {
         match self {
             Self::Empty => Some(UpstreamBody::Empty),
             Self::Buffered(bytes) => Some(UpstreamBody::Buffered(Some(bytes.clone()))),
-            Self::Streaming(shared) => {
-                (!shared.touched()).then(|| UpstreamBody::Streaming(shared.clone()))
-            }
+            Self::Streaming(shared) => self.can_attempt().then(|| UpstreamBody::Streaming {
+                shared: shared.clone(),
+                deadline: None,
+            }),
         }
     }
 
@@ -40,14 +59,21 @@ impl BodySource {
     pub(crate) fn can_attempt(&self) -> bool {
         match self {
             Self::Empty | Self::Buffered(_) => true,
-            Self::Streaming(shared) => !shared.touched(),
+            Self::Streaming(shared) => shared.state.load(Ordering::Acquire) == UNTOUCHED,
         }
     }
 
-    /// Whether the client's own body failed (malformed chunking, client gone): then the failure of the
-    /// attempt is the client's, not the backend's.
-    pub(crate) fn client_failed(&self) -> bool {
-        matches!(self, Self::Streaming(shared) if shared.failed.load(Ordering::Acquire))
+    /// Whether the client's own body failed: then the failure of the attempt is the client's, not the
+    /// backend's.
+    pub(crate) fn client_failure(&self) -> Option<ClientFailure> {
+        match self {
+            Self::Streaming(shared) => match shared.state.load(Ordering::Acquire) {
+                BROKEN => Some(ClientFailure::Broken),
+                STALLED => Some(ClientFailure::Stalled),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// Whether a retry after the request reached a backend could resend the same bytes.
@@ -60,42 +86,68 @@ impl BodySource {
 #[derive(Debug, Clone)]
 pub(crate) struct Reclaimable {
     inner: Arc<Mutex<Option<Incoming>>>,
-    touched: Arc<AtomicBool>,
-    failed: Arc<AtomicBool>,
+    state: Arc<AtomicU8>,
     hint: SizeHint,
+    idle_timeout: Duration,
 }
 
 impl Reclaimable {
-    pub(crate) fn new(body: Incoming) -> Self {
+    pub(crate) fn new(body: Incoming, idle_timeout: Duration) -> Self {
         let hint = body.size_hint();
         Self {
             inner: Arc::new(Mutex::new(Some(body))),
-            touched: Arc::new(AtomicBool::new(false)),
-            failed: Arc::new(AtomicBool::new(false)),
+            state: Arc::new(AtomicU8::new(UNTOUCHED)),
             hint,
+            idle_timeout,
         }
-    }
-
-    fn touched(&self) -> bool {
-        self.touched.load(Ordering::Acquire)
     }
 }
 
-/// The body type of requests toward backends.
+/// The client stopped sending its body.
 #[derive(Debug)]
+struct BodyStalled;
+
+impl fmt::Display for BodyStalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the client stopped sending its request body")
+    }
+}
+
+impl std::error::Error for BodyStalled {}
+
+/// The body type of requests toward backends.
 pub enum UpstreamBody {
     /// No body.
     Empty,
     /// A buffered body, sent in one frame.
     Buffered(Option<Bytes>),
-    /// A streamed client body.
+    /// A streamed client body, cut off if the client pauses longer than the body read timeout.
     #[allow(private_interfaces)]
-    Streaming(Reclaimable),
+    Streaming {
+        /// The client's body, shared with the request's other attempts.
+        shared: Reclaimable,
+        /// When the current wait for the next frame gives up.
+        deadline: Option<Pin<Box<Sleep>>>,
+    },
+}
+
+impl fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("UpstreamBody::Empty"),
+            Self::Buffered(data) => write!(
+                f,
+                "UpstreamBody::Buffered({:?})",
+                data.as_ref().map(Bytes::len)
+            ),
+            Self::Streaming { .. } => f.write_str("UpstreamBody::Streaming"),
+        }
+    }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -104,21 +156,45 @@ impl Body for UpstreamBody {
         match self.get_mut() {
             Self::Empty => Poll::Ready(None),
             Self::Buffered(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            Self::Streaming(shared) => {
-                shared.touched.store(true, Ordering::Release);
+            Self::Streaming { shared, deadline } => {
+                let _ = shared.state.compare_exchange(
+                    UNTOUCHED,
+                    TOUCHED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
                 // Only one attempt ever polls (a retry happens only if the body was never touched), so
                 // the lock is never contended.
-                let Ok(mut guard) = shared.inner.lock() else {
-                    return Poll::Ready(None);
+                let frame = match shared.inner.lock() {
+                    Ok(mut guard) => match guard.as_mut() {
+                        Some(body) => Pin::new(body).poll_frame(cx),
+                        None => Poll::Ready(None),
+                    },
+                    Err(_) => Poll::Ready(None),
                 };
-                let frame = match guard.as_mut() {
-                    Some(body) => Pin::new(body).poll_frame(cx),
-                    None => Poll::Ready(None),
-                };
-                if let Poll::Ready(Some(Err(_))) = &frame {
-                    shared.failed.store(true, Ordering::Release);
+                match frame {
+                    Poll::Pending => {
+                        let timeout = shared.idle_timeout;
+                        let sleep =
+                            deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                        if sleep.as_mut().poll(cx).is_ready() {
+                            shared.state.store(STALLED, Ordering::Release);
+                            return Poll::Ready(Some(Err(Box::new(BodyStalled))));
+                        }
+                        Poll::Pending
+                    }
+                    Poll::Ready(Some(Err(error))) => {
+                        shared.state.store(BROKEN, Ordering::Release);
+                        Poll::Ready(Some(Err(Box::new(error))))
+                    }
+                    Poll::Ready(other) => {
+                        // A frame (or the end) arrived: the next wait starts afresh.
+                        *deadline = None;
+                        Poll::Ready(
+                            other.map(|frame| frame.map_err(|e| Box::new(e) as Self::Error)),
+                        )
+                    }
                 }
-                frame
             }
         }
     }
@@ -127,7 +203,7 @@ impl Body for UpstreamBody {
         match self {
             Self::Empty => true,
             Self::Buffered(data) => data.is_none(),
-            Self::Streaming(shared) => match shared.inner.lock() {
+            Self::Streaming { shared, .. } => match shared.inner.lock() {
                 Ok(guard) => guard.as_ref().is_none_or(Body::is_end_stream),
                 Err(_) => true,
             },
@@ -140,7 +216,7 @@ impl Body for UpstreamBody {
             Self::Buffered(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Self::Streaming(shared) => shared.hint,
+            Self::Streaming { shared, .. } => shared.hint,
         }
     }
 }

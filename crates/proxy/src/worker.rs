@@ -8,7 +8,7 @@ use crate::{
     health::HealthView,
     metrics::{BackendCell, ClusterCells, ClusterCounters, Registry, WorkerCounters},
     outlier::Outliers,
-    request_body::{BodySource, Reclaimable, UpstreamBody},
+    request_body::{BodySource, ClientFailure, Reclaimable, UpstreamBody},
     upstream::{upstream_client, BackendService, PickedBackend},
 };
 use duet_balance::{
@@ -74,6 +74,7 @@ struct ClusterState {
     budget: TpsBudget,
     attempts: u32,
     replay_body_limit: usize,
+    body_read_timeout: Duration,
     penalised: StatusSet,
     counters: Arc<ClusterCounters>,
     eligible_flags: HashMap<SocketAddr, Arc<AtomicBool>>,
@@ -229,10 +230,11 @@ impl WorkerProxy {
         let (mut parts, body) = request.into_parts();
         let source = match cluster.body_source(body).await {
             Ok(source) => source,
-            Err(error) => {
-                tracing::debug!(%client, "client body failed: {error}");
-                cluster.counters.response(400);
-                return local_error(ProxyError::new(ErrorKind::BadRequestBody), log);
+            Err(kind) => {
+                let error = ProxyError::new(kind);
+                tracing::debug!(%client, "{error}");
+                cluster.counters.response(error.status().as_u16());
+                return local_error(error, log);
             }
         };
         let retry_after_send = table.routes[route_index]
@@ -280,8 +282,12 @@ impl WorkerProxy {
                 }
                 Err(error) => error,
             };
-            if source.client_failed() {
-                break Err(ProxyError::new(ErrorKind::BadRequestBody));
+            match source.client_failure() {
+                Some(ClientFailure::Broken) => {
+                    break Err(ProxyError::new(ErrorKind::BadRequestBody))
+                }
+                Some(ClientFailure::Stalled) => break Err(ProxyError::new(ErrorKind::BodyTimeout)),
+                None => {}
             }
             let Some(backend) = failed.backend() else {
                 break Err(failed);
@@ -354,7 +360,11 @@ impl Table {
                     .iter()
                     .find(|old| *old.name == *cluster.name && old.policy == cluster.policy)
                     .map(|old| old.take_balance());
-                Rc::new(ClusterState::new(cluster, kept))
+                Rc::new(ClusterState::new(
+                    cluster,
+                    kept,
+                    config.limits.body_read_timeout,
+                ))
             })
             .collect();
         Self {
@@ -379,7 +389,7 @@ fn metric_and_policy(policy: Policy) -> (LoadMetric, BalancePolicy) {
 
 impl ClusterState {
     /// A cluster's per-worker state; `kept` is the balancer of the same cluster before a reload.
-    fn new(cluster: &Cluster, kept: Option<ClusterBalance>) -> Self {
+    fn new(cluster: &Cluster, kept: Option<ClusterBalance>, body_read_timeout: Duration) -> Self {
         let client = upstream_client(&cluster.timeouts);
         let (metric, policy) = metric_and_policy(cluster.policy);
         let penalised: StatusSet = cluster
@@ -426,6 +436,7 @@ impl ClusterState {
             ),
             attempts: retries.attempts.max(1),
             replay_body_limit: retries.replay_body_limit,
+            body_read_timeout,
             penalised,
             counters: Arc::default(),
             eligible_flags: cluster
@@ -535,8 +546,9 @@ impl ClusterState {
         }
     }
 
-    /// Keeps a small body so that it can be replayed; streams anything larger or unsized.
-    async fn body_source(&self, body: Incoming) -> Result<BodySource, hyper::Error> {
+    /// Keeps a small body so that it can be replayed; streams anything larger or unsized. A client that
+    /// pauses longer than `body_read_timeout` gets 408.
+    async fn body_source(&self, body: Incoming) -> Result<BodySource, ErrorKind> {
         if body.is_end_stream() {
             return Ok(BodySource::Empty);
         }
@@ -545,9 +557,16 @@ impl ClusterState {
             .exact()
             .is_some_and(|n| n <= self.replay_body_limit as u64);
         if small && self.attempts > 1 {
-            return Ok(BodySource::Buffered(body.collect().await?.to_bytes()));
+            return match tokio::time::timeout(self.body_read_timeout, body.collect()).await {
+                Ok(Ok(collected)) => Ok(BodySource::Buffered(collected.to_bytes())),
+                Ok(Err(_)) => Err(ErrorKind::BadRequestBody),
+                Err(_) => Err(ErrorKind::BodyTimeout),
+            };
         }
-        Ok(BodySource::Streaming(Reclaimable::new(body)))
+        Ok(BodySource::Streaming(Reclaimable::new(
+            body,
+            self.body_read_timeout,
+        )))
     }
 
     /// One attempt: P2C (excluding backends already tried), counted as load until its body ends.
