@@ -35,7 +35,7 @@ mod units;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
     http_method, Backend, Cluster, Config, HealthCheck, HostPattern, Limits, Listener,
-    OutlierDetection, Policy, Retries, Route, Shutdown, Timeouts, Workers,
+    OutlierDetection, Policy, Retries, Route, Shutdown, Timeouts, TlsFiles, Workers,
 };
 
 use error::did_you_mean;
@@ -87,6 +87,10 @@ fn parse_with(text: &str, origin: &str, resolve_names: bool) -> Result<Config, C
     let mut checker = Checker {
         errors: Vec::new(),
         resolve_names,
+        base: Path::new(origin)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
     };
     let config = checker.check(raw);
     if checker.errors.is_empty() {
@@ -138,6 +142,8 @@ fn from_serde(error: &serde_saphyr::Error) -> ConfigError {
 struct Checker {
     errors: Vec<ConfigError>,
     resolve_names: bool,
+    /// The config file's folder, for relative paths.
+    base: std::path::PathBuf,
 }
 
 impl Checker {
@@ -261,6 +267,27 @@ impl Checker {
         out
     }
 
+    /// A path relative to the config file's folder, checked to be readable now.
+    fn readable_file(
+        &mut self,
+        value: &Spanned<Scalar>,
+        field: String,
+        what: &str,
+    ) -> std::path::PathBuf {
+        let path = self.base.join(&value.value.0);
+        if let Err(error) = std::fs::File::open(&path) {
+            let e = self.error(
+                value,
+                field,
+                format!("cannot read the {what} file {}: {error}", path.display()),
+            );
+            self.push(
+                e.hint("give a PEM file; a relative path is taken from the config file's folder"),
+            );
+        }
+        path
+    }
+
     fn check(&mut self, raw: RawConfig) -> Config {
         let workers = match &raw.workers {
             None => Workers::Auto,
@@ -288,7 +315,19 @@ impl Checker {
                         let e = self.error(&l.address, field, format!("{address} is listed twice"));
                         self.push(e);
                     }
-                    listeners.push(Listener { address });
+                    let tls = l.tls.as_ref().map(|tls| TlsFiles {
+                        cert: self.readable_file(
+                            &tls.cert,
+                            format!("listeners[{i}].tls.cert"),
+                            "certificate",
+                        ),
+                        key: self.readable_file(
+                            &tls.key,
+                            format!("listeners[{i}].tls.key"),
+                            "private key",
+                        ),
+                    });
+                    listeners.push(Listener { address, tls });
                 }
                 Err(_) => {
                     let e = self.error(

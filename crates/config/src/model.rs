@@ -48,6 +48,17 @@ impl Workers {
 pub struct Listener {
     /// Address to bind; port 0 lets the OS choose.
     pub address: SocketAddr,
+    /// Terminate TLS on this listener with these files; plain HTTP when `None`.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files for a TLS listener. Relative paths in the file are taken from the config file's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: std::path::PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: std::path::PathBuf,
 }
 
 /// A routing rule.

@@ -33,6 +33,15 @@ pub(crate) struct RawAdmin {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawListener {
     pub(crate) address: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) tls: Option<RawTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    pub(crate) cert: Spanned<Scalar>,
+    pub(crate) key: Spanned<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

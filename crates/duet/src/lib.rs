@@ -6,6 +6,7 @@
 
 mod discovery;
 mod listener;
+mod tls;
 mod worker;
 
 pub mod cli;

@@ -5,6 +5,7 @@ use duet_config::Config;
 use duet_proxy::{run_health_checks, serve_admin, HealthView, Registry};
 use std::{io, net::SocketAddr, sync::Arc, thread};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 /// A running duet: its workers, and the addresses they listen on.
 pub struct Server {
@@ -27,13 +28,18 @@ impl Server {
     pub fn start_with_resolver(config: Config, resolver: crate::Resolver) -> io::Result<Self> {
         let workers = config.workers.resolve();
         let mut addresses = Vec::new();
-        let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        let mut per_worker: Vec<Vec<(std::net::TcpListener, Option<TlsAcceptor>)>> =
             (0..workers).map(|_| Vec::new()).collect();
         for listener in &config.listeners {
+            let tls = listener
+                .tls
+                .as_ref()
+                .map(crate::tls::acceptor)
+                .transpose()?;
             let (bound, sockets) = bind_reuseport(listener.address, workers)?;
             addresses.push(bound);
             for (worker, socket) in sockets.into_iter().enumerate() {
-                per_worker[worker].push(socket);
+                per_worker[worker].push((socket, tls.clone()));
             }
         }
         // The admin listener is bound here too, so a port conflict fails the start, not a thread later.
@@ -122,13 +128,15 @@ impl Server {
     pub fn reload(&self, config: Config) -> Result<(), String> {
         let current = self.config.borrow().clone();
         // A listener is unchanged if it names the address it was configured with or the one it bound
-        // (port 0 resolved).
+        // (port 0 resolved), with the same TLS files (certificates are loaded at start).
         let same_listeners = config.listeners.len() == current.listeners.len()
             && config
                 .listeners
                 .iter()
                 .zip(current.listeners.iter().zip(&self.addresses))
-                .all(|(new, (old, bound))| new.address == old.address || new.address == *bound);
+                .all(|(new, (old, bound))| {
+                    (new.address == old.address || new.address == *bound) && new.tls == old.tls
+                });
         if !same_listeners {
             return Err("listeners changed: restart duet to apply a new set of listeners".into());
         }

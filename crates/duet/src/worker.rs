@@ -1,6 +1,6 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
-use duet_config::Config;
+use duet_config::{Config, Limits};
 use duet_proxy::{serve_connection, HealthView, Registry, WorkerProxy};
 use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
@@ -8,6 +8,7 @@ use tokio::{
     sync::{mpsc, watch},
     task::{JoinSet, LocalSet},
 };
+use tokio_rustls::TlsAcceptor;
 
 /// What a worker listens to from the control plane.
 pub(crate) struct Channels {
@@ -20,19 +21,46 @@ pub(crate) struct Channels {
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
 pub(crate) fn run(
     index: usize,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<(std::net::TcpListener, Option<TlsAcceptor>)>,
     config: Arc<Config>,
     channels: Channels,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    LocalSet::new().block_on(&runtime, serve(index, listeners, config, channels))
+    LocalSet::new().block_on(&runtime, serve_worker(index, listeners, config, channels))
 }
 
+/// A connection accepted on a listener, with the listener's TLS acceptor if it terminates TLS.
+type Accepted = (TcpStream, SocketAddr, Option<TlsAcceptor>);
+
+/// Serves one connection, after its TLS handshake (bounded by the header read timeout) if any.
 async fn serve(
+    proxy: Rc<WorkerProxy>,
+    limits: Limits,
+    (stream, peer, tls): Accepted,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None => serve_connection(proxy, limits, stream, peer, false, shutdown).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls_stream)) => {
+                    serve_connection(proxy, limits, tls_stream, peer, true, shutdown).await
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
+                }
+                Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn serve_worker(
     index: usize,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<(std::net::TcpListener, Option<TlsAcceptor>)>,
     mut config: Arc<Config>,
     channels: Channels,
 ) -> std::io::Result<()> {
@@ -46,16 +74,16 @@ async fn serve(
     let proxy = Rc::new(WorkerProxy::with_registry(&config, index, registry));
     proxy.apply_health(health.borrow_and_update().clone());
     let mut limits = config.limits;
-    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
+    let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
-    for listener in listeners {
+    for (listener, tls) in listeners {
         let listener = TcpListener::from_std(listener)?;
         let accepted_tx = accepted_tx.clone();
         acceptors.spawn_local(async move {
             loop {
                 match listener.accept().await {
-                    Ok(connection) => {
-                        if accepted_tx.send(connection).await.is_err() {
+                    Ok((stream, peer)) => {
+                        if accepted_tx.send((stream, peer, tls.clone())).await.is_err() {
                             return;
                         }
                     }
@@ -73,8 +101,8 @@ async fn serve(
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            Some((stream, peer)) = accepted.recv() => {
-                connections.spawn_local(serve_connection(proxy.clone(), limits, stream, peer, shutdown.clone()));
+            Some(connection) = accepted.recv() => {
+                connections.spawn_local(serve(proxy.clone(), limits, connection, shutdown.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             Ok(()) = health.changed() => {
@@ -98,14 +126,8 @@ async fn serve(
     // Stop accepting: the listening sockets close with their tasks. Connections already accepted but
     // not yet served are served (and drained) too.
     acceptors.abort_all();
-    while let Ok((stream, peer)) = accepted.try_recv() {
-        connections.spawn_local(serve_connection(
-            proxy.clone(),
-            limits,
-            stream,
-            peer,
-            shutdown.clone(),
-        ));
+    while let Ok(connection) = accepted.try_recv() {
+        connections.spawn_local(serve(proxy.clone(), limits, connection, shutdown.clone()));
     }
     let open = connections.len();
     let drained = tokio::time::timeout(config.shutdown.drain_timeout, async {

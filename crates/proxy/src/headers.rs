@@ -59,7 +59,12 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
 
 /// Appends the client to `X-Forwarded-For` (keeping what earlier proxies wrote) and sets
 /// `X-Forwarded-Proto` and `X-Forwarded-Host`. `Host` is left as the client sent it.
-pub(crate) fn add_forwarding(headers: &mut HeaderMap, client: IpAddr, host: Option<HeaderValue>) {
+pub(crate) fn add_forwarding(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    host: Option<HeaderValue>,
+    secure: bool,
+) {
     let client = client.to_string();
     let chain = match headers
         .get_all(&X_FORWARDED_FOR)
@@ -78,7 +83,8 @@ pub(crate) fn add_forwarding(headers: &mut HeaderMap, client: IpAddr, host: Opti
     if let Ok(value) = HeaderValue::from_str(&chain) {
         headers.insert(X_FORWARDED_FOR.clone(), value);
     }
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    let proto = if secure { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
     match host {
         Some(host) => {
             headers.insert(X_FORWARDED_HOST.clone(), host);
@@ -156,6 +162,7 @@ mod tests {
             &mut h,
             "127.0.0.1".parse().expect("ip"),
             Some(HeaderValue::from_static("example.com")),
+            false,
         );
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.1.1, 127.0.0.1");

@@ -5,18 +5,22 @@ use duet_config::Limits;
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{convert::Infallible, net::SocketAddr, rc::Rc};
-use tokio::{net::TcpStream, sync::watch};
+use tokio::sync::watch;
 
 /// Serves one client connection until it closes, or until `shutdown` turns true: then the request in
 /// progress (if any) finishes, and the connection closes instead of waiting for another.
-pub async fn serve_connection(
+///
+/// `io` is the client connection (TCP, or TLS over TCP when `secure`, which sets `X-Forwarded-Proto`).
+pub async fn serve_connection<IO>(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
-    stream: TcpStream,
+    io: IO,
     peer: SocketAddr,
+    secure: bool,
     mut shutdown: watch::Receiver<bool>,
-) {
-    let _ = stream.set_nodelay(true);
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
     proxy
         .counters()
         .connections
@@ -24,7 +28,7 @@ pub async fn serve_connection(
     let counters = proxy.clone();
     let service = service_fn(move |request| {
         let proxy = proxy.clone();
-        async move { Ok::<_, Infallible>(proxy.handle(request, peer).await) }
+        async move { Ok::<_, Infallible>(proxy.handle(request, peer, secure).await) }
     });
     let mut builder = http1::Builder::new();
     builder
@@ -34,7 +38,7 @@ pub async fn serve_connection(
         .writev(false)
         .keep_alive(true);
     let connection = builder
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     tokio::pin!(connection);
     let mut draining = *shutdown.borrow();

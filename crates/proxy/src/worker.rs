@@ -172,11 +172,13 @@ impl WorkerProxy {
         *self.health.borrow_mut() = view;
     }
 
-    /// Proxies one request from `client`. Never fails: errors become short text responses.
+    /// Proxies one request from `client` (over TLS when `secure`). Never fails: errors become short text
+    /// responses.
     pub async fn handle(
         self: Rc<Self>,
         mut request: Request<Incoming>,
         client: SocketAddr,
+        secure: bool,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
         let mut log = AccessLog::enabled().then(|| AccessLog {
@@ -223,7 +225,7 @@ impl WorkerProxy {
         let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
         let request_headers = request.headers_mut();
         headers::remove_hop_by_hop(request_headers, upgrading);
-        headers::add_forwarding(request_headers, client.ip(), host);
+        headers::add_forwarding(request_headers, client.ip(), host, secure);
         // The client's `Expect: 100-continue` was answered by our server when we began reading its body.
         request_headers.remove(header::EXPECT);
 

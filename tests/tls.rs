@@ -1,0 +1,85 @@
+//! TLS termination on a listener: a real rustls client talks HTTPS to duet, duet talks HTTP to the
+//! backend and tells it `X-Forwarded-Proto: https`.
+
+mod support;
+
+use duet_testbed::{Backend, BackendOptions};
+use std::{sync::Arc, time::Duration};
+use support::{Duet, TempDir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::{
+    rustls::{self, pki_types::ServerName, RootCertStore},
+    TlsConnector,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_in_http_out() {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
+    let dir = TempDir::new();
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    std::fs::write(&cert, generated.cert.pem()).expect("cert");
+    std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
+
+    let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
+    let yaml = format!(
+        "workers: 2\nlisteners:\n  - address: 127.0.0.1:0\n    tls: {{ cert: {}, key: {} }}\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
+        cert.display(),
+        key.display(),
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+
+    let mut roots = RootCertStore::empty();
+    roots.add(generated.cert.der().clone()).expect("root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = TlsConnector::from(Arc::new(config));
+    for _ in 0..3 {
+        let tcp = tokio::net::TcpStream::connect(duet.address)
+            .await
+            .expect("connect");
+        let mut tls = connector
+            .connect(ServerName::try_from("localhost").expect("name"), tcp)
+            .await
+            .expect("handshake with a certificate for localhost");
+        tls.write_all(b"GET /over-tls HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let mut response = String::new();
+        tokio::time::timeout(Duration::from_secs(5), tls.read_to_string(&mut response))
+            .await
+            .expect("in time")
+            .ok();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.ends_with("plain"), "{response}");
+    }
+    let seen = backend.recorded().pop().expect("request");
+    assert_eq!(seen.uri, "/over-tls");
+    assert_eq!(seen.headers["x-forwarded-proto"], "https");
+
+    // Plain HTTP on the TLS port is not served.
+    let (response, closed) = support::raw_exchange(
+        duet.address,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert!(!response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(closed);
+}
+
+#[test]
+fn a_missing_certificate_is_a_config_error_at_its_field() {
+    let yaml = "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: /nonexistent/cert.pem, key: /nonexistent/key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n";
+    let errors = duet_config::parse_offline(yaml, "tls.yaml").expect_err("missing files");
+    let text = errors.to_string();
+    assert!(text.contains("tls.yaml:3:18: listeners[0].tls.cert: cannot read the certificate file /nonexistent/cert.pem"), "{text}");
+    assert!(
+        text.contains("listeners[0].tls.key: cannot read the private key file"),
+        "{text}"
+    );
+}
