@@ -72,6 +72,82 @@ async fn https_in_http_out() {
     assert!(closed);
 }
 
+/// GET over TLS trusting only `root`; the response, or why the handshake failed.
+async fn fetch(address: std::net::SocketAddr, root: &rcgen::Certificate) -> Result<String, String> {
+    let mut roots = RootCertStore::empty();
+    roots.add(root.der().clone()).map_err(|e| e.to_string())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_string(&mut response)).await;
+    Ok(response)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rotates_the_certificate() {
+    let dir = TempDir::new();
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    let write = |generated: &rcgen::CertifiedKey<rcgen::KeyPair>| {
+        std::fs::write(&cert, generated.cert.pem()).expect("cert");
+        std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
+    };
+    let old = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("old");
+    let new = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("new");
+    write(&old);
+    let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
+    let yaml = format!(
+        "workers: 2\nlisteners:\n  - address: 127.0.0.1:0\n    tls: {{ cert: cert.pem, key: key.pem }}\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
+        backend.address()
+    );
+    // Relative paths are taken from the config file's folder.
+    std::fs::write(dir.0.join("duet.yaml"), &yaml).expect("config");
+    let duet = Duet::start_at(&dir.0.join("duet.yaml"));
+    assert!(fetch(duet.address, &old.cert)
+        .await
+        .expect("old cert")
+        .starts_with("HTTP/1.1 200"));
+    assert!(
+        fetch(duet.address, &new.cert).await.is_err(),
+        "not yet the new certificate"
+    );
+
+    write(&new);
+    duet.signal("HUP");
+    let mut rotated = false;
+    for _ in 0..50 {
+        if fetch(duet.address, &new.cert)
+            .await
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+        {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(rotated, "{:#?}", duet.log_lines());
+    for _ in 0..5 {
+        assert!(
+            fetch(duet.address, &old.cert).await.is_err(),
+            "every worker rotated"
+        );
+    }
+}
+
 #[test]
 fn a_missing_certificate_is_a_config_error_at_its_field() {
     let yaml = "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: /nonexistent/cert.pem, key: /nonexistent/key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n";

@@ -18,7 +18,8 @@ pub struct Duet {
     pub child: Child,
     pub address: SocketAddr,
     pub log: Arc<Mutex<Vec<String>>>,
-    _dir: TempDir,
+    config: PathBuf,
+    _dir: Option<TempDir>,
 }
 
 impl Duet {
@@ -31,6 +32,15 @@ impl Duet {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
+        Self::spawn(path, Some(dir), rust_log)
+    }
+
+    /// Starts `duet run` on an existing config file (the caller owns its folder).
+    pub fn start_at(path: &std::path::Path) -> Self {
+        Self::spawn(path.to_path_buf(), None, "info")
+    }
+
+    fn spawn(path: PathBuf, dir: Option<TempDir>, rust_log: &str) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
             .args(["run", "--config"])
             .arg(&path)
@@ -71,13 +81,14 @@ impl Duet {
             child,
             address,
             log,
+            config: path,
             _dir: dir,
         }
     }
 
     /// The config file duet was started with (rewrite it, then send SIGHUP).
     pub fn config_path(&self) -> PathBuf {
-        self._dir.0.join("duet.yaml")
+        self.config.clone()
     }
 
     pub fn url(&self, path: &str) -> String {

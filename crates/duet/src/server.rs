@@ -15,6 +15,17 @@ pub struct Server {
     control: thread::JoinHandle<io::Result<()>>,
     shutdown: watch::Sender<bool>,
     config: watch::Sender<Arc<Config>>,
+    /// Each listener's TLS acceptor, replaced on reload so certificates can be rotated.
+    tls: watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>,
+}
+
+/// The TLS acceptor of each listener (`None` for plain HTTP), with its certificate files read now.
+fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
+    config
+        .listeners
+        .iter()
+        .map(|listener| listener.tls.as_ref().map(crate::tls::acceptor).transpose())
+        .collect()
 }
 
 impl Server {
@@ -28,20 +39,17 @@ impl Server {
     pub fn start_with_resolver(config: Config, resolver: crate::Resolver) -> io::Result<Self> {
         let workers = config.workers.resolve();
         let mut addresses = Vec::new();
-        let mut per_worker: Vec<Vec<(std::net::TcpListener, Option<TlsAcceptor>)>> =
+        let mut per_worker: Vec<Vec<(std::net::TcpListener, usize)>> =
             (0..workers).map(|_| Vec::new()).collect();
-        for listener in &config.listeners {
-            let tls = listener
-                .tls
-                .as_ref()
-                .map(crate::tls::acceptor)
-                .transpose()?;
+        let acceptors = tls_acceptors(&config)?;
+        for (index, listener) in config.listeners.iter().enumerate() {
             let (bound, sockets) = bind_reuseport(listener.address, workers)?;
             addresses.push(bound);
             for (worker, socket) in sockets.into_iter().enumerate() {
-                per_worker[worker].push((socket, tls.clone()));
+                per_worker[worker].push((socket, index));
             }
         }
+        let (tls, tls_rx) = watch::channel(Arc::new(acceptors));
         // The admin listener is bound here too, so a port conflict fails the start, not a thread later.
         let admin_listener = config
             .admin
@@ -105,6 +113,7 @@ impl Server {
                 health: health_rx.clone(),
                 config: config_rx.clone(),
                 registry: registry.clone(),
+                tls: tls_rx.clone(),
             };
             handles.push(
                 thread::Builder::new()
@@ -119,30 +128,32 @@ impl Server {
             control,
             shutdown,
             config: config_tx,
+            tls,
         })
     }
 
     /// Switches every worker to `config` between requests, keeping the balancer state of backends that
-    /// remain, and restarts health checks. Listeners and the worker count are fixed at start: a change
-    /// to them is refused (restart duet to apply it), and nothing changes.
+    /// remain, and restarts health checks. TLS certificate files are read again (rotation). Listener
+    /// addresses and the worker count are fixed at start: a change to them is refused (restart duet to
+    /// apply it), and nothing changes; so is a certificate that does not load.
     pub fn reload(&self, config: Config) -> Result<(), String> {
         let current = self.config.borrow().clone();
         // A listener is unchanged if it names the address it was configured with or the one it bound
-        // (port 0 resolved), with the same TLS files (certificates are loaded at start).
+        // (port 0 resolved).
         let same_listeners = config.listeners.len() == current.listeners.len()
             && config
                 .listeners
                 .iter()
                 .zip(current.listeners.iter().zip(&self.addresses))
-                .all(|(new, (old, bound))| {
-                    (new.address == old.address || new.address == *bound) && new.tls == old.tls
-                });
+                .all(|(new, (old, bound))| new.address == old.address || new.address == *bound);
         if !same_listeners {
             return Err("listeners changed: restart duet to apply a new set of listeners".into());
         }
         if config.workers.resolve() != self.workers.len() {
             return Err("the worker count changed: restart duet to apply it".into());
         }
+        let acceptors = tls_acceptors(&config).map_err(|e| e.to_string())?;
+        self.tls.send_replace(Arc::new(acceptors));
         self.config.send_replace(Arc::new(config));
         Ok(())
     }

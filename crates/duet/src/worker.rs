@@ -16,12 +16,13 @@ pub(crate) struct Channels {
     pub(crate) health: watch::Receiver<Arc<HealthView>>,
     pub(crate) config: watch::Receiver<Arc<Config>>,
     pub(crate) registry: Registry,
+    pub(crate) tls: watch::Receiver<Arc<Vec<Option<TlsAcceptor>>>>,
 }
 
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
 pub(crate) fn run(
     index: usize,
-    listeners: Vec<(std::net::TcpListener, Option<TlsAcceptor>)>,
+    listeners: Vec<(std::net::TcpListener, usize)>,
     config: Arc<Config>,
     channels: Channels,
 ) -> std::io::Result<()> {
@@ -60,7 +61,7 @@ async fn serve(
 
 async fn serve_worker(
     index: usize,
-    listeners: Vec<(std::net::TcpListener, Option<TlsAcceptor>)>,
+    listeners: Vec<(std::net::TcpListener, usize)>,
     mut config: Arc<Config>,
     channels: Channels,
 ) -> std::io::Result<()> {
@@ -69,6 +70,7 @@ async fn serve_worker(
         mut health,
         config: mut reloads,
         registry,
+        tls,
     } = channels;
     reloads.borrow_and_update();
     let proxy = Rc::new(WorkerProxy::with_registry(&config, index, registry));
@@ -76,14 +78,17 @@ async fn serve_worker(
     let mut limits = config.limits;
     let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
-    for (listener, tls) in listeners {
+    for (listener, position) in listeners {
         let listener = TcpListener::from_std(listener)?;
         let accepted_tx = accepted_tx.clone();
+        let tls = tls.clone();
         acceptors.spawn_local(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, peer)) => {
-                        if accepted_tx.send((stream, peer, tls.clone())).await.is_err() {
+                        // The acceptor current now: a reload may have rotated the certificate.
+                        let acceptor = tls.borrow().get(position).cloned().flatten();
+                        if accepted_tx.send((stream, peer, acceptor)).await.is_err() {
                             return;
                         }
                     }
