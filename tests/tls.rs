@@ -159,3 +159,31 @@ fn a_missing_certificate_is_a_config_error_at_its_field() {
         "{text}"
     );
 }
+
+#[test]
+fn check_parses_certificates_and_reports_a_bad_one() {
+    let dir = TempDir::new();
+    std::fs::write(
+        dir.0.join("cert.pem"),
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n",
+    )
+    .expect("cert");
+    std::fs::write(dir.0.join("key.pem"), "no key here\n").expect("key");
+    let config = dir.0.join("duet.yaml");
+    std::fs::write(
+        &config,
+        "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: cert.pem, key: key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n",
+    )
+    .expect("config");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("key.pem: not a PEM private key"),
+        "{stderr}"
+    );
+}

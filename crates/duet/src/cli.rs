@@ -89,6 +89,18 @@ fn check(path: &std::path::Path) -> i32 {
     match duet_config::load(path) {
         Ok(config) => {
             use std::io::Write;
+            // Certificates are parsed too, as `run` would.
+            let tls_errors: Vec<String> = config
+                .listeners
+                .iter()
+                .filter_map(|l| l.tls.as_ref())
+                .filter_map(|files| crate::tls::acceptor(files).err())
+                .map(|e| format!("error: {e}"))
+                .collect();
+            if !tls_errors.is_empty() {
+                eprintln!("{}", tls_errors.join("\n"));
+                return 1;
+            }
             // A closed stdout (`duet check ... | head`) is not an error worth a panic.
             let _ = std::io::stdout().write_all(summary(path, &config).as_bytes());
             0
