@@ -196,6 +196,7 @@ fn linkerd(seconds: u64, rate: f64) {
         .expect("runtime");
     let mut results = Vec::new();
     let mut shares = Vec::new();
+    let mut every_backend: Vec<Series> = Vec::new();
     for workers in [1usize, 2] {
         for policy in POLICIES {
             let backends: Vec<Backend> = (0..11)
@@ -257,6 +258,23 @@ fn linkerd(seconds: u64, rate: f64) {
                     name: policy.to_owned(),
                     points,
                 });
+                if policy == "p2c_peak_ewma" {
+                    // Every backend's share, second by second, for the policy duet recommends.
+                    let share = |counts: &Vec<u64>, t: usize| {
+                        let total: u64 = all.iter().map(|b| b.get(t).copied().unwrap_or(0)).sum();
+                        counts.get(t).copied().unwrap_or(0) as f64 / total.max(1) as f64
+                    };
+                    every_backend = all
+                        .iter()
+                        .enumerate()
+                        .map(|(i, counts)| Series {
+                            name: format!("b{i}{}", if i == 0 { " (slow mid-run)" } else { "" }),
+                            points: (0..seconds as usize)
+                                .map(|t| (t as f64, share(counts, t)))
+                                .collect(),
+                        })
+                        .collect();
+                }
             }
         }
     }
@@ -272,6 +290,16 @@ fn linkerd(seconds: u64, rate: f64) {
         "seconds (slow during the middle half)",
         "share of requests",
         &shares,
+        Axes::default(),
+    ) {
+        eprintln!("plot: {e}");
+    }
+    if let Err(e) = plot::line_chart(
+        &docs.join("backend-shares.svg"),
+        "Each backend's share over time, p2c_peak_ewma, 1 worker",
+        "seconds (b0 slow during the middle half)",
+        "share of requests",
+        &every_backend,
         Axes::default(),
     ) {
         eprintln!("plot: {e}");
