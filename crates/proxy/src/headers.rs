@@ -2,7 +2,7 @@
 //! are added.
 
 use http::{header, HeaderMap, HeaderName, HeaderValue};
-use std::net::IpAddr;
+use std::{fmt::Write, net::IpAddr};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -65,21 +65,17 @@ pub(crate) fn add_forwarding(
     host: Option<HeaderValue>,
     secure: bool,
 ) {
-    let client = client.to_string();
-    let chain = match headers
+    // One string for the whole chain: earlier hops as they came, then this client.
+    let mut chain = String::with_capacity(48);
+    for earlier in headers
         .get_all(&X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .fold(String::new(), |mut acc, v| {
-            if !acc.is_empty() {
-                acc.push_str(", ");
-            }
-            acc.push_str(v);
-            acc
-        }) {
-        earlier if earlier.is_empty() => client,
-        earlier => format!("{earlier}, {client}"),
-    };
+    {
+        chain.push_str(earlier);
+        chain.push_str(", ");
+    }
+    let _ = write!(chain, "{client}");
     if let Ok(value) = HeaderValue::from_str(&chain) {
         headers.insert(X_FORWARDED_FOR.clone(), value);
     }

@@ -244,7 +244,9 @@ impl WorkerProxy {
             .iter()
             .any(|m| m == parts.method.as_str())
             && source.replayable();
-        cluster.budget.deposit();
+        if cluster.attempts > 1 {
+            cluster.budget.deposit();
+        }
 
         let mut tried: Vec<SocketAddr> = Vec::new();
         let mut last_error: Option<ProxyError> = None;
