@@ -23,11 +23,7 @@ fn unreachable_backend_gives_502() {
         "",
         "",
     ));
-    let (response, _) = raw_exchange(
-        duet.address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
+    let response = support::get_root(duet.address);
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     assert!(response.ends_with("backend unreachable\n"), "{response}");
 }
@@ -45,11 +41,7 @@ fn garbage_from_a_backend_gives_502() {
         }
     });
     let duet = Duet::start(&support::single_cluster("p2c_inflight", &[address], "", ""));
-    let (response, _) = raw_exchange(
-        duet.address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
+    let response = support::get_root(duet.address);
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     assert!(
         response.ends_with("backend sent an invalid response\n"),
@@ -93,11 +85,7 @@ fn a_cluster_without_eligible_backends_gives_503() {
     config.clusters[0].backends[0].weight = 0;
     let server = duet::Server::start(config).expect("start");
     let address = server.local_addrs()[0];
-    let (response, _) = raw_exchange(
-        address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
+    let response = support::get_root(address);
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
     assert!(response.ends_with("no backend available\n"), "{response}");
     assert_eq!(backend.requests(), 0);
@@ -131,11 +119,7 @@ fn a_backend_dying_mid_body_closes_the_client_connection() {
         "never a complete-looking response: got {body} bytes"
     );
     // The next request on a new connection is served normally.
-    let (response, _) = raw_exchange(
-        duet.address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
+    let response = support::get_root(duet.address);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
@@ -151,11 +135,7 @@ fn a_pooled_connection_closed_by_the_backend_while_idle_is_not_a_502() {
         "",
     ));
     for round in 0..4 {
-        let (response, _) = raw_exchange(
-            duet.address,
-            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
+        let response = support::get_root(duet.address);
         assert!(
             response.starts_with("HTTP/1.1 200"),
             "round {round}: {response}"

@@ -150,11 +150,7 @@ fn a_hung_backend_is_avoided_and_only_unretriable_requests_time_out() {
     let mut last_reached = Duration::ZERO;
     for _ in 0..30 {
         let before = hung.requests();
-        let (response, _) = raw_exchange(
-            duet.address,
-            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
+        let response = support::get_root(duet.address);
         assert!(
             response.starts_with("HTTP/1.1 200"),
             "a GET must be retried, not time out: {response}"
@@ -169,11 +165,7 @@ fn a_hung_backend_is_avoided_and_only_unretriable_requests_time_out() {
     // Once ejected, nothing reaches it and GETs answer quickly.
     let phase_two = Instant::now();
     for _ in 0..60 {
-        let (response, _) = raw_exchange(
-            duet.address,
-            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
+        let response = support::get_root(duet.address);
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     }
     assert_eq!(hung.requests(), reached, "avoided after ejection");
@@ -342,11 +334,7 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
     );
     let closer_before = closer.requests();
     for _ in 0..10 {
-        let (response, _) = raw_exchange(
-            duet.address,
-            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            Duration::from_secs(5),
-        );
+        let response = support::get_root(duet.address);
         assert!(
             response.starts_with("HTTP/1.1 200"),
             "GET is retried: {response}"
@@ -402,10 +390,6 @@ fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
         "error,duet::cli=info",
     );
     std::thread::sleep(Duration::from_millis(300));
-    let (response, _) = raw_exchange(
-        strict.address,
-        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
+    let response = support::get_root(strict.address);
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
 }

@@ -216,13 +216,19 @@ pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (St
     (String::from_utf8_lossy(&out).into_owned(), closed)
 }
 
-/// `GET /` on a fresh connection; returns the response body (a testbed backend answers with its name).
-pub fn served_by(address: SocketAddr) -> String {
-    let (response, _) = raw_exchange(
+/// `GET /` on a fresh connection that closes after the response; returns the whole response.
+pub fn get_root(address: SocketAddr) -> String {
+    raw_exchange(
         address,
         b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         Duration::from_secs(5),
-    );
+    )
+    .0
+}
+
+/// `GET /` on a fresh connection; returns the response body (a testbed backend answers with its name).
+pub fn served_by(address: SocketAddr) -> String {
+    let response = get_root(address);
     response
         .rsplit("\r\n\r\n")
         .next()

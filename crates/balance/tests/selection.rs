@@ -33,6 +33,23 @@ fn named(
     service_fn(move |_: u32| std::future::ready(Ok(k)))
 }
 
+/// Sends one request and waits for its answer.
+async fn serve_one<K, S, C>(balance: &mut Balance<K, S, C>) -> C::Output
+where
+    K: std::hash::Hash + Eq + Clone,
+    S: Service<u32>,
+    S::Error: Into<duet_balance::BoxError>,
+    C: duet_balance::TrackCompletion<duet_balance::LoadGuard, S::Response>,
+{
+    balance
+        .ready()
+        .await
+        .expect("ready")
+        .call(0)
+        .await
+        .expect("served")
+}
+
 /// Sends `n` sequential requests and returns the answers.
 async fn answers<S>(balance: &mut Balance<u32, S>, n: usize) -> Vec<u32>
 where
@@ -61,13 +78,7 @@ async fn each_pick_reads_exactly_two_loads() {
             balance.insert(k, 1, echo());
         }
         for _ in 0..50 {
-            balance
-                .ready()
-                .await
-                .expect("ready")
-                .call(0)
-                .await
-                .expect("served");
+            serve_one(&mut balance).await;
         }
         let stats = balance.stats();
         assert_eq!(stats.picks, 50);
@@ -139,13 +150,7 @@ async fn weights_10_1_1_at_equal_load_get_their_weight_share() {
     let requests = 120_000u32;
     for _ in 0..requests {
         // Each request completes before the next pick: every comparison is at equal (zero) load.
-        balance
-            .ready()
-            .await
-            .expect("ready")
-            .call(0)
-            .await
-            .expect("served");
+        serve_one(&mut balance).await;
     }
     let picks: HashMap<&str, u64> = balance
         .endpoints()
@@ -290,13 +295,7 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
         for other in ["first", "slow", "fast"] {
             balance.set_weight(&other, u32::from(other == key));
         }
-        balance
-            .ready()
-            .await
-            .expect("ready")
-            .call(0)
-            .await
-            .expect("served");
+        serve_one(&mut balance).await;
         let _ = state;
     }
     for key in ["first", "slow", "fast"] {
@@ -353,13 +352,7 @@ async fn a_penalised_status_records_the_penalty() {
         })
     };
     balance.insert("shedding", 1, status(503));
-    let response = balance
-        .ready()
-        .await
-        .expect("ready")
-        .call(0)
-        .await
-        .expect("served");
+    let response = serve_one(&mut balance).await;
     assert_eq!(response.status(), 503);
     let now = tokio::time::Instant::now();
     assert_eq!(
@@ -402,13 +395,7 @@ async fn the_observer_sees_both_candidates() {
         balance.insert(k, 1, echo());
     }
     for _ in 0..100 {
-        balance
-            .ready()
-            .await
-            .expect("ready")
-            .call(0)
-            .await
-            .expect("served");
+        serve_one(&mut balance).await;
     }
     assert_eq!(events.load(Ordering::Relaxed), 100);
     assert_eq!(ties.load(Ordering::Relaxed), balance.stats().ties);
@@ -443,13 +430,7 @@ async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
     balance.set_eligible(&1, false);
     assert!(!balance.is_panicking());
     for _ in 0..50 {
-        let got = balance
-            .ready()
-            .await
-            .expect("ready")
-            .call(0)
-            .await
-            .expect("served");
+        let got = serve_one(&mut balance).await;
         assert!(got >= 2, "picked ineligible {got}");
     }
     // One of four: below half, so all four are candidates again.
@@ -522,13 +503,7 @@ async fn a_readmitted_endpoint_restarts_at_the_median_estimate() {
         for other in 0..4u32 {
             balance.set_weight(&other, u32::from(other == k));
         }
-        balance
-            .ready()
-            .await
-            .expect("ready")
-            .call(0)
-            .await
-            .expect("served");
+        serve_one(&mut balance).await;
     }
     for k in 0..4u32 {
         balance.set_weight(&k, 1);
@@ -569,13 +544,7 @@ async fn slow_start_ramps_a_readmitted_share_up_gradually() {
     for _ in 0..12 {
         let before = state.picks();
         for _ in 0..1000 {
-            balance
-                .ready()
-                .await
-                .expect("ready")
-                .call(0)
-                .await
-                .expect("served");
+            serve_one(&mut balance).await;
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         shares.push((state.picks() - before) as f64 / 1000.0);
