@@ -31,13 +31,9 @@ fn picks(admin: SocketAddr, backend: SocketAddr) -> f64 {
 fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
     let a = Backend::start(BackendOptions::named("a")).expect("a");
     let b = Backend::start(BackendOptions::named("b")).expect("b");
-    let yaml = format!(
-        "workers: 2\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nadmin: {{ address: 127.0.0.1:0 }}\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    dns_refresh: 100ms\n    backends: [ {{ address: {} }} ]\n",
-        a.address()
-    );
-    let mut config = duet_config::parse_offline(&yaml, "test.yaml").expect("valid");
-    // Stand in for a name such as `app.default.svc:80`; the test's resolver answers for it.
-    config.clusters[0].backends[0].name = "app.test:80".into();
+    // Stands in for a name such as `app.default.svc:80`; the test's resolver answers for it.
+    let yaml = "workers: 2\nlisteners: [ { address: 127.0.0.1:0 } ]\nadmin: { address: 127.0.0.1:0 }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    dns_refresh: 100ms\n    backends: [ { address: app.test:80 } ]\n";
+    let config = duet_config::parse(yaml, "test.yaml").expect("valid");
     let answer = Arc::new(Mutex::new(vec![a.address()]));
     let resolver: duet::Resolver = {
         let answer = answer.clone();

@@ -149,15 +149,28 @@ async fn sighup_rotates_the_certificate() {
 }
 
 #[test]
-fn a_missing_certificate_is_a_config_error_at_its_field() {
-    let yaml = "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: /nonexistent/cert.pem, key: /nonexistent/key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n";
-    let errors = duet_config::parse_offline(yaml, "tls.yaml").expect_err("missing files");
-    let text = errors.to_string();
-    assert!(text.contains("tls.yaml:3:18: listeners[0].tls.cert: cannot read the certificate file /nonexistent/cert.pem"), "{text}");
-    assert!(
-        text.contains("listeners[0].tls.key: cannot read the private key file"),
-        "{text}"
+fn a_missing_certificate_is_reported_at_its_field() {
+    let dir = TempDir::new();
+    let config = dir.0.join("tls.yaml");
+    std::fs::write(
+        &config,
+        "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: /nonexistent/cert.pem, key: /nonexistent/key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n",
+    )
+    .expect("config");
+    // Parsing reads nothing but the file; the certificate is read (and found missing) by check and run.
+    duet_config::load(&config).expect("the file itself is valid");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let expected = format!(
+        "{}:3:18: listeners[0].tls.cert: /nonexistent/cert.pem: not a PEM certificate chain",
+        config.display()
     );
+    assert!(stderr.contains(&expected), "{stderr}");
 }
 
 #[test]

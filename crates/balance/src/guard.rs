@@ -53,6 +53,12 @@ impl LoadGuard {
         }
     }
 
+    /// The attempt ended through no fault of the endpoint (say, the client's request body broke or
+    /// stalled): release the load without recording a latency sample or a penalty for it.
+    pub fn discard_sample(&mut self) {
+        self.sampled = true;
+    }
+
     /// The endpoint state this guard holds.
     pub fn endpoint_load(&self) -> &Arc<EndpointLoad> {
         &self.load

@@ -1,7 +1,7 @@
 //! Load metrics and the per-endpoint state they read.
 
 use std::{
-    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
     time::Duration,
 };
 use tokio::time::Instant;
@@ -99,6 +99,8 @@ pub(crate) const FALLBACK_RTT: Duration = Duration::from_millis(30);
 #[derive(Debug)]
 pub struct EndpointLoad {
     in_flight: AtomicU64,
+    /// Whether the balancer may pick it: the one copy of that flag, kept by the balancer.
+    eligible: AtomicBool,
     picks: AtomicU64,
     /// f64 bits of the estimate in nanoseconds.
     ewma_ns: AtomicU64,
@@ -127,6 +129,7 @@ impl EndpointLoad {
         };
         Self {
             in_flight: AtomicU64::new(0),
+            eligible: AtomicBool::new(true),
             picks: AtomicU64::new(0),
             ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
             stamp_ns: AtomicU64::new(since(epoch, now)),
@@ -135,6 +138,16 @@ impl EndpointLoad {
             penalty_ns: penalty.as_nanos() as u64 as f64,
             sample_at,
         }
+    }
+
+    /// Whether the balancer may pick this endpoint (healthy, not ejected; see
+    /// [`Balance::set_eligible`](crate::Balance::set_eligible)).
+    pub fn is_eligible(&self) -> bool {
+        self.eligible.load(Relaxed)
+    }
+
+    pub(crate) fn set_eligible(&self, eligible: bool) {
+        self.eligible.store(eligible, Relaxed);
     }
 
     /// Requests in flight to this endpoint through this balancer.

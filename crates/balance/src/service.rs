@@ -78,7 +78,6 @@ pub struct EndpointView<'a, K> {
 struct Endpoint<K, S> {
     key: K,
     weight: u32,
-    eligible: bool,
     /// When it last became eligible, for slow start.
     admitted: Instant,
     service: S,
@@ -251,7 +250,6 @@ where
         self.endpoints.push(Endpoint {
             key,
             weight,
-            eligible: true,
             admitted: now,
             service,
             load,
@@ -285,12 +283,14 @@ where
     }
 
     /// Marks an endpoint eligible or not (unhealthy, ejected, draining) without losing its load state.
-    /// Returns false if there is no such endpoint.
-    pub fn set_eligible(&mut self, key: &K, eligible: bool) -> bool {
-        let Some(&at) = self.index.get(key) else {
-            return false;
-        };
-        if self.endpoints[at].eligible != eligible {
+    /// Returns whether it was eligible before, or `None` if there is no such endpoint.
+    ///
+    /// The flag lives in the endpoint's [`EndpointLoad`], so a metrics reader on another thread sees the
+    /// same flag the balancer picks by: there is no second copy to fall out of step.
+    pub fn set_eligible(&mut self, key: &K, eligible: bool) -> Option<bool> {
+        let &at = self.index.get(key)?;
+        let was = self.endpoints[at].load.is_eligible();
+        if was != eligible {
             if eligible {
                 // Re-admitted: start from the pool's median estimate, neither the stale penalty that
                 // would starve it nor an idle-looking zero that would stampede it.
@@ -302,10 +302,10 @@ where
                     endpoint.load.reset_estimate(median, now);
                 }
             }
-            self.endpoints[at].eligible = eligible;
+            self.endpoints[at].load.set_eligible(eligible);
             self.rebuild();
         }
-        true
+        Some(was)
     }
 
     /// Changes an endpoint's weight (0 makes it ineligible). Returns false if there is no such endpoint.
@@ -340,7 +340,7 @@ where
         self.endpoints.iter().map(|e| EndpointView {
             key: &e.key,
             weight: e.weight,
-            eligible: e.eligible,
+            eligible: e.load.is_eligible(),
             load: &e.load,
         })
     }
@@ -370,11 +370,27 @@ where
     /// Picks an endpoint and claims it as [`pick`](Self::pick) then a call would: its load stays
     /// incremented until the returned guard is dropped. For callers that forward requests themselves.
     pub fn pick_and_claim(&mut self) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
-        let at = self.select()?;
-        let started = self.metric.uses_clock().then(Instant::now);
-        let guard = LoadGuard::new(self.endpoints[at].load.clone(), started);
+        let picked = self.select_at()?;
+        Ok(self.claim(picked))
+    }
+
+    /// Like [`pick_and_claim`](Self::pick_and_claim), but never picks an endpoint whose key is in
+    /// `exclude`: a retry re-picks with P2C among the endpoints not tried yet. Costs O(n) when `exclude`
+    /// is not empty (retries only); an empty `exclude` is the O(1) pick.
+    pub fn pick_and_claim_excluding(
+        &mut self,
+        exclude: &[K],
+    ) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
+        let picked = self.select_excluding(exclude)?;
+        Ok(self.claim(picked))
+    }
+
+    fn claim(&mut self, (at, picked_at): (usize, Option<Instant>)) -> (&K, &mut S, LoadGuard) {
+        // The pick's clock reading is the request's start: one clock read per request, not two.
+        let started = picked_at.or_else(|| self.metric.uses_clock().then(Instant::now));
         let endpoint = &mut self.endpoints[at];
-        Ok((&endpoint.key, &mut endpoint.service, guard))
+        let guard = LoadGuard::new(endpoint.load.clone(), started);
+        (&endpoint.key, &mut endpoint.service, guard)
     }
 
     /// Like `poll_ready`, but never picks an endpoint whose key is in `exclude`: a retry re-picks with
@@ -393,6 +409,20 @@ where
         if exclude.is_empty() || !matches!(self.ready, Ready::None) {
             return Service::<Req>::poll_ready(self, cx);
         }
+        self.ready = match self.select_excluding(exclude) {
+            Ok((at, picked_at)) => Ready::Endpoint(at, picked_at),
+            Err(NoEligibleEndpoint) => Ready::NoEligible,
+        };
+        Service::<Req>::poll_ready(self, cx)
+    }
+
+    fn select_excluding(
+        &mut self,
+        exclude: &[K],
+    ) -> Result<(usize, Option<Instant>), NoEligibleEndpoint> {
+        if exclude.is_empty() {
+            return self.select_at();
+        }
         let keep: Vec<usize> = self
             .eligible
             .iter()
@@ -400,17 +430,11 @@ where
             .filter(|&at| !exclude.contains(&self.endpoints[at].key))
             .collect();
         let weighted = self.weighted.as_ref().map(|(_, _)| {
-            let weights: Vec<f64> = keep
-                .iter()
-                .map(|&at| f64::from(self.endpoints[at].weight))
-                .collect();
-            let table = AliasTable::new(
-                &keep
-                    .iter()
-                    .map(|&at| self.endpoints[at].weight)
-                    .collect::<Vec<_>>(),
-            );
-            (table, weights)
+            let weights: Vec<u32> = keep.iter().map(|&at| self.endpoints[at].weight).collect();
+            (
+                AliasTable::new(&weights),
+                weights.iter().map(|&w| f64::from(w)).collect(),
+            )
         });
         // Select over the remaining candidates by swapping them in; the step check is skipped so the
         // full lists are not rebuilt underneath.
@@ -421,11 +445,7 @@ where
         self.eligible = saved_list;
         self.weighted = saved_weights;
         self.next_ramp_step = saved_step;
-        self.ready = match picked {
-            Ok((at, picked_at)) => Ready::Endpoint(at, picked_at),
-            Err(NoEligibleEndpoint) => Ready::NoEligible,
-        };
-        Service::<Req>::poll_ready(self, cx)
+        picked
     }
 
     fn select(&mut self) -> Result<usize, NoEligibleEndpoint> {
@@ -536,7 +556,7 @@ where
                 .filter(|(at, _)| Some(*at) != except)
         };
         let mut estimates: Vec<Duration> = others()
-            .filter(|(_, e)| e.eligible)
+            .filter(|(_, e)| e.load.is_eligible())
             .map(|(_, e)| e.load.rtt_estimate(now))
             .collect();
         if estimates.is_empty() {
@@ -561,7 +581,7 @@ where
         let eligible = self
             .endpoints
             .iter()
-            .filter(|e| e.eligible && e.weight > 0)
+            .filter(|e| e.load.is_eligible() && e.weight > 0)
             .count();
         self.panicking = pickable > 0 && (eligible as f64) < self.panic_threshold * pickable as f64;
         let panicking = self.panicking;
@@ -570,7 +590,7 @@ where
             self.endpoints
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| (e.eligible || panicking) && e.weight > 0)
+                .filter(|(_, e)| (e.load.is_eligible() || panicking) && e.weight > 0)
                 .map(|(at, _)| at),
         );
         // Slow start scales weights by how far into its window each endpoint is: 1/10 at admission,

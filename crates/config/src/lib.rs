@@ -24,6 +24,11 @@
 //!
 //! Syntax and type errors (an unknown field, a list where a value belongs) stop parsing at the first one;
 //! everything that parses is then checked as a whole and every problem is reported at once.
+//!
+//! Parsing is pure: [`load`] reads the one file it is given and [`parse`] reads nothing. Host names stay
+//! names ([`BackendAddress::Name`]) for the binary's discovery to resolve, `workers: auto` stays
+//! [`Workers::Auto`] for the binary to count cores, and certificate paths are checked when duet reads
+//! them. So `duet check` gives the same answer on a laptop as inside the cluster the names live in.
 
 #![warn(missing_docs)]
 
@@ -34,20 +39,15 @@ mod units;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
-    http_method, Backend, Cluster, Config, HealthCheck, HostPattern, Limits, Listener,
-    OutlierDetection, Policy, Retries, Route, Shutdown, Timeouts, TlsFiles, Workers,
+    http_method, Backend, BackendAddress, Cluster, Config, HealthCheck, HostPattern, Limits,
+    Listener, Location, OutlierDetection, Policy, Retries, Route, Shutdown, Timeouts, TlsFiles,
+    Workers,
 };
 
 use error::did_you_mean;
 use raw::{RawConfig, Scalar};
 use serde_saphyr::Spanned;
-use std::{
-    collections::HashSet,
-    net::{SocketAddr, ToSocketAddrs},
-    num::NonZeroUsize,
-    path::Path,
-    time::Duration,
-};
+use std::{collections::HashSet, net::SocketAddr, num::NonZeroUsize, path::Path, time::Duration};
 
 /// Reads and checks the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
@@ -60,18 +60,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse(&text, &origin)
 }
 
-/// Parses and checks configuration text; `origin` names it in errors (usually the file path).
+/// Parses and checks configuration text; `origin` names it in errors (usually the file path) and
+/// relative certificate paths are taken from its folder. Reads nothing and asks no resolver.
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
-    parse_with(text, origin, true)
-}
-
-/// Like [`parse`], but never asks DNS: a backend given by host name is an error. For tools and tests
-/// that must not depend on (or send traffic to) a resolver.
-pub fn parse_offline(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
-    parse_with(text, origin, false)
-}
-
-fn parse_with(text: &str, origin: &str, resolve_names: bool) -> Result<Config, ConfigErrors> {
     let finish = |mut errors: Vec<ConfigError>| {
         let lines: Vec<&str> = text.lines().collect();
         for error in &mut errors {
@@ -86,7 +77,6 @@ fn parse_with(text: &str, origin: &str, resolve_names: bool) -> Result<Config, C
     let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| finish(vec![from_serde(&e)]))?;
     let mut checker = Checker {
         errors: Vec::new(),
-        resolve_names,
         base: Path::new(origin)
             .parent()
             .map(Path::to_path_buf)
@@ -141,7 +131,6 @@ fn from_serde(error: &serde_saphyr::Error) -> ConfigError {
 
 struct Checker {
     errors: Vec<ConfigError>,
-    resolve_names: bool,
     /// The config file's folder, for relative paths.
     base: std::path::PathBuf,
 }
@@ -267,25 +256,13 @@ impl Checker {
         out
     }
 
-    /// A path relative to the config file's folder, checked to be readable now.
-    fn readable_file(
-        &mut self,
-        value: &Spanned<Scalar>,
-        field: String,
-        what: &str,
-    ) -> std::path::PathBuf {
-        let path = self.base.join(&value.value.0);
-        if let Err(error) = std::fs::File::open(&path) {
-            let e = self.error(
-                value,
-                field,
-                format!("cannot read the {what} file {}: {error}", path.display()),
-            );
-            self.push(
-                e.hint("give a PEM file; a relative path is taken from the config file's folder"),
-            );
-        }
-        path
+    /// A path relative to the config file's folder (read when duet starts, not here).
+    fn path(&self, value: &Spanned<Scalar>) -> (std::path::PathBuf, Location) {
+        let at = Location {
+            line: value.referenced.line(),
+            column: value.referenced.column(),
+        };
+        (self.base.join(&value.value.0), at)
     }
 
     fn check(&mut self, raw: RawConfig) -> Config {
@@ -315,17 +292,15 @@ impl Checker {
                         let e = self.error(&l.address, field, format!("{address} is listed twice"));
                         self.push(e);
                     }
-                    let tls = l.tls.as_ref().map(|tls| TlsFiles {
-                        cert: self.readable_file(
-                            &tls.cert,
-                            format!("listeners[{i}].tls.cert"),
-                            "certificate",
-                        ),
-                        key: self.readable_file(
-                            &tls.key,
-                            format!("listeners[{i}].tls.key"),
-                            "private key",
-                        ),
+                    let tls = l.tls.as_ref().map(|tls| {
+                        let ((cert, cert_at), (key, key_at)) =
+                            (self.path(&tls.cert), self.path(&tls.key));
+                        TlsFiles {
+                            cert,
+                            key,
+                            cert_at,
+                            key_at,
+                        }
                     });
                     listeners.push(Listener { address, tls });
                 }
@@ -388,9 +363,9 @@ impl Checker {
                         self.push(e);
                     }
                 }
-                match resolve(&text, self.resolve_names) {
-                    Ok(addresses) => {
-                        if !seen.insert(text.clone()) {
+                match backend_address(&text) {
+                    Ok(address) => {
+                        if !seen.insert(address.clone()) {
                             let e = self.error(
                                 &b.address,
                                 format!("{field}.address"),
@@ -399,16 +374,8 @@ impl Checker {
                             self.push(
                                 e.hint("give it a higher weight instead of listing it twice"),
                             );
-                        }
-                        for address in addresses {
-                            // Two names for one address would be one endpoint: keep the first.
-                            if !backends.iter().any(|b: &Backend| b.address == address) {
-                                backends.push(Backend {
-                                    name: text.clone(),
-                                    address,
-                                    weight,
-                                });
-                            }
+                        } else {
+                            backends.push(Backend { address, weight });
                         }
                     }
                     Err(message) => {
@@ -752,32 +719,34 @@ impl Checker {
     }
 }
 
-/// An IP:PORT, or every address of HOST:PORT (each becomes an endpoint; the control plane re-resolves
-/// names every `dns_refresh`).
-fn resolve(text: &str, resolve_names: bool) -> Result<Vec<SocketAddr>, String> {
+/// `IP:PORT` or `HOST:PORT`, checked for form only: names are resolved by the binary's discovery.
+fn backend_address(text: &str) -> Result<BackendAddress, String> {
     if let Ok(address) = text.parse::<SocketAddr>() {
-        return Ok(vec![address]);
+        return Ok(BackendAddress::Ip(address));
     }
+    let expected = "expected IP:PORT or HOST:PORT such as 127.0.0.1:9001 or api.internal:80";
     let Some((host, port)) = text.rsplit_once(':') else {
-        return Err(format!("`{text}` is not a backend address: expected IP:PORT or HOST:PORT such as 127.0.0.1:9001"));
+        return Err(format!("`{text}` is not a backend address: {expected}"));
     };
     let Ok(port) = port.parse::<u16>() else {
         return Err(format!(
             "`{text}` has no valid port: expected IP:PORT or HOST:PORT with a port from 1 to 65535"
         ));
     };
-    if !resolve_names {
-        return Err(format!(
-            "`{text}` names a host, and this check does not resolve names: use an IP address"
-        ));
+    // RFC 1123 host names: letters, digits, hyphens and dots (and `_`, which DNS-SD names use).
+    let valid_host = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63)
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if !valid_host {
+        return Err(format!("`{text}` is not a backend address: {expected}"));
     }
-    match (host, port)
-        .to_socket_addrs()
-        .map(|it| it.collect::<Vec<_>>())
-    {
-        Ok(addresses) if !addresses.is_empty() => Ok(addresses),
-        Ok(_) | Err(_) => Err(format!(
-            "cannot resolve backend host `{host}`: check the name, or use an IP address"
-        )),
-    }
+    Ok(BackendAddress::Name {
+        host: host.to_ascii_lowercase(),
+        port,
+    })
 }

@@ -26,21 +26,11 @@ pub struct Config {
 /// `workers: auto | N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Workers {
-    /// One per available core.
+    /// One per available core, counted by the binary when it starts (this crate does no I/O).
     #[default]
     Auto,
     /// Exactly this many.
     Count(NonZeroUsize),
-}
-
-impl Workers {
-    /// The number of worker threads this resolves to on this machine.
-    pub fn resolve(self) -> usize {
-        match self {
-            Self::Auto => std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
-            Self::Count(n) => n.get(),
-        }
-    }
 }
 
 /// A client-facing listener.
@@ -59,6 +49,26 @@ pub struct TlsFiles {
     pub cert: std::path::PathBuf,
     /// The private key (PKCS#8, PKCS#1 or SEC1).
     pub key: std::path::PathBuf,
+    /// Where `cert` is written in the file, for errors when it cannot be read.
+    pub cert_at: Location,
+    /// Where `key` is written in the file.
+    pub key_at: Location,
+}
+
+/// A place in the configuration file (1-based), for errors found after parsing (such as a certificate
+/// file that cannot be read when duet starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Location {
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
 }
 
 /// A routing rule.
@@ -88,18 +98,6 @@ pub mod http_method {
     }
 }
 
-impl Route {
-    /// Whether a request for `host` (may carry a port) and `path` matches this route.
-    pub fn matches(&self, host: Option<&str>, path: &str) -> bool {
-        let host_ok = match (&self.host, host) {
-            (None, _) => true,
-            (Some(pattern), Some(host)) => pattern.matches(host),
-            (Some(_), None) => false,
-        };
-        host_ok && path.starts_with(&self.path_prefix)
-    }
-}
-
 /// `api.example.com` (exact) or `*.example.com` (any subdomain, not the apex).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostPattern {
@@ -107,33 +105,6 @@ pub enum HostPattern {
     Exact(String),
     /// The suffix after the `*`, lowercased, starting with a dot.
     Wildcard(String),
-}
-
-impl HostPattern {
-    /// Matches `host`, ignoring a port and ASCII case.
-    pub fn matches(&self, host: &str) -> bool {
-        let host = strip_port(host);
-        match self {
-            Self::Exact(exact) => host.eq_ignore_ascii_case(exact),
-            Self::Wildcard(suffix) => {
-                host.len() > suffix.len()
-                    && host
-                        .get(host.len() - suffix.len()..)
-                        .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
-            }
-        }
-    }
-}
-
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        // [v6]:port
-        return host.split(']').next().map_or(host, |h| &h[1..]);
-    }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    }
 }
 
 /// How a cluster picks a backend.
@@ -279,62 +250,44 @@ impl Default for Retries {
 }
 
 impl Cluster {
-    /// Whether any backend is given by host name (and so may be re-resolved).
+    /// Whether any backend is given by host name (and so is resolved by the binary's discovery).
     pub fn has_named_backends(&self) -> bool {
-        self.backends.iter().any(Backend::is_named)
-    }
-
-    /// The backends with every host name resolved again by `resolve` (which returns all addresses of a
-    /// `HOST:PORT`); backends given by IP stay as they are. Fails if a name resolves to nothing.
-    pub fn resolve_again(
-        &self,
-        resolve: &mut dyn FnMut(&str) -> std::io::Result<Vec<SocketAddr>>,
-    ) -> Result<Vec<Backend>, String> {
-        let mut out: Vec<Backend> = Vec::new();
-        let mut done: Vec<&str> = Vec::new();
-        for backend in &self.backends {
-            if !backend.is_named() {
-                out.push(backend.clone());
-                continue;
-            }
-            if done.contains(&backend.name.as_str()) {
-                continue;
-            }
-            done.push(&backend.name);
-            let addresses = resolve(&backend.name)
-                .map_err(|e| format!("cannot resolve {}: {e}", backend.name))?;
-            if addresses.is_empty() {
-                return Err(format!("{} resolves to no address", backend.name));
-            }
-            for address in addresses {
-                if !out.iter().any(|b| b.address == address) {
-                    out.push(Backend {
-                        name: backend.name.clone(),
-                        address,
-                        weight: backend.weight,
-                    });
-                }
-            }
-        }
-        Ok(out)
+        self.backends
+            .iter()
+            .any(|b| matches!(b.address, BackendAddress::Name { .. }))
     }
 }
 
-/// One backend server.
+/// One backend server, as written in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
-    /// The address as written (the key that keeps its balancer state across reloads).
-    pub name: String,
-    /// The resolved address.
-    pub address: SocketAddr,
+    /// Where it is: an IP address, or a host name that discovery resolves (every address it has
+    /// becomes an endpoint).
+    pub address: BackendAddress,
     /// Relative capacity; 0 takes it out of rotation.
     pub weight: u32,
 }
 
-impl Backend {
-    /// Whether it was given by host name rather than by IP address.
-    pub fn is_named(&self) -> bool {
-        self.name.parse::<SocketAddr>().is_err()
+/// A backend's address as written: `IP:PORT`, or `HOST:PORT` for discovery to resolve.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BackendAddress {
+    /// An IP address and port.
+    Ip(SocketAddr),
+    /// A host name and port, resolved by the binary (at start and every `dns_refresh`), never here.
+    Name {
+        /// The host name.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl std::fmt::Display for BackendAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ip(address) => address.fmt(f),
+            Self::Name { host, port } => write!(f, "{host}:{port}"),
+        }
     }
 }
 
@@ -395,23 +348,5 @@ impl Default for Shutdown {
         Self {
             drain_timeout: Duration::from_secs(30),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_patterns() {
-        let exact = HostPattern::Exact("api.example.com".into());
-        assert!(exact.matches("API.example.com:8080"));
-        assert!(!exact.matches("x.api.example.com"));
-        let wild = HostPattern::Wildcard(".example.com".into());
-        assert!(wild.matches("a.EXAMPLE.com"));
-        assert!(wild.matches("a.b.example.com:443"));
-        assert!(!wild.matches("example.com"));
-        assert!(!wild.matches("badexample.com"));
-        assert!(HostPattern::Exact("::1".into()).matches("[::1]:80"));
     }
 }

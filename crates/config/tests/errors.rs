@@ -183,12 +183,28 @@ fn every_file_in_config_dir_is_valid() {
 }
 
 #[test]
-fn offline_parsing_refuses_host_names_without_asking_dns() {
-    let yaml = VALID.replace("127.0.0.1:9003", "api.internal:9003");
-    let errors = duet_config::parse_offline(&yaml, "bad.yaml").expect_err("a name");
+fn host_names_stay_names_for_discovery() {
+    // `.invalid` never resolves (RFC 6761): parsing must not ask, so this loads anywhere.
+    let yaml = VALID.replace("127.0.0.1:9003", "API.example.invalid:9003");
+    let config = duet_config::parse(&yaml, "ok.yaml").expect("a name is valid without DNS");
+    assert_eq!(
+        config.clusters[1].backends[0].address,
+        duet_config::BackendAddress::Name {
+            host: "api.example.invalid".into(),
+            port: 9003
+        }
+    );
+    assert!(config.clusters[1].has_named_backends());
+    assert!(!config.clusters[0].has_named_backends());
+}
+
+#[test]
+fn a_malformed_host_name_is_an_error_at_its_field() {
+    let yaml = VALID.replace("127.0.0.1:9003", "api internal:9003");
+    let errors = duet_config::parse(&yaml, "bad.yaml").expect_err("a space");
     assert!(
         errors.to_string().contains(
-            "bad.yaml:17:18: clusters[1].backends[0].address: `api.internal:9003` names a host"
+            "bad.yaml:17:18: clusters[1].backends[0].address: `api internal:9003` is not a backend address"
         ),
         "{errors}"
     );

@@ -9,7 +9,7 @@ proptest! {
 
     #[test]
     fn arbitrary_text_never_panics(text in ".{0,400}") {
-        let _ = duet_config::parse_offline(&text, "fuzz.yaml");
+        let _ = duet_config::parse(&text, "fuzz.yaml");
     }
 
     /// Mutations of the real example: cut a span, or splice arbitrary text into it.
@@ -24,7 +24,7 @@ proptest! {
         let end = (at + cut).min(text.len());
         let end = (end..=text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
         text.replace_range(at..end, &splice);
-        if let Err(errors) = duet_config::parse_offline(&text, "fuzz.yaml") {
+        if let Err(errors) = duet_config::parse(&text, "fuzz.yaml") {
             let lines = text.lines().count() as u64 + 1;
             for error in &errors.errors {
                 prop_assert!(error.line <= lines, "line {} of {}: {}", error.line, lines, error);

@@ -8,7 +8,8 @@ duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker
 
 usage:
   duet run --config FILE [--log-format text|json]   serve; SIGHUP reloads FILE, SIGTERM drains
-  duet check --config FILE                          validate a config and print a summary
+  duet check --config FILE [--resolve]              validate a config and print a summary; with
+                                                    --resolve, also look up backend host names
   duet demo                                         run a local demo: three backends, each policy
   duet --version
 
@@ -19,6 +20,7 @@ pub fn main(args: Vec<String>) -> i32 {
     let mut command = None;
     let mut config = None;
     let mut json = false;
+    let mut resolve = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -43,13 +45,14 @@ pub fn main(args: Vec<String>) -> i32 {
                     ))
                 }
             },
+            "--resolve" => resolve = true,
             "run" | "check" | "demo" if command.is_none() => command = Some(arg),
             other => return usage_error(&format!("unexpected argument `{other}`")),
         }
     }
     match (command.as_deref(), config) {
         (Some("run"), Some(path)) => run(&path, json),
-        (Some("check"), Some(path)) => check(&path),
+        (Some("check"), Some(path)) => check(&path, resolve),
         (Some("run" | "check"), None) => usage_error("--config FILE is required"),
         (Some("demo"), _) => {
             init_logging(json, "warn");
@@ -85,41 +88,55 @@ fn init_logging(json: bool, default: &str) {
     };
 }
 
-fn check(path: &std::path::Path) -> i32 {
-    match duet_config::load(path) {
-        Ok(config) => {
-            use std::io::Write;
-            // Certificates are parsed too, as `run` would.
-            let tls_errors: Vec<String> = config
-                .listeners
-                .iter()
-                .filter_map(|l| l.tls.as_ref())
-                .filter_map(|files| crate::tls::acceptor(files).err())
-                .map(|e| format!("error: {e}"))
-                .collect();
-            if !tls_errors.is_empty() {
-                eprintln!("{}", tls_errors.join("\n"));
-                return 1;
-            }
-            // A closed stdout (`duet check ... | head`) is not an error worth a panic.
-            let _ = std::io::stdout().write_all(summary(path, &config).as_bytes());
-            0
-        }
+/// Validates the file offline (nothing but the file and the certificates it names is read); with
+/// `resolve`, also looks up each backend host name and says which do not resolve from here.
+fn check(path: &std::path::Path, resolve: bool) -> i32 {
+    let config = match duet_config::load(path) {
+        Ok(config) => config,
         Err(errors) => {
             eprintln!("{errors}");
-            1
+            return 1;
         }
+    };
+    // Certificates are parsed too, as `run` would.
+    let tls_errors: Vec<String> = config
+        .listeners
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| Some((i, crate::tls::acceptor(l.tls.as_ref()?).err()?)))
+        .map(|(i, e)| {
+            format!(
+                "{}:{}: listeners[{i}].tls.{}: {e}",
+                path.display(),
+                e.at,
+                e.field
+            )
+        })
+        .collect();
+    if !tls_errors.is_empty() {
+        eprintln!("{}", tls_errors.join("\n"));
+        return 1;
     }
+    let resolver = resolve.then(crate::system_resolver);
+    // A closed stdout (`duet check ... | head`) is not an error worth a panic.
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(summary(path, &config, resolver.as_ref()).as_bytes());
+    0
 }
 
-fn summary(path: &std::path::Path, config: &duet_config::Config) -> String {
+fn summary(
+    path: &std::path::Path,
+    config: &duet_config::Config,
+    resolver: Option<&crate::Resolver>,
+) -> String {
+    use duet_config::BackendAddress;
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "{}: ok", path.display());
     let _ = writeln!(
         out,
         "  workers: {} ({:?})",
-        config.workers.resolve(),
+        crate::worker_count(config.workers),
         config.workers
     );
     for listener in &config.listeners {
@@ -137,6 +154,7 @@ fn summary(path: &std::path::Path, config: &duet_config::Config) -> String {
             route.path_prefix, config.clusters[route.cluster].name
         );
     }
+    let mut unresolved = Vec::new();
     for cluster in &config.clusters {
         let checks = match &cluster.health_check {
             Some(check) => format!("health checks {} every {:?}", check.path, check.interval),
@@ -151,12 +169,42 @@ fn summary(path: &std::path::Path, config: &duet_config::Config) -> String {
             cluster.retries.attempts
         );
         for backend in &cluster.backends {
+            let resolved = match (&backend.address, resolver) {
+                (BackendAddress::Ip(_), _) => String::new(),
+                (BackendAddress::Name { .. }, None) => {
+                    " (host name: resolved when duet runs; --resolve looks it up now)".to_owned()
+                }
+                (BackendAddress::Name { .. }, Some(resolver)) => {
+                    match resolver(&backend.address.to_string()) {
+                        Ok(addresses) if !addresses.is_empty() => {
+                            let list: Vec<String> =
+                                addresses.iter().map(ToString::to_string).collect();
+                            format!(" -> {}", list.join(", "))
+                        }
+                        Ok(_) => {
+                            unresolved.push(backend.address.to_string());
+                            " -> does not resolve: no address".to_owned()
+                        }
+                        Err(error) => {
+                            unresolved.push(backend.address.to_string());
+                            format!(" -> does not resolve: {error}")
+                        }
+                    }
+                }
+            };
             let _ = writeln!(
                 out,
-                "    {} ({}) weight {}",
-                backend.name, backend.address, backend.weight
+                "    {} weight {}{resolved}",
+                backend.address, backend.weight
             );
         }
+    }
+    if !unresolved.is_empty() {
+        let _ = writeln!(
+            out,
+            "  not resolved from here: {} (duet runs anyway: those endpoints stay empty, 503, until they resolve)",
+            unresolved.join(", ")
+        );
     }
     out
 }

@@ -4,7 +4,7 @@
 //! listener per configured address, its own pooled client and its own balancer per cluster. Workers
 //! share no load counters: each balances from its local view, so they cannot herd.
 
-mod discovery;
+mod control;
 mod listener;
 mod tls;
 mod worker;
@@ -13,5 +13,5 @@ pub mod cli;
 pub mod demo;
 pub mod server;
 
-pub use discovery::{system_resolver, Resolver};
-pub use server::Server;
+pub use control::discovery::{system_resolver, Resolver};
+pub use server::{worker_count, Server};

@@ -1,9 +1,13 @@
 //! Starting and stopping the workers.
 
-use crate::{listener::bind_reuseport, worker};
-use duet_config::Config;
-use duet_proxy::{run_health_checks, serve_admin, HealthView, Registry};
-use std::{io, net::SocketAddr, sync::Arc, thread};
+use crate::{
+    control::{self, discovery},
+    listener::bind_reuseport,
+    worker,
+};
+use duet_config::{Config, Workers};
+use duet_proxy::{HealthView, Registry};
+use std::{io, net::SocketAddr, num::NonZeroUsize, sync::Arc, thread};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
@@ -14,6 +18,8 @@ pub struct Server {
     workers: Vec<thread::JoinHandle<io::Result<()>>>,
     control: thread::JoinHandle<io::Result<()>>,
     shutdown: watch::Sender<bool>,
+    admin_shutdown: watch::Sender<bool>,
+    registry: Registry,
     config: watch::Sender<Arc<Config>>,
     /// Each listener's TLS acceptor, replaced on reload so certificates can be rotated.
     tls: watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>,
@@ -24,20 +30,33 @@ fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
     config
         .listeners
         .iter()
-        .map(|listener| listener.tls.as_ref().map(crate::tls::acceptor).transpose())
+        .map(|listener| {
+            let acceptor = listener.tls.as_ref().map(crate::tls::acceptor).transpose();
+            acceptor.map_err(io::Error::from)
+        })
         .collect()
+}
+
+/// How many workers `workers` means on this machine: `auto` is one per available core.
+pub fn worker_count(workers: Workers) -> usize {
+    match workers {
+        Workers::Auto => thread::available_parallelism().map_or(1, NonZeroUsize::get),
+        Workers::Count(n) => n.get(),
+    }
 }
 
 impl Server {
     /// Binds every listener (port 0 picks a free port) and starts `config.workers` workers. Returns once
     /// the sockets are listening: connections made from then on are queued for the workers.
     pub fn start(config: Config) -> io::Result<Self> {
-        Self::start_with_resolver(config, crate::discovery::system_resolver())
+        Self::start_with_resolver(config, discovery::system_resolver())
     }
 
-    /// Like [`start`](Self::start), re-resolving backend host names with `resolver`.
+    /// Like [`start`](Self::start), resolving backend host names with `resolver`. Names are resolved
+    /// once before the workers start; one that does not resolve leaves its endpoints empty (503, and
+    /// a warning) until a later refresh finds it: never a failed start.
     pub fn start_with_resolver(config: Config, resolver: crate::Resolver) -> io::Result<Self> {
-        let workers = config.workers.resolve();
+        let workers = worker_count(config.workers);
         let mut addresses = Vec::new();
         let mut per_worker: Vec<Vec<(std::net::TcpListener, usize)>> =
             (0..workers).map(|_| Vec::new()).collect();
@@ -66,59 +85,44 @@ impl Server {
             .map(|l| l.local_addr())
             .transpose()?;
         let registry = Registry::new();
+        registry.expect_workers(workers);
+        let names = discovery::resolve(
+            &config,
+            &Default::default(),
+            &resolver,
+            registry.discovery(),
+        );
         let config = Arc::new(config);
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let (admin_shutdown, admin_shutdown_rx) = watch::channel(false);
         let (config_tx, config_rx) = watch::channel(config.clone());
-        let initial_health = HealthView::for_config(&config, &HealthView::default());
+        let initial_health = HealthView::for_config(&config, &names, &HealthView::default());
+        let (names_tx, names_rx) = watch::channel(Arc::new(names));
         let (health_tx, health_rx) = watch::channel(Arc::new(initial_health));
-        // The control plane: health checks run once per process and are published to every worker (a
-        // reloaded config restarts them); DNS names are re-resolved; the admin listener is served.
-        let control = {
-            let config_rx = config_rx.clone();
-            let config_tx = config_tx.clone();
-            let shutdown_rx = shutdown_rx.clone();
-            let registry = registry.clone();
-            thread::Builder::new()
-                .name("duet-control".into())
-                .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    let local = tokio::task::LocalSet::new();
-                    local.block_on(&runtime, async move {
-                        if let Some(listener) = admin_listener {
-                            let listener = tokio::net::TcpListener::from_std(listener)?;
-                            tokio::task::spawn_local(serve_admin(
-                                listener,
-                                registry,
-                                shutdown_rx.clone(),
-                            ));
-                        }
-                        tokio::task::spawn_local(crate::discovery::run(
-                            config_tx,
-                            resolver,
-                            shutdown_rx.clone(),
-                        ));
-                        run_health_checks(config_rx, health_tx, shutdown_rx).await;
-                        Ok::<_, io::Error>(())
-                    })
-                })?
-        };
+        let control = control::spawn(control::Control {
+            config: config_rx.clone(),
+            names: names_tx,
+            health: health_tx,
+            resolver,
+            registry: registry.clone(),
+            admin: admin_listener,
+            shutdown: shutdown_rx.clone(),
+            admin_shutdown: admin_shutdown_rx,
+        })?;
         let mut handles = Vec::with_capacity(workers);
         for (index, listeners) in per_worker.into_iter().enumerate() {
-            let config = config.clone();
-            let shutdown_rx = shutdown_rx.clone();
             let channels = worker::Channels {
                 shutdown: shutdown_rx.clone(),
                 health: health_rx.clone(),
                 config: config_rx.clone(),
+                names: names_rx.clone(),
                 registry: registry.clone(),
                 tls: tls_rx.clone(),
             };
             handles.push(
                 thread::Builder::new()
                     .name(format!("duet-worker-{index}"))
-                    .spawn(move || worker::run(index, listeners, config, channels))?,
+                    .spawn(move || worker::run(index, listeners, channels))?,
             );
         }
         Ok(Self {
@@ -127,6 +131,8 @@ impl Server {
             workers: handles,
             control,
             shutdown,
+            admin_shutdown,
+            registry,
             config: config_tx,
             tls,
         })
@@ -149,7 +155,7 @@ impl Server {
         if !same_listeners {
             return Err("listeners changed: restart duet to apply a new set of listeners".into());
         }
-        if config.workers.resolve() != self.workers.len() {
+        if worker_count(config.workers) != self.workers.len() {
             return Err("the worker count changed: restart duet to apply it".into());
         }
         let acceptors = tls_acceptors(&config).map_err(|e| e.to_string())?;
@@ -175,24 +181,21 @@ impl Server {
 
     /// Stops accepting, lets in-flight requests finish (up to the configured drain timeout), and waits
     /// for every worker to exit.
+    /// `/ready` answers 503 from now on; the admin listener closes last.
     pub fn shutdown(self) -> io::Result<()> {
+        self.registry.set_draining();
         let _ = self.shutdown.send(true);
-        self.join()
-    }
-
-    fn join(self) -> io::Result<()> {
         let mut result = Ok(());
-        for handle in self
-            .workers
-            .into_iter()
-            .chain(std::iter::once(self.control))
-        {
-            match handle.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => result = Err(error),
-                Err(_) => result = Err(io::Error::other("a worker thread panicked")),
-            }
+        let mut join = |handle: thread::JoinHandle<io::Result<()>>| match handle.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => result = Err(error),
+            Err(_) => result = Err(io::Error::other("a duet thread panicked")),
+        };
+        for handle in self.workers {
+            join(handle);
         }
+        let _ = self.admin_shutdown.send(true);
+        join(self.control);
         result
     }
 }

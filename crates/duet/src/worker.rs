@@ -1,7 +1,7 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
 use duet_config::{Config, Limits};
-use duet_proxy::{serve_connection, HealthView, Registry, WorkerProxy};
+use duet_proxy::{serve_connection, HealthView, Registry, ResolvedNames, WorkerProxy};
 use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -15,6 +15,7 @@ pub(crate) struct Channels {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) health: watch::Receiver<Arc<HealthView>>,
     pub(crate) config: watch::Receiver<Arc<Config>>,
+    pub(crate) names: watch::Receiver<Arc<ResolvedNames>>,
     pub(crate) registry: Registry,
     pub(crate) tls: watch::Receiver<Arc<Vec<Option<TlsAcceptor>>>>,
 }
@@ -23,13 +24,12 @@ pub(crate) struct Channels {
 pub(crate) fn run(
     index: usize,
     listeners: Vec<(std::net::TcpListener, usize)>,
-    config: Arc<Config>,
     channels: Channels,
 ) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    LocalSet::new().block_on(&runtime, serve_worker(index, listeners, config, channels))
+    LocalSet::new().block_on(&runtime, serve_worker(index, listeners, channels))
 }
 
 /// A connection accepted on a listener, with the listener's TLS acceptor if it terminates TLS.
@@ -62,18 +62,24 @@ async fn serve(
 async fn serve_worker(
     index: usize,
     listeners: Vec<(std::net::TcpListener, usize)>,
-    mut config: Arc<Config>,
     channels: Channels,
 ) -> std::io::Result<()> {
     let Channels {
         mut shutdown,
         mut health,
         config: mut reloads,
+        mut names,
         registry,
         tls,
     } = channels;
-    reloads.borrow_and_update();
-    let proxy = Rc::new(WorkerProxy::with_registry(&config, index, registry));
+    let mut config = reloads.borrow_and_update().clone();
+    let resolved = names.borrow_and_update().clone();
+    let proxy = Rc::new(WorkerProxy::with_registry(
+        config.clone(),
+        &resolved,
+        index,
+        registry,
+    ));
     proxy.apply_health(health.borrow_and_update().clone());
     let mut limits = config.limits;
     let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
@@ -117,8 +123,12 @@ async fn serve_worker(
             Ok(()) = reloads.changed() => {
                 config = reloads.borrow_and_update().clone();
                 limits = config.limits;
-                proxy.reload(&config);
+                proxy.reload(config.clone(), &names.borrow_and_update());
                 tracing::info!(worker = index, "configuration reloaded");
+            }
+            Ok(()) = names.changed() => {
+                let resolved = names.borrow_and_update().clone();
+                proxy.apply_names(&resolved);
             }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {

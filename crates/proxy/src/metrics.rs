@@ -11,7 +11,7 @@ use std::{
     fmt::Write,
     net::SocketAddr,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, Ordering::Relaxed},
         Arc, Mutex,
     },
 };
@@ -56,7 +56,6 @@ pub(crate) struct BackendCell {
     pub(crate) address: SocketAddr,
     pub(crate) weight: u32,
     pub(crate) load: Arc<EndpointLoad>,
-    pub(crate) eligible: Arc<AtomicBool>,
 }
 
 /// One cluster as one worker sees it.
@@ -74,16 +73,67 @@ struct WorkerEntry {
     clusters: Vec<ClusterCells>,
 }
 
+/// What the control plane's discovery counts.
+#[derive(Debug, Default)]
+pub struct DiscoveryCounters {
+    /// Host names that resolve to no address right now (their endpoints are empty or stale).
+    pub unresolved: AtomicU64,
+    /// Lookups that failed, since start.
+    pub failures: AtomicU64,
+}
+
 /// Where workers publish their cells and the admin endpoint reads them.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     workers: Arc<Mutex<BTreeMap<usize, WorkerEntry>>>,
+    discovery: Arc<DiscoveryCounters>,
+    readiness: Arc<Readiness>,
+}
+
+#[derive(Debug, Default)]
+struct Readiness {
+    expected_workers: AtomicU64,
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Registry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Discovery's counters, for the control plane to update.
+    pub fn discovery(&self) -> &DiscoveryCounters {
+        &self.discovery
+    }
+
+    /// Sets how many workers must have started before duet is ready.
+    pub fn expect_workers(&self, workers: usize) {
+        self.readiness
+            .expected_workers
+            .store(workers as u64, Relaxed);
+    }
+
+    /// Marks duet as draining: no longer ready for new traffic.
+    pub fn set_draining(&self) {
+        self.readiness.draining.store(true, Relaxed);
+    }
+
+    /// Ready for traffic: every worker has built its routing table and duet is not draining. `Err` says
+    /// why not.
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if self.readiness.draining.load(Relaxed) {
+            return Err("draining");
+        }
+        let started = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len() as u64;
+        if started < self.readiness.expected_workers.load(Relaxed) {
+            return Err("workers starting");
+        }
+        Ok(())
     }
 
     pub(crate) fn worker(&self, worker: usize) -> Arc<WorkerCounters> {
@@ -150,6 +200,30 @@ impl Registry {
                         );
                     }
                 }
+            },
+        );
+        family(
+            "duet_dns_unresolved_names",
+            "gauge",
+            "Backend host names that resolve to no address right now.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_dns_unresolved_names {}",
+                    self.discovery.unresolved.load(Relaxed)
+                );
+            },
+        );
+        family(
+            "duet_dns_resolution_failures_total",
+            "counter",
+            "Backend host name lookups that failed.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_dns_resolution_failures_total {}",
+                    self.discovery.failures.load(Relaxed)
+                );
             },
         );
         let clusters = || {
@@ -259,7 +333,7 @@ impl Registry {
                         "duet_backend_eligible{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
                         c.name,
                         b.address,
-                        u8::from(b.eligible.load(Relaxed))
+                        u8::from(b.load.is_eligible())
                     );
                 }
             },
@@ -296,7 +370,7 @@ impl Registry {
                         .filter_map(|e| e.clusters.get(ci))
                         .filter_map(|c| c.backends.get(bi))
                 };
-                let eligible = cells().filter(|b| b.eligible.load(Relaxed)).count();
+                let eligible = cells().filter(|b| b.load.is_eligible()).count();
                 let in_flight: u64 = cells().map(|b| b.load.in_flight()).sum();
                 let picks: u64 = cells().map(|b| b.load.picks()).sum();
                 let rtt: f64 = cells()

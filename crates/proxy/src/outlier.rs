@@ -45,6 +45,18 @@ impl Outliers {
             .count()
     }
 
+    /// The same view under new settings (after a reload).
+    pub(crate) fn configured(mut self, config: OutlierDetection) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Forgets backends that left the cluster; `backends` is the new cluster size.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&SocketAddr) -> bool, backends: usize) {
+        self.states.retain(|address, _| keep(address));
+        self.backends = backends;
+    }
+
     pub(crate) fn is_ejected(&self, backend: SocketAddr, now: Instant) -> bool {
         self.states
             .get(&backend)
@@ -100,6 +112,12 @@ impl Outliers {
         state.ejections = state.ejections.saturating_add(1);
         state.ejected_until = Some(now + time);
         Some(time)
+    }
+}
+
+impl Default for Outliers {
+    fn default() -> Self {
+        Self::new(OutlierDetection::default(), 0)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Serving client connections on a worker.
 
-use crate::{metrics::WorkerCounters, worker::WorkerProxy};
+use crate::{metrics::WorkerCounters, proxy::WorkerProxy};
 use duet_config::Limits;
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};

@@ -3,82 +3,31 @@
 
 use bytes::Bytes;
 use duet_config::{Config, HealthCheck};
+use duet_proxy::{HealthView, ResolvedNames};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client},
     rt::{TokioExecutor, TokioTimer},
 };
-use std::{cell::RefCell, collections::HashMap, net::SocketAddr, rc::Rc, sync::Arc};
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc};
 use tokio::sync::watch;
 
-/// Which backends pass their health checks, by cluster name and backend address. Backends of clusters
-/// without checks have no entry: they are always healthy.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct HealthView {
-    clusters: HashMap<String, HashMap<SocketAddr, bool>>,
-}
-
-impl HealthView {
-    /// The view for `config` before its checks have run: backends kept from `previous` keep their state;
-    /// new backends of checked clusters start unhealthy, admitted after their first passing check (as
-    /// Envoy does).
-    pub fn for_config(config: &Config, previous: &HealthView) -> Self {
-        let clusters = config
-            .clusters
-            .iter()
-            .filter(|c| c.health_check.is_some())
-            .map(|c| {
-                let backends = c
-                    .backends
-                    .iter()
-                    .map(|b| {
-                        (
-                            b.address,
-                            previous.healthy(&c.name, b.address).unwrap_or(false),
-                        )
-                    })
-                    .collect();
-                (c.name.clone(), backends)
-            })
-            .collect();
-        Self { clusters }
-    }
-
-    /// Whether a checked backend is healthy; `None` if it is not checked.
-    pub fn healthy(&self, cluster: &str, backend: SocketAddr) -> Option<bool> {
-        self.clusters
-            .get(cluster)
-            .and_then(|c| c.get(&backend))
-            .copied()
-    }
-
-    fn set(&mut self, cluster: &str, backend: SocketAddr, healthy: bool) -> bool {
-        match self
-            .clusters
-            .get_mut(cluster)
-            .and_then(|c| c.get_mut(&backend))
-        {
-            Some(slot) if *slot != healthy => {
-                *slot = healthy;
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Probes every backend of every cluster that has `health_check` configured, publishing each change of
-/// state on `publish`, until `shutdown` turns true. A new config on `config` restarts the probes, keeping
-/// the state of backends that remain. Runs on the caller's (single-threaded) runtime.
-pub async fn run_health_checks(
+/// Probes every endpoint of every cluster that has `health_check` configured, publishing each change of
+/// state on `publish`, until `shutdown` turns true. A new config, or host names resolving to new
+/// addresses, restarts the probes, keeping the state of endpoints that remain. Runs on the caller's
+/// (single-threaded) runtime.
+pub(crate) async fn run(
     mut config: watch::Receiver<Arc<Config>>,
+    mut names: watch::Receiver<Arc<ResolvedNames>>,
     publish: watch::Sender<Arc<HealthView>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         let current = config.borrow_and_update().clone();
+        let resolved = names.borrow_and_update().clone();
         let previous = publish.borrow().clone();
-        let view = Rc::new(RefCell::new(HealthView::for_config(&current, &previous)));
+        let view = HealthView::for_config(&current, &resolved, &previous);
+        let view = Rc::new(RefCell::new(view));
         publish.send_replace(Arc::new(view.borrow().clone()));
         let publish = Rc::new(publish.clone());
         let mut probes = tokio::task::JoinSet::new();
@@ -92,14 +41,14 @@ pub async fn run_health_checks(
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(check.interval * 2)
                 .build::<_, Empty<Bytes>>(connector);
-            for backend in &cluster.backends {
+            for endpoint in resolved.endpoints(cluster) {
                 let initial = view
                     .borrow()
-                    .healthy(&cluster.name, backend.address)
+                    .healthy(&cluster.name, endpoint.address)
                     .unwrap_or(false);
                 let probe = Probe {
                     cluster: cluster.name.clone(),
-                    address: backend.address,
+                    address: endpoint.address,
                     check: check.clone(),
                     client: client.clone(),
                 };
@@ -119,6 +68,12 @@ pub async fn run_health_checks(
         }
         tokio::select! {
             changed = config.changed() => {
+                probes.abort_all();
+                if changed.is_err() {
+                    return;
+                }
+            }
+            changed = names.changed() => {
                 probes.abort_all();
                 if changed.is_err() {
                     return;

@@ -1,7 +1,7 @@
 //! The admin listener: `/metrics` (Prometheus text), `/status`, `/healthz`, `/ready`.
 
-use crate::metrics::Registry;
 use bytes::Bytes;
+use duet_proxy::Registry;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use hyper::{server::conn::http1, service::service_fn};
@@ -9,8 +9,10 @@ use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use tokio::{net::TcpListener, sync::watch};
 
-/// Serves the admin endpoints on `listener` until `shutdown` turns true.
-pub async fn serve_admin(
+/// Serves the admin endpoints on `listener` until `shutdown` turns true. `/healthz` says the process
+/// answers; `/ready` is 200 once every worker serves and 503 while starting or draining, so a load
+/// balancer or Kubernetes stops sending new connections before duet closes its listeners.
+pub(crate) async fn serve(
     listener: TcpListener,
     registry: Registry,
     mut shutdown: watch::Receiver<bool>,
@@ -37,7 +39,15 @@ pub async fn serve_admin(
                             "text/plain; charset=utf-8",
                             registry.render_status(),
                         ),
-                        "/healthz" | "/ready" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+                        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+                        "/ready" => match registry.readiness() {
+                            Ok(()) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+                            Err(why) => (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "text/plain",
+                                format!("not ready: {why}\n"),
+                            ),
+                        },
                         _ => (
                             StatusCode::NOT_FOUND,
                             "text/plain",

@@ -1,0 +1,265 @@
+//! One cluster as one worker sees it: its balancer, its client, its outlier view and its retry budget.
+//!
+//! Eligibility lives in one place: the balancer's flag for each endpoint (which metrics read through
+//! [`EndpointLoad::is_eligible`](duet_balance::EndpointLoad::is_eligible)). It is derived, whenever either
+//! input changes, from the two things that decide it: the control plane's health view and this worker's
+//! outlier ejections.
+
+use crate::{
+    metrics::{BackendCell, ClusterCells, ClusterCounters},
+    outlier::Outliers,
+    upstream::{upstream_client, UpstreamClient},
+    view::{Endpoint, HealthView},
+};
+use duet_balance::{
+    Balance, LoadGuard, LoadMetric, NoEligibleEndpoint, PeakEwma, Policy as BalancePolicy,
+    StatusSet,
+};
+use duet_config::{Policy, Timeouts};
+use http::{uri::Authority, StatusCode};
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
+use tokio::time::Instant;
+use tower::retry::budget::{Budget, TpsBudget};
+
+/// The balancer of one cluster in one worker, keyed by backend address.
+pub type ClusterBalance = Balance<SocketAddr, Upstream>;
+
+/// What the balancer holds for each backend: its address as the request target's authority, built
+/// once rather than per request.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    authority: Authority,
+}
+
+/// The worker's current health view, shared by its clusters (replaced whole by the control plane).
+pub(crate) type SharedHealth = Rc<RefCell<Arc<HealthView>>>;
+
+/// One cluster in one worker.
+pub(crate) struct Cluster {
+    pub(crate) name: Arc<str>,
+    policy: Policy,
+    timeouts: Timeouts,
+    client: UpstreamClient,
+    balance: RefCell<ClusterBalance>,
+    health: SharedHealth,
+    health_checked: bool,
+    outliers: RefCell<Outliers>,
+    pub(crate) budget: TpsBudget,
+    pub(crate) attempts: u32,
+    pub(crate) replay_body_limit: usize,
+    pub(crate) body_read_timeout: Duration,
+    pub(crate) penalised: StatusSet,
+    pub(crate) counters: Arc<ClusterCounters>,
+}
+
+impl Cluster {
+    /// A cluster's worker state over `endpoints`. `previous` is the cluster of the same name before a
+    /// reload: with the same policy its balancer (load and latency of every address that remains) and
+    /// outlier view carry over; with the same timeouts its client and pooled connections do.
+    pub(crate) fn new(
+        config: &duet_config::Cluster,
+        previous: Option<&Cluster>,
+        endpoints: &[Endpoint],
+        health: SharedHealth,
+        body_read_timeout: Duration,
+    ) -> Self {
+        let penalised: StatusSet = config
+            .penalty_statuses
+            .iter()
+            .filter_map(|&code| StatusCode::from_u16(code).ok())
+            .collect();
+        let client = match previous.filter(|p| p.timeouts == config.timeouts) {
+            Some(previous) => previous.client.clone(),
+            None => upstream_client(&config.timeouts),
+        };
+        let (balance, outliers) = match previous.filter(|p| p.policy == config.policy) {
+            Some(previous) => previous.take_state(),
+            None => (new_balance(config.policy), Outliers::default()),
+        };
+        let balance = balance
+            .with_panic_threshold(config.panic_threshold)
+            .with_slow_start(config.slow_start);
+        let retries = config.retries;
+        let cluster = Self {
+            name: Arc::from(config.name.as_str()),
+            policy: config.policy,
+            timeouts: config.timeouts,
+            client,
+            balance: RefCell::new(balance),
+            health,
+            health_checked: config.health_check.is_some(),
+            outliers: RefCell::new(outliers.configured(config.outlier_detection)),
+            budget: TpsBudget::new(
+                Duration::from_secs(10),
+                retries.min_retries_per_second,
+                retries.budget_fraction as f32,
+            ),
+            attempts: retries.attempts.max(1),
+            replay_body_limit: retries.replay_body_limit,
+            body_read_timeout,
+            penalised,
+            counters: Arc::default(),
+        };
+        cluster.set_endpoints(endpoints);
+        cluster
+    }
+
+    /// Moves the balancer and outlier view out (for the cluster that replaces this one after a
+    /// reload), leaving empty ones for the requests still finishing here.
+    fn take_state(&self) -> (ClusterBalance, Outliers) {
+        let balance = std::mem::replace(&mut *self.balance.borrow_mut(), new_balance(self.policy));
+        let outliers = std::mem::take(&mut *self.outliers.borrow_mut());
+        (balance, outliers)
+    }
+
+    /// Makes `endpoints` the balancer's membership: new addresses join (as a new endpoint would: PeakEWMA
+    /// at the pool median), gone ones leave, the rest keep their state and take their new weight. No
+    /// client, pool or connection is rebuilt.
+    pub(crate) fn set_endpoints(&self, endpoints: &[Endpoint]) {
+        let mut added = Vec::new();
+        {
+            let mut balance = self.balance.borrow_mut();
+            balance.retain(|address| endpoints.iter().any(|e| e.address == *address));
+            for endpoint in endpoints {
+                if !balance.set_weight(&endpoint.address, endpoint.weight) {
+                    let authority = Authority::try_from(endpoint.address.to_string().as_str())
+                        .unwrap_or_else(|_| Authority::from_static("invalid"));
+                    balance.insert(endpoint.address, endpoint.weight, Upstream { authority });
+                    added.push(endpoint.address);
+                }
+            }
+        }
+        self.outliers.borrow_mut().retain(
+            |address| endpoints.iter().any(|e| e.address == *address),
+            endpoints.len(),
+        );
+        let now = Instant::now();
+        for address in added {
+            self.refresh(address, now);
+        }
+    }
+
+    /// Re-derives every endpoint's eligibility (after the health view changed).
+    pub(crate) fn refresh_all(&self, now: Instant) {
+        let addresses: Vec<SocketAddr> =
+            self.balance.borrow().endpoints().map(|e| *e.key).collect();
+        for address in addresses {
+            self.refresh(address, now);
+        }
+    }
+
+    /// Eligible = healthy (per the control plane; clusters without checks are always healthy) and not
+    /// ejected by this worker.
+    fn refresh(&self, backend: SocketAddr, now: Instant) {
+        let healthy = self
+            .health
+            .borrow()
+            .healthy(&self.name, backend)
+            .unwrap_or(!self.health_checked);
+        let ejected = self.outliers.borrow().is_ejected(backend, now);
+        let eligible = healthy && !ejected;
+        let mut balance = self.balance.borrow_mut();
+        if balance.set_eligible(&backend, eligible) == Some(!eligible) {
+            tracing::debug!(cluster = %self.name, %backend, eligible, healthy, ejected, panicking = balance.is_panicking(), "eligibility changed");
+        }
+    }
+
+    /// Picks a backend for one attempt with P2C, among those not `tried` yet, and counts it as load
+    /// until the returned guard is dropped.
+    pub(crate) fn pick(
+        &self,
+        tried: &[SocketAddr],
+    ) -> Result<(SocketAddr, Authority, LoadGuard), NoEligibleEndpoint> {
+        let mut balance = self.balance.borrow_mut();
+        let (address, upstream, guard) = balance.pick_and_claim_excluding(tried)?;
+        Ok((*address, upstream.authority.clone(), guard))
+    }
+
+    /// The worker's client toward this cluster's backends.
+    pub(crate) fn client(&self) -> &UpstreamClient {
+        &self.client
+    }
+
+    /// How long an attempt may wait for its response head.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.timeouts.response_headers
+    }
+
+    pub(crate) fn record_success(&self, backend: SocketAddr, now: Instant) {
+        self.outliers.borrow_mut().record_success(backend, now);
+    }
+
+    pub(crate) fn record_failure(self: &Rc<Self>, backend: SocketAddr, now: Instant) {
+        let ejected = self.outliers.borrow_mut().record_failure(backend, now);
+        if let Some(time) = ejected {
+            self.ejected(backend, time);
+        }
+    }
+
+    /// Ejects `backend` for `time` (a `Retry-After`), within the cluster's ejection cap.
+    pub(crate) fn eject(self: &Rc<Self>, backend: SocketAddr, time: Duration, now: Instant) {
+        let ejected = self.outliers.borrow_mut().eject(backend, time, now);
+        if let Some(time) = ejected {
+            self.ejected(backend, time);
+        }
+    }
+
+    /// Takes `backend` out of this worker's rotation for `time`, then re-admits it (if still healthy).
+    fn ejected(self: &Rc<Self>, backend: SocketAddr, time: Duration) {
+        self.counters
+            .ejections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(cluster = %self.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");
+        self.refresh(backend, Instant::now());
+        let cluster = self.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(time).await;
+            cluster.refresh(backend, Instant::now());
+            tracing::info!(cluster = %cluster.name, %backend, "ejection over");
+        });
+    }
+
+    /// Deposits this request in the retry budget (when retries are on).
+    pub(crate) fn count_request(&self) {
+        if self.attempts > 1 {
+            self.budget.deposit();
+        }
+    }
+
+    /// Runs `f` on the balancer (telemetry and tests).
+    pub(crate) fn with_balance<T>(&self, f: impl FnOnce(&ClusterBalance) -> T) -> T {
+        f(&self.balance.borrow())
+    }
+
+    /// This cluster's metric cells, for the registry.
+    pub(crate) fn cells(&self) -> ClusterCells {
+        let balance = self.balance.borrow();
+        let backends = balance
+            .endpoints()
+            .map(|e| BackendCell {
+                address: *e.key,
+                weight: e.weight,
+                load: e.load.clone(),
+            })
+            .collect();
+        ClusterCells {
+            name: self.name.to_string(),
+            policy: self.policy.name(),
+            counters: self.counters.clone(),
+            backends,
+        }
+    }
+}
+
+fn new_balance(policy: Policy) -> ClusterBalance {
+    let (metric, policy) = match policy {
+        Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
+        Policy::P2cPeakEwma => (
+            LoadMetric::PeakEwma(PeakEwma::default()),
+            BalancePolicy::P2c,
+        ),
+        Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
+        Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
+    };
+    Balance::new(metric).with_policy(policy)
+}

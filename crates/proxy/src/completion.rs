@@ -1,0 +1,167 @@
+//! The one completion hook: everything that must happen when an attempt ends, settled exactly once.
+//!
+//! A `Completion` is made when the balancer claims a backend for an attempt and owns, for that
+//! attempt, the load guard (load −1 and the PeakEWMA latency sample), the outlier verdict and the
+//! request's access-log record. It is settled in `Drop`, so whichever way the attempt ends — the
+//! response body ends, the body fails, the client goes away and the body is dropped, or the attempt
+//! fails before a response — it settles once and only once:
+//!
+//! | how the attempt ended | outlier verdict | latency sample |
+//! |---|---|---|
+//! | body ended, status below 500 | success | elapsed time |
+//! | body ended, status 5xx | failure | elapsed time (penalty for 429/503) |
+//! | backend failed mid-body | **failure** | elapsed time |
+//! | client went away mid-body | none (5xx still counts) | elapsed time |
+//! | no response: backend's fault | failure | penalty |
+//! | no response: client's fault (its body broke or stalled) | none | none |
+
+use crate::{access_log::AccessLog, cluster::Cluster};
+use duet_balance::LoadGuard;
+use http::{header, response::Parts, StatusCode};
+use std::{net::SocketAddr, rc::Rc, time::Duration};
+use tokio::time::Instant;
+
+/// The longest `Retry-After` that duet honours by ejecting the backend locally.
+const RETRY_AFTER_CAP: Duration = Duration::from_secs(30);
+
+/// Whose fault an attempt that got no response was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Refused, reset, timed out, or not HTTP.
+    Backend,
+    /// The client's request body broke or stalled while it was being sent.
+    Client,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The response body ended cleanly.
+    Complete,
+    /// The backend's body failed mid-stream, or the backend answered what the client cannot use.
+    BackendFailed,
+    /// No response at all.
+    NoResponse(Fault),
+}
+
+/// One attempt's settlement: see the module docs.
+pub(crate) struct Completion {
+    cluster: Rc<Cluster>,
+    backend: SocketAddr,
+    status: Option<StatusCode>,
+    ended: Option<Ended>,
+    log: Option<AccessLog>,
+    // Dropped last, after the verdict: the load is released once the attempt is fully settled.
+    guard: LoadGuard,
+}
+
+impl Completion {
+    pub(crate) fn new(
+        guard: LoadGuard,
+        cluster: Rc<Cluster>,
+        backend: SocketAddr,
+        mut log: Option<AccessLog>,
+    ) -> Self {
+        if let Some(log) = log.as_mut() {
+            log.backend = Some(backend);
+        }
+        Self {
+            cluster,
+            backend,
+            status: None,
+            ended: None,
+            log,
+            guard,
+        }
+    }
+
+    /// The backend this attempt went to.
+    pub(crate) fn backend(&self) -> SocketAddr {
+        self.backend
+    }
+
+    /// The response head arrived: a status the cluster penalises (429, 503 by default) records the
+    /// PeakEWMA penalty instead of a latency, and with `Retry-After` ejects the backend for that long.
+    pub(crate) fn on_head(&mut self, head: &Parts) {
+        let status = head.status;
+        self.status = Some(status);
+        if let Some(log) = self.log.as_mut() {
+            log.status = status;
+        }
+        let penalised = self.cluster.penalised.contains(status);
+        self.guard.on_response_head(penalised);
+        if penalised {
+            let retry_after = head
+                .headers
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|secs| Duration::from_secs(secs).min(RETRY_AFTER_CAP));
+            if let Some(time) = retry_after {
+                self.cluster.eject(self.backend, time, Instant::now());
+            }
+        }
+    }
+
+    /// Response body bytes passed to the client.
+    pub(crate) fn on_data(&mut self, bytes: usize) {
+        if let Some(log) = self.log.as_mut() {
+            log.bytes += bytes as u64;
+        }
+    }
+
+    /// The response body ended (`clean`) or failed mid-stream. Settles now.
+    pub(crate) fn end(mut self, clean: bool) {
+        self.ended = Some(if clean {
+            Ended::Complete
+        } else {
+            Ended::BackendFailed
+        });
+    }
+
+    /// The attempt got no response. Settles now and hands back the access-log record, for the next
+    /// attempt or for the error response.
+    pub(crate) fn fail(mut self, fault: Fault) -> Option<AccessLog> {
+        self.ended = Some(Ended::NoResponse(fault));
+        self.log.take()
+    }
+
+    /// The response cannot be passed on (say, a `101` to a request that asked for no upgrade): the
+    /// backend's fault. Settles now and hands back the access-log record for the error response.
+    pub(crate) fn reject(mut self) -> Option<AccessLog> {
+        self.ended = Some(Ended::BackendFailed);
+        self.log.take()
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let server_error = self.status.is_some_and(|s| s.is_server_error());
+        let failed = match self.ended {
+            Some(Ended::Complete) | None => server_error,
+            Some(Ended::BackendFailed) | Some(Ended::NoResponse(Fault::Backend)) => true,
+            Some(Ended::NoResponse(Fault::Client)) => {
+                self.guard.discard_sample();
+                return;
+            }
+        };
+        if matches!(self.ended, Some(Ended::NoResponse(Fault::Backend))) {
+            self.guard.on_failure();
+        }
+        if failed {
+            self.cluster.record_failure(self.backend, now);
+        } else if self.ended.is_some() {
+            self.cluster.record_success(self.backend, now);
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.outcome = match self.ended {
+                Some(Ended::Complete) if self.status == Some(StatusCode::SWITCHING_PROTOCOLS) => {
+                    "upgraded"
+                }
+                Some(Ended::Complete) => "complete",
+                Some(Ended::BackendFailed) | Some(Ended::NoResponse(_)) => "backend_error",
+                None => "client_gone",
+            };
+        }
+    }
+}

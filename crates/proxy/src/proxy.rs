@@ -1,0 +1,199 @@
+//! A worker's proxy: its routing table, and the request path that runs each request through the stages
+//! in order.
+
+use crate::{
+    access_log::AccessLog,
+    body::ProxyBody,
+    cluster::{Cluster, ClusterBalance, SharedHealth},
+    error::ErrorKind,
+    metrics::{Registry, WorkerCounters},
+    prepare, respond, retry, route,
+    view::{HealthView, ResolvedNames},
+};
+use duet_config::Config;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
+use tokio::time::Instant;
+
+/// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
+/// with another worker, and no borrow is held across an `.await`.
+///
+/// Its routing table can be replaced by [`reload`](Self::reload) between requests: each request works on
+/// the table it started with; balancer state carries over for backends (keyed by address) that remain.
+pub struct WorkerProxy {
+    table: RefCell<Rc<Table>>,
+    health: SharedHealth,
+    counters: Arc<WorkerCounters>,
+    registry: Option<(usize, Registry)>,
+}
+
+struct Table {
+    config: Arc<Config>,
+    clusters: Vec<Rc<Cluster>>,
+}
+
+impl WorkerProxy {
+    /// Builds a worker's clients and balancers for `config`, with host names resolved as in `names`.
+    /// Must run inside the worker's tokio runtime (the clients use its timer).
+    pub fn new(config: Arc<Config>, names: &ResolvedNames) -> Self {
+        Self::build(config, names, None)
+    }
+
+    /// Like [`new`](Self::new), publishing this worker's metric cells in `registry` as worker `index`.
+    pub fn with_registry(
+        config: Arc<Config>,
+        names: &ResolvedNames,
+        index: usize,
+        registry: Registry,
+    ) -> Self {
+        Self::build(config, names, Some((index, registry)))
+    }
+
+    fn build(
+        config: Arc<Config>,
+        names: &ResolvedNames,
+        registry: Option<(usize, Registry)>,
+    ) -> Self {
+        let counters = registry
+            .as_ref()
+            .map_or_else(Default::default, |(index, registry)| {
+                registry.worker(*index)
+            });
+        let health = SharedHealth::default();
+        let table = Table::new(config, names, &[], &health);
+        let proxy = Self {
+            table: RefCell::new(Rc::new(table)),
+            health,
+            counters,
+            registry,
+        };
+        proxy.publish_cells();
+        proxy
+    }
+
+    /// This worker's counters that belong to no cluster.
+    pub(crate) fn counters(&self) -> &WorkerCounters {
+        &self.counters
+    }
+
+    fn publish_cells(&self) {
+        let Some((index, registry)) = &self.registry else {
+            return;
+        };
+        let table = self.table.borrow().clone();
+        let cells = table.clusters.iter().map(|c| c.cells()).collect();
+        registry.publish(*index, cells);
+    }
+
+    /// Switches to a new config. Clusters are matched by name: a cluster that keeps its policy keeps its
+    /// balancer, and with it the load and latency state of every backend address that remains; new
+    /// backends start as a new endpoint would (PeakEWMA at the pool median). Requests in flight finish
+    /// on the table they started with.
+    pub fn reload(&self, config: Arc<Config>, names: &ResolvedNames) {
+        let old = self.table.borrow().clone();
+        let table = Table::new(config, names, &old.clusters, &self.health);
+        *self.table.borrow_mut() = Rc::new(table);
+        self.publish_cells();
+    }
+
+    /// Applies discovery's latest resolution: each cluster's balancer gains the new addresses and loses
+    /// the gone ones, keeping everything else (state, clients, pooled connections).
+    pub fn apply_names(&self, names: &ResolvedNames) {
+        let table = self.table.borrow().clone();
+        for (config, cluster) in table.config.clusters.iter().zip(&table.clusters) {
+            if config.has_named_backends() {
+                cluster.set_endpoints(&names.endpoints(config));
+            }
+        }
+        self.publish_cells();
+    }
+
+    /// Applies the control plane's health view: a backend is eligible when it is healthy and this
+    /// worker has not ejected it. Runs between requests, off the request path.
+    pub fn apply_health(&self, view: Arc<HealthView>) {
+        *self.health.borrow_mut() = view;
+        let now = Instant::now();
+        for cluster in &self.table.borrow().clusters {
+            cluster.refresh_all(now);
+        }
+    }
+
+    /// Runs `f` on a cluster's balancer (for telemetry and tests).
+    pub fn with_balance<T>(
+        &self,
+        cluster: &str,
+        f: impl FnOnce(&ClusterBalance) -> T,
+    ) -> Option<T> {
+        let table = self.table.borrow().clone();
+        let cluster = table.clusters.iter().find(|c| &*c.name == cluster)?;
+        Some(cluster.with_balance(f))
+    }
+
+    /// Proxies one request from `client` (over TLS when `secure`) through the stages: route, prepare,
+    /// retry (each attempt forwarded to a backend the balancer picks), respond. Never fails: errors
+    /// become short text responses.
+    pub async fn handle(
+        self: Rc<Self>,
+        request: Request<Incoming>,
+        client: SocketAddr,
+        secure: bool,
+    ) -> Response<ProxyBody> {
+        let mut log = AccessLog::start(&request, Instant::now());
+        let table = self.table.borrow().clone();
+        let limits = &table.config.limits;
+        let routed = match route::route(&table.config.routes, limits.max_uri_length, &request) {
+            Ok(routed) => routed,
+            Err(error) => {
+                let counter = match error.kind() {
+                    ErrorKind::UriTooLong => &self.counters.uri_too_long,
+                    _ => &self.counters.no_route,
+                };
+                counter.fetch_add(1, Relaxed);
+                return respond::local_error(&error, log);
+            }
+        };
+        let cluster = &table.clusters[routed.route.cluster];
+        if let Some(log) = log.as_mut() {
+            log.cluster = Some(cluster.name.clone());
+        }
+
+        let mut prepared =
+            match prepare::prepare(request, cluster, routed.host, client, secure).await {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    tracing::debug!(%client, "{error}");
+                    cluster.counters.response(error.status().as_u16());
+                    return respond::local_error(&error, log);
+                }
+            };
+        let outcome = retry::send(cluster, routed.route, &mut prepared, log).await;
+        respond::respond(cluster, outcome, prepared.client_upgrade, client)
+    }
+}
+
+impl Table {
+    /// The table for `config`, taking over what `previous` clusters of the same name can hand on.
+    fn new(
+        config: Arc<Config>,
+        names: &ResolvedNames,
+        previous: &[Rc<Cluster>],
+        health: &SharedHealth,
+    ) -> Self {
+        let clusters = config
+            .clusters
+            .iter()
+            .map(|cluster| {
+                let kept = previous.iter().find(|old| *old.name == *cluster.name);
+                Rc::new(Cluster::new(
+                    cluster,
+                    kept.map(|c| &**c),
+                    &names.endpoints(cluster),
+                    health.clone(),
+                    config.limits.body_read_timeout,
+                ))
+            })
+            .collect();
+        Self { config, clusters }
+    }
+}

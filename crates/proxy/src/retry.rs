@@ -1,0 +1,74 @@
+//! Stage 3, retry: attempts re-picked by P2C among backends not tried yet, under the cluster's budget.
+//!
+//! An attempt that never reached its backend (connect refused) is retried for any method, as long as the
+//! request body is still ours to send. One that reached it (reset, timeout, not HTTP) is retried only for
+//! the route's `retry_methods` and a body that can be sent again. Every attempt counts as its backend's
+//! load; a retry also draws from a [`TpsBudget`](tower::retry::budget::TpsBudget) that every request
+//! fills, so retries stay a fraction of traffic when a whole cluster fails.
+
+use crate::{
+    access_log::AccessLog,
+    cluster::Cluster,
+    completion::Completion,
+    error::ErrorKind,
+    forward::{forward, Failed},
+    prepare::Prepared,
+};
+use duet_config::Route;
+use hyper::{body::Incoming, Response};
+use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed};
+use tower::retry::budget::Budget;
+
+/// Sends `prepared` to `cluster`, retrying failed attempts where that is safe.
+pub(crate) async fn send(
+    cluster: &Rc<Cluster>,
+    route: &Route,
+    prepared: &mut Prepared,
+    mut log: Option<AccessLog>,
+) -> Result<(Response<Incoming>, Completion), Failed> {
+    let resendable = prepared.source.replayable()
+        && route
+            .retry_methods
+            .iter()
+            .any(|m| m == prepared.parts.method.as_str());
+    cluster.count_request();
+    let attempts = cluster.attempts as usize;
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    let mut last_error = None;
+    loop {
+        if !tried.is_empty() {
+            cluster.counters.retries.fetch_add(1, Relaxed);
+        }
+        let last = tried.len() + 1 >= attempts;
+        let Failed { error, log: back } = match forward(cluster, prepared, &tried, last, log).await
+        {
+            Ok(served) => return Ok(served),
+            Err(failed) => failed,
+        };
+        log = back;
+        // Nothing left to retry on: the client hears about the failure that made us retry.
+        if error.kind() == ErrorKind::NoEligibleBackend {
+            let error = last_error.unwrap_or(error);
+            return Err(Failed { error, log });
+        }
+        // No backend to blame (the client's body failed, or the request could not be built): final.
+        let Some(backend) = error.backend() else {
+            return Err(Failed { error, log });
+        };
+        tried.push(backend);
+        let safe = match error.kind() {
+            ErrorKind::Connect => true,
+            ErrorKind::BadGateway | ErrorKind::Timeout => resendable,
+            _ => false,
+        };
+        if !safe || last || !prepared.source.can_attempt() {
+            return Err(Failed { error, log });
+        }
+        if !cluster.budget.withdraw() {
+            tracing::debug!(cluster = %cluster.name, "retry budget exhausted");
+            return Err(Failed { error, log });
+        }
+        tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
+        last_error = Some(error);
+    }
+}

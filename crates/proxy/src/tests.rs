@@ -1,0 +1,276 @@
+//! A worker's pipeline driven in-process: the real `serve_connection` on a loopback listener, real
+//! backends from duet-testbed, a real hyper client. What only the binary does (CLI, signals, several
+//! workers) is tested in the repository's `tests/`.
+
+use crate::{serve_connection, view::ResolvedNames, HealthView, WorkerProxy};
+use bytes::Bytes;
+use duet_testbed::{Backend, BackendOptions};
+use http_body_util::{BodyExt, Empty};
+use std::{net::SocketAddr, rc::Rc, sync::Arc};
+use tokio::{net::TcpListener, sync::watch};
+
+/// One worker's proxy serving a loopback listener on the current `LocalSet`.
+struct Harness {
+    proxy: Rc<WorkerProxy>,
+    address: SocketAddr,
+    _shutdown: watch::Sender<bool>,
+}
+
+impl Harness {
+    async fn start(yaml: &str) -> Self {
+        let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid config"));
+        let proxy = Rc::new(WorkerProxy::new(config.clone(), &ResolvedNames::new()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (shutdown, watch) = watch::channel(false);
+        let serving = proxy.clone();
+        tokio::task::spawn_local(async move {
+            while let Ok((stream, peer)) = listener.accept().await {
+                let connection = serve_connection(
+                    serving.clone(),
+                    config.limits,
+                    stream,
+                    peer,
+                    false,
+                    watch.clone(),
+                );
+                tokio::task::spawn_local(connection);
+            }
+        });
+        Self {
+            proxy,
+            address,
+            _shutdown: shutdown,
+        }
+    }
+
+    /// GET `path` on a new connection: the status, the `x-backend` header, and the body or `None` if
+    /// it was cut short.
+    async fn get(&self, path: &str) -> (u16, String, Option<Bytes>) {
+        let stream = tokio::net::TcpStream::connect(self.address)
+            .await
+            .expect("connect");
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        tokio::task::spawn_local(connection);
+        let request = http::Request::get(path)
+            .header(http::header::HOST, "test")
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        let response = sender.send_request(request).await.expect("response");
+        let status = response.status().as_u16();
+        let backend = response
+            .headers()
+            .get("x-backend")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .ok()
+            .map(|b| b.to_bytes());
+        (status, backend, body)
+    }
+
+    fn eligible(&self, backend: SocketAddr) -> bool {
+        self.proxy
+            .with_balance("app", |b| {
+                b.endpoint_load(&backend).map(|l| l.is_eligible())
+            })
+            .flatten()
+            .expect("backend in cluster")
+    }
+}
+
+fn cluster(backends: &[SocketAddr], policy: &str, extra: &str) -> String {
+    let mut yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    policy: {policy}\n{extra}    backends:\n"
+    );
+    for backend in backends {
+        yaml.push_str(&format!("      - address: {backend}\n"));
+    }
+    yaml
+}
+
+async fn local<F: std::future::Future>(test: F) -> F::Output {
+    tokio::task::LocalSet::new().run_until(test).await
+}
+
+#[tokio::test]
+async fn a_backend_that_dies_mid_body_is_counted_as_a_failure_and_ejected() {
+    local(async {
+        let a = Backend::start(BackendOptions::named("a")).expect("backend");
+        let b = Backend::start(BackendOptions::named("b")).expect("backend");
+        let extra = "    outlier_detection: { consecutive_failures: 2, base_ejection_time: 60s }\n    retries: { attempts: 1 }\n";
+        let harness =
+            Harness::start(&cluster(&[a.address(), b.address()], "round_robin", extra)).await;
+        // Complete responses are successes: nothing is ejected.
+        for _ in 0..6 {
+            let (status, _, body) = harness.get("/").await;
+            assert_eq!((status, body.is_some()), (200, true));
+        }
+        assert!(harness.eligible(a.address()) && harness.eligible(b.address()));
+
+        // `/die` sends a 200 head, 64 KiB of a promised megabyte, then fails: only the body tells.
+        // Round robin gives each backend two of these in a row.
+        for _ in 0..4 {
+            let (status, _, body) = harness.get("/die").await;
+            assert_eq!(status, 200, "the head was already on its way");
+            assert!(body.is_none(), "the client sees the body cut short");
+        }
+        let ejected: Vec<SocketAddr> = [a.address(), b.address()]
+            .into_iter()
+            .filter(|&backend| !harness.eligible(backend))
+            .collect();
+        assert_eq!(
+            ejected.len(),
+            1,
+            "two mid-body failures in a row eject a backend (at most half the cluster)"
+        );
+        let survivor = if ejected[0] == a.address() { "b" } else { "a" };
+        for _ in 0..6 {
+            assert_eq!(harness.get("/").await.1, survivor);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load() {
+    local(async {
+        let good = Backend::start(BackendOptions::named("good")).expect("backend");
+        let refused = {
+            let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            socket.local_addr().expect("address")
+        };
+        let extra = "    outlier_detection: { consecutive_failures: 0 }\n    retries: { attempts: 2, min_retries_per_second: 1000 }\n";
+        let harness = Harness::start(&cluster(&[refused, good.address()], "p2c_inflight", extra)).await;
+        for _ in 0..20 {
+            let (status, backend, _) = harness.get("/").await;
+            assert_eq!((status, backend.as_str()), (200, "good"));
+        }
+        let (refused_picks, good_picks, in_flight) = harness
+            .proxy
+            .with_balance("app", |balance| {
+                let load = |b: &SocketAddr| balance.endpoint_load(b).expect("member").clone();
+                (
+                    load(&refused).picks(),
+                    load(&good.address()).picks(),
+                    load(&refused).in_flight() + load(&good.address()).in_flight(),
+                )
+            })
+            .expect("cluster");
+        assert!(refused_picks > 0, "P2C picked the refusing backend sometimes");
+        assert_eq!(
+            good_picks, 20,
+            "every request reached the good backend, retries included: each attempt is a pick"
+        );
+        assert_eq!(good.requests(), 20);
+        assert_eq!(in_flight, 0, "every attempt released its load");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn health_and_ejection_decide_one_flag() {
+    local(async {
+        let a = Backend::start(BackendOptions::named("a")).expect("backend");
+        let b = Backend::start(BackendOptions::named("b")).expect("backend");
+        let extra = "    panic_threshold: 0%\n    health_check: { interval: 1h }\n";
+        let yaml = cluster(&[a.address(), b.address()], "p2c_inflight", extra);
+        let harness = Harness::start(&yaml).await;
+        let config = duet_config::parse(&yaml, "test.yaml").expect("valid");
+        // Checked backends start out of rotation until the control plane says they pass.
+        assert!(!harness.eligible(a.address()) && !harness.eligible(b.address()));
+        assert_eq!(harness.get("/").await.0, 503);
+
+        let mut view =
+            HealthView::for_config(&config, &ResolvedNames::new(), &HealthView::default());
+        view.set("app", a.address(), true);
+        harness.proxy.apply_health(Arc::new(view.clone()));
+        assert!(harness.eligible(a.address()) && !harness.eligible(b.address()));
+        for _ in 0..5 {
+            assert_eq!(harness.get("/").await.1, "a");
+        }
+        view.set("app", b.address(), true);
+        harness.proxy.apply_health(Arc::new(view));
+        assert!(harness.eligible(b.address()));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn resolved_names_change_membership_without_dropping_pooled_connections() {
+    local(async {
+        let a = Backend::start(BackendOptions::named("a")).expect("backend");
+        let b = Backend::start(BackendOptions::named("b")).expect("backend");
+        let yaml = "listeners: [ { address: 127.0.0.1:0 } ]\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    policy: round_robin\n    backends: [ { address: app.test:80 } ]\n";
+        let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid"));
+        let harness = Harness::start(yaml).await;
+        assert_eq!(harness.get("/").await.0, 503, "a name not resolved yet has no endpoints");
+
+        let mut names = ResolvedNames::new();
+        names.insert("app.test", 80, vec![a.address()]);
+        harness.proxy.apply_names(&names);
+        for _ in 0..3 {
+            assert_eq!(harness.get("/").await.1, "a");
+        }
+        names.insert("app.test", 80, vec![a.address(), b.address()]);
+        harness.proxy.apply_names(&names);
+        let mut served = Vec::new();
+        for _ in 0..4 {
+            served.push(harness.get("/").await.1);
+        }
+        assert!(served.iter().any(|s| s == "b"), "b joined: {served:?}");
+        assert_eq!(a.connections(), 1, "a's pooled connection survived the change");
+        let _ = config;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reload_keeps_state_by_address_and_replaces_the_rest() {
+    let (x, y, z) = ("127.0.0.1:9101", "127.0.0.1:9102", "127.0.0.1:9103");
+    let address = |a: &str| a.parse::<SocketAddr>().expect("address");
+    let config = |backends: &[&str], policy: &str| {
+        let backends: Vec<SocketAddr> = backends.iter().map(|b| address(b)).collect();
+        Arc::new(duet_config::parse(&cluster(&backends, policy, ""), "t.yaml").expect("valid"))
+    };
+    let names = ResolvedNames::new();
+    let proxy = WorkerProxy::new(config(&[x, y], "p2c_peak_ewma"), &names);
+    let kept_before = proxy
+        .with_balance("app", |b| b.endpoint_load(&address(x)).cloned())
+        .flatten()
+        .expect("x");
+
+    proxy.reload(config(&[x, z], "p2c_peak_ewma"), &names);
+    let (kept_after, removed, added, len) = proxy
+        .with_balance("app", |b| {
+            (
+                b.endpoint_load(&address(x)).cloned(),
+                b.endpoint_load(&address(y)).is_some(),
+                b.endpoint_load(&address(z)).is_some(),
+                b.len(),
+            )
+        })
+        .expect("cluster");
+    assert!(
+        Arc::ptr_eq(&kept_before, &kept_after.expect("x kept")),
+        "same load state object for x"
+    );
+    assert!(!removed, "y is gone");
+    assert!(added, "z is new");
+    assert_eq!(len, 2);
+
+    // A policy change starts the cluster's balancer afresh (its metric differs).
+    proxy.reload(config(&[x, z], "p2c_inflight"), &names);
+    let fresh = proxy
+        .with_balance("app", |b| b.endpoint_load(&address(x)).cloned())
+        .flatten()
+        .expect("x");
+    assert!(!Arc::ptr_eq(&kept_before, &fresh));
+}
