@@ -1,10 +1,10 @@
 //! The admin listener: Prometheus metrics summed from per-worker cells, and a status page.
 
-mod support;
+use crate::support;
 
+use crate::support::{raw_exchange, Duet};
 use duet_testbed::{Backend, BackendOptions};
 use std::{net::SocketAddr, time::Duration};
-use support::{raw_exchange, Duet};
 
 fn admin_address(duet: &Duet) -> SocketAddr {
     let mut found = None;

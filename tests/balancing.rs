@@ -1,11 +1,11 @@
 //! Per-backend shares with one slow backend, through the real binary: P2C steers away from it, round
 //! robin cannot.
 
-mod support;
+use crate::support;
 
+use crate::support::Duet;
 use duet_testbed::{load::closed_loop, Backend, BackendOptions};
 use std::time::Duration;
-use support::Duet;
 
 const REQUESTS: usize = 1500;
 const CONCURRENCY: usize = 16;

@@ -1,15 +1,15 @@
 //! DNS discovery: backends given by name are re-resolved on the control plane; new addresses join, gone
 //! ones leave, and addresses that stay keep their balancer state.
 
-mod support;
+use crate::support;
 
+use crate::support::{raw_exchange, served_by};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
 };
-use support::{raw_exchange, served_by};
 
 fn picks(admin: SocketAddr, backend: SocketAddr) -> f64 {
     let (metrics, _) = raw_exchange(

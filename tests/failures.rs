@@ -1,14 +1,14 @@
 //! Each error status, with a real cause: unreachable, garbage, slow and dying backends, no eligible one.
 
-mod support;
+use crate::support;
 
+use crate::support::{raw_exchange, Duet};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener},
     time::{Duration, Instant},
 };
-use support::{raw_exchange, Duet};
 
 fn closed_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -1,11 +1,11 @@
 //! SIGHUP reloads the config file: a valid one takes effect without dropping connections; an invalid
 //! one is reported (file, line, column) and the running config stays.
 
-mod support;
+use crate::support;
 
+use crate::support::{served_by, Duet};
 use duet_testbed::{Backend, BackendOptions};
 use std::time::Duration;
-use support::{served_by, Duet};
 
 fn yaml(backend: std::net::SocketAddr, listen: std::net::SocketAddr) -> String {
     format!(

@@ -1,8 +1,9 @@
 //! Keeping service while backends die, hang, recover or all fail: retries, budgets, ejection, health
 //! checks and slow start, through the real binary with real (and really misbehaving) backends.
 
-mod support;
+use crate::support;
 
+use crate::support::{raw_exchange, Duet};
 use duet_testbed::{load::closed_loop, Backend, BackendOptions, Misbehaviour, RawBackend};
 use std::{
     io::{BufRead, BufReader},
@@ -10,7 +11,6 @@ use std::{
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
-use support::{raw_exchange, Duet};
 
 /// A backend in its own process, so it can be killed by pid.
 struct BackendProcess {

@@ -1,10 +1,10 @@
 //! Routing and header rules, through the real binary to real backends.
 
-mod support;
+use crate::support;
 
+use crate::support::{get, raw_exchange, Duet};
 use duet_testbed::{Backend, BackendOptions};
 use std::time::Duration;
-use support::{get, raw_exchange, Duet};
 
 fn routed_setup() -> (Backend, Backend, Backend, Duet) {
     let api = Backend::start(BackendOptions::named("api")).expect("api");

@@ -1,8 +1,9 @@
 //! Bodies stream both ways: a 1 GiB download and a 1 GiB upload pass through duet while its resident
 //! memory stays far below the body size.
 
-mod support;
+use crate::support;
 
+use crate::support::Duet;
 use bytes::Bytes;
 use duet_testbed::{Backend, BackendOptions};
 use http_body::Frame;
@@ -13,7 +14,6 @@ use std::{
     task::{Context, Poll},
     time::Duration,
 };
-use support::Duet;
 
 const GIB: u64 = 1 << 30;
 /// Far below the body size: a buffered body would need at least 1 GiB.

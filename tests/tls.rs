@@ -1,11 +1,11 @@
 //! TLS termination on a listener: a real rustls client talks HTTPS to duet, duet talks HTTP to the
 //! backend and tells it `X-Forwarded-Proto: https`.
 
-mod support;
+use crate::support;
 
+use crate::support::{Duet, TempDir};
 use duet_testbed::{Backend, BackendOptions};
 use std::{sync::Arc, time::Duration};
-use support::{Duet, TempDir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::{
     rustls::{self, pki_types::ServerName, RootCertStore},

@@ -1,5 +1,4 @@
 //! Shared helpers: the real `duet` binary on a config with port 0, raw and hyper clients, waiting.
-#![allow(dead_code, unreachable_pub)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -14,21 +13,21 @@ use std::{
 };
 
 /// The real `duet` binary, serving a config written to a temporary file.
-pub struct Duet {
-    pub child: Child,
-    pub address: SocketAddr,
-    pub log: Arc<Mutex<Vec<String>>>,
+pub(crate) struct Duet {
+    pub(crate) child: Child,
+    pub(crate) address: SocketAddr,
+    pub(crate) log: Arc<Mutex<Vec<String>>>,
     config: PathBuf,
     _dir: Option<TempDir>,
 }
 
 impl Duet {
     /// Starts `duet run` on `yaml` (whose listener should use port 0) and waits until it listens.
-    pub fn start(yaml: &str) -> Self {
+    pub(crate) fn start(yaml: &str) -> Self {
         Self::start_with(yaml, "info")
     }
 
-    pub fn start_with(yaml: &str, rust_log: &str) -> Self {
+    pub(crate) fn start_with(yaml: &str, rust_log: &str) -> Self {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
@@ -36,7 +35,7 @@ impl Duet {
     }
 
     /// Starts `duet run` on an existing config file (the caller owns its folder).
-    pub fn start_at(path: &std::path::Path) -> Self {
+    pub(crate) fn start_at(path: &std::path::Path) -> Self {
         Self::spawn(path.to_path_buf(), None, "info")
     }
 
@@ -87,20 +86,20 @@ impl Duet {
     }
 
     /// The config file duet was started with (rewrite it, then send SIGHUP).
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self.config.clone()
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends a signal with the system's `kill` command.
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .arg(format!("-{name}"))
             .arg(self.pid().to_string())
@@ -110,7 +109,7 @@ impl Duet {
     }
 
     /// Waits for the process to exit, up to `limit`.
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -122,7 +121,7 @@ impl Duet {
     }
 
     /// Peak resident memory of the process, in KiB (VmHWM).
-    pub fn peak_rss_kib(&self) -> u64 {
+    pub(crate) fn peak_rss_kib(&self) -> u64 {
         let status =
             std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
@@ -132,7 +131,7 @@ impl Duet {
             .unwrap_or(0)
     }
 
-    pub fn log_lines(&self) -> Vec<String> {
+    pub(crate) fn log_lines(&self) -> Vec<String> {
         self.log.lock().expect("log").clone()
     }
 }
@@ -144,10 +143,10 @@ impl Drop for Duet {
     }
 }
 
-pub struct TempDir(pub PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("duet-test-{}-{n}", std::process::id()));
@@ -163,7 +162,7 @@ impl Drop for TempDir {
 }
 
 /// A config with one listener on port 0, one catch-all route and one cluster.
-pub fn single_cluster(
+pub(crate) fn single_cluster(
     policy: &str,
     backends: &[SocketAddr],
     extra_cluster: &str,
@@ -187,7 +186,7 @@ pub fn single_cluster(
 
 /// Writes raw bytes and reads until the peer closes or `limit` passes. Returns what was read and whether
 /// the peer closed the connection.
-pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {
+pub(crate) fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {
     let mut stream = TcpStream::connect(address).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_millis(200)))
@@ -217,7 +216,7 @@ pub fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (St
 }
 
 /// `GET /` on a fresh connection that closes after the response; returns the whole response.
-pub fn get_root(address: SocketAddr) -> String {
+pub(crate) fn get_root(address: SocketAddr) -> String {
     raw_exchange(
         address,
         b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
@@ -227,7 +226,7 @@ pub fn get_root(address: SocketAddr) -> String {
 }
 
 /// `GET /` on a fresh connection; returns the response body (a testbed backend answers with its name).
-pub fn served_by(address: SocketAddr) -> String {
+pub(crate) fn served_by(address: SocketAddr) -> String {
     let response = get_root(address);
     response
         .rsplit("\r\n\r\n")
@@ -237,12 +236,12 @@ pub fn served_by(address: SocketAddr) -> String {
 }
 
 /// A plain hyper client for tests.
-pub fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+pub(crate) fn client() -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
 /// GET `url` with extra headers; returns status, headers and body.
-pub async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Bytes) {
+pub(crate) async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Bytes) {
     let mut request = http::Request::get(url);
     for (k, v) in headers {
         request = request.header(*k, *v);
@@ -261,7 +260,7 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, 
 }
 
 /// Polls `condition` every 20 ms until it holds or `limit` passes.
-pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if condition() {

@@ -1,0 +1,17 @@
+//! End-to-end tests: the real `duet` binary (or its `Server`) with real backends and real clients, all
+//! on loopback. One test binary, one module per subject (ripgrep's layout), sharing `support`.
+
+mod support;
+
+mod admin;
+mod balancing;
+mod cli;
+mod discovery;
+mod failures;
+mod framing;
+mod lifecycle;
+mod reload;
+mod resilience;
+mod routing;
+mod streaming;
+mod tls;
