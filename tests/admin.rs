@@ -3,6 +3,7 @@
 use crate::support;
 
 use crate::support::{raw_exchange, Duet};
+use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
 use std::{net::SocketAddr, time::Duration};
 
@@ -28,7 +29,10 @@ fn get(address: SocketAddr, path: &str) -> String {
 fn sum(metrics: &str, name: &str, labels: &str) -> f64 {
     metrics
         .lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+        .filter(|l| {
+            (l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+                && l.contains(labels)
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -37,12 +41,16 @@ fn sum(metrics: &str, name: &str, labels: &str) -> f64 {
 fn metrics_count_what_happened_across_workers() {
     let a = Backend::start(BackendOptions::named("a")).expect("a");
     let b = Backend::start(BackendOptions::named("b")).expect("b");
-    let yaml = format!(
-        "workers: 2\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nadmin: {{ address: 127.0.0.1:0 }}\nroutes:\n  - match: {{ path_prefix: /app }}\n    cluster: app\nclusters:\n  - name: app\n    backends: [ {{ address: {} }}, {{ address: {} }} ]\n",
-        a.address(),
-        b.address()
-    );
-    let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
+    let config = DuetConfig::new()
+        .workers(2)
+        .admin()
+        .route(None, "/app", "app")
+        .cluster(
+            Cluster::new("app")
+                .backend(a.address())
+                .backend(b.address()),
+        );
+    let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
     let admin = admin_address(&duet);
     for _ in 0..20 {
         let (response, _) = raw_exchange(
@@ -115,5 +123,11 @@ fn metrics_count_what_happened_across_workers() {
         "{status}"
     );
     assert!(get(admin, "/healthz").ends_with("ok\n"));
+    let ready = get(admin, "/ready");
+    assert!(
+        ready.starts_with("HTTP/1.1 200") && ready.ends_with("ready\n"),
+        "both workers serve: {ready}"
+    );
+    assert_eq!(sum(&metrics, "duet_dns_unresolved_names", ""), 0.0);
     assert!(get(admin, "/nope").starts_with("HTTP/1.1 404"));
 }

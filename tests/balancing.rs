@@ -1,9 +1,8 @@
 //! Per-backend shares with one slow backend, through the real binary: P2C steers away from it, round
 //! robin cannot.
 
-use crate::support;
-
 use crate::support::Duet;
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{load::closed_loop, Backend, BackendOptions};
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ const CONCURRENCY: usize = 16;
 fn slow_share(policy: &str, backends: &[Backend]) -> (f64, u64) {
     let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
     let duet = Duet::start_with(
-        &support::single_cluster(policy, &addresses, "", "workers: 2\n"),
+        &DuetConfig::single(policy, &addresses).workers(2).to_yaml(),
         "warn,duet::cli=info",
     );
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -56,6 +56,27 @@ fn check_reports_every_error_and_exits_1() {
 }
 
 #[test]
+fn check_works_offline_for_names_only_the_cluster_can_resolve() {
+    let dir = crate::support::TempDir::new();
+    let path = dir.0.join("names.yaml");
+    let config = duet_testbed::config::DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(
+            duet_testbed::config::Cluster::new("app").named("app.default.svc.cluster.local:8080"),
+        );
+    std::fs::write(&path, config.to_yaml()).expect("write");
+    // No --resolve: nothing is looked up, so this answers the same on a laptop as in the cluster.
+    let (code, stdout, stderr) = duet(&["check", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(
+            "app.default.svc.cluster.local:8080 weight 1 (host name: resolved when duet runs"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn version_and_usage_errors() {
     let (code, stdout, _) = duet(&["--version"]);
     assert_eq!(

@@ -4,7 +4,10 @@
 use crate::support;
 
 use crate::support::{raw_exchange, served_by};
-use duet_testbed::{Backend, BackendOptions};
+use duet_testbed::{
+    config::{Cluster, DuetConfig},
+    Backend, BackendOptions,
+};
 use std::{
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -32,8 +35,17 @@ fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
     let a = Backend::start(BackendOptions::named("a")).expect("a");
     let b = Backend::start(BackendOptions::named("b")).expect("b");
     // Stands in for a name such as `app.default.svc:80`; the test's resolver answers for it.
-    let yaml = "workers: 2\nlisteners: [ { address: 127.0.0.1:0 } ]\nadmin: { address: 127.0.0.1:0 }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    dns_refresh: 100ms\n    backends: [ { address: app.test:80 } ]\n";
-    let config = duet_config::parse(yaml, "test.yaml").expect("valid");
+    let yaml = DuetConfig::new()
+        .workers(2)
+        .admin()
+        .route(None, "/", "app")
+        .cluster(
+            Cluster::new("app")
+                .named("app.test:80")
+                .set("dns_refresh", "100ms"),
+        )
+        .to_yaml();
+    let config = duet_config::parse(&yaml, "test.yaml").expect("valid");
     let answer = Arc::new(Mutex::new(vec![a.address()]));
     let resolver: duet::Resolver = {
         let answer = answer.clone();
@@ -69,11 +81,76 @@ fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
         "a left"
     );
 
-    // A failing lookup keeps the backends there are.
+    // A failing lookup keeps the backends there are...
+    let failures_before = metric(admin, "duet_dns_resolution_failures_total");
     *answer.lock().expect("lock") = vec![];
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        support::eventually(Duration::from_secs(5), || metric(
+            admin,
+            "duet_dns_resolution_failures_total"
+        ) > failures_before),
+        "the lookups failed and were counted"
+    );
     for _ in 0..10 {
         assert_eq!(served_by(proxy), "b");
     }
+    // ...and discovery is still running: the next answer is applied.
+    *answer.lock().expect("lock") = vec![a.address()];
+    assert!(
+        support::eventually(Duration::from_secs(5), || (0..10)
+            .all(|_| served_by(proxy) == "a")),
+        "discovery kept refreshing after the failures"
+    );
+    server.shutdown().expect("shutdown");
+}
+
+/// An unlabelled metric's value.
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let (metrics, _) = raw_exchange(
+        admin,
+        b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+#[test]
+fn a_name_that_does_not_resolve_yet_is_an_empty_cluster_not_a_failed_start() {
+    let a = Backend::start(BackendOptions::named("a")).expect("a");
+    let config = DuetConfig::new()
+        .admin()
+        .route(None, "/", "app")
+        .cluster(
+            Cluster::new("app")
+                .named("app.test:80")
+                .set("dns_refresh", "100ms"),
+        )
+        .to_yaml();
+    let config = duet_config::parse(&config, "test.yaml").expect("valid");
+    // A headless service with no ready pods: the name does not resolve, until it does.
+    let answer: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+    let resolver: duet::Resolver = {
+        let answer = answer.clone();
+        Arc::new(move |_: &str| match *answer.lock().expect("lock") {
+            Some(address) => Ok(vec![address]),
+            None => Err(std::io::Error::other("no such host")),
+        })
+    };
+    let server = duet::Server::start_with_resolver(config, resolver).expect("duet starts anyway");
+    let (proxy, admin) = (server.local_addrs()[0], server.admin_addr().expect("admin"));
+    let response = support::get_root(proxy);
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.ends_with("no backend available\n"), "{response}");
+    assert_eq!(metric(admin, "duet_dns_unresolved_names"), 1.0);
+
+    *answer.lock().expect("lock") = Some(a.address());
+    assert!(
+        support::eventually(Duration::from_secs(5), || served_by(proxy) == "a"),
+        "served once the name resolves"
+    );
+    assert_eq!(metric(admin, "duet_dns_unresolved_names"), 0.0);
     server.shutdown().expect("shutdown");
 }

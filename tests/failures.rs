@@ -3,6 +3,7 @@
 use crate::support;
 
 use crate::support::{raw_exchange, Duet};
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{Read, Write},
@@ -17,12 +18,7 @@ fn closed_port() -> SocketAddr {
 
 #[test]
 fn unreachable_backend_gives_502() {
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_peak_ewma",
-        &[closed_port()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_peak_ewma", &[closed_port()]).to_yaml());
     let response = support::get_root(duet.address);
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     assert!(response.ends_with("backend unreachable\n"), "{response}");
@@ -40,7 +36,7 @@ fn garbage_from_a_backend_gives_502() {
             let _ = stream.write_all(b"SPDY/9 banana\r\n\r\n");
         }
     });
-    let duet = Duet::start(&support::single_cluster("p2c_inflight", &[address], "", ""));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[address]).to_yaml());
     let response = support::get_root(duet.address);
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     assert!(
@@ -52,12 +48,11 @@ fn garbage_from_a_backend_gives_502() {
 #[test]
 fn a_backend_slower_than_response_headers_timeout_gives_504() {
     let backend = Backend::start(BackendOptions::named("slow")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "    timeouts: { response_headers: 300ms }\n",
-        "",
-    ));
+    let duet = Duet::start(
+        &DuetConfig::single("p2c_inflight", &[backend.address()])
+            .with_cluster("app", |c| c.set("timeouts", "{ response_headers: 300ms }"))
+            .to_yaml(),
+    );
     let started = Instant::now();
     let (response, _) = raw_exchange(
         duet.address,
@@ -77,10 +72,9 @@ fn a_cluster_without_eligible_backends_gives_503() {
     // Weight 0 everywhere cannot be written in a config file (it is rejected); built in code it
     // stands for what health checks will do: every backend out of rotation.
     let backend = Backend::start(BackendOptions::named("drained")).expect("backend");
-    let yaml = format!(
-        "workers: 1\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    panic_threshold: 0%\n    backends: [ {{ address: {} }} ]\n",
-        backend.address()
-    );
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .with_cluster("app", |c| c.set("panic_threshold", "0%"))
+        .to_yaml();
     let mut config = duet_config::parse(&yaml, "test").expect("valid");
     config.clusters[0].backends[0].weight = 0;
     let server = duet::Server::start(config).expect("start");
@@ -95,12 +89,7 @@ fn a_cluster_without_eligible_backends_gives_503() {
 #[test]
 fn a_backend_dying_mid_body_closes_the_client_connection() {
     let backend = Backend::start(BackendOptions::named("dying")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
     let (response, closed) = raw_exchange(
         duet.address,
         b"GET /die HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -128,12 +117,7 @@ fn a_pooled_connection_closed_by_the_backend_while_idle_is_not_a_502() {
     let backend =
         Backend::start(BackendOptions::named("closer").idle_timeout(Duration::from_millis(150)))
             .expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
     for round in 0..4 {
         let response = support::get_root(duet.address);
         assert!(

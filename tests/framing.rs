@@ -3,23 +3,24 @@
 use crate::support;
 
 use crate::support::{raw_exchange, Duet};
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
 use std::time::{Duration, Instant};
 
-fn setup(extra_top: &str) -> (Backend, Duet) {
+/// A backend behind duet, with `limits` set to a YAML value if given.
+fn setup(limits: Option<&str>) -> (Backend, Duet) {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        extra_top,
-    ));
+    let mut config = DuetConfig::single("p2c_inflight", &[backend.address()]);
+    if let Some(limits) = limits {
+        config = config.section("limits", limits);
+    }
+    let duet = Duet::start(&config.to_yaml());
     (backend, duet)
 }
 
 #[test]
 fn conflicting_content_lengths_get_400_and_close() {
-    let (backend, duet) = setup("");
+    let (backend, duet) = setup(None);
     let (response, closed) = raw_exchange(
         duet.address,
         b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhelloo",
@@ -32,7 +33,7 @@ fn conflicting_content_lengths_get_400_and_close() {
 
 #[test]
 fn transfer_encoding_other_than_chunked_gets_400() {
-    let (backend, duet) = setup("");
+    let (backend, duet) = setup(None);
     for te in ["gzip", "chunked, gzip", "identity"] {
         let request = format!("POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: {te}\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
         let (response, closed) =
@@ -49,7 +50,7 @@ fn transfer_encoding_other_than_chunked_gets_400() {
 /// smuggled behind the first: the bytes after the chunked body never become a request.
 #[test]
 fn content_length_with_transfer_encoding_is_read_as_chunked_then_closed() {
-    let (backend, duet) = setup("");
+    let (backend, duet) = setup(None);
     let smuggled = b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
     let (response, closed) = raw_exchange(duet.address, smuggled, Duration::from_secs(5));
     assert!(closed, "connection closed after the response");
@@ -74,7 +75,7 @@ fn content_length_with_transfer_encoding_is_read_as_chunked_then_closed() {
 
 #[test]
 fn an_oversized_head_gets_431_and_a_long_target_414() {
-    let (backend, duet) = setup("limits: { max_request_head: 16KiB, max_uri_length: 1KiB }\n");
+    let (backend, duet) = setup(Some("{ max_request_head: 16KiB, max_uri_length: 1KiB }"));
     let big_header = format!(
         "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "a".repeat(20 * 1024)
@@ -100,7 +101,7 @@ fn an_oversized_head_gets_431_and_a_long_target_414() {
 
 #[test]
 fn a_client_trickling_its_head_is_cut_off() {
-    let (backend, duet) = setup("limits: { header_read_timeout: 500ms }\n");
+    let (backend, duet) = setup(Some("{ header_read_timeout: 500ms }"));
     let started = Instant::now();
     let mut stream = std::net::TcpStream::connect(duet.address).expect("connect");
     use std::io::{Read, Write};
@@ -142,7 +143,7 @@ fn a_client_trickling_its_head_is_cut_off() {
 
 #[test]
 fn malformed_requests_get_4xx_and_duet_keeps_serving() {
-    let (backend, duet) = setup("");
+    let (backend, duet) = setup(None);
     let garbage: &[&[u8]] = &[
         b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",
         b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -178,7 +179,7 @@ fn malformed_requests_get_4xx_and_duet_keeps_serving() {
 /// takes duet down, and a valid request afterwards is served.
 #[test]
 fn randomly_corrupted_requests_never_take_duet_down() {
-    let (_backend, duet) = setup("limits: { header_read_timeout: 300ms }\n");
+    let (_backend, duet) = setup(Some("{ header_read_timeout: 300ms }"));
     let valid = b"POST /upload?x=1 HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nConnection: close\r\nX-A: b\r\n\r\nhello".to_vec();
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
@@ -222,7 +223,7 @@ fn randomly_corrupted_requests_never_take_duet_down() {
 
 #[test]
 fn a_client_that_stalls_its_body_gets_408() {
-    let (backend, duet) = setup("limits: { body_read_timeout: 400ms }\n");
+    let (backend, duet) = setup(Some("{ body_read_timeout: 400ms }"));
     for (length, sent) in [(10usize, 3usize), (200_000, 70_000)] {
         // Small bodies are buffered for replay (nothing reaches the backend); large ones are streamed.
         let mut stream = std::net::TcpStream::connect(duet.address).expect("connect");

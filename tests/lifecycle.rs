@@ -3,6 +3,7 @@
 use crate::support;
 
 use crate::support::{raw_exchange, Duet};
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{Read, Write},
@@ -13,12 +14,12 @@ use std::{
 #[test]
 fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
     let backend = Backend::start(BackendOptions::named("steady")).expect("backend");
-    let mut duet = Duet::start(&support::single_cluster(
-        "p2c_peak_ewma",
-        &[backend.address()],
-        "",
-        "workers: 2\nshutdown: { drain_timeout: 10s }\n",
-    ));
+    let mut duet = Duet::start(
+        &DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+            .workers(2)
+            .section("shutdown", "{ drain_timeout: 10s }")
+            .to_yaml(),
+    );
     let address = duet.address;
     let in_flight: Vec<_> = (0..3)
         .map(|_| {
@@ -64,12 +65,11 @@ fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
 #[test]
 fn drain_deadline_bounds_shutdown() {
     let backend = Backend::start(BackendOptions::named("stuck")).expect("backend");
-    let mut duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "shutdown: { drain_timeout: 500ms }\n",
-    ));
+    let mut duet = Duet::start(
+        &DuetConfig::single("p2c_inflight", &[backend.address()])
+            .section("shutdown", "{ drain_timeout: 500ms }")
+            .to_yaml(),
+    );
     let address = duet.address;
     let stuck = std::thread::spawn(move || {
         raw_exchange(
@@ -101,12 +101,7 @@ fn drain_deadline_bounds_shutdown() {
 #[test]
 fn an_upgraded_connection_is_tunnelled_both_ways() {
     let backend = Backend::start(BackendOptions::named("ws")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
     let mut stream = TcpStream::connect(duet.address).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

@@ -4,13 +4,14 @@
 use crate::support;
 
 use crate::support::{served_by, Duet};
-use duet_testbed::{Backend, BackendOptions};
+use duet_testbed::{config::DuetConfig, Backend, BackendOptions};
 use std::time::Duration;
 
 fn yaml(backend: std::net::SocketAddr, listen: std::net::SocketAddr) -> String {
-    format!(
-        "workers: 2\nlisteners: [ {{ address: {listen} }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: {backend} }} ]\n"
-    )
+    DuetConfig::single("p2c_peak_ewma", &[backend])
+        .workers(2)
+        .listen(listen)
+        .to_yaml()
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use crate::support;
 
 use crate::support::{raw_exchange, Duet};
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{load::closed_loop, Backend, BackendOptions, Misbehaviour, RawBackend};
 use std::{
     io::{BufRead, BufReader},
@@ -63,14 +64,21 @@ impl Drop for BackendProcess {
     }
 }
 
-fn cluster_yaml(policy: &str, backends: &[SocketAddr], cluster_extra: &str) -> String {
-    let mut yaml = format!(
-        "workers: 2\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    policy: {policy}\n{cluster_extra}    backends:\n"
-    );
-    for b in backends {
-        yaml.push_str(&format!("      - address: {b}\n"));
-    }
-    yaml
+/// One cluster `app` over `backends`, with `settings` (field, YAML value) on the cluster.
+fn cluster_yaml(
+    workers: usize,
+    policy: &str,
+    backends: &[SocketAddr],
+    settings: &[(&str, &str)],
+) -> String {
+    DuetConfig::single(policy, backends)
+        .workers(workers)
+        .with_cluster("app", |cluster| {
+            settings
+                .iter()
+                .fold(cluster, |cluster, (field, value)| cluster.set(field, value))
+        })
+        .to_yaml()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -88,7 +96,7 @@ fn killing_one_of_four_backends_under_load_loses_no_request() {
         .collect();
     let addresses: Vec<_> = backends.iter().map(|b| b.address).collect();
     let duet = Duet::start_with(
-        &cluster_yaml("p2c_peak_ewma", &addresses, ""),
+        &cluster_yaml(2, "p2c_peak_ewma", &addresses, &[]),
         "warn,duet::cli=info",
     );
     let uri = duet.url("/").parse().expect("uri");
@@ -120,11 +128,11 @@ fn a_hung_backend_is_avoided_and_only_unretriable_requests_time_out() {
     let hung = RawBackend::start(Misbehaviour::Hang).expect("hung");
     let addresses = [good_1.address(), good_2.address(), hung.address()];
     let yaml = cluster_yaml(
+        1,
         "round_robin",
         &addresses,
-        "    timeouts: { response_headers: 300ms }\n",
-    )
-    .replace("workers: 2", "workers: 1");
+        &[("timeouts", "{ response_headers: 300ms }")],
+    );
     let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
 
     // Round robin walks straight into the hung backend. POSTs are not idempotent and their bodies reached
@@ -182,13 +190,15 @@ fn a_recovered_backend_is_readmitted_by_health_checks_and_ramps_up() {
     let fast_2 = Backend::start(BackendOptions::named("a2")).expect("a2");
     let mut returning = BackendProcess::start("b", "127.0.0.1:0", 0);
     let b_address = returning.address;
-    let extra = "    health_check: { path: /healthz, interval: 100ms, timeout: 200ms, healthy_threshold: 2, unhealthy_threshold: 2 }\n    slow_start: 4s\n";
     let yaml = cluster_yaml(
+        1,
         "p2c_inflight",
         &[fast_1.address(), fast_2.address(), b_address],
-        extra,
-    )
-    .replace("workers: 2", "workers: 1");
+        &[
+            ("health_check", "{ path: /healthz, interval: 100ms, timeout: 200ms, healthy_threshold: 2, unhealthy_threshold: 2 }"),
+            ("slow_start", "4s"),
+        ],
+    );
     let duet = Duet::start_with(&yaml, "info,duet::access=off");
     let uri: hyper::Uri = duet.url("/").parse().expect("uri");
     let rt = runtime();
@@ -244,9 +254,15 @@ fn when_every_backend_fails_retries_stay_within_the_budget() {
         .map(|_| RawBackend::start(Misbehaviour::Garbage).expect("raw"))
         .collect();
     let addresses: Vec<_> = broken.iter().map(RawBackend::address).collect();
-    let extra = "    retries: { attempts: 3, budget_percent: 10%, min_retries_per_second: 1 }\n    outlier_detection: { consecutive_failures: 0 }\n";
+    let settings = [
+        (
+            "retries",
+            "{ attempts: 3, budget_percent: 10%, min_retries_per_second: 1 }",
+        ),
+        ("outlier_detection", "{ consecutive_failures: 0 }"),
+    ];
     let duet = Duet::start_with(
-        &cluster_yaml("p2c_inflight", &addresses, extra).replace("workers: 2", "workers: 1"),
+        &cluster_yaml(1, "p2c_inflight", &addresses, &settings),
         "error,duet::cli=info",
     );
     let requests = 400u64;
@@ -276,10 +292,9 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.local_addr().expect("addr")
     };
-    let extra = "    outlier_detection: { consecutive_failures: 0 }\n";
+    let settings = [("outlier_detection", "{ consecutive_failures: 0 }")];
     let duet = Duet::start_with(
-        &cluster_yaml("round_robin", &[refused, good.address()], extra)
-            .replace("workers: 2", "workers: 1"),
+        &cluster_yaml(1, "round_robin", &[refused, good.address()], &settings),
         "warn,duet::cli=info",
     );
     let big = vec![b'z'; 1 << 20];
@@ -304,8 +319,12 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
     let good = Backend::start(BackendOptions::named("good")).expect("good");
     let closer = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("closer");
     let duet = Duet::start_with(
-        &cluster_yaml("round_robin", &[closer.address(), good.address()], extra)
-            .replace("workers: 2", "workers: 1"),
+        &cluster_yaml(
+            1,
+            "round_robin",
+            &[closer.address(), good.address()],
+            &settings,
+        ),
         "warn,duet::cli=info",
     );
     let mut failed = 0;
@@ -359,9 +378,17 @@ fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
         .map(|i| Backend::start(BackendOptions::named(&format!("p{i}"))).expect("backend"))
         .collect();
     let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
-    let extra = "    health_check: { path: /status/500, interval: 100ms, timeout: 200ms }\n    panic_threshold: 50%\n";
+    let check = (
+        "health_check",
+        "{ path: /status/500, interval: 100ms, timeout: 200ms }",
+    );
     let duet = Duet::start_with(
-        &cluster_yaml("p2c_peak_ewma", &addresses, extra),
+        &cluster_yaml(
+            2,
+            "p2c_peak_ewma",
+            &addresses,
+            &[check, ("panic_threshold", "50%")],
+        ),
         "warn,duet::cli=info",
     );
     assert!(
@@ -386,7 +413,12 @@ fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
 
     // With the threshold at 0 the same cluster answers 503: nothing is eligible.
     let strict = Duet::start_with(
-        &cluster_yaml("p2c_peak_ewma", &addresses, &extra.replace("50%", "0%")),
+        &cluster_yaml(
+            2,
+            "p2c_peak_ewma",
+            &addresses,
+            &[check, ("panic_threshold", "0%")],
+        ),
         "error,duet::cli=info",
     );
     std::thread::sleep(Duration::from_millis(300));

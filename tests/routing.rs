@@ -3,6 +3,7 @@
 use crate::support;
 
 use crate::support::{get, raw_exchange, Duet};
+use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
 use std::time::Duration;
 
@@ -10,30 +11,15 @@ fn routed_setup() -> (Backend, Backend, Backend, Duet) {
     let api = Backend::start(BackendOptions::named("api")).expect("api");
     let wild = Backend::start(BackendOptions::named("wild")).expect("wild");
     let web = Backend::start(BackendOptions::named("web")).expect("web");
-    let yaml = format!(
-        "workers: 2
-listeners:
-  - address: 127.0.0.1:0
-routes:
-  - match: {{ host: api.example.com, path_prefix: /v1 }}
-    cluster: api
-  - match: {{ host: '*.example.org' }}
-    cluster: wild
-  - match: {{ path_prefix: /site }}
-    cluster: web
-clusters:
-  - name: api
-    backends: [ {{ address: {} }} ]
-  - name: wild
-    backends: [ {{ address: {} }} ]
-  - name: web
-    backends: [ {{ address: {} }} ]
-",
-        api.address(),
-        wild.address(),
-        web.address()
-    );
-    let duet = Duet::start(&yaml);
+    let config = DuetConfig::new()
+        .workers(2)
+        .route(Some("api.example.com"), "/v1", "api")
+        .route(Some("*.example.org"), "/", "wild")
+        .route(None, "/site", "web")
+        .cluster(Cluster::new("api").backend(api.address()))
+        .cluster(Cluster::new("wild").backend(wild.address()))
+        .cluster(Cluster::new("web").backend(web.address()));
+    let duet = Duet::start(&config.to_yaml());
     (api, wild, web, duet)
 }
 
@@ -64,12 +50,7 @@ async fn first_matching_route_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_are_forwarded_by_the_rules() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
     let (status, response_headers, _) = get(
         &duet.url("/path?q=1"),
         &[
@@ -121,11 +102,10 @@ async fn headers_are_forwarded_by_the_rules() {
 #[test]
 fn absolute_form_is_routed_by_config_never_proxied_elsewhere() {
     let backend = Backend::start(BackendOptions::named("only")).expect("backend");
-    let yaml = format!(
-        "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\nroutes:\n  - match: {{ host: internal.test }}\n    cluster: app\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
-        backend.address()
-    );
-    let duet = Duet::start(&yaml);
+    let config = DuetConfig::new()
+        .route(Some("internal.test"), "/", "app")
+        .cluster(Cluster::new("app").backend(backend.address()));
+    let duet = Duet::start(&config.to_yaml());
     // Asking duet to fetch an arbitrary site: no route matches, nothing is contacted.
     let (response, _) = raw_exchange(
         duet.address,
@@ -149,12 +129,7 @@ fn absolute_form_is_routed_by_config_never_proxied_elsewhere() {
 #[test]
 fn http10_head_204_304_and_expect_continue() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_peak_ewma",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_peak_ewma", &[backend.address()]).to_yaml());
     // HTTP/1.0 without keep-alive: answered, then closed.
     let (response, closed) = raw_exchange(
         duet.address,
@@ -214,12 +189,7 @@ fn http10_head_204_304_and_expect_continue() {
 #[test]
 fn one_access_log_line_per_request() {
     let backend = Backend::start(BackendOptions::named("logged")).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
     let (response, _) = raw_exchange(
         duet.address,
         b"GET /bytes/1234 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
@@ -252,12 +222,7 @@ fn one_access_log_line_per_request() {
 fn an_interim_1xx_from_the_backend_does_not_break_the_response() {
     let backend =
         duet_testbed::RawBackend::start(duet_testbed::Misbehaviour::EarlyHints).expect("backend");
-    let duet = Duet::start(&support::single_cluster(
-        "p2c_inflight",
-        &[backend.address()],
-        "",
-        "",
-    ));
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
     for _ in 0..3 {
         let response = support::get_root(duet.address);
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");

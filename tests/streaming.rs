@@ -1,10 +1,9 @@
 //! Bodies stream both ways: a 1 GiB download and a 1 GiB upload pass through duet while its resident
 //! memory stays far below the body size.
 
-use crate::support;
-
 use crate::support::Duet;
 use bytes::Bytes;
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
 use http_body::Frame;
 use http_body_util::BodyExt;
@@ -50,7 +49,7 @@ impl http_body::Body for Generated {
 async fn one_gib_each_way_with_bounded_memory() {
     let backend = Backend::start(BackendOptions::named("bulk")).expect("backend");
     let duet = Duet::start_with(
-        &support::single_cluster("p2c_inflight", &[backend.address()], "", ""),
+        &DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml(),
         "warn,duet::cli=info",
     );
     let client = Client::builder(TokioExecutor::new()).build_http::<Generated>();

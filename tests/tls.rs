@@ -4,6 +4,7 @@
 use crate::support;
 
 use crate::support::{Duet, TempDir};
+use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
 use std::{sync::Arc, time::Duration};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,12 +23,10 @@ async fn https_in_http_out() {
     std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
 
     let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
-    let yaml = format!(
-        "workers: 2\nlisteners:\n  - address: 127.0.0.1:0\n    tls: {{ cert: {}, key: {} }}\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
-        cert.display(),
-        key.display(),
-        backend.address()
-    );
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .workers(2)
+        .tls(&cert.display().to_string(), &key.display().to_string())
+        .to_yaml();
     let duet = Duet::start(&yaml);
 
     let mut roots = RootCertStore::empty();
@@ -110,10 +109,10 @@ async fn sighup_rotates_the_certificate() {
     let new = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("new");
     write(&old);
     let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
-    let yaml = format!(
-        "workers: 2\nlisteners:\n  - address: 127.0.0.1:0\n    tls: {{ cert: cert.pem, key: key.pem }}\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
-        backend.address()
-    );
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .workers(2)
+        .tls("cert.pem", "key.pem")
+        .to_yaml();
     // Relative paths are taken from the config file's folder.
     std::fs::write(dir.0.join("duet.yaml"), &yaml).expect("config");
     let duet = Duet::start_at(&dir.0.join("duet.yaml"));

@@ -161,29 +161,6 @@ impl Drop for TempDir {
     }
 }
 
-/// A config with one listener on port 0, one catch-all route and one cluster.
-pub(crate) fn single_cluster(
-    policy: &str,
-    backends: &[SocketAddr],
-    extra_cluster: &str,
-    extra_top: &str,
-) -> String {
-    let workers = if extra_top.contains("workers:") {
-        ""
-    } else {
-        "workers: 1\n"
-    };
-    let mut yaml = format!(
-        "{workers}listeners:\n  - address: 127.0.0.1:0\nroutes:\n  - cluster: app\nclusters:\n  - name: app\n    policy: {policy}\n    backends:\n"
-    );
-    for b in backends {
-        yaml.push_str(&format!("      - address: {b}\n"));
-    }
-    yaml.push_str(extra_cluster);
-    yaml.push_str(extra_top);
-    yaml
-}
-
 /// Writes raw bytes and reads until the peer closes or `limit` passes. Returns what was read and whether
 /// the peer closed the connection.
 pub(crate) fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {

@@ -17,6 +17,7 @@
 //! Every request is counted, and its head recorded, so a test can assert which backend served what and
 //! which headers arrived.
 
+pub mod config;
 pub mod load;
 
 use bytes::Bytes;
