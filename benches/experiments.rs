@@ -9,6 +9,7 @@
 
 use duet_sim::plot::{self, Axes, Series};
 use duet_testbed::{
+    config::DuetConfig,
     load::{closed_loop, open_loop},
     Backend, BackendOptions,
 };
@@ -31,22 +32,14 @@ struct Duet {
 
 impl Duet {
     fn start(workers: usize, policy: &str, backends: &[SocketAddr]) -> Self {
-        let mut yaml = format!(
-            "workers: {workers}
-listeners: [ {{ address: 127.0.0.1:0 }} ]
-routes: [ {{ cluster: app }} ]
-clusters:
-  - name: app
-    policy: {policy}
-    # Balancing alone: no retries, no ejection, so each policy is measured by its choices.
-    retries: {{ attempts: 1 }}
-    outlier_detection: {{ consecutive_failures: 0 }}
-    backends:
-"
-        );
-        for b in backends {
-            yaml.push_str(&format!("      - address: {b}\n"));
-        }
+        // Balancing alone: no retries, no ejection, so each policy is measured by its choices.
+        let yaml = DuetConfig::single(policy, backends)
+            .workers(workers)
+            .with_cluster("app", |c| {
+                c.set("retries", "{ attempts: 1 }")
+                    .set("outlier_detection", "{ consecutive_failures: 0 }")
+            })
+            .to_yaml();
         let config = std::env::temp_dir().join(format!(
             "duet-experiment-{}-{policy}-{workers}.yaml",
             std::process::id()

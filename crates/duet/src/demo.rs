@@ -3,7 +3,7 @@
 
 use crate::Server;
 use duet_config::{Config, Policy};
-use duet_testbed::{load::closed_loop, Backend as TestBackend, BackendOptions};
+use duet_testbed::{config::DuetConfig, load::closed_loop, Backend as TestBackend, BackendOptions};
 use std::{error::Error, net::SocketAddr, time::Duration};
 
 const REQUESTS: usize = 3000;
@@ -64,22 +64,9 @@ pub fn run() -> Result<(), Box<dyn Error>> {
 }
 
 fn config(policy: Policy, backends: &[SocketAddr]) -> Result<Config, Box<dyn Error>> {
-    let mut yaml = format!(
-        "workers: 2
-listeners:
-  - address: 127.0.0.1:0
-routes:
-  - cluster: demo
-clusters:
-  - name: demo
-    policy: {}
-    backends:
-",
-        policy.name()
-    );
-    for backend in backends {
-        yaml.push_str(&format!("      - address: {backend}\n"));
-    }
-    yaml.push_str("shutdown: { drain_timeout: 5s }\n");
+    let yaml = DuetConfig::single(policy.name(), backends)
+        .workers(2)
+        .section("shutdown", "{ drain_timeout: 5s }")
+        .to_yaml();
     Ok(duet_config::parse(&yaml, "demo")?)
 }

@@ -4,7 +4,10 @@
 
 use crate::{serve_connection, view::ResolvedNames, HealthView, WorkerProxy};
 use bytes::Bytes;
-use duet_testbed::{Backend, BackendOptions};
+use duet_testbed::{
+    config::{Cluster, DuetConfig},
+    Backend, BackendOptions,
+};
 use http_body_util::{BodyExt, Empty};
 use std::{net::SocketAddr, rc::Rc, sync::Arc};
 use tokio::{net::TcpListener, sync::watch};
@@ -86,14 +89,15 @@ impl Harness {
     }
 }
 
-fn cluster(backends: &[SocketAddr], policy: &str, extra: &str) -> String {
-    let mut yaml = format!(
-        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    policy: {policy}\n{extra}    backends:\n"
-    );
-    for backend in backends {
-        yaml.push_str(&format!("      - address: {backend}\n"));
-    }
-    yaml
+/// One cluster `app` over `backends`, with `settings` (field, YAML value).
+fn cluster(backends: &[SocketAddr], policy: &str, settings: &[(&str, &str)]) -> String {
+    DuetConfig::single(policy, backends)
+        .with_cluster("app", |cluster| {
+            settings
+                .iter()
+                .fold(cluster, |cluster, (field, value)| cluster.set(field, value))
+        })
+        .to_yaml()
 }
 
 async fn local<F: std::future::Future>(test: F) -> F::Output {
@@ -105,9 +109,15 @@ async fn a_backend_that_dies_mid_body_is_counted_as_a_failure_and_ejected() {
     local(async {
         let a = Backend::start(BackendOptions::named("a")).expect("backend");
         let b = Backend::start(BackendOptions::named("b")).expect("backend");
-        let extra = "    outlier_detection: { consecutive_failures: 2, base_ejection_time: 60s }\n    retries: { attempts: 1 }\n";
+        let extra = [
+            (
+                "outlier_detection",
+                "{ consecutive_failures: 2, base_ejection_time: 60s }",
+            ),
+            ("retries", "{ attempts: 1 }"),
+        ];
         let harness =
-            Harness::start(&cluster(&[a.address(), b.address()], "round_robin", extra)).await;
+            Harness::start(&cluster(&[a.address(), b.address()], "round_robin", &extra)).await;
         // Complete responses are successes: nothing is ejected.
         for _ in 0..6 {
             let (status, _, body) = harness.get("/").await;
@@ -147,8 +157,12 @@ async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load
             let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
             socket.local_addr().expect("address")
         };
-        let extra = "    outlier_detection: { consecutive_failures: 0 }\n    retries: { attempts: 2, min_retries_per_second: 1000 }\n";
-        let harness = Harness::start(&cluster(&[refused, good.address()], "p2c_inflight", extra)).await;
+        let extra = [
+            ("outlier_detection", "{ consecutive_failures: 0 }"),
+            ("retries", "{ attempts: 2, min_retries_per_second: 1000 }"),
+        ];
+        let harness =
+            Harness::start(&cluster(&[refused, good.address()], "p2c_inflight", &extra)).await;
         for _ in 0..20 {
             let (status, backend, _) = harness.get("/").await;
             assert_eq!((status, backend.as_str()), (200, "good"));
@@ -164,7 +178,10 @@ async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load
                 )
             })
             .expect("cluster");
-        assert!(refused_picks > 0, "P2C picked the refusing backend sometimes");
+        assert!(
+            refused_picks > 0,
+            "P2C picked the refusing backend sometimes"
+        );
         assert_eq!(
             good_picks, 20,
             "every request reached the good backend, retries included: each attempt is a pick"
@@ -180,8 +197,11 @@ async fn health_and_ejection_decide_one_flag() {
     local(async {
         let a = Backend::start(BackendOptions::named("a")).expect("backend");
         let b = Backend::start(BackendOptions::named("b")).expect("backend");
-        let extra = "    panic_threshold: 0%\n    health_check: { interval: 1h }\n";
-        let yaml = cluster(&[a.address(), b.address()], "p2c_inflight", extra);
+        let extra = [
+            ("panic_threshold", "0%"),
+            ("health_check", "{ interval: 1h }"),
+        ];
+        let yaml = cluster(&[a.address(), b.address()], "p2c_inflight", &extra);
         let harness = Harness::start(&yaml).await;
         let config = duet_config::parse(&yaml, "test.yaml").expect("valid");
         // Checked backends start out of rotation until the control plane says they pass.
@@ -208,10 +228,20 @@ async fn resolved_names_change_membership_without_dropping_pooled_connections() 
     local(async {
         let a = Backend::start(BackendOptions::named("a")).expect("backend");
         let b = Backend::start(BackendOptions::named("b")).expect("backend");
-        let yaml = "listeners: [ { address: 127.0.0.1:0 } ]\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    policy: round_robin\n    backends: [ { address: app.test:80 } ]\n";
-        let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid"));
-        let harness = Harness::start(yaml).await;
-        assert_eq!(harness.get("/").await.0, 503, "a name not resolved yet has no endpoints");
+        let yaml = DuetConfig::new()
+            .route(None, "/", "app")
+            .cluster(
+                Cluster::new("app")
+                    .policy("round_robin")
+                    .named("app.test:80"),
+            )
+            .to_yaml();
+        let harness = Harness::start(&yaml).await;
+        assert_eq!(
+            harness.get("/").await.0,
+            503,
+            "a name not resolved yet has no endpoints"
+        );
 
         let mut names = ResolvedNames::new();
         names.insert("app.test", 80, vec![a.address()]);
@@ -226,8 +256,11 @@ async fn resolved_names_change_membership_without_dropping_pooled_connections() 
             served.push(harness.get("/").await.1);
         }
         assert!(served.iter().any(|s| s == "b"), "b joined: {served:?}");
-        assert_eq!(a.connections(), 1, "a's pooled connection survived the change");
-        let _ = config;
+        assert_eq!(
+            a.connections(),
+            1,
+            "a's pooled connection survived the change"
+        );
     })
     .await;
 }
@@ -238,7 +271,7 @@ async fn reload_keeps_state_by_address_and_replaces_the_rest() {
     let address = |a: &str| a.parse::<SocketAddr>().expect("address");
     let config = |backends: &[&str], policy: &str| {
         let backends: Vec<SocketAddr> = backends.iter().map(|b| address(b)).collect();
-        Arc::new(duet_config::parse(&cluster(&backends, policy, ""), "t.yaml").expect("valid"))
+        Arc::new(duet_config::parse(&cluster(&backends, policy, &[]), "t.yaml").expect("valid"))
     };
     let names = ResolvedNames::new();
     let proxy = WorkerProxy::new(config(&[x, y], "p2c_peak_ewma"), &names);
