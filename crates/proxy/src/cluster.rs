@@ -139,6 +139,18 @@ impl Cluster {
         }
     }
 
+    /// Takes over from the cluster this one replaced: eligibility is derived afresh from the health
+    /// view and the outlier view carried over, and the ejections still running are timed from here
+    /// (the old cluster's timers act on the old, emptied balancer).
+    pub(crate) fn resume(self: &Rc<Self>) {
+        let now = Instant::now();
+        self.refresh_all(now);
+        let ejected: Vec<(SocketAddr, Instant)> = self.outliers.borrow().ejected(now).collect();
+        for (backend, until) in ejected {
+            self.readmit_at(backend, until);
+        }
+    }
+
     /// Re-derives every endpoint's eligibility (after the health view changed).
     pub(crate) fn refresh_all(&self, now: Instant) {
         let addresses: Vec<SocketAddr> =
@@ -210,10 +222,16 @@ impl Cluster {
             .ejections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(cluster = %self.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");
-        self.refresh(backend, Instant::now());
+        let now = Instant::now();
+        self.refresh(backend, now);
+        self.readmit_at(backend, now + time);
+    }
+
+    /// Re-derives `backend`'s eligibility when its ejection ends.
+    fn readmit_at(self: &Rc<Self>, backend: SocketAddr, until: Instant) {
         let cluster = self.clone();
         tokio::task::spawn_local(async move {
-            tokio::time::sleep(time).await;
+            tokio::time::sleep_until(until).await;
             cluster.refresh(backend, Instant::now());
             tracing::info!(cluster = %cluster.name, %backend, "ejection over");
         });

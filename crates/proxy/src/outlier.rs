@@ -57,6 +57,13 @@ impl Outliers {
         self.backends = backends;
     }
 
+    /// The backends ejected at `now`, with when their ejection ends.
+    pub(crate) fn ejected(&self, now: Instant) -> impl Iterator<Item = (SocketAddr, Instant)> + '_ {
+        self.states
+            .iter()
+            .filter_map(move |(&address, s)| Some((address, s.ejected_until.filter(|&t| t > now)?)))
+    }
+
     pub(crate) fn is_ejected(&self, backend: SocketAddr, now: Instant) -> bool {
         self.states
             .get(&backend)

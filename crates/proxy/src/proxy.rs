@@ -93,6 +93,9 @@ impl WorkerProxy {
     pub fn reload(&self, config: Arc<Config>, names: &ResolvedNames) {
         let old = self.table.borrow().clone();
         let table = Table::new(config, names, &old.clusters, &self.health);
+        for cluster in &table.clusters {
+            cluster.resume();
+        }
         *self.table.borrow_mut() = Rc::new(table);
         self.publish_cells();
     }

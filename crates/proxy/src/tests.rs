@@ -150,6 +150,40 @@ async fn a_backend_that_dies_mid_body_is_counted_as_a_failure_and_ejected() {
 }
 
 #[tokio::test]
+async fn an_ejection_survives_a_reload_and_still_ends() {
+    local(async {
+        let a = Backend::start(BackendOptions::named("a")).expect("backend");
+        let b = Backend::start(BackendOptions::named("b")).expect("backend");
+        let settings = [
+            (
+                "outlier_detection",
+                "{ consecutive_failures: 1, base_ejection_time: 300ms }",
+            ),
+            ("retries", "{ attempts: 1 }"),
+        ];
+        let yaml = cluster(&[a.address(), b.address()], "round_robin", &settings);
+        let harness = Harness::start(&yaml).await;
+        assert!(harness.get("/die").await.2.is_none());
+        let ejected = if harness.eligible(a.address()) {
+            b.address()
+        } else {
+            a.address()
+        };
+        assert!(!harness.eligible(ejected), "one mid-body failure ejects");
+
+        let config = Arc::new(duet_config::parse(&yaml, "test.yaml").expect("valid"));
+        harness.proxy.reload(config, &ResolvedNames::new());
+        assert!(!harness.eligible(ejected), "the ejection carried over");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert!(
+            harness.eligible(ejected),
+            "and ended on time in the new table"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load() {
     local(async {
         let good = Backend::start(BackendOptions::named("good")).expect("backend");
