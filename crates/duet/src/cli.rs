@@ -129,7 +129,6 @@ fn summary(
     config: &duet_config::Config,
     resolver: Option<&crate::Resolver>,
 ) -> String {
-    use duet_config::BackendAddress;
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "{}: ok", path.display());
@@ -169,29 +168,10 @@ fn summary(
             cluster.retries.attempts
         );
         for backend in &cluster.backends {
-            let resolved = match (&backend.address, resolver) {
-                (BackendAddress::Ip(_), _) => String::new(),
-                (BackendAddress::Name { .. }, None) => {
-                    " (host name: resolved when duet runs; --resolve looks it up now)".to_owned()
-                }
-                (BackendAddress::Name { .. }, Some(resolver)) => {
-                    match resolver(&backend.address.to_string()) {
-                        Ok(addresses) if !addresses.is_empty() => {
-                            let list: Vec<String> =
-                                addresses.iter().map(ToString::to_string).collect();
-                            format!(" -> {}", list.join(", "))
-                        }
-                        Ok(_) => {
-                            unresolved.push(backend.address.to_string());
-                            " -> does not resolve: no address".to_owned()
-                        }
-                        Err(error) => {
-                            unresolved.push(backend.address.to_string());
-                            format!(" -> does not resolve: {error}")
-                        }
-                    }
-                }
-            };
+            let (resolved, found) = lookup(&backend.address, resolver);
+            if !found {
+                unresolved.push(backend.address.to_string());
+            }
             let _ = writeln!(
                 out,
                 "    {} weight {}{resolved}",
@@ -207,6 +187,30 @@ fn summary(
         );
     }
     out
+}
+
+/// What `check` says about a backend's address, and whether it resolved (IP addresses and names not
+/// looked up count as found).
+fn lookup(
+    address: &duet_config::BackendAddress,
+    resolver: Option<&crate::Resolver>,
+) -> (String, bool) {
+    use duet_config::BackendAddress;
+    match (address, resolver) {
+        (BackendAddress::Ip(_), _) => (String::new(), true),
+        (BackendAddress::Name { .. }, None) => (
+            " (host name: resolved when duet runs; --resolve looks it up now)".to_owned(),
+            true,
+        ),
+        (BackendAddress::Name { .. }, Some(resolver)) => match resolver(&address.to_string()) {
+            Ok(addresses) if !addresses.is_empty() => {
+                let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+                (format!(" -> {}", list.join(", ")), true)
+            }
+            Ok(_) => (" -> does not resolve: no address".to_owned(), false),
+            Err(error) => (format!(" -> does not resolve: {error}"), false),
+        },
+    }
 }
 
 fn run(path: &std::path::Path, json: bool) -> i32 {

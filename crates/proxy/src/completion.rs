@@ -13,7 +13,7 @@
 //! | backend failed mid-body | **failure** | elapsed time |
 //! | client went away mid-body | none (5xx still counts) | elapsed time |
 //! | no response: backend's fault | failure | penalty |
-//! | no response: client's fault (its body broke or stalled) | none | none |
+//! | no response: client's fault (its body broke or stalled) or duet's | none | none |
 
 use crate::{access_log::AccessLog, cluster::Cluster};
 use duet_balance::LoadGuard;
@@ -31,6 +31,8 @@ pub(crate) enum Fault {
     Backend,
     /// The client's request body broke or stalled while it was being sent.
     Client,
+    /// duet's own (it could not build the request): never held against the backend.
+    Local,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +142,7 @@ impl Drop for Completion {
         let failed = match self.ended {
             Some(Ended::Complete) | None => server_error,
             Some(Ended::BackendFailed) | Some(Ended::NoResponse(Fault::Backend)) => true,
-            Some(Ended::NoResponse(Fault::Client)) => {
+            Some(Ended::NoResponse(Fault::Client | Fault::Local)) => {
                 self.guard.discard_sample();
                 return;
             }

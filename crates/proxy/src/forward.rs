@@ -7,10 +7,11 @@ use crate::{
     completion::{Completion, Fault},
     error::{ErrorKind, ProxyError},
     prepare::Prepared,
-    request_body::ClientFailure,
+    request_body::{ClientFailure, UpstreamBody},
 };
 use http::{
-    uri::{self, PathAndQuery, Scheme},
+    request::Parts,
+    uri::{self, Authority, PathAndQuery, Scheme},
     Request, Response, Uri, Version,
 };
 use hyper::body::Incoming;
@@ -43,35 +44,15 @@ pub(crate) async fn forward(
         return Err(failed(ErrorKind::NoEligibleBackend, log));
     };
     let completion = Completion::new(guard, cluster.clone(), backend, log);
-
-    let parts = &mut prepared.parts;
-    let mut target = uri::Parts::default();
-    target.scheme = Some(Scheme::HTTP);
-    target.authority = Some(authority);
-    target.path_and_query = Some(
-        parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/")),
-    );
-    let target = Uri::from_parts(target);
-    let mut request = Request::new(body);
-    *request.method_mut() = parts.method.clone();
-    *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = if last {
-        std::mem::take(&mut parts.headers)
-    } else {
-        parts.headers.clone()
-    };
-    match target {
-        Ok(target) => *request.uri_mut() = target,
+    let request = match upstream_request(&mut prepared.parts, authority, body, last) {
+        Ok(request) => request,
+        // Cannot happen for an address and a parsed path; if it did, it would be duet's own fault.
         Err(error) => {
-            let log = completion.fail(Fault::Backend);
+            let log = completion.fail(Fault::Local);
             let error = ProxyError::upstream(ErrorKind::BadGateway, backend, error);
             return Err(Failed { error, log });
         }
-    }
+    };
 
     let sent = tokio::time::timeout(
         cluster.response_timeout(),
@@ -86,18 +67,41 @@ pub(crate) async fn forward(
         Err(elapsed) => ProxyError::upstream(ErrorKind::Timeout, backend, elapsed),
     };
     // A body that broke or stalled on the client's side is the client's failure, not the backend's.
-    match prepared.source.client_failure() {
-        Some(ClientFailure::Broken) => {
-            let log = completion.fail(Fault::Client);
-            Err(failed(ErrorKind::BadRequestBody, log))
-        }
-        Some(ClientFailure::Stalled) => {
-            let log = completion.fail(Fault::Client);
-            Err(failed(ErrorKind::BodyTimeout, log))
-        }
-        None => {
-            let log = completion.fail(Fault::Backend);
-            Err(Failed { error, log })
-        }
-    }
+    let (error, fault) = match prepared.source.client_failure() {
+        Some(ClientFailure::Broken) => (ProxyError::new(ErrorKind::BadRequestBody), Fault::Client),
+        Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Fault::Client),
+        None => (error, Fault::Backend),
+    };
+    let log = completion.fail(fault);
+    Err(Failed { error, log })
+}
+
+/// The request for one attempt: the client's method and path, aimed at `authority` over HTTP/1.1.
+/// The last attempt takes the headers; earlier ones copy them.
+fn upstream_request(
+    parts: &mut Parts,
+    authority: Authority,
+    body: UpstreamBody,
+    last: bool,
+) -> Result<Request<UpstreamBody>, http::uri::InvalidUriParts> {
+    let mut target = uri::Parts::default();
+    target.scheme = Some(Scheme::HTTP);
+    target.authority = Some(authority);
+    target.path_and_query = Some(
+        parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")),
+    );
+    let mut request = Request::new(body);
+    *request.uri_mut() = Uri::from_parts(target)?;
+    *request.method_mut() = parts.method.clone();
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = if last {
+        std::mem::take(&mut parts.headers)
+    } else {
+        parts.headers.clone()
+    };
+    Ok(request)
 }
