@@ -1,8 +1,13 @@
-//! The `duet` binary's code: command line, workers, and the demo.
+//! The `duet` binary's code: command line, workers, the control plane, and the demo.
 //!
-//! Each worker is one OS thread with its own single-threaded tokio runtime, its own `SO_REUSEPORT`
-//! listener per configured address, its own pooled client and its own balancer per cluster. Workers
-//! share no load counters: each balances from its local view, so they cannot herd.
+//! Each worker (`worker.rs`) is one OS thread with its own single-threaded tokio runtime, its own
+//! `SO_REUSEPORT` listener per configured address, and its own [`duet_proxy::WorkerProxy`]: pooled
+//! clients and a balancer per cluster. Workers share no load counters: each balances from its local
+//! view, so they cannot herd.
+//!
+//! The control plane (`control/`) is one more thread: it resolves backend host names (discovery), runs
+//! health checks once per process, and serves the admin listener. It publishes what it learns on watch
+//! channels; workers apply it between requests. [`Server`] starts and stops all of them.
 
 mod control;
 mod listener;
