@@ -2,6 +2,9 @@
 # Load benchmark: duet against nginx, side by side in one run, on loopback.
 #
 #   benches/load.sh [REPETITIONS] [SECONDS]      (defaults: 5 repetitions of 8 s per proxy and scenario)
+#   DUET_BASELINE=/path/to/older/duet benches/load.sh
+#                                                also runs an older duet build in the same run and reports
+#                                                this build against it (for a change's before and after)
 #
 # Installs nginx-light and wrk with apt if missing, builds duet in release mode, starts loopback backends
 # (crates/testbed's duet-backend), and runs, alternating duet and nginx in each repetition:
@@ -78,6 +81,11 @@ http {
 CONF
 
 RUST_LOG=warn taskset -c 0 target/release/duet run --config "$WORK/duet.yaml" 2>"$WORK/duet.log" &
+BASELINE=${DUET_BASELINE:-}
+if [ -n "$BASELINE" ]; then
+  sed 's/1808\([01]\)/1818\1/' "$WORK/duet.yaml" >"$WORK/baseline.yaml"
+  RUST_LOG=warn taskset -c 0 "$BASELINE" run --config "$WORK/baseline.yaml" 2>"$WORK/baseline.log" &
+fi
 taskset -c 0 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>"$WORK/nginx.err" &
 sleep 1
 for url in "-H Host:throughput http://127.0.0.1:18080/" "http://127.0.0.1:18090/"; do
@@ -106,6 +114,12 @@ for rep in $(seq 1 "$REPS"); do
   read -r n_rps n_p99 n_err <<<"$(run_wrk 32 slow http://127.0.0.1:18091/)"
   printf "%-4s %-10s %12.0f %12.0f %9.2fms %9.2fms\n" "$rep" slow "$d_rps" "$n_rps" "$d_p99" "$n_p99"
   echo "slow $d_rps $n_rps $d_p99 $n_p99 $d_err $n_err" >>"$RESULTS"
+  if [ -n "$BASELINE" ]; then
+    read -r b_rps b_p99 b_err <<<"$(run_wrk 64 throughput http://127.0.0.1:18180/)"
+    read -r d2_rps d2_p99 d2_err <<<"$(run_wrk 64 throughput http://127.0.0.1:18080/)"
+    printf "%-4s %-10s %12.0f %12.0f (this build, baseline)\n" "$rep" throughput "$d2_rps" "$b_rps"
+    echo "baseline $d2_rps $b_rps $d2_p99 $b_p99 $d2_err $b_err" >>"$RESULTS"
+  fi
 done
 
 python3 - "$RESULTS" <<'PY'
@@ -117,6 +131,8 @@ print()
 print("median throughput ratio duet/nginx (requests/s, higher is better): %.2f" % median("throughput", lambda d, n, dp, np_, de, ne: d / n))
 print("median p99 ratio duet/nginx with one slow backend (lower is better): %.2f" % median("slow", lambda d, n, dp, np_, de, ne: dp / np_))
 print("median requests/s ratio duet/nginx with one slow backend: %.2f" % median("slow", lambda d, n, dp, np_, de, ne: d / n))
+if any(r[0] == "baseline" for r in rows):
+    print("median throughput ratio this build/baseline build (requests/s): %.2f" % median("baseline", lambda d, b, dp, bp, de, be: d / b))
 errors = sum(int(float(r[5])) + int(float(r[6])) for r in rows)
 print("non-2xx responses across all runs: %d" % errors)
 PY

@@ -234,3 +234,67 @@ async fn an_empty_pool_answers_no_eligible_endpoint() {
     );
     assert_eq!(balance.stats().no_eligible, 1);
 }
+
+#[test]
+fn pick_and_claim_excluding_never_picks_an_excluded_key_and_claims_the_winner() {
+    let mut balance: Balance<&str, ()> = Balance::with_seed(LoadMetric::InFlight, 7);
+    for key in ["a", "b", "c", "d"] {
+        balance.insert(key, 1, ());
+    }
+    let mut guards = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let reads = balance.stats().load_reads;
+        let (key, (), guard) = balance
+            .pick_and_claim_excluding(&["a", "c"])
+            .expect("b and d are left");
+        assert!(*key == "b" || *key == "d", "picked {key}");
+        seen.insert(*key);
+        assert_eq!(
+            balance.stats().load_reads - reads,
+            2,
+            "two loads read per pick"
+        );
+        guards.push(guard);
+    }
+    assert_eq!(seen.len(), 2, "both remaining keys are picked");
+    let load = |key: &'static str| balance.endpoint_load(&key).expect("member").in_flight();
+    assert_eq!((load("a"), load("c")), (0, 0));
+    assert_eq!(load("b") + load("d"), 200, "every pick is claimed as load");
+    assert!(
+        load("b").abs_diff(load("d")) <= 1,
+        "P2C on in-flight keeps them level"
+    );
+    drop(guards);
+    assert_eq!(load("b") + load("d"), 0, "each guard released once");
+
+    // Excluding all but one takes no comparison; excluding all is NoEligibleEndpoint.
+    let reads = balance.stats().load_reads;
+    let (key, (), _guard) = balance
+        .pick_and_claim_excluding(&["a", "b", "c"])
+        .expect("d is left");
+    assert_eq!((*key, balance.stats().load_reads - reads), ("d", 0));
+    assert_eq!(
+        balance
+            .pick_and_claim_excluding(&["a", "b", "c", "d"])
+            .map(|(k, _, _)| *k)
+            .err(),
+        Some(NoEligibleEndpoint)
+    );
+}
+
+#[test]
+fn set_eligible_reports_the_previous_flag_which_metrics_read_through_the_load() {
+    let mut balance: Balance<&str, ()> = Balance::with_seed(LoadMetric::InFlight, 1);
+    balance.insert("a", 1, ());
+    let load = balance.endpoint_load(&"a").expect("a").clone();
+    assert!(load.is_eligible());
+    assert_eq!(balance.set_eligible(&"a", false), Some(true));
+    assert!(
+        !load.is_eligible(),
+        "the flag a metrics reader holds moved too"
+    );
+    assert_eq!(balance.set_eligible(&"a", false), Some(false));
+    assert_eq!(balance.eligible_len(), 0);
+    assert_eq!(balance.set_eligible(&"missing", true), None);
+}
