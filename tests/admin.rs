@@ -1,26 +1,11 @@
 //! The admin listener: Prometheus metrics summed from per-worker cells, and a status page.
 
-use crate::support;
-
 use crate::support::{raw_exchange, Duet};
 use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
 use std::{net::SocketAddr, time::Duration};
 
-fn admin_address(duet: &Duet) -> SocketAddr {
-    let mut found = None;
-    assert!(support::eventually(Duration::from_secs(5), || {
-        found = duet.log_lines().iter().find_map(|l| {
-            l.split("admin on http://")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        });
-        found.is_some()
-    }));
-    found.expect("admin address")
-}
-
-fn get(address: SocketAddr, path: &str) -> String {
+pub(crate) fn get(address: SocketAddr, path: &str) -> String {
     let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
     raw_exchange(address, request.as_bytes(), Duration::from_secs(5)).0
 }
@@ -51,7 +36,7 @@ fn metrics_count_what_happened_across_workers() {
                 .backend(b.address()),
         );
     let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
-    let admin = admin_address(&duet);
+    let admin = duet.admin_address();
     for _ in 0..20 {
         let (response, _) = raw_exchange(
             duet.address,

@@ -17,10 +17,13 @@ fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
     let mut duet = Duet::start(
         &DuetConfig::single("p2c_peak_ewma", &[backend.address()])
             .workers(2)
+            .admin()
             .section("shutdown", "{ drain_timeout: 10s }")
             .to_yaml(),
     );
     let address = duet.address;
+    let admin = duet.admin_address();
+    assert!(crate::admin::get(admin, "/ready").starts_with("HTTP/1.1 200"));
     let in_flight: Vec<_> = (0..3)
         .map(|_| {
             std::thread::spawn(move || {
@@ -43,6 +46,11 @@ fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
         support::eventually(Duration::from_secs(3), || TcpStream::connect(address)
             .is_err()),
         "still accepting after SIGTERM"
+    );
+    let ready = crate::admin::get(admin, "/ready");
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.ends_with("not ready: draining\n"),
+        "while requests drain, /ready turns traffic away: {ready}"
     );
     for request in in_flight {
         let (response, closed) = request.join().expect("client thread");

@@ -90,6 +90,21 @@ impl Duet {
         self.config.clone()
     }
 
+    /// The admin listener's address, from duet's start-up log line (the config asked for port 0).
+    pub(crate) fn admin_address(&self) -> SocketAddr {
+        let mut found = None;
+        let logged = eventually(Duration::from_secs(5), || {
+            found = self.log_lines().iter().find_map(|l| {
+                l.split("admin on http://")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            });
+            found.is_some()
+        });
+        assert!(logged, "no admin address in {:#?}", self.log_lines());
+        found.expect("admin address")
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
     }
