@@ -11,7 +11,7 @@ pub(crate) fn get(address: SocketAddr, path: &str) -> String {
 }
 
 /// Sums a metric's samples whose label set contains `labels`.
-fn sum(metrics: &str, name: &str, labels: &str) -> f64 {
+pub(crate) fn sum(metrics: &str, name: &str, labels: &str) -> f64 {
     metrics
         .lines()
         .filter(|l| {

@@ -3,7 +3,8 @@
 
 use crate::support;
 
-use crate::support::{raw_exchange, served_by};
+use crate::admin::{get, sum};
+use crate::support::served_by;
 use duet_testbed::{
     config::{Cluster, DuetConfig},
     Backend, BackendOptions,
@@ -15,28 +16,24 @@ use std::{
 };
 
 fn picks(admin: SocketAddr, backend: SocketAddr) -> f64 {
-    let (metrics, _) = raw_exchange(
-        admin,
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("duet_backend_picks_total{")
-                && l.contains(&format!("backend=\"{backend}\""))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let metrics = get(admin, "/metrics");
+    sum(
+        &metrics,
+        "duet_backend_picks_total",
+        &format!("backend=\"{backend}\""),
+    )
 }
 
-#[test]
-fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
-    let a = Backend::start(BackendOptions::named("a")).expect("a");
-    let b = Backend::start(BackendOptions::named("b")).expect("b");
-    // Stands in for a name such as `app.default.svc:80`; the test's resolver answers for it.
+/// An unlabelled metric's value.
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    sum(&get(admin, "/metrics"), name, "")
+}
+
+/// `workers` workers, an admin listener, and cluster `app` whose only backend is the name `app.test:80`,
+/// re-resolved every 100 ms.
+fn named_config(workers: usize) -> duet_config::Config {
     let yaml = DuetConfig::new()
-        .workers(2)
+        .workers(workers)
         .admin()
         .route(None, "/", "app")
         .cluster(
@@ -45,7 +42,15 @@ fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
                 .set("dns_refresh", "100ms"),
         )
         .to_yaml();
-    let config = duet_config::parse(&yaml, "test.yaml").expect("valid");
+    duet_config::parse(&yaml, "test.yaml").expect("valid")
+}
+
+#[test]
+fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
+    let a = Backend::start(BackendOptions::named("a")).expect("a");
+    let b = Backend::start(BackendOptions::named("b")).expect("b");
+    // Stands in for a name such as `app.default.svc:80`; the test's resolver answers for it.
+    let config = named_config(2);
     let answer = Arc::new(Mutex::new(vec![a.address()]));
     let resolver: duet::Resolver = {
         let answer = answer.clone();
@@ -104,32 +109,10 @@ fn re_resolution_moves_traffic_and_keeps_state_of_addresses_that_stay() {
     server.shutdown().expect("shutdown");
 }
 
-/// An unlabelled metric's value.
-fn metric(admin: SocketAddr, name: &str) -> f64 {
-    let (metrics, _) = raw_exchange(
-        admin,
-        b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        Duration::from_secs(5),
-    );
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 #[test]
 fn a_name_that_does_not_resolve_yet_is_an_empty_cluster_not_a_failed_start() {
     let a = Backend::start(BackendOptions::named("a")).expect("a");
-    let config = DuetConfig::new()
-        .admin()
-        .route(None, "/", "app")
-        .cluster(
-            Cluster::new("app")
-                .named("app.test:80")
-                .set("dns_refresh", "100ms"),
-        )
-        .to_yaml();
-    let config = duet_config::parse(&config, "test.yaml").expect("valid");
+    let config = named_config(1);
     // A headless service with no ready pods: the name does not resolve, until it does.
     let answer: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
     let resolver: duet::Resolver = {

@@ -158,13 +158,7 @@ fn a_missing_certificate_is_reported_at_its_field() {
     .expect("config");
     // Parsing reads nothing but the file; the certificate is read (and found missing) by check and run.
     duet_config::load(&config).expect("the file itself is valid");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_duet"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = check_fails(&config);
     let expected = format!(
         "{}:3:18: listeners[0].tls.cert: /nonexistent/cert.pem: not a PEM certificate chain",
         config.display()
@@ -187,15 +181,21 @@ fn check_parses_certificates_and_reports_a_bad_one() {
         "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: cert.pem, key: key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n",
     )
     .expect("config");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_duet"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = check_fails(&config);
     assert!(
         stderr.contains("key.pem: not a PEM private key"),
         "{stderr}"
     );
+}
+
+/// Runs `duet check` on `config`, expecting exit code 1; returns what it printed on stderr.
+fn check_fails(config: &std::path::Path) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(["check", "--config"])
+        .arg(config)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    stderr
 }
