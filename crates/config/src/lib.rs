@@ -302,7 +302,31 @@ impl Checker {
                             key_at,
                         }
                     });
-                    listeners.push(Listener { address, tls });
+                    let trusted_proxies = l
+                        .trusted_proxies
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(ti, net)| {
+                            let text = net.value.0.trim();
+                            let parsed = text.parse::<ipnet::IpNet>().ok().or_else(|| {
+                                text.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from)
+                            });
+                            if parsed.is_none() {
+                                let e = self.error(
+                                    net,
+                                    format!("listeners[{i}].trusted_proxies[{ti}]"),
+                                    format!("`{text}` is not an address or network: expected an IP such as 10.0.0.7 or a CIDR such as 10.0.0.0/8"),
+                                );
+                                self.push(e);
+                            }
+                            parsed
+                        })
+                        .collect();
+                    listeners.push(Listener {
+                        address,
+                        tls,
+                        trusted_proxies,
+                    });
                 }
                 Err(_) => {
                     let e = self.error(

@@ -40,6 +40,16 @@ pub struct Listener {
     pub address: SocketAddr,
     /// Terminate TLS on this listener with these files; plain HTTP when `None`.
     pub tls: Option<TlsFiles>,
+    /// Peers (other proxies, load balancers) whose `X-Forwarded-For` chain is kept and extended. From
+    /// anyone else, every forwarding field a client sent is dropped and rebuilt. Default: nobody.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+impl Listener {
+    /// Whether a connection from `peer` comes from a trusted proxy.
+    pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|net| net.contains(&peer))
+    }
 }
 
 /// PEM files for a TLS listener. Relative paths in the file are taken from the config file's folder.

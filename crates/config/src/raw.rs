@@ -35,6 +35,8 @@ pub(crate) struct RawListener {
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
     pub(crate) tls: Option<RawTls>,
+    #[serde(default)]
+    pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

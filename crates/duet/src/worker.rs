@@ -1,8 +1,8 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
 use duet_config::{Config, Limits};
-use duet_proxy::{serve_connection, HealthView, Registry, ResolvedNames, WorkerProxy};
-use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
+use duet_proxy::{serve_connection, Client, HealthView, Registry, ResolvedNames, WorkerProxy};
+use std::{rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{mpsc, watch},
@@ -32,23 +32,29 @@ pub(crate) fn run(
     LocalSet::new().block_on(&runtime, serve_worker(index, listeners, channels))
 }
 
-/// A connection accepted on a listener, with the listener's TLS acceptor if it terminates TLS.
-type Accepted = (TcpStream, SocketAddr, Option<TlsAcceptor>);
+/// A connection accepted on a listener: the peer (trusted if the listener lists it in
+/// `trusted_proxies`), and the listener's TLS acceptor if it terminates TLS.
+type Accepted = (TcpStream, Client, Option<TlsAcceptor>);
 
 /// Serves one connection, after its TLS handshake (bounded by the header read timeout) if any.
 async fn serve(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
-    (stream, peer, tls): Accepted,
+    (stream, client, tls): Accepted,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let peer = client.address;
     match tls {
-        None => serve_connection(proxy, limits, stream, peer, false, shutdown).await,
+        None => serve_connection(proxy, limits, stream, client, shutdown).await,
         Some(acceptor) => {
             match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
                 Ok(Ok(tls_stream)) => {
-                    serve_connection(proxy, limits, tls_stream, peer, true, shutdown).await
+                    let client = Client {
+                        tls: true,
+                        ..client
+                    };
+                    serve_connection(proxy, limits, tls_stream, client, shutdown).await
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
@@ -88,13 +94,24 @@ async fn serve_worker(
         let listener = TcpListener::from_std(listener)?;
         let accepted_tx = accepted_tx.clone();
         let tls = tls.clone();
+        let config = reloads.clone();
         acceptors.spawn_local(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, peer)) => {
-                        // The acceptor current now: a reload may have rotated the certificate.
+                        // The acceptor and trust list current now: a reload may have changed them.
                         let acceptor = tls.borrow().get(position).cloned().flatten();
-                        if accepted_tx.send((stream, peer, acceptor)).await.is_err() {
+                        let trusted = config
+                            .borrow()
+                            .listeners
+                            .get(position)
+                            .is_some_and(|l| l.trusts(peer.ip()));
+                        let client = Client {
+                            address: peer,
+                            tls: false,
+                            trusted,
+                        };
+                        if accepted_tx.send((stream, client, acceptor)).await.is_err() {
                             return;
                         }
                     }

@@ -14,6 +14,13 @@ pub enum ErrorKind {
     UriTooLong,
     /// The client's request body was malformed or cut short (400).
     BadRequestBody,
+    /// The request's Host is missing (HTTP/1.1), repeated, or not a valid authority; or its target
+    /// carries userinfo (400).
+    InvalidHost,
+    /// The request's path climbs above the root with `..` (400).
+    InvalidPath,
+    /// The request's body uses a transfer coding duet does not decode (501).
+    UnknownTransferCoding,
     /// The client stopped sending its request body for longer than `limits.body_read_timeout` (408).
     BodyTimeout,
     /// The cluster has no eligible backend (503).
@@ -70,7 +77,10 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
-            ErrorKind::BadRequestBody => StatusCode::BAD_REQUEST,
+            ErrorKind::BadRequestBody | ErrorKind::InvalidHost | ErrorKind::InvalidPath => {
+                StatusCode::BAD_REQUEST
+            }
+            ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::NoEligibleBackend => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
@@ -83,6 +93,9 @@ impl ProxyError {
             ErrorKind::NoRoute => "no route matches this host and path\n",
             ErrorKind::UriTooLong => "request target too long\n",
             ErrorKind::BadRequestBody => "bad request body\n",
+            ErrorKind::InvalidHost => "missing, repeated or invalid Host\n",
+            ErrorKind::InvalidPath => "invalid request path\n",
+            ErrorKind::UnknownTransferCoding => "transfer coding not implemented\n",
             ErrorKind::BodyTimeout => "request body not received in time\n",
             ErrorKind::NoEligibleBackend => "no backend available\n",
             ErrorKind::Connect => "backend unreachable\n",

@@ -63,6 +63,12 @@ pub(crate) async fn forward(
         Ok(Err(error)) if error.is_connect() => {
             ProxyError::upstream(ErrorKind::Connect, backend, error)
         }
+        // A response head over duet's own limits is duet's limit, not the backend's failure.
+        Ok(Err(error)) if head_too_large(&error) => {
+            let log = completion.fail(Fault::Local);
+            let error = ProxyError::upstream(ErrorKind::BadGateway, backend, error);
+            return Err(Failed { error, log });
+        }
         Ok(Err(error)) => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
         Err(elapsed) => ProxyError::upstream(ErrorKind::Timeout, backend, elapsed),
     };
@@ -74,6 +80,18 @@ pub(crate) async fn forward(
     };
     let log = completion.fail(fault);
     Err(Failed { error, log })
+}
+
+/// Whether the client failed because the response head exceeded duet's limits.
+fn head_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
+            return hyper.is_parse_too_large();
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// The request for one attempt: the client's method and path, aimed at `authority` over HTTP/1.1.

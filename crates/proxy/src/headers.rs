@@ -1,25 +1,55 @@
 //! Header rules of a forwarding proxy (RFC 9110 §7.6): hop-by-hop fields stop here; forwarding fields
 //! are added.
 
-use http::{header, HeaderMap, HeaderName, HeaderValue};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Version};
 use std::{fmt::Write, net::IpAddr};
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Whether the request asks for a protocol upgrade that duet tunnels: `Connection: upgrade` with an
-/// `Upgrade` other than `h2c` (HTTP/2 over cleartext is not upgraded: the request is forwarded as plain
-/// HTTP/1.1).
-pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
+/// The protocols duet tunnels after a `101 Switching Protocols`. HTTP/2 over cleartext (`h2c`) is never
+/// one of them: a request offering it is forwarded as plain HTTP/1.1.
+const TUNNELLED: &[&str] = &["websocket"];
+
+/// Fields a client or backend cannot strip by naming them in `Connection`: duet routes and frames by them.
+const PROTECTED: &[HeaderName] = &[header::HOST, header::CONTENT_LENGTH];
+
+/// The protocol a request may upgrade to: it must be HTTP/1.1 (RFC 9110 §7.8: an HTTP/1.0 Upgrade is
+/// ignored), say `Connection: upgrade`, and offer, in any of its `Upgrade` fields, a protocol duet
+/// tunnels. The first such protocol is the only one forwarded.
+pub(crate) fn upgrade_protocol(headers: &HeaderMap, version: Version) -> Option<HeaderValue> {
+    if version != Version::HTTP_11 || !headers.contains_key(header::UPGRADE) {
+        return None;
+    }
     let connection_upgrade = headers
         .get_all(header::CONNECTION)
         .iter()
         .any(|v| has_token(v, "upgrade"));
-    let protocol = headers.get(header::UPGRADE);
-    connection_upgrade && protocol.is_some_and(|p| !has_token(p, "h2c"))
+    if !connection_upgrade {
+        return None;
+    }
+    headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .find(|offered| {
+            let name = offered.split('/').next().unwrap_or_default();
+            TUNNELLED.iter().any(|p| p.eq_ignore_ascii_case(name))
+        })
+        .and_then(|offered| HeaderValue::from_str(offered).ok())
+}
+
+/// Whether a backend's `101` switches to `protocol`, the one the request offered.
+pub(crate) fn switches_to(headers: &HeaderMap, protocol: &HeaderValue) -> bool {
+    let mut upgrades = headers.get_all(header::UPGRADE).iter();
+    let only = upgrades.next();
+    upgrades.next().is_none()
+        && only.is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(protocol.as_bytes()))
 }
 
 fn has_token(value: &HeaderValue, token: &str) -> bool {
@@ -29,64 +59,93 @@ fn has_token(value: &HeaderValue, token: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Removes hop-by-hop fields: `Connection` and every field it names, `Keep-Alive`, `Proxy-Connection`,
-/// `TE`, `Transfer-Encoding` (the message is re-framed) and, unless `upgrading`, `Upgrade`. When
-/// upgrading, `Connection: upgrade` is put back so the next hop sees the request.
-pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        if !(upgrading && name == header::UPGRADE) {
+/// Removes hop-by-hop fields: `Connection` and every field it names (except [`PROTECTED`] ones),
+/// `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` (the message is re-framed) and `Upgrade`.
+/// With `upgrade`, the next hop is asked for that protocol alone (`Connection: upgrade`).
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderValue>) {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .filter(|name| !PROTECTED.contains(name))
+            .collect();
+        for name in named {
             headers.remove(&name);
         }
+        headers.remove(header::CONNECTION);
     }
-    headers.remove(header::CONNECTION);
     headers.remove(&KEEP_ALIVE);
     headers.remove(&PROXY_CONNECTION);
     headers.remove(header::TE);
     headers.remove(header::TRANSFER_ENCODING);
-    if upgrading {
+    headers.remove(header::UPGRADE);
+    if let Some(protocol) = upgrade {
+        headers.insert(header::UPGRADE, protocol);
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        headers.remove(header::UPGRADE);
     }
 }
 
-/// Appends the client to `X-Forwarded-For` (keeping what earlier proxies wrote) and sets
-/// `X-Forwarded-Proto` and `X-Forwarded-Host`. `Host` is left as the client sent it.
+/// Why a message's `Transfer-Encoding` cannot be relayed: duet decodes `chunked` and nothing else.
+pub(crate) fn unknown_transfer_coding(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().map_or(vec!["?"], |v| v.split(',').collect()))
+        .any(|coding| !coding.trim().eq_ignore_ascii_case("chunked"))
+}
+
+/// The forwarding fields a client can forge.
+static FORWARDING: [HeaderName; 6] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-real-ip"),
+    header::FORWARDED,
+];
+
+/// Sets `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host`. From a `trusted` peer (another
+/// proxy listed in the listener's `trusted_proxies`) the `X-Forwarded-For` chain is kept and this client
+/// appended; from anyone else every forwarding field the client sent (`X-Forwarded-*`, `Forwarded`,
+/// `X-Real-IP`) is dropped and rebuilt from what duet saw, so a client cannot forge its address.
 pub(crate) fn add_forwarding(
     headers: &mut HeaderMap,
     client: IpAddr,
     host: Option<HeaderValue>,
     secure: bool,
+    trusted: bool,
 ) {
     // One string for the whole chain: earlier hops as they came, then this client.
     let mut chain = String::with_capacity(48);
-    for earlier in headers
-        .get_all(&X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-    {
-        chain.push_str(earlier);
-        chain.push_str(", ");
+    if trusted {
+        for earlier in headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+        {
+            chain.push_str(earlier);
+            chain.push_str(", ");
+        }
+    } else {
+        for name in &FORWARDING {
+            headers.remove(name);
+        }
     }
     let _ = write!(chain, "{client}");
     if let Ok(value) = HeaderValue::from_str(&chain) {
-        headers.insert(X_FORWARDED_FOR.clone(), value);
+        headers.insert(X_FORWARDED_FOR, value);
     }
     let proto = if secure { "https" } else { "http" };
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     match host {
         Some(host) => {
-            headers.insert(X_FORWARDED_HOST.clone(), host);
+            headers.insert(X_FORWARDED_HOST, host);
         }
         None => {
-            headers.remove(&X_FORWARDED_HOST);
+            headers.remove(X_FORWARDED_HOST);
         }
     }
 }
@@ -107,10 +166,12 @@ mod tests {
     }
 
     #[test]
-    fn connection_named_fields_are_removed() {
+    fn connection_named_fields_are_removed_but_not_host_or_framing() {
         let mut h = headers(&[
-            ("connection", "close, x-secret"),
-            ("connection", "keep-alive"),
+            ("connection", "close, x-secret, host"),
+            ("connection", "keep-alive, Content-Length"),
+            ("host", "a.test"),
+            ("content-length", "5"),
             ("x-secret", "1"),
             ("keep-alive", "timeout=5"),
             ("proxy-connection", "keep-alive"),
@@ -119,50 +180,78 @@ mod tests {
             ("upgrade", "websocket"),
             ("x-kept", "yes"),
         ]);
-        remove_hop_by_hop(&mut h, false);
-        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, vec!["x-kept"]);
+        remove_hop_by_hop(&mut h, None);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec!["content-length", "host", "x-kept"]);
     }
 
     #[test]
-    fn upgrade_survives_when_upgrading() {
-        let mut h = headers(&[("connection", "Upgrade"), ("upgrade", "websocket")]);
-        assert!(wants_upgrade(&h));
-        remove_hop_by_hop(&mut h, true);
+    fn only_a_tunnelled_protocol_is_forwarded_and_only_on_http_11() {
+        let offer = |pairs: &[(&str, &str)], version| upgrade_protocol(&headers(pairs), version);
+        let websocket = [("connection", "Upgrade"), ("upgrade", "websocket")];
         assert_eq!(
-            h.get("upgrade").map(|v| v.as_bytes()),
-            Some(&b"websocket"[..])
+            offer(&websocket, Version::HTTP_11),
+            Some(HeaderValue::from_static("websocket"))
         );
-        assert_eq!(
-            h.get("connection").map(|v| v.as_bytes()),
-            Some(&b"upgrade"[..])
-        );
-    }
-
-    #[test]
-    fn h2c_is_not_upgraded() {
-        let h = headers(&[
+        assert_eq!(offer(&websocket, Version::HTTP_10), None, "RFC 9110 §7.8");
+        assert_eq!(offer(&[("upgrade", "websocket")], Version::HTTP_11), None);
+        let h2c = [
             ("connection", "Upgrade, HTTP2-Settings"),
             ("upgrade", "h2c"),
-        ]);
-        assert!(!wants_upgrade(&h));
+        ];
+        assert_eq!(offer(&h2c, Version::HTTP_11), None);
+        // Every Upgrade field counts, and only the tunnelled protocol goes on.
+        let both = [
+            ("connection", "upgrade"),
+            ("upgrade", "h2c"),
+            ("upgrade", "WebSocket"),
+        ];
+        let protocol = offer(&both, Version::HTTP_11).expect("websocket offered");
+        let mut h = headers(&both);
+        remove_hop_by_hop(&mut h, Some(protocol));
+        let upgrades: Vec<&[u8]> = h.get_all("upgrade").iter().map(|v| v.as_bytes()).collect();
+        assert_eq!(upgrades, vec![&b"WebSocket"[..]]);
+        assert_eq!(h["connection"], "upgrade");
     }
 
     #[test]
-    fn forwarded_for_is_appended() {
-        let mut h = headers(&[
+    fn transfer_codings_other_than_chunked_are_unknown() {
+        let te = |v: &str| unknown_transfer_coding(&headers(&[("transfer-encoding", v)]));
+        assert!(!te("chunked"));
+        assert!(!te("Chunked"));
+        assert!(te("gzip, chunked"));
+        assert!(te("xchunked"));
+        assert!(!unknown_transfer_coding(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn forwarding_fields_are_kept_only_from_a_trusted_peer() {
+        let sent = [
             ("x-forwarded-for", "203.0.113.7"),
             ("x-forwarded-for", "10.1.1.1"),
-        ]);
-        add_forwarding(
-            &mut h,
-            "127.0.0.1".parse().expect("ip"),
-            Some(HeaderValue::from_static("example.com")),
-            false,
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-forwarded-port", "1"),
+        ];
+        let client = "127.0.0.1".parse().expect("ip");
+        let host = Some(HeaderValue::from_static("example.com"));
+        let mut trusted = headers(&sent);
+        add_forwarding(&mut trusted, client, host.clone(), false, true);
+        assert_eq!(trusted.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(
+            trusted["x-forwarded-for"],
+            "203.0.113.7, 10.1.1.1, 127.0.0.1"
         );
-        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
-        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.1.1.1, 127.0.0.1");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "example.com");
+        assert_eq!(trusted["x-forwarded-proto"], "http");
+        assert_eq!(trusted["x-forwarded-host"], "example.com");
+
+        let mut untrusted = headers(&sent);
+        add_forwarding(&mut untrusted, client, host, true, false);
+        assert_eq!(untrusted["x-forwarded-for"], "127.0.0.1");
+        assert_eq!(untrusted["x-forwarded-proto"], "https");
+        for forged in ["forwarded", "x-real-ip", "x-forwarded-port"] {
+            assert!(!untrusted.contains_key(forged), "{forged}");
+        }
     }
 }

@@ -65,6 +65,6 @@ pub use error::{ErrorKind, ProxyError};
 pub use metrics::{DiscoveryCounters, Registry};
 pub use proxy::WorkerProxy;
 pub use request_body::UpstreamBody;
-pub use server::serve_connection;
+pub use server::{serve_connection, Client};
 pub use upstream::{upstream_client, UpstreamClient};
 pub use view::{Endpoint, HealthView, ResolvedNames};

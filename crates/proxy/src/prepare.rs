@@ -5,12 +5,12 @@ use crate::{
     error::{ErrorKind, ProxyError},
     headers,
     request_body::{BodySource, Reclaimable},
+    server::Client,
 };
 use http::{header, request::Parts, HeaderValue, Request};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::{body::Incoming, upgrade::OnUpgrade};
-use std::net::SocketAddr;
 
 /// A request ready to be sent to any backend of its cluster, as often as retries need.
 pub(crate) struct Prepared {
@@ -18,34 +18,61 @@ pub(crate) struct Prepared {
     pub(crate) parts: Parts,
     /// The body each attempt gets.
     pub(crate) source: BodySource,
-    /// The client side of a protocol upgrade, if the request asks for one.
-    pub(crate) client_upgrade: Option<OnUpgrade>,
+    /// The protocol upgrade the request asks for, if duet tunnels it.
+    pub(crate) upgrade: Option<Upgrade>,
 }
 
-/// Rewrites the headers (hop-by-hop fields out, forwarding fields in) and decides how the body is sent:
-/// buffered when small and retries may need it again, streamed otherwise. A client body that is
-/// malformed gets 400, one that stalls longer than `limits.body_read_timeout` gets 408.
+/// The client side of a protocol upgrade, and the protocol.
+pub(crate) struct Upgrade {
+    pub(crate) client: OnUpgrade,
+    pub(crate) protocol: HeaderValue,
+}
+
+/// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust) and decides
+/// how the body is sent: buffered when small and retries may need it again, streamed otherwise. A body
+/// in a transfer coding other than chunked gets 501, one that is malformed 400, one that stalls longer
+/// than `limits.body_read_timeout` 408.
 pub(crate) async fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
     host: Option<HeaderValue>,
-    client: SocketAddr,
-    secure: bool,
+    client: Client,
 ) -> Result<Prepared, ProxyError> {
-    let upgrading = headers::wants_upgrade(request.headers());
-    let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
+    // hyper decodes `chunked` only; a coding under it would reach the backend unlabelled.
+    if headers::unknown_transfer_coding(request.headers()) {
+        return Err(ProxyError::new(ErrorKind::UnknownTransferCoding));
+    }
+    let protocol = headers::upgrade_protocol(request.headers(), request.version());
+    let upgrade = protocol.clone().map(|protocol| Upgrade {
+        client: hyper::upgrade::on(&mut request),
+        protocol,
+    });
     let request_headers = request.headers_mut();
-    headers::remove_hop_by_hop(request_headers, upgrading);
-    headers::add_forwarding(request_headers, client.ip(), host, secure);
+    headers::remove_hop_by_hop(request_headers, protocol);
+    if let Some(host) = &host {
+        // The host routed on is the host the backend sees (an absolute-form target's, RFC 9112 §3.2.2).
+        request_headers.insert(header::HOST, host.clone());
+    }
+    headers::add_forwarding(
+        request_headers,
+        client.address.ip(),
+        host,
+        client.tls,
+        client.trusted,
+    );
     // The client's `Expect: 100-continue` was answered by our server when we began reading its body.
     request_headers.remove(header::EXPECT);
 
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let source = body_source(body, cluster).await.map_err(ProxyError::new)?;
+    if matches!(source, BodySource::Empty) {
+        // A Trailer field announces trailers of a body; with no body it announces nothing.
+        parts.headers.remove(header::TRAILER);
+    }
     Ok(Prepared {
         parts,
         source,
-        client_upgrade,
+        upgrade,
     })
 }
 

@@ -8,12 +8,13 @@ use crate::{
     error::ErrorKind,
     metrics::{Registry, WorkerCounters},
     prepare, respond, retry, route,
+    server::Client,
     view::{HealthView, ResolvedNames},
 };
 use duet_config::Config;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
+use std::{cell::RefCell, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
 use tokio::time::Instant;
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
@@ -133,19 +134,21 @@ impl WorkerProxy {
         Some(cluster.with_balance(f))
     }
 
-    /// Proxies one request from `client` (over TLS when `secure`) through the stages: route, prepare,
+    /// Proxies one request from `client` through the stages: route, prepare,
     /// retry (each attempt forwarded to a backend the balancer picks), respond. Never fails: errors
     /// become short text responses.
     pub async fn handle(
         self: Rc<Self>,
-        request: Request<Incoming>,
-        client: SocketAddr,
-        secure: bool,
+        mut request: Request<Incoming>,
+        client: Client,
     ) -> Response<ProxyBody> {
         let mut log = AccessLog::start(&request, Instant::now());
+        if request.uri().path() == "*" {
+            return respond::asterisk(&request, log);
+        }
         let table = self.table.borrow().clone();
         let limits = &table.config.limits;
-        let routed = match route::route(&table.config.routes, limits.max_uri_length, &request) {
+        let routed = match route::route(&table.config.routes, limits.max_uri_length, &mut request) {
             Ok(routed) => routed,
             Err(error) => {
                 let counter = match error.kind() {
@@ -161,17 +164,16 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
 
-        let mut prepared =
-            match prepare::prepare(request, cluster, routed.host, client, secure).await {
-                Ok(prepared) => prepared,
-                Err(error) => {
-                    tracing::debug!(%client, "{error}");
-                    cluster.counters.response(error.status().as_u16());
-                    return respond::local_error(&error, log);
-                }
-            };
+        let mut prepared = match prepare::prepare(request, cluster, routed.host, client).await {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                tracing::debug!(client = %client.address, "{error}");
+                cluster.counters.response(error.status().as_u16());
+                return respond::local_error(&error, log);
+            }
+        };
         let outcome = retry::send(cluster, routed.route, &mut prepared, log).await;
-        respond::respond(cluster, outcome, prepared.client_upgrade, client)
+        respond::respond(cluster, outcome, prepared.upgrade, client.address)
     }
 }
 

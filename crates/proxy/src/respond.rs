@@ -9,8 +9,10 @@ use crate::{
     error::{ErrorKind, ProxyError},
     forward::Failed,
     headers,
+    prepare::Upgrade,
 };
-use http::{Response, StatusCode};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::{body::Incoming, upgrade::OnUpgrade};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
@@ -19,11 +21,11 @@ use std::net::SocketAddr;
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Result<(Response<Incoming>, Completion), Failed>,
-    client_upgrade: Option<OnUpgrade>,
+    upgrade: Option<Upgrade>,
     client: SocketAddr,
 ) -> Response<ProxyBody> {
     let response = match outcome {
-        Ok((response, completion)) => relay(response, completion, client_upgrade, client),
+        Ok((response, completion)) => relay(response, completion, upgrade, client),
         Err(Failed { error, log }) => {
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
             local_error(&error, log)
@@ -33,29 +35,94 @@ pub(crate) fn respond(
     response
 }
 
-/// Passes a backend's response on.
+/// Passes a backend's response on, unless its framing is ambiguous or it switches to a protocol the
+/// client did not ask for: then 502, counted against the backend.
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    client_upgrade: Option<OnUpgrade>,
+    upgrade: Option<Upgrade>,
     client: SocketAddr,
 ) -> Response<ProxyBody> {
-    let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-    if switching {
-        let Some(client_side) = client_upgrade else {
-            // An upgrade nobody asked for: the client could not use it.
-            let backend = completion.backend();
-            let log = completion.reject();
-            let error = ProxyError::upstream(ErrorKind::BadGateway, backend, "unrequested 101");
-            return local_error(&error, log);
+    let refuse = |completion: Completion, why: &'static str| {
+        let backend = completion.backend();
+        tracing::warn!(%backend, "refusing the response: {why}");
+        let log = completion.reject();
+        local_error(
+            &ProxyError::upstream(ErrorKind::BadGateway, backend, why),
+            log,
+        )
+    };
+    if let Err(why) = check_framing(response.headers()) {
+        return refuse(completion, why);
+    }
+    let mut protocol = None;
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(upgrade) =
+            upgrade.filter(|u| headers::switches_to(response.headers(), &u.protocol))
+        else {
+            return refuse(completion, "a 101 to a protocol the client did not ask for");
         };
         let backend_side = hyper::upgrade::on(&mut response);
-        tokio::task::spawn_local(tunnel(client_side, backend_side, client));
+        tokio::task::spawn_local(tunnel(upgrade.client, backend_side, client));
+        protocol = Some(upgrade.protocol);
     }
-    headers::remove_hop_by_hop(response.headers_mut(), switching);
+    let headers = response.headers_mut();
+    headers::remove_hop_by_hop(headers, protocol);
+    single_content_length(headers);
     let (parts, body) = response.into_parts();
     completion.on_head(&parts);
     Response::from_parts(parts, ProxyBody::upstream(body, completion))
+}
+
+/// RFC 9112 §6.3: a response with both `Transfer-Encoding` and `Content-Length` may be an attempt at
+/// response splitting, and a coding other than chunked would reach the client undecoded and unlabelled.
+/// duet refuses both, as nginx and Envoy do.
+fn check_framing(headers: &HeaderMap) -> Result<(), &'static str> {
+    if !headers.contains_key(header::TRANSFER_ENCODING) {
+        return Ok(());
+    }
+    if headers.contains_key(header::CONTENT_LENGTH) {
+        return Err("both Content-Length and Transfer-Encoding");
+    }
+    if headers::unknown_transfer_coding(headers) {
+        return Err("a transfer coding other than chunked");
+    }
+    Ok(())
+}
+
+/// `Content-Length: 5, 5` (or the field twice with one value, which hyper accepts) goes on as `5`.
+fn single_content_length(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else { return };
+    if values.next().is_none() && !first.as_bytes().contains(&b',') {
+        return;
+    }
+    let single = first
+        .as_bytes()
+        .split(|&b| b == b',')
+        .next()
+        .map(<[u8]>::trim_ascii)
+        .and_then(|v| HeaderValue::from_bytes(v).ok());
+    if let Some(single) = single {
+        headers.insert(header::CONTENT_LENGTH, single);
+    }
+}
+
+/// `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7): duet answers it, listing the methods it
+/// forwards. Any other method with the asterisk target is 400.
+pub(crate) fn asterisk<B>(request: &Request<B>, mut log: Option<AccessLog>) -> Response<ProxyBody> {
+    if request.method() != Method::OPTIONS {
+        return local_error(&ProxyError::new(ErrorKind::InvalidPath), log);
+    }
+    let mut response = Response::new(ProxyBody::local(Bytes::new(), log.take()));
+    response.headers_mut().insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    response
 }
 
 /// A short text response for a request duet could not proxy.

@@ -1,34 +1,48 @@
 //! Stage 1, route: host and path decide the cluster, first matching route wins.
 //!
-//! An absolute-form target names its host in the URI; otherwise the Host header does. Either way only
-//! the configured routes decide where a request goes: duet is never an open proxy.
+//! What is routed on is exactly what the backend will see:
+//!
+//! - **Host** (RFC 9112 §3.2): an HTTP/1.1 request needs exactly one, and it must be a valid authority
+//!   (`name[:port]`, `IPv4[:port]`, `[IPv6][:port]`, no userinfo); anything else is 400. An absolute-form
+//!   target (`GET http://host/path`) names the host instead (§3.2.2): duet routes on it and sends it to
+//!   the backend as the Host. Only the configured routes decide where a request goes: duet is never an
+//!   open proxy.
+//! - **Path**: dot segments are removed before routing (RFC 3986 §5.2.4), `%2e` counting as `.`, and the
+//!   backend gets the normalised path, so `/public/../admin` is routed (and served) as `/admin`. A path
+//!   that climbs above the root is 400. Other percent-encodings are kept as sent: `%2f` never splits a
+//!   segment. Repeated slashes are kept (they are significant to some applications).
+//! - `path_prefix` is a plain string prefix, as in nginx and Envoy: `/public` also matches `/publicity`;
+//!   write `/public/` to require a segment boundary.
 
 use crate::error::{ErrorKind, ProxyError};
 use duet_config::{HostPattern, Route};
-use http::{header, HeaderValue, Request, Uri};
+use http::{
+    header,
+    uri::{self, PathAndQuery},
+    HeaderValue, Request, Uri, Version,
+};
 
 /// Where routing sent a request.
 #[derive(Debug)]
 pub(crate) struct Routed<'t> {
     /// The route that matched.
     pub(crate) route: &'t Route,
-    /// The host the request named, for `X-Forwarded-Host`.
+    /// The host the request named, for `Host` toward the backend and `X-Forwarded-Host`.
     pub(crate) host: Option<HeaderValue>,
 }
 
-/// Finds the first route for `request`. 414 for a target over `max_uri_length`, 404 if none matches.
+/// Finds the first route for `request`, after checking its Host and normalising its path in place.
+/// 414 for a target over `max_uri_length`, 400 for a bad Host or path, 404 if no route matches.
 pub(crate) fn route<'t, B>(
     routes: &'t [Route],
     max_uri_length: usize,
-    request: &Request<B>,
+    request: &mut Request<B>,
 ) -> Result<Routed<'t>, ProxyError> {
     if uri_length(request.uri()) > max_uri_length {
         return Err(ProxyError::new(ErrorKind::UriTooLong));
     }
-    let host: Option<HeaderValue> = match request.uri().authority() {
-        Some(authority) => HeaderValue::from_str(authority.as_str()).ok(),
-        None => request.headers().get(header::HOST).cloned(),
-    };
+    let host = request_host(request).map_err(ProxyError::new)?;
+    normalise_path(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
     let path = request.uri().path();
     let route = routes
@@ -36,6 +50,136 @@ pub(crate) fn route<'t, B>(
         .find(|r| matches(r, host_name, path))
         .ok_or_else(|| ProxyError::new(ErrorKind::NoRoute))?;
     Ok(Routed { route, host })
+}
+
+/// The host a request names: its absolute-form target's authority, else its one Host field.
+fn request_host<B>(request: &Request<B>) -> Result<Option<HeaderValue>, ErrorKind> {
+    let mut fields = request.headers().get_all(header::HOST).iter();
+    let field = fields.next();
+    if fields.next().is_some() {
+        return Err(ErrorKind::InvalidHost);
+    }
+    let http11 = request.version() >= Version::HTTP_11;
+    let field = match field {
+        Some(value) if valid_authority(value.as_bytes()) => Some(value),
+        // HTTP/1.0 may send an empty Host, or none.
+        Some(value) if value.is_empty() && !http11 => None,
+        Some(_) => return Err(ErrorKind::InvalidHost),
+        None if http11 => return Err(ErrorKind::InvalidHost),
+        None => None,
+    };
+    match request.uri().authority() {
+        Some(authority) if valid_authority(authority.as_str().as_bytes()) => {
+            HeaderValue::from_str(authority.as_str())
+                .map(Some)
+                .map_err(|_| ErrorKind::InvalidHost)
+        }
+        Some(_) => Err(ErrorKind::InvalidHost),
+        None => Ok(field.cloned()),
+    }
+}
+
+/// `host[:port]` where host is a DNS name, an IPv4 address or a bracketed IPv6 address: no userinfo,
+/// no list, no path, no space.
+fn valid_authority(text: &[u8]) -> bool {
+    let (host, port) = match text.strip_prefix(b"[") {
+        Some(rest) => match rest.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let literal = &rest[..end];
+                let valid = !literal.is_empty()
+                    && literal
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+                if !valid {
+                    return false;
+                }
+                match &rest[end + 1..] {
+                    [] => (&b"v6"[..], None),
+                    [b':', port @ ..] => (&b"v6"[..], Some(port)),
+                    _ => return false,
+                }
+            }
+            None => return false,
+        },
+        None => match text.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&text[..colon], Some(&text[colon + 1..])),
+            None => (text, None),
+        },
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+    let port_ok = port.is_none_or(|p| p.len() <= 5 && p.iter().all(u8::is_ascii_digit));
+    host_ok && port_ok
+}
+
+/// Removes dot segments (RFC 3986 §5.2.4, `%2e` counting as `.`) from the path, in place. Paths
+/// without any are left alone (the common case costs one scan). A path above the root is an error.
+fn normalise_path(uri: &mut Uri) -> Result<(), ErrorKind> {
+    let Some(path_and_query) = uri.path_and_query() else {
+        return Ok(());
+    };
+    let path = path_and_query.path();
+    if !path.starts_with('/') || !has_dot_segment(path) {
+        return Ok(());
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path[1..].split('/').collect();
+    let last = segments.len() - 1;
+    for (i, segment) in segments.iter().enumerate() {
+        match dot_segment(segment) {
+            Some(1) if i == last => out.push(""),
+            Some(1) => {}
+            Some(_) => {
+                out.pop().ok_or(ErrorKind::InvalidPath)?;
+                if i == last {
+                    out.push("");
+                }
+            }
+            None => out.push(segment),
+        }
+    }
+    let mut normalised = String::with_capacity(path_and_query.as_str().len());
+    for segment in &out {
+        normalised.push('/');
+        normalised.push_str(segment);
+    }
+    if normalised.is_empty() {
+        normalised.push('/');
+    }
+    if let Some(query) = path_and_query.query() {
+        normalised.push('?');
+        normalised.push_str(query);
+    }
+    let mut parts = uri::Parts::from(std::mem::take(uri));
+    parts.path_and_query =
+        Some(PathAndQuery::try_from(normalised).map_err(|_| ErrorKind::InvalidPath)?);
+    *uri = Uri::from_parts(parts).map_err(|_| ErrorKind::InvalidPath)?;
+    Ok(())
+}
+
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|s| dot_segment(s).is_some())
+}
+
+/// 1 for `.`, 2 for `..` (each dot possibly written `%2e`), `None` for any other segment.
+fn dot_segment(segment: &str) -> Option<usize> {
+    let bytes = segment.as_bytes();
+    if bytes.is_empty() || bytes.len() > 6 {
+        return None;
+    }
+    let mut dots = 0;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        rest = match rest {
+            [b'.', tail @ ..] => tail,
+            [b'%', b'2', b'e' | b'E', tail @ ..] => tail,
+            _ => return None,
+        };
+        dots += 1;
+    }
+    (dots <= 2).then_some(dots)
 }
 
 /// Whether a request for `host` (may carry a port) and `path` matches `route`.
@@ -108,10 +252,67 @@ mod tests {
         if let Some(host) = host {
             request = request.header(header::HOST, host);
         }
-        let request = request.body(()).expect("request");
-        route(routes, 64, &request)
+        let mut request = request.body(()).expect("request");
+        route(routes, 64, &mut request)
             .map(|r| r.route.cluster)
             .map_err(|e| e.kind())
+    }
+
+    fn normalised(path: &str) -> Result<String, ErrorKind> {
+        let mut uri: Uri = path.parse().expect("uri");
+        normalise_path(&mut uri)?;
+        Ok(uri.to_string())
+    }
+
+    #[test]
+    fn dot_segments_are_removed() {
+        for (path, expected) in [
+            ("/a/b", "/a/b"),
+            ("/public/../admin/x", "/admin/x"),
+            ("/public/%2e%2e/admin/x", "/admin/x"),
+            ("/public/%2E./admin", "/admin"),
+            ("/a/./b/.", "/a/b/"),
+            ("/a/b/..", "/a/"),
+            ("/a/..", "/"),
+            ("/a/%2f../b", "/a/%2f../b"),
+            ("/a/..%2f/b", "/a/..%2f/b"),
+            ("/a/.../b", "/a/.../b"),
+            ("/a//../b", "/a/b"),
+            ("/p/../q?x=/../y", "/q?x=/../y"),
+        ] {
+            assert_eq!(normalised(path).as_deref(), Ok(expected), "{path}");
+        }
+        assert_eq!(normalised("/../etc/passwd"), Err(ErrorKind::InvalidPath));
+        assert_eq!(normalised("/a/../../b"), Err(ErrorKind::InvalidPath));
+    }
+
+    #[test]
+    fn authorities() {
+        for good in [
+            "a",
+            "api.example.com",
+            "a-b.c:8080",
+            "10.0.0.1:80",
+            "[::1]",
+            "[::1]:443",
+            "x:",
+        ] {
+            assert!(valid_authority(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "x/y",
+            "evil@host",
+            "a,b",
+            "[::1",
+            "[::1]x",
+            "a:99999999",
+            "[zz]",
+            ":80",
+        ] {
+            assert!(!valid_authority(bad.as_bytes()), "{bad}");
+        }
     }
 
     #[test]
@@ -121,7 +322,11 @@ mod tests {
         assert_eq!(cluster_of(&routes, "/v2/x", Some("api.example.com")), Ok(1));
         assert_eq!(cluster_of(&routes, "/v1/x", Some("www.example.com")), Ok(1));
         assert_eq!(cluster_of(&routes, "/static/a", Some("other.org")), Ok(1));
-        assert_eq!(cluster_of(&routes, "/static/a", None), Ok(1));
+        assert_eq!(
+            cluster_of(&routes, "/static/a", None),
+            Err(ErrorKind::InvalidHost),
+            "HTTP/1.1 needs a Host"
+        );
         assert_eq!(
             cluster_of(&routes, "/v1/x", Some("other.org")),
             Err(ErrorKind::NoRoute)

@@ -7,16 +7,26 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{convert::Infallible, net::SocketAddr, rc::Rc};
 use tokio::sync::watch;
 
+/// Who is at the other end of a client connection, as its listener saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// The peer's address.
+    pub address: SocketAddr,
+    /// Whether the connection is TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
+    /// Whether the peer is one of the listener's `trusted_proxies`, whose forwarding fields are kept.
+    pub trusted: bool,
+}
+
 /// Serves one client connection until it closes, or until `shutdown` turns true: then the request in
 /// progress (if any) finishes, and the connection closes instead of waiting for another.
 ///
-/// `io` is the client connection (TCP, or TLS over TCP when `secure`, which sets `X-Forwarded-Proto`).
+/// `io` is the client connection (TCP, or TLS over TCP).
 pub async fn serve_connection<IO>(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
     io: IO,
-    peer: SocketAddr,
-    secure: bool,
+    client: Client,
     mut shutdown: watch::Receiver<bool>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
@@ -28,13 +38,18 @@ pub async fn serve_connection<IO>(
     let counters = proxy.clone();
     let service = service_fn(move |request| {
         let proxy = proxy.clone();
-        async move { Ok::<_, Infallible>(proxy.handle(request, peer, secure).await) }
+        async move { Ok::<_, Infallible>(proxy.handle(request, client).await) }
     });
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_request_head)
+        // The head limit itself (start line and fields, counted as hyper parses them: 431 past it);
+        // the read buffer gets room beyond it so the limit, not the buffer, decides.
+        .max_header_size(limits.max_request_head)
+        .max_buf_size(limits.max_request_head.saturating_mul(2))
+        // A client that sends its request and then shuts its side down still gets the response.
+        .half_close(true)
         .writev(false)
         .keep_alive(true);
     let connection = builder
@@ -49,7 +64,7 @@ pub async fn serve_connection<IO>(
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {
-                    log_connection_error(&error, peer, counters.counters());
+                    log_connection_error(&error, client.address, counters.counters());
                 }
                 return;
             }

@@ -2,7 +2,7 @@
 //! backends from duet-testbed, a real hyper client. What only the binary does (CLI, signals, several
 //! workers) is tested in the repository's `tests/`.
 
-use crate::{serve_connection, view::ResolvedNames, HealthView, WorkerProxy};
+use crate::{serve_connection, view::ResolvedNames, Client, HealthView, WorkerProxy};
 use bytes::Bytes;
 use duet_testbed::{
     config::{Cluster, DuetConfig},
@@ -29,12 +29,16 @@ impl Harness {
         let serving = proxy.clone();
         tokio::task::spawn_local(async move {
             while let Ok((stream, peer)) = listener.accept().await {
+                let client = Client {
+                    address: peer,
+                    tls: false,
+                    trusted: false,
+                };
                 let connection = serve_connection(
                     serving.clone(),
                     config.limits,
                     stream,
-                    peer,
-                    false,
+                    client,
                     watch.clone(),
                 );
                 tokio::task::spawn_local(connection);

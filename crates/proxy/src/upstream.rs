@@ -11,6 +11,9 @@ use hyper_util::{
 /// no pool, lock or connection is shared between workers.
 pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
+/// The most header fields a backend's response may carry.
+pub(crate) const MAX_RESPONSE_HEADERS: usize = 256;
+
 /// Builds a worker's client for a cluster's timeouts.
 pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
     let mut connector = HttpConnector::new();
@@ -22,5 +25,8 @@ pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
         .pool_timer(TokioTimer::new())
         // Head and small body in one write: measurably cheaper per request (../shared/design.md).
         .http1_writev(false)
+        // Real responses carry more than hyper's default 100 fields (one `Set-Cookie` each); HAProxy
+        // allows 101. Past this the response is refused (502), never held against the backend.
+        .http1_max_headers(MAX_RESPONSE_HEADERS)
         .build(connector)
 }

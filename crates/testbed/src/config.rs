@@ -24,7 +24,9 @@ use std::{fmt::Write, net::SocketAddr};
 #[derive(Debug, Clone)]
 pub struct DuetConfig {
     workers: usize,
-    listeners: Vec<String>,
+    listen: String,
+    tls: Option<(String, String)>,
+    trusted_proxies: Vec<String>,
     admin: bool,
     routes: Vec<Route>,
     clusters: Vec<Cluster>,
@@ -58,7 +60,9 @@ impl DuetConfig {
     pub fn new() -> Self {
         Self {
             workers: 1,
-            listeners: vec!["{ address: 127.0.0.1:0 }".to_owned()],
+            listen: "127.0.0.1:0".to_owned(),
+            tls: None,
+            trusted_proxies: Vec::new(),
             admin: false,
             routes: Vec::new(),
             clusters: Vec::new(),
@@ -82,15 +86,19 @@ impl DuetConfig {
 
     /// Listens on `address` instead (the only listener).
     pub fn listen(mut self, address: SocketAddr) -> Self {
-        self.listeners = vec![format!("{{ address: {address} }}")];
+        self.listen = address.to_string();
         self
     }
 
     /// Terminates TLS on the listener with these PEM files.
     pub fn tls(mut self, cert: &str, key: &str) -> Self {
-        self.listeners = vec![format!(
-            "{{ address: 127.0.0.1:0, tls: {{ cert: {cert}, key: {key} }} }}"
-        )];
+        self.tls = Some((cert.to_owned(), key.to_owned()));
+        self
+    }
+
+    /// Trusts these peers (IPs or CIDRs) to send forwarding fields.
+    pub fn trusted_proxies(mut self, peers: &[&str]) -> Self {
+        self.trusted_proxies = peers.iter().map(|p| (*p).to_owned()).collect();
         self
     }
 
@@ -134,9 +142,19 @@ impl DuetConfig {
 
     /// The YAML text.
     pub fn to_yaml(&self) -> String {
-        let mut out = format!("workers: {}\nlisteners:\n", self.workers);
-        for listener in &self.listeners {
-            let _ = writeln!(out, "  - {listener}");
+        let mut out = format!(
+            "workers: {}\nlisteners:\n  - address: {}\n",
+            self.workers, self.listen
+        );
+        if let Some((cert, key)) = &self.tls {
+            let _ = writeln!(out, "    tls: {{ cert: {cert}, key: {key} }}");
+        }
+        if !self.trusted_proxies.is_empty() {
+            let _ = writeln!(
+                out,
+                "    trusted_proxies: [{}]",
+                self.trusted_proxies.join(", ")
+            );
         }
         if self.admin {
             out.push_str("admin: { address: 127.0.0.1:0 }\n");
