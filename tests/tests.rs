@@ -7,6 +7,7 @@ mod admin;
 mod balancing;
 mod cli;
 mod discovery;
+mod edge;
 mod failures;
 mod framing;
 mod lifecycle;

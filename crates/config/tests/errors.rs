@@ -209,3 +209,30 @@ fn a_malformed_host_name_is_an_error_at_its_field() {
         "{errors}"
     );
 }
+
+#[test]
+fn trusted_proxies_are_addresses_or_networks() {
+    let yaml = "listeners:\n  - address: 127.0.0.1:0\n    trusted_proxies: [10.0.0.0/8, 192.168.1.7, fd00::/8, ten-dot-zero]\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n";
+    let errors = duet_config::parse(yaml, "t.yaml").expect_err("one bad entry");
+    assert!(
+        errors.to_string().contains(
+            "t.yaml:3:58: listeners[0].trusted_proxies[3]: `ten-dot-zero` is not an address or network"
+        ),
+        "{errors}"
+    );
+    let config = duet_config::parse(&yaml.replace(", ten-dot-zero", ""), "t.yaml").expect("valid");
+    let listener = &config.listeners[0];
+    for (peer, trusted) in [
+        ("10.1.2.3", true),
+        ("192.168.1.7", true),
+        ("192.168.1.8", false),
+        ("fd12::1", true),
+        ("127.0.0.1", false),
+    ] {
+        assert_eq!(
+            listener.trusts(peer.parse().expect("ip")),
+            trusted,
+            "{peer}"
+        );
+    }
+}

@@ -506,6 +506,17 @@ pub enum Misbehaviour {
     CloseAfterRequest,
     /// Answers `103 Early Hints`, then `200 OK` with body `ok` (a valid interim response).
     EarlyHints,
+    /// Answers with both `Content-Length: 5` and `Transfer-Encoding: chunked` (body `hello world`).
+    BothLengths,
+    /// Answers `Transfer-Encoding: gzip, chunked`: a coding under chunked.
+    GzipChunked,
+    /// Answers `Content-Length: 5, 5` with body `hello`.
+    RepeatedLength,
+    /// Answers `200 OK` with this many `Set-Cookie` fields and body `ok`.
+    Cookies(usize),
+    /// Answers every request, HEAD included, with `Content-Length: 5` and the 5 bytes `hello`: after a
+    /// HEAD those bytes are not part of any response.
+    BodyAfterHead,
 }
 
 /// A TCP server that speaks broken HTTP, counting connections and request heads.
@@ -624,6 +635,30 @@ fn raw_serve(
                 let _ = stream.write_all(
                     b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Backend: hints\r\n\r\nok",
                 );
+            }
+            Misbehaviour::BothLengths => {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nb\r\nhello world\r\n0\r\n\r\n",
+                );
+            }
+            Misbehaviour::GzipChunked => {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                );
+            }
+            Misbehaviour::RepeatedLength => {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello");
+            }
+            Misbehaviour::Cookies(count) => {
+                let mut response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n".to_vec();
+                for i in 0..count {
+                    response.extend_from_slice(format!("Set-Cookie: c{i}=v\r\n").as_bytes());
+                }
+                response.extend_from_slice(b"\r\nok");
+                let _ = stream.write_all(&response);
+            }
+            Misbehaviour::BodyAfterHead => {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
             }
         }
     }

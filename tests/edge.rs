@@ -1,0 +1,342 @@
+//! What duet does at the edge with exactly these bytes: Host, framing, limits, paths, upgrades and
+//! forwarding fields, each rule against the real binary through a raw socket.
+
+use crate::support::{raw_exchange, Duet};
+use duet_testbed::{
+    config::{Cluster, DuetConfig},
+    Backend, BackendOptions, Misbehaviour, RawBackend,
+};
+use std::{
+    io::{Read, Write},
+    net::{Shutdown, SocketAddr, TcpStream},
+    time::Duration,
+};
+
+/// Sends `request` and returns the whole response (the requests say `Connection: close`).
+fn exchange(duet: &Duet, request: &[u8]) -> String {
+    raw_exchange(duet.address, request, Duration::from_secs(5)).0
+}
+
+fn status(response: &str) -> &str {
+    response.get(9..12).unwrap_or(response)
+}
+
+fn one_backend() -> (Backend, Duet) {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
+    (backend, duet)
+}
+
+#[test]
+fn host_must_be_one_valid_authority() {
+    let (backend, duet) = one_backend();
+    let rejected: &[&[u8]] = &[
+        b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: api.example.com\r\nHost: evil.com\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a b\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x/y\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: evil@host\r\nConnection: close\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a.test, b.test\r\nConnection: close\r\n\r\n",
+        b"GET http://user@a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+    ];
+    for request in rejected {
+        let response = exchange(&duet, request);
+        assert_eq!(
+            status(&response),
+            "400",
+            "{:?}: {response}",
+            String::from_utf8_lossy(request)
+        );
+    }
+    assert_eq!(backend.requests(), 0, "none of them was forwarded");
+    // HTTP/1.0 may omit Host.
+    let response = exchange(&duet, b"GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(status(&response), "200", "{response}");
+    assert_eq!(backend.requests(), 1);
+}
+
+#[test]
+fn an_absolute_target_is_the_host_the_backend_sees() {
+    let inside = Backend::start(BackendOptions::named("inside")).expect("backend");
+    let outside = Backend::start(BackendOptions::named("outside")).expect("backend");
+    let config = DuetConfig::new()
+        .route(Some("internal.example.com"), "/", "inside")
+        .route(None, "/", "outside")
+        .cluster(Cluster::new("inside").backend(inside.address()))
+        .cluster(Cluster::new("outside").backend(outside.address()));
+    let duet = Duet::start(&config.to_yaml());
+    let response = exchange(
+        &duet,
+        b"GET http://internal.example.com/secret HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.ends_with("inside"), "{response}");
+    let seen = inside.recorded().pop().expect("forwarded");
+    assert_eq!(seen.uri, "/secret");
+    assert_eq!(
+        seen.headers["host"], "internal.example.com",
+        "routed and forwarded on the same host"
+    );
+}
+
+#[test]
+fn connection_cannot_remove_host_or_framing() {
+    let (backend, duet) = one_backend();
+    let response = exchange(
+        &duet,
+        b"POST /upload HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\nConnection: host, content-length, close\r\n\r\nhello",
+    );
+    assert!(
+        response.ends_with("\r\n\r\n5"),
+        "the body arrived whole: {response}"
+    );
+    let seen = backend.recorded().pop().expect("forwarded");
+    assert_eq!(seen.headers["host"], "a.test");
+    assert_eq!(seen.headers["content-length"], "5");
+}
+
+#[test]
+fn ambiguous_or_undecodable_response_framing_is_502() {
+    for misbehaviour in [Misbehaviour::BothLengths, Misbehaviour::GzipChunked] {
+        let raw = RawBackend::start(misbehaviour).expect("backend");
+        let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
+        let response = exchange(
+            &duet,
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(status(&response), "502", "{misbehaviour:?}: {response}");
+        assert!(!response.contains("hello"), "{misbehaviour:?}: {response}");
+    }
+}
+
+#[test]
+fn a_repeated_content_length_goes_on_as_one() {
+    let raw = RawBackend::start(Misbehaviour::RepeatedLength).expect("backend");
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
+    let response = exchange(
+        &duet,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let lengths: Vec<&str> = response
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-length:"))
+        .collect();
+    assert_eq!(lengths, vec!["content-length: 5"], "{response}");
+    assert!(response.ends_with("\r\n\r\nhello"), "{response}");
+}
+
+#[test]
+fn a_response_with_many_cookies_is_relayed() {
+    let raw = RawBackend::start(Misbehaviour::Cookies(101)).expect("backend");
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
+    let response = exchange(
+        &duet,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let cookies = response
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .count();
+    assert_eq!(cookies, 101);
+}
+
+#[test]
+fn a_request_coding_other_than_chunked_is_501() {
+    let (backend, duet) = one_backend();
+    let response = exchange(
+        &duet,
+        b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    );
+    assert_eq!(status(&response), "501", "{response}");
+    assert_eq!(backend.requests(), 0);
+}
+
+/// A request whose head (request line, fields and the blank line) is exactly `size` bytes, padded with
+/// `fields` fields.
+fn head_of(size: usize, fields: usize) -> Vec<u8> {
+    let start = "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n";
+    let end = "\r\n";
+    // Each padding field is "X-Pad-NNN: vvv\r\n".
+    let overhead = start.len() + end.len() + fields * "X-Pad-000: \r\n".len();
+    let value = size.checked_sub(overhead).expect("size fits the fields");
+    let mut head = start.to_owned();
+    for i in 0..fields {
+        let share = value / fields + usize::from(i < value % fields);
+        head.push_str(&format!("X-Pad-{i:03}: {}\r\n", "v".repeat(share)));
+    }
+    head.push_str(end);
+    assert_eq!(head.len(), size);
+    head.into_bytes()
+}
+
+#[test]
+fn the_head_limit_holds_to_the_byte() {
+    for (configured, limit) in [
+        (None, 64 * 1024),
+        (Some("16KiB"), 16 * 1024),
+        (Some("100KiB"), 100 * 1024),
+    ] {
+        let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+        let mut config = DuetConfig::single("p2c_inflight", &[backend.address()]);
+        if let Some(size) = configured {
+            config = config.section("limits", &format!("{{ max_request_head: {size} }}"));
+        }
+        let duet = Duet::start(&config.to_yaml());
+        for fields in [1, 90] {
+            let at = exchange(&duet, &head_of(limit, fields));
+            assert_eq!(status(&at), "200", "{limit} bytes in {fields} fields");
+            let over = exchange(&duet, &head_of(limit + 1, fields));
+            assert_eq!(
+                status(&over),
+                "431",
+                "{} bytes in {fields} fields",
+                limit + 1
+            );
+        }
+        assert_eq!(
+            backend.requests(),
+            2,
+            "only the heads within the limit were forwarded"
+        );
+    }
+}
+
+#[test]
+fn dot_segments_are_resolved_before_routing() {
+    let public = Backend::start(BackendOptions::named("public")).expect("backend");
+    let admin = Backend::start(BackendOptions::named("admin")).expect("backend");
+    let config = DuetConfig::new()
+        .route(None, "/public", "public")
+        .route(None, "/", "admin")
+        .cluster(Cluster::new("public").backend(public.address()))
+        .cluster(Cluster::new("admin").backend(admin.address()));
+    let duet = Duet::start(&config.to_yaml());
+    for target in [
+        "/public/../admin/x",
+        "/public/%2e%2e/admin/x",
+        "/public/./.././admin/x",
+    ] {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let response = exchange(&duet, request.as_bytes());
+        assert!(response.ends_with("admin"), "{target}: {response}");
+        assert_eq!(
+            admin.recorded().pop().expect("forwarded").uri,
+            "/admin/x",
+            "{target}"
+        );
+    }
+    // An encoded slash stays encoded and never splits a segment.
+    let response = exchange(
+        &duet,
+        b"GET /public/a%2f..%2fb HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.ends_with("public"), "{response}");
+    assert_eq!(
+        public.recorded().pop().expect("forwarded").uri,
+        "/public/a%2f..%2fb"
+    );
+    let response = exchange(
+        &duet,
+        b"GET /../etc/passwd HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&response), "400", "{response}");
+    assert_eq!(public.requests() + admin.requests(), 4);
+}
+
+#[test]
+fn only_websocket_is_upgraded_and_only_on_http_11() {
+    let (backend, duet) = one_backend();
+    // The testbed backend switches on `/upgrade`; the tunnel then stays open, so read for a second.
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET /upgrade HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nUpgrade: websocket\r\n\r\n",
+        Duration::from_secs(1),
+    );
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+    let seen = backend.recorded().pop().expect("forwarded");
+    let upgrades: Vec<_> = seen.headers.get_all("upgrade").iter().collect();
+    assert_eq!(upgrades, vec!["websocket"], "h2c never goes on");
+
+    let response = exchange(
+        &duet,
+        b"GET / HTTP/1.0\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded");
+    assert!(!seen.headers.contains_key("upgrade"), "RFC 9110 §7.8");
+}
+
+#[test]
+fn a_trailer_field_without_a_body_is_dropped() {
+    let (backend, duet) = one_backend();
+    let response = exchange(
+        &duet,
+        b"GET / HTTP/1.1\r\nHost: a\r\nTrailer: x-checksum\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    assert!(!backend
+        .recorded()
+        .pop()
+        .expect("forwarded")
+        .headers
+        .contains_key("trailer"));
+}
+
+#[test]
+fn options_asterisk_is_answered() {
+    let (backend, duet) = one_backend();
+    let response = exchange(
+        &duet,
+        b"OPTIONS * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("\r\nallow: get, head"),
+        "{response}"
+    );
+    assert_eq!(backend.requests(), 0);
+}
+
+#[test]
+fn a_client_that_half_closes_after_its_request_is_answered() {
+    let (_backend, duet) = one_backend();
+    let mut stream = TcpStream::connect(duet.address).expect("connect");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .expect("write");
+    stream.shutdown(Shutdown::Write).expect("half-close");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response:?}");
+}
+
+#[test]
+fn bytes_after_a_head_response_never_reach_the_next_request() {
+    let raw = RawBackend::start(Misbehaviour::BodyAfterHead).expect("backend");
+    let duet = Duet::start(
+        &DuetConfig::single("p2c_inflight", &[raw.address()])
+            .with_cluster("app", |c| c.set("retries", "{ attempts: 1 }"))
+            .to_yaml(),
+    );
+    let head = exchange(
+        &duet,
+        b"HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&head), "200", "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body after a HEAD: {head}");
+    for _ in 0..3 {
+        let get = exchange(
+            &duet,
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(status(&get), "200", "{get}");
+        assert!(get.ends_with("\r\n\r\nhello"), "{get}");
+    }
+    let _: SocketAddr = raw.address();
+}
