@@ -443,6 +443,16 @@ impl Checker {
                     format!("clusters[{ci}].timeouts.idle"),
                     defaults.idle,
                 ),
+                read: self.duration(
+                    t.and_then(|t| t.read.as_ref()),
+                    format!("clusters[{ci}].timeouts.read"),
+                    defaults.read,
+                ),
+                tunnel_idle: self.duration(
+                    t.and_then(|t| t.tunnel_idle.as_ref()),
+                    format!("clusters[{ci}].timeouts.tunnel_idle"),
+                    defaults.tunnel_idle,
+                ),
             };
             let health_check = c.health_check.as_ref().map(|h| {
                 let d = HealthCheck::default();
@@ -705,12 +715,29 @@ impl Checker {
                 "limits.body_read_timeout".to_owned(),
                 defaults.body_read_timeout,
             ),
+            send_timeout: self.duration(
+                l.and_then(|l| l.send_timeout.as_ref()),
+                "limits.send_timeout".to_owned(),
+                defaults.send_timeout,
+            ),
+            max_connections: self.count(
+                l.and_then(|l| l.max_connections.as_ref()),
+                "limits.max_connections".to_owned(),
+                defaults.max_connections as u32,
+                1,
+                10_000_000,
+            ) as usize,
         };
         let shutdown = Shutdown {
             drain_timeout: self.duration(
                 raw.shutdown.as_ref().and_then(|s| s.drain_timeout.as_ref()),
                 "shutdown.drain_timeout".to_owned(),
                 Shutdown::default().drain_timeout,
+            ),
+            drain_delay: self.duration(
+                raw.shutdown.as_ref().and_then(|s| s.drain_delay.as_ref()),
+                "shutdown.drain_delay".to_owned(),
+                Shutdown::default().drain_delay,
             ),
         };
         let admin =

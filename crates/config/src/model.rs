@@ -310,6 +310,11 @@ pub struct Timeouts {
     pub response_headers: Duration,
     /// How long an idle pooled connection is kept. Default 60 s.
     pub idle: Duration,
+    /// Longest wait between two reads of a response body; past it the client connection is closed and
+    /// the backend gets an outlier failure. Default 60 s (nginx's `proxy_read_timeout`).
+    pub read: Duration,
+    /// How long an upgraded connection (WebSocket) may carry nothing either way. Default 1 h.
+    pub tunnel_idle: Duration,
 }
 
 impl Default for Timeouts {
@@ -318,6 +323,8 @@ impl Default for Timeouts {
             connect: Duration::from_secs(1),
             response_headers: Duration::from_secs(15),
             idle: Duration::from_secs(60),
+            read: Duration::from_secs(60),
+            tunnel_idle: Duration::from_secs(3600),
         }
     }
 }
@@ -333,6 +340,12 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Longest wait for the next piece of a request body; longer gets 408. Default 60 s.
     pub body_read_timeout: Duration,
+    /// Longest a write to a client may make no progress; past it both sides are closed. Default 60 s
+    /// (nginx's `send_timeout`).
+    pub send_timeout: Duration,
+    /// Client connections served at once, per process (split evenly over the workers); past it new
+    /// connections wait in the kernel's accept queue. Default 10,000.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -342,6 +355,8 @@ impl Default for Limits {
             max_uri_length: 8 * 1024,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
         }
     }
 }
@@ -351,12 +366,16 @@ impl Default for Limits {
 pub struct Shutdown {
     /// How long in-flight requests may run after SIGTERM before connections are closed. Default 30 s.
     pub drain_timeout: Duration,
+    /// How long duet keeps accepting after SIGTERM (with `/ready` answering 503), so load balancers in
+    /// front stop sending first. Default 0; the Kubernetes manifest sets it.
+    pub drain_delay: Duration,
 }
 
 impl Default for Shutdown {
     fn default() -> Self {
         Self {
             drain_timeout: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
         }
     }
 }

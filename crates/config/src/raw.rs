@@ -151,6 +151,10 @@ pub(crate) struct RawTimeouts {
     pub(crate) response_headers: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) idle: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) read: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) tunnel_idle: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +168,10 @@ pub(crate) struct RawLimits {
     pub(crate) header_read_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) body_read_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) send_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_connections: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,6 +179,8 @@ pub(crate) struct RawLimits {
 pub(crate) struct RawShutdown {
     #[serde(default)]
     pub(crate) drain_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) drain_delay: Option<Spanned<Scalar>>,
 }
 
 /// Any YAML scalar, kept as text: `1s`, `8080`, `auto` are all checked after parsing, so that every

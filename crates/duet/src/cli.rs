@@ -222,6 +222,12 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
             return 1;
         }
     };
+    // Every client and backend connection is a descriptor: use all the hard limit allows (as nginx's
+    // worker_rlimit_nofile and Envoy do), and say what it is.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open file limit"),
+        Err(error) => tracing::warn!("cannot raise the open file limit: {error}"),
+    }
     let server = match Server::start(config) {
         Ok(server) => server,
         Err(error) => {

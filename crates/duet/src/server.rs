@@ -118,6 +118,7 @@ impl Server {
                 names: names_rx.clone(),
                 registry: registry.clone(),
                 tls: tls_rx.clone(),
+                connection_share: config.limits.max_connections.div_ceil(workers),
             };
             handles.push(
                 thread::Builder::new()
@@ -184,6 +185,16 @@ impl Server {
     /// `/ready` answers 503 from now on; the admin listener closes last.
     pub fn shutdown(self) -> io::Result<()> {
         self.registry.set_draining();
+        // Keep accepting for `drain_delay`, answering `/ready` with 503 and every response with
+        // `Connection: close`, so that load balancers in front stop sending before the listeners close.
+        let delay = self.config.borrow().shutdown.drain_delay;
+        if !delay.is_zero() {
+            tracing::info!(
+                ?delay,
+                "draining: still accepting while load balancers catch up"
+            );
+            thread::sleep(delay);
+        }
         let _ = self.shutdown.send(true);
         let mut result = Ok(());
         let mut join = |handle: thread::JoinHandle<io::Result<()>>| match handle.join() {

@@ -5,7 +5,7 @@ use duet_proxy::{serve_connection, Client, HealthView, Registry, ResolvedNames, 
 use std::{rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
-    sync::{mpsc, watch},
+    sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore},
     task::{JoinSet, LocalSet},
 };
 use tokio_rustls::TlsAcceptor;
@@ -18,6 +18,8 @@ pub(crate) struct Channels {
     pub(crate) names: watch::Receiver<Arc<ResolvedNames>>,
     pub(crate) registry: Registry,
     pub(crate) tls: watch::Receiver<Arc<Vec<Option<TlsAcceptor>>>>,
+    /// This worker's share of `limits.max_connections`.
+    pub(crate) connection_share: usize,
 }
 
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
@@ -34,13 +36,14 @@ pub(crate) fn run(
 
 /// A connection accepted on a listener: the peer (trusted if the listener lists it in
 /// `trusted_proxies`), and the listener's TLS acceptor if it terminates TLS.
-type Accepted = (TcpStream, Client, Option<TlsAcceptor>);
+/// The permit is its place under the worker's share of `limits.max_connections`, held while it is open.
+type Accepted = (TcpStream, Client, Option<TlsAcceptor>, OwnedSemaphorePermit);
 
 /// Serves one connection, after its TLS handshake (bounded by the header read timeout) if any.
 async fn serve(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
-    (stream, client, tls): Accepted,
+    (stream, client, tls, _permit): Accepted,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -77,6 +80,7 @@ async fn serve_worker(
         mut names,
         registry,
         tls,
+        connection_share,
     } = channels;
     let mut config = reloads.borrow_and_update().clone();
     let resolved = names.borrow_and_update().clone();
@@ -90,13 +94,29 @@ async fn serve_worker(
     let mut limits = config.limits;
     let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
+    // Past its share of `limits.max_connections` a worker stops accepting: new connections wait in the
+    // kernel's accept queue (or go to another worker) while established ones keep their latency.
+    let capacity = Arc::new(Semaphore::new(connection_share));
     for (listener, position) in listeners {
         let listener = TcpListener::from_std(listener)?;
         let accepted_tx = accepted_tx.clone();
         let tls = tls.clone();
         let config = reloads.clone();
+        let capacity = capacity.clone();
+        let proxy = proxy.clone();
         acceptors.spawn_local(async move {
             loop {
+                let permit = match capacity.clone().try_acquire_owned() {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        proxy.note_at_capacity();
+                        tracing::debug!(worker = index, "at max_connections: not accepting");
+                        match capacity.clone().acquire_owned().await {
+                            Ok(permit) => permit,
+                            Err(_) => return,
+                        }
+                    }
+                };
                 match listener.accept().await {
                     Ok((stream, peer)) => {
                         // The acceptor and trust list current now: a reload may have changed them.
@@ -111,7 +131,11 @@ async fn serve_worker(
                             tls: false,
                             trusted,
                         };
-                        if accepted_tx.send((stream, client, acceptor)).await.is_err() {
+                        if accepted_tx
+                            .send((stream, client, acceptor, permit))
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -162,8 +186,12 @@ async fn serve_worker(
         connections.spawn_local(serve(proxy.clone(), limits, connection, shutdown.clone()));
     }
     let open = connections.len();
+    // Requests in flight and upgraded tunnels both finish, up to the drain deadline.
     let drained = tokio::time::timeout(config.shutdown.drain_timeout, async {
         while connections.join_next().await.is_some() {}
+        while proxy.open_tunnels() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     })
     .await;
     match drained {

@@ -1,18 +1,28 @@
 //! The body duet sends to clients: a backend's streamed body, or a short local one.
 
-use crate::{access_log::AccessLog, completion::Completion};
+use crate::stall::Stall;
+use crate::{
+    access_log::AccessLog,
+    completion::{BodyEnd, Completion},
+};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use std::{
+    fmt,
     pin::Pin,
-    task::{ready, Context, Poll},
+    task::{Context, Poll},
+    time::Duration,
 };
+
+/// The error a client's response body can end with.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// A response body toward the client. A backend's body streams frame by frame (never buffered
-    /// whole) and carries its attempt's [`Completion`], settled when the body ends, fails or is dropped.
+    /// whole) and carries its attempt's [`Completion`], settled when the body ends, fails, stalls past
+    /// `timeouts.read`, or is dropped.
     pub struct ProxyBody {
         #[pin]
         kind: Kind,
@@ -22,22 +32,44 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind {
-        Upstream { #[pin] body: Incoming, completion: Option<Completion> },
+        Upstream {
+            #[pin]
+            body: Incoming,
+            completion: Option<Completion>,
+            stall: Stall,
+        },
         Local { data: Option<Bytes>, log: Option<AccessLog> },
     }
 }
 
+/// The backend sent nothing for `timeouts.read` in the middle of its body.
+#[derive(Debug)]
+struct ReadTimeout(Duration);
+
+impl fmt::Display for ReadTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the backend sent nothing for {:?} mid-body", self.0)
+    }
+}
+
+impl std::error::Error for ReadTimeout {}
+
 impl ProxyBody {
     pub(crate) fn upstream(body: Incoming, completion: Completion) -> Self {
+        let stall = Stall::new(completion.read_timeout());
         // hyper never polls a body that has already ended (empty, HEAD, 204, 304): settle now.
         let completion = if body.is_end_stream() {
-            completion.end(true);
+            completion.end(BodyEnd::Complete);
             None
         } else {
             Some(completion)
         };
         Self {
-            kind: Kind::Upstream { body, completion },
+            kind: Kind::Upstream {
+                body,
+                completion,
+                stall,
+            },
         }
     }
 
@@ -57,7 +89,7 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -67,25 +99,36 @@ impl Body for ProxyBody {
             KindProj::Upstream {
                 mut body,
                 completion,
+                stall,
             } => {
-                let frame = ready!(body.as_mut().poll_frame(cx));
+                let frame = match body.as_mut().poll_frame(cx) {
+                    Poll::Ready(frame) => frame,
+                    Poll::Pending if completion.is_some() && stall.expired(cx) => {
+                        if let Some(completion) = completion.take() {
+                            completion.end(BodyEnd::TimedOut);
+                        }
+                        return Poll::Ready(Some(Err(Box::new(ReadTimeout(stall.limit())))));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                };
+                stall.progressed();
                 let ended = match &frame {
                     Some(Ok(frame)) => {
                         if let Some(completion) = completion.as_mut() {
                             completion.on_data(frame.data_ref().map_or(0, Bytes::len));
                         }
                         // hyper stops polling once the body says it has ended.
-                        body.is_end_stream().then_some(true)
+                        body.is_end_stream().then_some(BodyEnd::Complete)
                     }
-                    Some(Err(_)) => Some(false),
-                    None => Some(true),
+                    Some(Err(_)) => Some(BodyEnd::Failed),
+                    None => Some(BodyEnd::Complete),
                 };
-                if let Some(clean) = ended {
+                if let Some(how) = ended {
                     if let Some(completion) = completion.take() {
-                        completion.end(clean);
+                        completion.end(how);
                     }
                 }
-                Poll::Ready(frame)
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             KindProj::Local { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }

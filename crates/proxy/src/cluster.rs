@@ -192,9 +192,19 @@ impl Cluster {
         &self.client
     }
 
-    /// How long an attempt may wait for its response head.
+    /// How long an attempt may wait for its response head, once its request is sent.
     pub(crate) fn response_timeout(&self) -> Duration {
         self.timeouts.response_headers
+    }
+
+    /// How long a response body may send nothing.
+    pub(crate) fn read_timeout(&self) -> Duration {
+        self.timeouts.read
+    }
+
+    /// How long a tunnel may carry nothing either way.
+    pub(crate) fn tunnel_idle(&self) -> Duration {
+        self.timeouts.tunnel_idle
     }
 
     pub(crate) fn record_success(&self, backend: SocketAddr, now: Instant) {

@@ -11,6 +11,7 @@
 //! | body ended, status below 500 | success | elapsed time |
 //! | body ended, status 5xx | failure | elapsed time (penalty for 429/503) |
 //! | backend failed mid-body | **failure** | elapsed time |
+//! | backend sent nothing for `timeouts.read` mid-body | **failure** | elapsed time |
 //! | client went away mid-body | none (5xx still counts) | elapsed time |
 //! | no response: backend's fault | failure | penalty |
 //! | no response: client's fault (its body broke or stalled) or duet's | none | none |
@@ -18,7 +19,7 @@
 use crate::{access_log::AccessLog, cluster::Cluster};
 use duet_balance::LoadGuard;
 use http::{header, response::Parts, StatusCode};
-use std::{net::SocketAddr, rc::Rc, time::Duration};
+use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed, time::Duration};
 use tokio::time::Instant;
 
 /// The longest `Retry-After` that duet honours by ejecting the backend locally.
@@ -35,12 +36,22 @@ pub(crate) enum Fault {
     Local,
 }
 
+/// How a response body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyEnd {
+    /// It ended cleanly.
+    Complete,
+    /// The backend's body failed mid-stream.
+    Failed,
+    /// The backend sent nothing for `timeouts.read`.
+    TimedOut,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
-    /// The response body ended cleanly.
-    Complete,
-    /// The backend's body failed mid-stream, or the backend answered what the client cannot use.
-    BackendFailed,
+    Body(BodyEnd),
+    /// The backend answered what the client cannot use.
+    Refused,
     /// No response at all.
     NoResponse(Fault),
 }
@@ -74,6 +85,11 @@ impl Completion {
             log,
             guard,
         }
+    }
+
+    /// How long the backend may send nothing mid-body.
+    pub(crate) fn read_timeout(&self) -> Duration {
+        self.cluster.read_timeout()
     }
 
     /// The backend this attempt went to.
@@ -111,13 +127,12 @@ impl Completion {
         }
     }
 
-    /// The response body ended (`clean`) or failed mid-stream. Settles now.
-    pub(crate) fn end(mut self, clean: bool) {
-        self.ended = Some(if clean {
-            Ended::Complete
-        } else {
-            Ended::BackendFailed
-        });
+    /// The response body ended. Settles now.
+    pub(crate) fn end(mut self, how: BodyEnd) {
+        if how == BodyEnd::TimedOut {
+            self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
+        }
+        self.ended = Some(Ended::Body(how));
     }
 
     /// The attempt got no response. Settles now and hands back the access-log record, for the next
@@ -130,7 +145,7 @@ impl Completion {
     /// The response cannot be passed on (say, a `101` to a request that asked for no upgrade): the
     /// backend's fault. Settles now and hands back the access-log record for the error response.
     pub(crate) fn reject(mut self) -> Option<AccessLog> {
-        self.ended = Some(Ended::BackendFailed);
+        self.ended = Some(Ended::Refused);
         self.log.take()
     }
 }
@@ -140,8 +155,8 @@ impl Drop for Completion {
         let now = Instant::now();
         let server_error = self.status.is_some_and(|s| s.is_server_error());
         let failed = match self.ended {
-            Some(Ended::Complete) | None => server_error,
-            Some(Ended::BackendFailed) | Some(Ended::NoResponse(Fault::Backend)) => true,
+            Some(Ended::Body(BodyEnd::Complete)) | None => server_error,
+            Some(Ended::Body(_) | Ended::Refused | Ended::NoResponse(Fault::Backend)) => true,
             Some(Ended::NoResponse(Fault::Client | Fault::Local)) => {
                 self.guard.discard_sample();
                 return;
@@ -157,11 +172,16 @@ impl Drop for Completion {
         }
         if let Some(log) = self.log.as_mut() {
             log.outcome = match self.ended {
-                Some(Ended::Complete) if self.status == Some(StatusCode::SWITCHING_PROTOCOLS) => {
+                Some(Ended::Body(BodyEnd::Complete))
+                    if self.status == Some(StatusCode::SWITCHING_PROTOCOLS) =>
+                {
                     "upgraded"
                 }
-                Some(Ended::Complete) => "complete",
-                Some(Ended::BackendFailed) | Some(Ended::NoResponse(_)) => "backend_error",
+                Some(Ended::Body(BodyEnd::Complete)) => "complete",
+                Some(Ended::Body(BodyEnd::TimedOut)) => "backend_read_timeout",
+                Some(Ended::Body(BodyEnd::Failed) | Ended::Refused | Ended::NoResponse(_)) => {
+                    "backend_error"
+                }
                 None => "client_gone",
             };
         }

@@ -25,6 +25,9 @@ pub enum ErrorKind {
     BodyTimeout,
     /// The cluster has no eligible backend (503).
     NoEligibleBackend,
+    /// duet itself ran out of something (file descriptors, memory) to reach the backend (503). Never
+    /// counted against a backend.
+    LocalResource,
     /// The backend could not be connected to (502).
     Connect,
     /// The backend did not send response headers within `timeouts.response_headers` (504).
@@ -82,7 +85,9 @@ impl ProxyError {
             }
             ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ErrorKind::NoEligibleBackend => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::NoEligibleBackend | ErrorKind::LocalResource => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -98,6 +103,7 @@ impl ProxyError {
             ErrorKind::UnknownTransferCoding => "transfer coding not implemented\n",
             ErrorKind::BodyTimeout => "request body not received in time\n",
             ErrorKind::NoEligibleBackend => "no backend available\n",
+            ErrorKind::LocalResource => "the proxy is out of resources; try again\n",
             ErrorKind::Connect => "backend unreachable\n",
             ErrorKind::Timeout => "backend did not answer in time\n",
             ErrorKind::BadGateway => "backend sent an invalid response\n",

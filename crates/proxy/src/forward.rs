@@ -7,7 +7,7 @@ use crate::{
     completion::{Completion, Fault},
     error::{ErrorKind, ProxyError},
     prepare::Prepared,
-    request_body::{ClientFailure, UpstreamBody},
+    request_body::{ClientFailure, Upload, UpstreamBody},
 };
 use http::{
     request::Parts,
@@ -15,7 +15,16 @@ use http::{
     Request, Response, Uri, Version,
 };
 use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{ready, Context, Poll},
+    time::Duration,
+};
 use std::{net::SocketAddr, rc::Rc};
+use tokio::time::{Instant, Sleep};
 
 /// An attempt that got no usable response, with the access-log record handed back.
 pub(crate) struct Failed {
@@ -54,19 +63,22 @@ pub(crate) async fn forward(
         }
     };
 
-    let sent = tokio::time::timeout(
-        cluster.response_timeout(),
+    let upload = prepared.source.upload().cloned();
+    let sent = HeadDeadline::new(
         cluster.client().request(request),
+        cluster.response_timeout(),
+        upload,
     );
     let error = match sent.await {
         Ok(Ok(response)) => return Ok((response, completion)),
         Ok(Err(error)) if error.is_connect() => {
             ProxyError::upstream(ErrorKind::Connect, backend, error)
         }
-        // A response head over duet's own limits is duet's limit, not the backend's failure.
-        Ok(Err(error)) if head_too_large(&error) => {
+        // duet's own limits and resources are never the backend's failure.
+        Ok(Err(error)) if local_fault(&error).is_some() => {
+            let kind = local_fault(&error).unwrap_or(ErrorKind::BadGateway);
             let log = completion.fail(Fault::Local);
-            let error = ProxyError::upstream(ErrorKind::BadGateway, backend, error);
+            let error = ProxyError::upstream(kind, backend, error);
             return Err(Failed { error, log });
         }
         Ok(Err(error)) => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
@@ -82,16 +94,90 @@ pub(crate) async fn forward(
     Err(Failed { error, log })
 }
 
-/// Whether the client failed because the response head exceeded duet's limits.
-fn head_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+pin_project! {
+    /// Bounds the wait for a response head by `timeouts.response_headers`, counted from when the request
+    /// was fully sent: while a streamed upload is still moving, or is waiting on the client (whose pace
+    /// `limits.body_read_timeout` bounds), the timer starts over. An upload the backend stops taking
+    /// times out like a silent backend. (Checked at each expiry, so the head may take up to twice the
+    /// limit after the last progress of an upload.)
+    struct HeadDeadline<F> {
+        #[pin]
+        response: F,
+        #[pin]
+        timer: Sleep,
+        limit: Duration,
+        upload: Option<Arc<Upload>>,
+        frames: u64,
+    }
+}
+
+impl<F> HeadDeadline<F> {
+    fn new(response: F, limit: Duration, upload: Option<Arc<Upload>>) -> Self {
+        Self {
+            response,
+            timer: tokio::time::sleep(limit),
+            limit,
+            upload,
+            frames: 0,
+        }
+    }
+}
+
+impl<F: Future> Future for HeadDeadline<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(output) = this.response.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        loop {
+            ready!(this.timer.as_mut().poll(cx));
+            let moving = this.upload.as_ref().is_some_and(|upload| {
+                let frames = upload.frames();
+                let moved = frames != *this.frames;
+                *this.frames = frames;
+                moved || upload.waiting_for_client()
+            });
+            if !moving {
+                return Poll::Ready(Err(Elapsed(*this.limit)));
+            }
+            this.timer.as_mut().reset(Instant::now() + *this.limit);
+        }
+    }
+}
+
+/// No response head within `timeouts.response_headers` of the request being sent.
+#[derive(Debug)]
+struct Elapsed(Duration);
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no response head within {:?}", self.0)
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+/// Whether the attempt failed on duet's side: a response head over duet's limits (502), or duet out of
+/// file descriptors or memory for a new connection (503).
+fn local_fault(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     let mut next = Some(error);
     while let Some(error) = next {
         if let Some(hyper) = error.downcast_ref::<hyper::Error>() {
-            return hyper.is_parse_too_large();
+            if hyper.is_parse_too_large() {
+                return Some(ErrorKind::BadGateway);
+            }
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            // EMFILE, ENFILE, ENOBUFS, ENOMEM: this process or host ran out, not the backend.
+            if matches!(io.raw_os_error(), Some(24 | 23 | 105 | 12)) {
+                return Some(ErrorKind::LocalResource);
+            }
         }
         next = error.source();
     }
-    false
+    None
 }
 
 /// The request for one attempt: the client's method and path, aimed at `authority` over HTTP/1.1.

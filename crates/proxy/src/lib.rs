@@ -53,13 +53,14 @@ mod headers;
 mod metrics;
 mod outlier;
 mod request_body;
+mod stall;
 mod upstream;
 pub mod view;
 
 #[cfg(test)]
 mod tests;
 
-pub use body::ProxyBody;
+pub use body::{BodyError, ProxyBody};
 pub use cluster::{ClusterBalance, Upstream};
 pub use error::{ErrorKind, ProxyError};
 pub use metrics::{DiscoveryCounters, Registry};

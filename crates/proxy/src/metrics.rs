@@ -26,6 +26,8 @@ pub(crate) struct ClusterCounters {
     pub(crate) retries: AtomicU64,
     /// Backends ejected by this worker's outlier detection.
     pub(crate) ejections: AtomicU64,
+    /// Response bodies cut because the backend sent nothing for `timeouts.read`.
+    pub(crate) read_timeouts: AtomicU64,
 }
 
 impl ClusterCounters {
@@ -48,6 +50,12 @@ pub(crate) struct WorkerCounters {
     pub(crate) head_too_large: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) header_timeout: AtomicU64,
+    /// Connections closed because the client read nothing for `limits.send_timeout`.
+    pub(crate) send_timeout: AtomicU64,
+    /// Connections being served now.
+    pub(crate) active: AtomicU64,
+    /// Times this worker reached its share of `limits.max_connections` and stopped accepting.
+    pub(crate) at_capacity: AtomicU64,
 }
 
 /// One backend as one worker sees it.
@@ -91,9 +99,16 @@ pub struct Registry {
 }
 
 #[derive(Debug, Default)]
-struct Readiness {
+pub(crate) struct Readiness {
     expected_workers: AtomicU64,
     draining: std::sync::atomic::AtomicBool,
+}
+
+impl Readiness {
+    /// Whether duet is draining: responses then ask clients to close their connections.
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.load(Relaxed)
+    }
 }
 
 impl Registry {
@@ -112,6 +127,10 @@ impl Registry {
         self.readiness
             .expected_workers
             .store(workers as u64, Relaxed);
+    }
+
+    pub(crate) fn readiness_flags(&self) -> Arc<Readiness> {
+        self.readiness.clone()
     }
 
     /// Marks duet as draining: no longer ready for new traffic.
@@ -175,6 +194,48 @@ impl Registry {
                         out,
                         "duet_connections_total{{worker=\"{w}\"}} {}",
                         e.counters.connections.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_connections_active",
+            "gauge",
+            "Client connections being served.",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let _ = writeln!(
+                        out,
+                        "duet_connections_active{{worker=\"{w}\"}} {}",
+                        e.counters.active.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_connections_at_capacity_total",
+            "counter",
+            "Times a worker held max_connections and stopped accepting until one closed.",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let _ = writeln!(
+                        out,
+                        "duet_connections_at_capacity_total{{worker=\"{w}\"}} {}",
+                        e.counters.at_capacity.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_send_timeouts_total",
+            "counter",
+            "Client connections closed because the client read nothing for limits.send_timeout.",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let _ = writeln!(
+                        out,
+                        "duet_send_timeouts_total{{worker=\"{w}\"}} {}",
+                        e.counters.send_timeout.load(Relaxed)
                     );
                 }
             },
@@ -260,6 +321,21 @@ impl Registry {
                         "duet_retries_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
                         c.name,
                         c.counters.retries.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_read_timeouts_total",
+            "counter",
+            "Response bodies cut because the backend sent nothing for timeouts.read.",
+            &mut |out| {
+                for (w, c) in clusters() {
+                    let _ = writeln!(
+                        out,
+                        "duet_read_timeouts_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
+                        c.name,
+                        c.counters.read_timeouts.load(Relaxed)
                     );
                 }
             },

@@ -6,7 +6,7 @@ use crate::{
     body::ProxyBody,
     cluster::{Cluster, ClusterBalance, SharedHealth},
     error::ErrorKind,
-    metrics::{Registry, WorkerCounters},
+    metrics::{Readiness, Registry, WorkerCounters},
     prepare, respond, retry, route,
     server::Client,
     view::{HealthView, ResolvedNames},
@@ -27,6 +27,9 @@ pub struct WorkerProxy {
     health: SharedHealth,
     counters: Arc<WorkerCounters>,
     registry: Option<(usize, Registry)>,
+    /// Held by every open tunnel: its strong count, less one, is how many are open.
+    tunnels: Rc<()>,
+    readiness: Arc<Readiness>,
 }
 
 struct Table {
@@ -61,6 +64,9 @@ impl WorkerProxy {
             .map_or_else(Default::default, |(index, registry)| {
                 registry.worker(*index)
             });
+        let readiness = registry
+            .as_ref()
+            .map_or_else(Default::default, |(_, r)| r.readiness_flags());
         let health = SharedHealth::default();
         let table = Table::new(config, names, &[], &health);
         let proxy = Self {
@@ -68,9 +74,21 @@ impl WorkerProxy {
             health,
             counters,
             registry,
+            tunnels: Rc::new(()),
+            readiness,
         };
         proxy.publish_cells();
         proxy
+    }
+
+    /// Notes that this worker holds its share of `limits.max_connections` and stops accepting.
+    pub fn note_at_capacity(&self) {
+        self.counters.at_capacity.fetch_add(1, Relaxed);
+    }
+
+    /// Upgraded connections (WebSocket tunnels) open now; a drain waits for them.
+    pub fn open_tunnels(&self) -> usize {
+        Rc::strong_count(&self.tunnels) - 1
     }
 
     /// This worker's counters that belong to no cluster.
@@ -173,7 +191,21 @@ impl WorkerProxy {
             }
         };
         let outcome = retry::send(cluster, routed.route, &mut prepared, log).await;
-        respond::respond(cluster, outcome, prepared.upgrade, client.address)
+        let mut response = respond::respond(
+            cluster,
+            outcome,
+            prepared.upgrade,
+            client.address,
+            &self.tunnels,
+        );
+        if self.readiness.draining() && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            // Clients reconnect elsewhere instead of reusing a connection that is about to close.
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }
 

@@ -8,7 +8,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicU8, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering},
         Arc, Mutex,
     },
     task::{Context, Poll},
@@ -76,9 +76,38 @@ impl BodySource {
         }
     }
 
+    /// How far a streamed upload has got, for the response-headers timer; `None` when the whole body goes
+    /// out at once.
+    pub(crate) fn upload(&self) -> Option<&Arc<Upload>> {
+        match self {
+            Self::Streaming(shared) => Some(&shared.upload),
+            _ => None,
+        }
+    }
+
     /// Whether a retry after the request reached a backend could resend the same bytes.
     pub(crate) fn replayable(&self) -> bool {
         !matches!(self, Self::Streaming(_))
+    }
+}
+
+/// How a streamed upload is going: frames passed on, and whether it is waiting for the client now.
+#[derive(Debug, Default)]
+pub(crate) struct Upload {
+    frames: AtomicU64,
+    waiting_for_client: AtomicBool,
+}
+
+impl Upload {
+    /// Frames passed to the backend so far.
+    pub(crate) fn frames(&self) -> u64 {
+        self.frames.load(Ordering::Relaxed)
+    }
+
+    /// Whether the upload is held up by the client (whose pace `body_read_timeout` bounds), not by the
+    /// backend.
+    pub(crate) fn waiting_for_client(&self) -> bool {
+        self.waiting_for_client.load(Ordering::Relaxed)
     }
 }
 
@@ -87,6 +116,7 @@ impl BodySource {
 pub(crate) struct Reclaimable {
     inner: Arc<Mutex<Option<Incoming>>>,
     state: Arc<AtomicU8>,
+    upload: Arc<Upload>,
     hint: SizeHint,
     idle_timeout: Duration,
 }
@@ -97,6 +127,7 @@ impl Reclaimable {
         Self {
             inner: Arc::new(Mutex::new(Some(body))),
             state: Arc::new(AtomicU8::new(UNTOUCHED)),
+            upload: Arc::default(),
             hint,
             idle_timeout,
         }
@@ -172,6 +203,10 @@ impl Body for UpstreamBody {
                     },
                     Err(_) => Poll::Ready(None),
                 };
+                shared
+                    .upload
+                    .waiting_for_client
+                    .store(frame.is_pending(), Ordering::Relaxed);
                 match frame {
                     Poll::Pending => {
                         let timeout = shared.idle_timeout;
@@ -190,6 +225,7 @@ impl Body for UpstreamBody {
                     Poll::Ready(other) => {
                         // A frame (or the end) arrived: the next wait starts afresh.
                         *deadline = None;
+                        shared.upload.frames.fetch_add(1, Ordering::Relaxed);
                         Poll::Ready(
                             other.map(|frame| frame.map_err(|e| Box::new(e) as Self::Error)),
                         )

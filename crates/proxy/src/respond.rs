@@ -15,7 +15,15 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::{body::Incoming, upgrade::OnUpgrade};
 use hyper_util::rt::TokioIo;
-use std::net::SocketAddr;
+use std::{
+    cell::Cell,
+    net::SocketAddr,
+    pin::Pin,
+    rc::Rc,
+    task::{Context, Poll},
+    time::Duration,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The client's response for what the attempts came to.
 pub(crate) fn respond(
@@ -23,9 +31,16 @@ pub(crate) fn respond(
     outcome: Result<(Response<Incoming>, Completion), Failed>,
     upgrade: Option<Upgrade>,
     client: SocketAddr,
+    tunnels: &Rc<()>,
 ) -> Response<ProxyBody> {
     let response = match outcome {
-        Ok((response, completion)) => relay(response, completion, upgrade, client),
+        Ok((response, completion)) => relay(
+            response,
+            completion,
+            upgrade,
+            client,
+            (tunnels, cluster.tunnel_idle()),
+        ),
         Err(Failed { error, log }) => {
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
             local_error(&error, log)
@@ -42,6 +57,7 @@ fn relay(
     mut completion: Completion,
     upgrade: Option<Upgrade>,
     client: SocketAddr,
+    tunnels: (&Rc<()>, Duration),
 ) -> Response<ProxyBody> {
     let refuse = |completion: Completion, why: &'static str| {
         let backend = completion.backend();
@@ -63,7 +79,9 @@ fn relay(
             return refuse(completion, "a 101 to a protocol the client did not ask for");
         };
         let backend_side = hyper::upgrade::on(&mut response);
-        tokio::task::spawn_local(tunnel(upgrade.client, backend_side, client));
+        let idle = tunnels.1;
+        let open = tunnels.0.clone();
+        tokio::task::spawn_local(tunnel(upgrade.client, backend_side, client, idle, open));
         protocol = Some(upgrade.protocol);
     }
     let headers = response.headers_mut();
@@ -137,8 +155,16 @@ pub(crate) fn local_error(error: &ProxyError, mut log: Option<AccessLog>) -> Res
     Response::from_parts(parts, ProxyBody::local(body, log))
 }
 
-/// Relays an upgraded connection (e.g. a WebSocket) both ways until either side closes.
-async fn tunnel(client: OnUpgrade, backend: OnUpgrade, peer: SocketAddr) {
+/// Relays an upgraded connection (e.g. a WebSocket) both ways until either side closes, or until it
+/// has carried nothing either way for `idle` (checked in quarters: closed between 1 and 1¼ × `idle`).
+/// `open` is held while it runs, so the worker's drain can wait for it.
+async fn tunnel(
+    client: OnUpgrade,
+    backend: OnUpgrade,
+    peer: SocketAddr,
+    idle: Duration,
+    open: Rc<()>,
+) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,
         Err(error) => {
@@ -146,9 +172,78 @@ async fn tunnel(client: OnUpgrade, backend: OnUpgrade, peer: SocketAddr) {
             return;
         }
     };
-    let mut client = TokioIo::new(client);
-    let mut backend = TokioIo::new(backend);
-    if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
-        tracing::debug!(%peer, "tunnel closed: {error}");
+    let activity = Rc::new(Cell::new(0u64));
+    let mut client = Counted {
+        io: TokioIo::new(client),
+        reads: activity.clone(),
+    };
+    let mut backend = Counted {
+        io: TokioIo::new(backend),
+        reads: activity.clone(),
+    };
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut backend);
+    tokio::pin!(copy);
+    let quarter = idle / 4;
+    let (mut seen, mut quiet) = (0, 0);
+    loop {
+        tokio::select! {
+            result = &mut copy => {
+                if let Err(error) = result {
+                    tracing::debug!(%peer, "tunnel closed: {error}");
+                }
+                break;
+            }
+            () = tokio::time::sleep(quarter) => {
+                let now = activity.get();
+                quiet = if now == seen { quiet + 1 } else { 0 };
+                seen = now;
+                if quiet >= 4 {
+                    tracing::debug!(%peer, ?idle, "tunnel idle: closing");
+                    break;
+                }
+            }
+        }
+    }
+    drop(open);
+}
+
+/// An upgraded connection that counts its successful reads, so the tunnel can tell silence from traffic
+/// without reading the clock per read.
+struct Counted<IO> {
+    io: IO,
+    reads: Rc<Cell<u64>>,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.reads.set(this.reads.get() + 1);
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }

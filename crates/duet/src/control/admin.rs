@@ -5,9 +5,18 @@ use duet_proxy::Registry;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use hyper::{server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
-use std::convert::Infallible;
-use tokio::{net::TcpListener, sync::watch};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::{convert::Infallible, sync::Arc, time::Duration};
+use tokio::{
+    net::TcpListener,
+    sync::{watch, Semaphore},
+};
+
+/// Admin connections served at once; more wait in the accept queue.
+const ADMIN_CONNECTIONS: usize = 32;
+
+/// Time an admin client has to send a request head (and the longest an idle one stays).
+const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the admin endpoints on `listener` until `shutdown` turns true. `/healthz` says the process
 /// answers; `/ready` is 200 once every worker serves and 503 while starting or draining, so a load
@@ -17,14 +26,29 @@ pub(crate) async fn serve(
     registry: Registry,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Scrapers and probes need a handful of connections; a cap keeps a flood from taking the control
+    // thread's memory, and the header timeout closes the idle and the half-sent.
+    let capacity = Arc::new(Semaphore::new(ADMIN_CONNECTIONS));
     loop {
+        let Ok(permit) = capacity.clone().acquire_owned().await else {
+            return;
+        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
-        let Ok((stream, _)) = accepted else { continue };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors and the like: back off instead of spinning the control thread.
+            Err(error) => {
+                tracing::warn!("admin accept failed: {error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
         let registry = registry.clone();
         tokio::task::spawn_local(async move {
+            let _permit = permit;
             let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let registry = registry.clone();
                 async move {
@@ -63,6 +87,8 @@ pub(crate) async fn serve(
                 }
             });
             let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
