@@ -11,6 +11,7 @@ mod edge;
 mod failures;
 mod framing;
 mod lifecycle;
+mod limits;
 mod reload;
 mod resilience;
 mod routing;

@@ -517,6 +517,8 @@ pub enum Misbehaviour {
     /// Answers every request, HEAD included, with `Content-Length: 5` and the 5 bytes `hello`: after a
     /// HEAD those bytes are not part of any response.
     BodyAfterHead,
+    /// Announces `Content-Length: 100`, sends 7 bytes, then sends nothing more (and never closes).
+    StallBody,
 }
 
 /// A TCP server that speaks broken HTTP, counting connections and request heads.
@@ -656,6 +658,9 @@ fn raw_serve(
                 }
                 response.extend_from_slice(b"\r\nok");
                 let _ = stream.write_all(&response);
+            }
+            Misbehaviour::StallBody => {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nstalled");
             }
             Misbehaviour::BodyAfterHead => {
                 let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");

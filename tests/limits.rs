@@ -1,0 +1,267 @@
+//! Nothing hangs, nothing runs out: every wait has a bound and every resource a cap, and a fault is
+//! blamed on the side that caused it. Each test is bounded in time.
+
+use crate::admin::{get, sum};
+use crate::support::{eventually, Duet};
+use duet_testbed::{config::DuetConfig, Backend, BackendOptions, Misbehaviour, RawBackend};
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    time::{Duration, Instant},
+};
+
+/// Reads until the peer closes or `limit` passes; returns what arrived and whether it closed.
+fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buffer = [0u8; 65536];
+    while Instant::now() < deadline {
+        match stream.read(&mut buffer) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buffer[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (out, true),
+        }
+    }
+    (out, false)
+}
+
+fn metric(admin: SocketAddr, name: &str, labels: &str) -> f64 {
+    sum(&get(admin, "/metrics"), name, labels)
+}
+
+#[test]
+fn a_stalled_response_body_is_cut_at_the_read_timeout_and_blamed_on_the_backend() {
+    let stalled = RawBackend::start(Misbehaviour::StallBody).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[stalled.address()])
+        .admin()
+        .with_cluster("app", |c| c.set("timeouts", "{ read: 300ms }"));
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let mut stream = TcpStream::connect(duet.address).expect("connect");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .expect("write");
+    let started = Instant::now();
+    let (response, closed) = read_until_closed(&mut stream, Duration::from_secs(5));
+    let response = String::from_utf8_lossy(&response);
+    assert!(closed, "the client connection is closed: {response}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "within the read timeout, not never: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        response.starts_with("HTTP/1.1 200") && response.ends_with("stalled"),
+        "{response}"
+    );
+    assert_eq!(
+        metric(admin, "duet_read_timeouts_total", "cluster=\"app\""),
+        1.0
+    );
+    assert_eq!(
+        metric(admin, "duet_backend_in_flight", ""),
+        0.0,
+        "load released"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || duet
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("outcome=backend_read_timeout"))),
+        "the access log says why: {:#?}",
+        duet.log_lines()
+    );
+}
+
+#[test]
+fn a_slow_upload_within_the_body_timeout_is_served_and_ejects_nobody() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let spare = Backend::start(BackendOptions::named("spare")).expect("backend");
+    let config = DuetConfig::single("round_robin", &[backend.address(), spare.address()])
+        .admin()
+        .with_cluster("app", |c| {
+            c.set("timeouts", "{ response_headers: 300ms }")
+                .set("outlier_detection", "{ consecutive_failures: 1 }")
+        })
+        .section("limits", "{ body_read_timeout: 5s }");
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let uploads: Vec<_> = (0..2)
+        .map(|_| {
+            let address = duet.address;
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(address).expect("connect");
+                stream
+                    .write_all(b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+                    .expect("head");
+                // Four chunks, each after a pause longer than the response-headers timeout.
+                for _ in 0..4 {
+                    std::thread::sleep(Duration::from_millis(400));
+                    stream.write_all(b"5\r\nhello\r\n").expect("chunk");
+                }
+                stream.write_all(b"0\r\n\r\n").expect("end");
+                let (response, _) = read_until_closed(&mut stream, Duration::from_secs(5));
+                String::from_utf8_lossy(&response).into_owned()
+            })
+        })
+        .collect();
+    for upload in uploads {
+        let response = upload.join().expect("client");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(
+            response.ends_with("\r\n\r\n20"),
+            "the whole body arrived: {response}"
+        );
+    }
+    assert_eq!(
+        metric(admin, "duet_ejections_total", ""),
+        0.0,
+        "a slow client is not the backend's fault"
+    );
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_at_the_send_timeout() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .admin()
+        .section("limits", "{ send_timeout: 500ms }");
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let mut stream = TcpStream::connect(duet.address).expect("connect");
+    // 50 MB, never read: the socket buffers fill and duet's writes stop making progress.
+    stream
+        .write_all(b"GET /bytes/50000000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .expect("write");
+    assert!(
+        eventually(Duration::from_secs(10), || metric(
+            admin,
+            "duet_send_timeouts_total",
+            ""
+        ) == 1.0),
+        "the connection was closed for not reading"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "duet_backend_in_flight",
+            ""
+        ) == 0.0),
+        "the backend's in-flight count returned to zero"
+    );
+    drop(stream);
+}
+
+#[test]
+fn an_idle_tunnel_is_closed_at_tunnel_idle() {
+    let backend = Backend::start(BackendOptions::named("ws")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .with_cluster("app", |c| c.set("timeouts", "{ tunnel_idle: 400ms }"));
+    let duet = Duet::start(&config.to_yaml());
+    let mut stream = TcpStream::connect(duet.address).expect("connect");
+    stream
+        .write_all(b"GET /upgrade HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+        .expect("write");
+    let started = Instant::now();
+    let (response, closed) = read_until_closed(&mut stream, Duration::from_secs(5));
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+    assert!(closed, "the silent tunnel was closed");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        "closed after the idle bound: {took:?}"
+    );
+}
+
+#[test]
+fn connections_past_max_connections_wait_until_one_closes() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .admin()
+        .section("limits", "{ max_connections: 2 }");
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = TcpStream::connect(duet.address).expect("connect");
+            stream.write_all(request).expect("write");
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).expect("served");
+            assert_eq!(&head, b"HTTP/1.1 200");
+            stream
+        })
+        .collect();
+    let mut third = TcpStream::connect(duet.address).expect("the kernel queues it");
+    third.write_all(request).expect("write");
+    let (waiting, _) = read_until_closed(&mut third, Duration::from_millis(500));
+    assert!(waiting.is_empty(), "not served while two are open");
+    assert!(metric(admin, "duet_connections_at_capacity_total", "") >= 1.0);
+    assert_eq!(metric(admin, "duet_connections_active", ""), 2.0);
+    held.pop();
+    let (served, _) = read_until_closed(&mut third, Duration::from_millis(1500));
+    assert!(
+        String::from_utf8_lossy(&served).starts_with("HTTP/1.1 200"),
+        "served once a place freed up"
+    );
+}
+
+#[test]
+fn a_keep_alive_client_loses_no_request_during_the_drain() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let mut duet = Duet::start(
+        &DuetConfig::single("p2c_inflight", &[backend.address()])
+            .section("shutdown", "{ drain_timeout: 5s }")
+            .to_yaml(),
+    );
+    let address = duet.address;
+    let client = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let (mut answered, mut told_to_close) = (0, false);
+        for _ in 0..400 {
+            if stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .is_err()
+            {
+                break;
+            }
+            // The testbed answers with a fixed-size response: read exactly one.
+            let mut response = Vec::new();
+            let mut byte = [0u8; 1];
+            while !response.ends_with(b"\r\n\r\nb") {
+                match stream.read(&mut byte) {
+                    Ok(1) => response.push(byte[0]),
+                    _ => return (answered, told_to_close, Some(response)),
+                }
+            }
+            answered += 1;
+            let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+            if text.contains("\r\nconnection: close\r\n") {
+                told_to_close = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (answered, told_to_close, None)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    duet.signal("TERM");
+    let (answered, told_to_close, cut) = client.join().expect("client");
+    assert!(cut.is_none(), "a request on the wire was cut: {cut:?}");
+    assert!(told_to_close, "the drain asked the client to close");
+    assert!(answered > 5, "{answered}");
+    let status = duet.wait_exit(Duration::from_secs(10)).expect("exited");
+    assert!(status.success());
+}
