@@ -236,3 +236,25 @@ fn trusted_proxies_are_addresses_or_networks() {
         );
     }
 }
+
+#[test]
+fn the_kubernetes_config_map_holds_a_valid_config() {
+    let manifest =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/duet.yaml");
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    // The block scalar under `duet.yaml: |`, indented four spaces.
+    let config: String = text
+        .lines()
+        .skip_while(|l| l.trim() != "duet.yaml: |")
+        .skip(1)
+        .take_while(|l| l.starts_with("    ") || l.is_empty())
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or_default()))
+        .collect();
+    assert!(config.contains("listeners:"), "{config}");
+    let parsed = duet_config::parse(&config, "duet.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parsed.limits.max_connections, 10_000);
+    assert!(
+        parsed.clusters[0].has_named_backends(),
+        "a headless Service by name"
+    );
+}
