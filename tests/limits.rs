@@ -265,3 +265,39 @@ fn a_keep_alive_client_loses_no_request_during_the_drain() {
     let status = duet.wait_exit(Duration::from_secs(10)).expect("exited");
     assert!(status.success());
 }
+
+#[test]
+fn a_route_timeout_bounds_all_attempts_together() {
+    let slow = Backend::start(BackendOptions::named("slow")).expect("backend");
+    let config = DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(duet_testbed::config::Cluster::new("app").backend(slow.address()));
+    let yaml = config
+        .to_yaml()
+        .replace("cluster: app }", "cluster: app, timeout: 300ms }");
+    let duet = Duet::start(&yaml);
+    let started = Instant::now();
+    let (response, _) = crate::support::raw_exchange(
+        duet.address,
+        b"GET /sleep/3000 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.starts_with("HTTP/1.1 504"), "{response}");
+    assert!(
+        response.ends_with("no answer within the route's timeout\n"),
+        "{response}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || duet
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("duet::access") && l.contains("status=504"))),
+        "the 504 is in the access log: {:#?}",
+        duet.log_lines()
+    );
+}

@@ -674,12 +674,17 @@ impl Checker {
                     })
                     .collect(),
             };
+            let timeout = r
+                .timeout
+                .as_ref()
+                .map(|t| self.duration(Some(t), format!("routes[{ri}].timeout"), Duration::ZERO));
             if let Some(cluster) = cluster {
                 routes.push(Route {
                     host,
                     path_prefix,
                     cluster,
                     retry_methods,
+                    timeout: timeout.filter(|t| !t.is_zero()),
                 });
             }
         }

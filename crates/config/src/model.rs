@@ -93,6 +93,10 @@ pub struct Route {
     /// Methods that may be retried after the request reached a backend. Default: the idempotent methods
     /// of RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
     pub retry_methods: Vec<http_method::Method>,
+    /// Longest time from the request reaching duet to the response head leaving it, all attempts
+    /// included (Envoy's route timeout); past it, 504. `None` (the default): each attempt is bounded by
+    /// its cluster's timeouts alone.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// HTTP method names, kept as text so this crate needs no HTTP library.

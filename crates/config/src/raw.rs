@@ -54,6 +54,8 @@ pub(crate) struct RawRoute {
     pub(crate) cluster: Spanned<Scalar>,
     #[serde(default)]
     pub(crate) retry_methods: Option<Vec<Spanned<Scalar>>>,
+    #[serde(default)]
+    pub(crate) timeout: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,7 +13,12 @@ usage:
   duet demo                                         run a local demo: three backends, each policy
   duet --version
 
-logging: RUST_LOG (default `info`; access logs are target `duet::access`)";
+logging: RUST_LOG (default `info`; access logs are target `duet::access`)
+exit codes of run: 0 stopped after a clean drain, 1 error, 3 the drain deadline cut requests short";
+
+/// The exit code of `duet run` when the drain deadline cut requests or tunnels short (0: a clean drain;
+/// 1: an error).
+pub const DRAIN_CUT_SHORT: i32 = 3;
 
 /// Runs the command line; returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {
@@ -252,9 +257,13 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
         }
     }
     match server.shutdown() {
-        Ok(()) => {
+        Ok(true) => {
             tracing::info!("stopped");
             0
+        }
+        Ok(false) => {
+            tracing::warn!("stopped; requests still open at the drain deadline were cut");
+            DRAIN_CUT_SHORT
         }
         Err(error) => {
             tracing::error!("shutdown: {error}");

@@ -15,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 pub struct Server {
     addresses: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
-    workers: Vec<thread::JoinHandle<io::Result<()>>>,
+    workers: Vec<thread::JoinHandle<io::Result<bool>>>,
     control: thread::JoinHandle<io::Result<()>>,
     shutdown: watch::Sender<bool>,
     admin_shutdown: watch::Sender<bool>,
@@ -182,8 +182,9 @@ impl Server {
 
     /// Stops accepting, lets in-flight requests finish (up to the configured drain timeout), and waits
     /// for every worker to exit.
-    /// `/ready` answers 503 from now on; the admin listener closes last.
-    pub fn shutdown(self) -> io::Result<()> {
+    /// `/ready` answers 503 from now on; the admin listener closes last. Returns whether the drain was
+    /// clean: `false` if requests or tunnels were still open at `drain_timeout` and were cut.
+    pub fn shutdown(self) -> io::Result<bool> {
         self.registry.set_draining();
         // Keep accepting for `drain_delay`, answering `/ready` with 503 and every response with
         // `Connection: close`, so that load balancers in front stop sending before the listeners close.
@@ -196,17 +197,24 @@ impl Server {
             thread::sleep(delay);
         }
         let _ = self.shutdown.send(true);
-        let mut result = Ok(());
-        let mut join = |handle: thread::JoinHandle<io::Result<()>>| match handle.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => result = Err(error),
-            Err(_) => result = Err(io::Error::other("a duet thread panicked")),
-        };
+        let mut result = Ok(true);
         for handle in self.workers {
-            join(handle);
+            match handle.join() {
+                Ok(Ok(clean)) => {
+                    if let Ok(all) = result.as_mut() {
+                        *all &= clean;
+                    }
+                }
+                Ok(Err(error)) => result = Err(error),
+                Err(_) => result = Err(io::Error::other("a duet worker panicked")),
+            }
         }
         let _ = self.admin_shutdown.send(true);
-        join(self.control);
+        match self.control.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => result = Err(error),
+            Err(_) => result = Err(io::Error::other("the control thread panicked")),
+        }
         result
     }
 }

@@ -23,11 +23,12 @@ pub(crate) struct Channels {
 }
 
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
+/// Returns whether the drain was clean (nothing cut at the deadline).
 pub(crate) fn run(
     index: usize,
     listeners: Vec<(std::net::TcpListener, usize)>,
     channels: Channels,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -72,7 +73,7 @@ async fn serve_worker(
     index: usize,
     listeners: Vec<(std::net::TcpListener, usize)>,
     channels: Channels,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let Channels {
         mut shutdown,
         mut health,
@@ -195,15 +196,19 @@ async fn serve_worker(
     })
     .await;
     match drained {
-        Ok(()) => tracing::debug!(worker = index, open, "drained"),
+        Ok(()) => {
+            tracing::debug!(worker = index, open, "drained");
+            Ok(true)
+        }
         Err(_) => {
             tracing::warn!(
                 worker = index,
                 remaining = connections.len(),
+                tunnels = proxy.open_tunnels(),
                 "drain deadline passed; closing connections"
             );
             connections.abort_all();
+            Ok(false)
         }
     }
-    Ok(())
 }

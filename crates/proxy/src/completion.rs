@@ -68,23 +68,23 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn new(
-        guard: LoadGuard,
-        cluster: Rc<Cluster>,
-        backend: SocketAddr,
-        mut log: Option<AccessLog>,
-    ) -> Self {
-        if let Some(log) = log.as_mut() {
-            log.backend = Some(backend);
-        }
+    pub(crate) fn new(guard: LoadGuard, cluster: Rc<Cluster>, backend: SocketAddr) -> Self {
         Self {
             cluster,
             backend,
             status: None,
             ended: None,
-            log,
+            log: None,
             guard,
         }
+    }
+
+    /// The attempt got its response: it now carries the request's access-log record to the end.
+    pub(crate) fn attach_log(&mut self, mut log: Option<AccessLog>) {
+        if let Some(log) = log.as_mut() {
+            log.backend = Some(self.backend);
+        }
+        self.log = log;
     }
 
     /// How long the backend may send nothing mid-body.
@@ -135,11 +135,9 @@ impl Completion {
         self.ended = Some(Ended::Body(how));
     }
 
-    /// The attempt got no response. Settles now and hands back the access-log record, for the next
-    /// attempt or for the error response.
-    pub(crate) fn fail(mut self, fault: Fault) -> Option<AccessLog> {
+    /// The attempt got no response. Settles now.
+    pub(crate) fn fail(mut self, fault: Fault) {
         self.ended = Some(Ended::NoResponse(fault));
-        self.log.take()
     }
 
     /// The response cannot be passed on (say, a `101` to a request that asked for no upgrade): the

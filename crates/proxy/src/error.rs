@@ -32,6 +32,8 @@ pub enum ErrorKind {
     Connect,
     /// The backend did not send response headers within `timeouts.response_headers` (504).
     Timeout,
+    /// The route's `timeout` passed before any attempt got a response head (504).
+    RouteTimeout,
     /// The backend closed the connection or answered something that is not HTTP (502).
     BadGateway,
 }
@@ -89,7 +91,7 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
-            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::Timeout | ErrorKind::RouteTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -106,6 +108,7 @@ impl ProxyError {
             ErrorKind::LocalResource => "the proxy is out of resources; try again\n",
             ErrorKind::Connect => "backend unreachable\n",
             ErrorKind::Timeout => "backend did not answer in time\n",
+            ErrorKind::RouteTimeout => "no answer within the route's timeout\n",
             ErrorKind::BadGateway => "backend sent an invalid response\n",
         }
     }

@@ -26,7 +26,7 @@ use std::{
 use std::{net::SocketAddr, rc::Rc};
 use tokio::time::{Instant, Sleep};
 
-/// An attempt that got no usable response, with the access-log record handed back.
+/// An attempt (or a request's attempts) that got no usable response, with the access-log record.
 pub(crate) struct Failed {
     pub(crate) error: ProxyError,
     pub(crate) log: Option<AccessLog>,
@@ -40,26 +40,20 @@ pub(crate) async fn forward(
     prepared: &mut Prepared,
     tried: &[SocketAddr],
     last: bool,
-    log: Option<AccessLog>,
-) -> Result<(Response<Incoming>, Completion), Failed> {
-    let failed = |kind: ErrorKind, log| Failed {
-        error: ProxyError::new(kind),
-        log,
-    };
+) -> Result<(Response<Incoming>, Completion), ProxyError> {
     let Some(body) = prepared.source.attempt() else {
-        return Err(failed(ErrorKind::BadGateway, log));
+        return Err(ProxyError::new(ErrorKind::BadGateway));
     };
     let Ok((backend, authority, guard)) = cluster.pick(tried) else {
-        return Err(failed(ErrorKind::NoEligibleBackend, log));
+        return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
-    let completion = Completion::new(guard, cluster.clone(), backend, log);
+    let completion = Completion::new(guard, cluster.clone(), backend);
     let request = match upstream_request(&mut prepared.parts, authority, body, last) {
         Ok(request) => request,
         // Cannot happen for an address and a parsed path; if it did, it would be duet's own fault.
         Err(error) => {
-            let log = completion.fail(Fault::Local);
-            let error = ProxyError::upstream(ErrorKind::BadGateway, backend, error);
-            return Err(Failed { error, log });
+            completion.fail(Fault::Local);
+            return Err(ProxyError::upstream(ErrorKind::BadGateway, backend, error));
         }
     };
 
@@ -77,9 +71,8 @@ pub(crate) async fn forward(
         // duet's own limits and resources are never the backend's failure.
         Ok(Err(error)) if local_fault(&error).is_some() => {
             let kind = local_fault(&error).unwrap_or(ErrorKind::BadGateway);
-            let log = completion.fail(Fault::Local);
-            let error = ProxyError::upstream(kind, backend, error);
-            return Err(Failed { error, log });
+            completion.fail(Fault::Local);
+            return Err(ProxyError::upstream(kind, backend, error));
         }
         Ok(Err(error)) => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
         Err(elapsed) => ProxyError::upstream(ErrorKind::Timeout, backend, elapsed),
@@ -90,8 +83,8 @@ pub(crate) async fn forward(
         Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Fault::Client),
         None => (error, Fault::Backend),
     };
-    let log = completion.fail(fault);
-    Err(Failed { error, log })
+    completion.fail(fault);
+    Err(error)
 }
 
 pin_project! {

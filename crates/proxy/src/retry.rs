@@ -4,19 +4,21 @@
 //! request body is still ours to send. One that reached it (reset, timeout, not HTTP) is retried only for
 //! the route's `retry_methods` and a body that can be sent again. Every attempt counts as its backend's
 //! load; a retry also draws from a [`TpsBudget`](tower::retry::budget::TpsBudget) that every request
-//! fills, so retries stay a fraction of traffic when a whole cluster fails.
+//! fills, so retries stay a fraction of traffic when a whole cluster fails. A route's `timeout` bounds all
+//! the attempts together: past it the client gets 504.
 
 use crate::{
     access_log::AccessLog,
     cluster::Cluster,
     completion::Completion,
-    error::ErrorKind,
+    error::{ErrorKind, ProxyError},
     forward::{forward, Failed},
     prepare::Prepared,
 };
 use duet_config::Route;
 use hyper::{body::Incoming, Response};
 use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed};
+use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
 /// Sends `prepared` to `cluster`, retrying failed attempts where that is safe.
@@ -24,8 +26,9 @@ pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     route: &Route,
     prepared: &mut Prepared,
-    mut log: Option<AccessLog>,
+    log: Option<AccessLog>,
 ) -> Result<(Response<Incoming>, Completion), Failed> {
+    let deadline = route.timeout.map(|limit| Instant::now() + limit);
     let resendable = prepared.source.replayable()
         && route
             .retry_methods
@@ -40,12 +43,25 @@ pub(crate) async fn send(
             cluster.counters.retries.fetch_add(1, Relaxed);
         }
         let last = tried.len() + 1 >= attempts;
-        let Failed { error, log: back } = match forward(cluster, prepared, &tried, last, log).await
-        {
-            Ok(served) => return Ok(served),
-            Err(failed) => failed,
+        let attempt = forward(cluster, prepared, &tried, last);
+        let result = match deadline {
+            None => attempt.await,
+            // Past the route's timeout the attempt in flight is dropped (its load released).
+            Some(deadline) => match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(result) => result,
+                Err(_) => {
+                    let error = ProxyError::new(ErrorKind::RouteTimeout);
+                    return Err(Failed { error, log });
+                }
+            },
         };
-        log = back;
+        let error = match result {
+            Ok((response, mut completion)) => {
+                completion.attach_log(log);
+                return Ok((response, completion));
+            }
+            Err(error) => error,
+        };
         // Nothing left to retry on: the client hears about the failure that made us retry.
         if error.kind() == ErrorKind::NoEligibleBackend {
             let error = last_error.unwrap_or(error);
