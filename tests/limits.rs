@@ -301,3 +301,99 @@ fn a_route_timeout_bounds_all_attempts_together() {
         duet.log_lines()
     );
 }
+
+/// CPU seconds (user + system) the process has used, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime is the 14th, stime the 15th.
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| {
+        f.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
+    });
+    ticks / 100.0
+}
+
+#[test]
+fn out_of_file_descriptors_is_a_local_503_that_ejects_nobody() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let spare = Backend::start(BackendOptions::named("spare")).expect("backend");
+    let config = DuetConfig::single("round_robin", &[backend.address(), spare.address()])
+        .with_cluster("app", |c| {
+            c.set("outlier_detection", "{ consecutive_failures: 1 }")
+                .set("retries", "{ attempts: 1 }")
+        });
+    let duet = Duet::start_with_nofile(&config.to_yaml(), "info,duet::access=off", 64);
+    // One keep-alive connection, accepted while descriptors are free; its requests will need new
+    // connections to the backends (the pool is empty).
+    let mut client = TcpStream::connect(duet.address).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // Then take every remaining descriptor with idle connections (the rest wait in the backlog).
+    let idle: Vec<TcpStream> = (0..80)
+        .filter_map(|_| TcpStream::connect(duet.address).ok())
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(5), || duet
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("accept failed"))),
+        "duet ran out of descriptors: {:#?}",
+        duet.log_lines()
+    );
+    let cpu_before = cpu_seconds(duet.pid());
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .expect("write");
+        let mut response = [0u8; 12];
+        client.read_exact(&mut response).expect("a response");
+        statuses.push(String::from_utf8_lossy(&response[9..12]).into_owned());
+        // Drain the rest of the short response.
+        let mut rest = [0u8; 4096];
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = client
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .map(|()| client.read(&mut rest));
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+    }
+    assert!(
+        statuses.iter().all(|s| s == "503"),
+        "{statuses:?} {:#?}",
+        duet.log_lines()
+    );
+    let cpu = cpu_seconds(duet.pid()) - cpu_before;
+    assert!(
+        cpu < 0.5,
+        "no thread spins while out of descriptors: {cpu:.2}s of CPU"
+    );
+    assert!(
+        !duet
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("ejecting backend")),
+        "duet's own shortage is not a backend failure: {:#?}",
+        duet.log_lines()
+    );
+    // Descriptors come back: so does service.
+    drop(idle);
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let (response, _) = crate::support::raw_exchange(
+                duet.address,
+                b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                Duration::from_secs(2),
+            );
+            response.starts_with("HTTP/1.1 200")
+        }),
+        "recovered once descriptors were free"
+    );
+}

@@ -31,16 +31,35 @@ impl Duet {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        Self::spawn(path, Some(dir), rust_log)
+        Self::spawn(path, Some(dir), rust_log, None)
+    }
+
+    /// Like [`start_with`](Self::start_with), with the open-file limit (soft and hard) set to `nofile`
+    /// by util-linux's `prlimit`.
+    pub(crate) fn start_with_nofile(yaml: &str, rust_log: &str, nofile: u64) -> Self {
+        let dir = TempDir::new();
+        let path = dir.0.join("duet.yaml");
+        std::fs::write(&path, yaml).expect("write config");
+        Self::spawn(path, Some(dir), rust_log, Some(nofile))
     }
 
     /// Starts `duet run` on an existing config file (the caller owns its folder).
     pub(crate) fn start_at(path: &std::path::Path) -> Self {
-        Self::spawn(path.to_path_buf(), None, "info")
+        Self::spawn(path.to_path_buf(), None, "info", None)
     }
 
-    fn spawn(path: PathBuf, dir: Option<TempDir>, rust_log: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
+    fn spawn(path: PathBuf, dir: Option<TempDir>, rust_log: &str, nofile: Option<u64>) -> Self {
+        let mut command = match nofile {
+            None => Command::new(env!("CARGO_BIN_EXE_duet")),
+            Some(limit) => {
+                let mut prlimit = Command::new("prlimit");
+                prlimit
+                    .arg(format!("--nofile={limit}:{limit}"))
+                    .arg(env!("CARGO_BIN_EXE_duet"));
+                prlimit
+            }
+        };
+        let mut child = command
             .args(["run", "--config"])
             .arg(&path)
             .env("RUST_LOG", rust_log)

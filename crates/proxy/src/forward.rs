@@ -65,16 +65,15 @@ pub(crate) async fn forward(
     );
     let error = match sent.await {
         Ok(Ok(response)) => return Ok((response, completion)),
-        Ok(Err(error)) if error.is_connect() => {
-            ProxyError::upstream(ErrorKind::Connect, backend, error)
-        }
-        // duet's own limits and resources are never the backend's failure.
-        Ok(Err(error)) if local_fault(&error).is_some() => {
-            let kind = local_fault(&error).unwrap_or(ErrorKind::BadGateway);
-            completion.fail(Fault::Local);
-            return Err(ProxyError::upstream(kind, backend, error));
-        }
-        Ok(Err(error)) => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
+        Ok(Err(error)) => match local_fault(&error) {
+            // duet's own limits and resources are never the backend's failure.
+            Some(kind) => {
+                completion.fail(Fault::Local);
+                return Err(ProxyError::upstream(kind, backend, error));
+            }
+            None if error.is_connect() => ProxyError::upstream(ErrorKind::Connect, backend, error),
+            None => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
+        },
         Err(elapsed) => ProxyError::upstream(ErrorKind::Timeout, backend, elapsed),
     };
     // A body that broke or stalled on the client's side is the client's failure, not the backend's.
