@@ -171,7 +171,8 @@ impl WorkerProxy {
             Err(error) => {
                 let counter = match error.kind() {
                     ErrorKind::UriTooLong => &self.counters.uri_too_long,
-                    _ => &self.counters.no_route,
+                    ErrorKind::NoRoute => &self.counters.no_route,
+                    _ => &self.counters.malformed,
                 };
                 counter.fetch_add(1, Relaxed);
                 return respond::local_error(&error, log);
