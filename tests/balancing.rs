@@ -65,3 +65,31 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
         "peak_ewma {peak_ewma} vs round robin {round_robin}"
     );
 }
+
+/// Weights 3:1 between two equal backends through the real binary, one request at a time: every policy
+/// gives the weight-3 backend three quarters.
+#[test]
+fn weights_hold_for_every_policy_through_the_binary() {
+    let heavy = Backend::start(BackendOptions::named("heavy")).expect("backend");
+    let light = Backend::start(BackendOptions::named("light")).expect("backend");
+    for policy in ["round_robin", "random", "p2c_inflight", "p2c_peak_ewma"] {
+        let config = duet_testbed::config::DuetConfig::new()
+            .route(None, "/", "app")
+            .cluster(
+                duet_testbed::config::Cluster::new("app")
+                    .policy(policy)
+                    .weighted(heavy.address(), 3)
+                    .weighted(light.address(), 1),
+            );
+        let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
+        let requests = 800;
+        let heavy_share = (0..requests)
+            .filter(|_| crate::support::served_by(duet.address) == "heavy")
+            .count() as f64
+            / f64::from(requests);
+        assert!(
+            (heavy_share - 0.75).abs() <= 0.05,
+            "{policy}: the weight-3 backend got {heavy_share:.3}"
+        );
+    }
+}

@@ -36,19 +36,40 @@
 //!
 //! # Weights
 //!
-//! When the eligible endpoints' weights differ, the two candidates are instead drawn *independently*, each
-//! with probability `w/W` (`W = Σw`, an O(1) [`AliasTable`] draw), their loads are divided by their
-//! weights, and a tie is a fair coin. At equal normalised load every comparison is a tie, so an endpoint of
-//! weight `w` wins when it is drawn twice, or drawn once and wins the coin:
+//! A weight is an endpoint's capacity. When the eligible endpoints' weights differ:
+//!
+//! 1. **Candidates are drawn in proportion to weight**, independently, each with probability `w/W`
+//!    (`W = Σw`, an O(1) [`AliasTable`] draw).
+//! 2. **Weight divides concurrency, never latency.** The load compared is `in_flight / w` under
+//!    [`LoadMetric::InFlight`] and `estimate × (1 + in_flight / w)` under PeakEWMA: an endpoint of weight
+//!    3 is expected to carry three times the requests at the same latency, but it is not expected to be
+//!    faster, so a slow endpoint stays slow whatever its weight.
+//! 3. **Like loads are equal.** Two distinct candidates whose loads are within [`LIKE_LOADS`] of each
+//!    other (a ratio of 0.75 or more) are settled by a fair coin; otherwise the lighter wins. Equally fast
+//!    endpoints never report exactly equal latency (jitter, and PeakEWMA keeps the higher estimate for the
+//!    endpoint it samples more often), and comparing those differences strictly would tilt every contest.
+//! 4. **A candidate drawn twice faces a challenger** drawn uniformly among the others, which wins only if
+//!    its load is under [`CLEARLY_LIGHTER`] (half) of the candidate's. Still two load reads.
+//!
+//! Among equals every contest is a coin and no challenger wins, so an endpoint of weight `w` is chosen
+//! when drawn twice, or drawn once and wins the coin:
 //!
 //! ```text
 //! P(win) = (w/W)² + 2 · (w/W) · (1 − w/W) · ½ = (w/W) · (w/W + 1 − w/W) = w/W
 //! ```
 //!
-//! exactly its weight share. Dividing loads by weight with uniformly drawn pairs cannot achieve this (an
-//! endpoint only wins when drawn, so its share is capped near 2/n; tower issue #696), and weighted
-//! *distinct* pairs over-serve light endpoints (weights 10:1:1 give the heavy one about 49%). When all
-//! weights are equal the distinct-pair rule above is used.
+//! exactly its weight share, whether requests come one at a time or many at once (then `in_flight / w`
+//! keeps the loads alike at a w:W split). A degraded endpoint loses every contest, including the ones it
+//! would win by being drawn twice, so a 10× slower endpoint of weight 3 against one of weight 1 gets
+//! under 1% of sequential traffic; as clients pile onto the fast one its share grows, since weight counts
+//! as capacity (`tests/weights.rs` pins both). Dividing loads by weight with uniformly drawn pairs cannot
+//! give `w/W` (an endpoint only wins when drawn, so its share is capped near 2/n; tower issue #696), and
+//! dividing the latency by the weight made the heavier of two equal endpoints win nearly every contest
+//! (weights 3:1 gave 95:5). When all weights are equal the distinct-pair rule above is used, with strict
+//! comparison.
+//!
+//! Round robin honours weights too, with nginx's smooth weighted round robin: weights 3:1 give
+//! `a a b a`, never a burst longer than the weights require.
 //!
 //! # Randomness
 //!
@@ -118,6 +139,6 @@ pub use future::ResponseFuture;
 pub use guard::LoadGuard;
 pub use layer::{BalanceLayer, Picked, Target};
 pub use load::{peak_ewma, DefaultRtt, EndpointLoad, LoadMetric, PeakEwma, SampleAt};
-pub use p2c::{Candidate, P2c, Selection};
+pub use p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
 pub use service::{Balance, EndpointView, PickEvent, PickStats, Policy};
 pub use tower::load::{CompleteOnResponse, TrackCompletion};

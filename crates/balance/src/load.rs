@@ -35,6 +35,18 @@ impl LoadMetric {
             Self::PeakEwma(_) => peak_ewma::load(state.projected_ewma_ns(now), state.in_flight()),
         }
     }
+
+    /// The load of an endpoint of `weight` (its capacity, in units): weight divides the concurrency, never
+    /// the latency. In flight: `in_flight / weight`. PeakEWMA: `estimate × (1 + in_flight / weight)`, which
+    /// is [`load`](Self::load) at weight 1. See the crate docs for why.
+    #[inline]
+    pub(crate) fn weighted_load(&self, state: &EndpointLoad, now: Instant, weight: f64) -> f64 {
+        let concurrency = state.in_flight() as f64 / weight;
+        match self {
+            Self::InFlight => concurrency,
+            Self::PeakEwma(_) => state.projected_ewma_ns(now) * (1.0 + concurrency),
+        }
+    }
 }
 
 /// When the latency sample of a request is taken.

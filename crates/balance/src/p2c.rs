@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 pub struct Candidate {
     /// Index into the candidate list the selection was made over.
     pub index: usize,
-    /// The load read for it (divided by weight when weights differ).
+    /// The load read for it (weighted when weights differ: see the crate docs).
     pub load: f64,
 }
 
@@ -30,6 +30,17 @@ impl Selection {
         matches!(self.candidates, Some([a, b]) if a.load == 0.0 && b.load == 0.0)
     }
 }
+
+/// Between weighted candidates, loads within this ratio of each other compare as equal. Two equally fast
+/// endpoints' latency estimates are never equal: jitter, and PeakEWMA's peak sensitivity (the endpoint
+/// sampled more often, the heavier one, keeps a higher estimate) would tilt every comparison toward the
+/// lighter weight.
+pub const LIKE_LOADS: f64 = 0.75;
+
+/// A challenger displaces a candidate drawn twice only if its load is below this fraction of the
+/// candidate's: far enough that the noise between equally fast endpoints never does, close enough that a
+/// degraded endpoint (several times slower) always does.
+pub const CLEARLY_LIGHTER: f64 = 0.5;
 
 /// Power of two choices over a list of `n` candidates.
 ///
@@ -96,15 +107,19 @@ impl P2c {
     }
 
     /// Selects among weighted candidates: both are drawn independently in proportion to weight through
-    /// `table`, and `load(i)` (already divided by the weight) is called exactly twice when the table has
-    /// two or more columns. See the crate docs for why this gives each candidate `w / Σw` at equal load.
+    /// `table`, and `load(i)` (the weighted load) is called exactly twice when the table has two or more
+    /// columns. A candidate drawn twice faces a challenger drawn uniformly among the others, which wins
+    /// only if its load is under [`CLEARLY_LIGHTER`] of the candidate's: one more draw, still two load
+    /// reads. See the crate docs for why this gives each candidate `w / Σw` among equals and keeps a
+    /// slow candidate out whatever its weight.
     #[inline]
     pub fn select_weighted(
         &mut self,
         table: &AliasTable,
         mut load: impl FnMut(usize) -> f64,
     ) -> Result<Selection, NoEligibleEndpoint> {
-        match table.len() {
+        let n = table.len();
+        match n {
             0 => Err(NoEligibleEndpoint),
             1 => Ok(Selection {
                 chosen: 0,
@@ -114,7 +129,40 @@ impl P2c {
             _ => {
                 let i = table.sample(self.draws.next_draw());
                 let j = table.sample(self.draws.next_draw());
-                Ok(self.compare(i, load(i), j, load(j)))
+                if i != j {
+                    let (load_i, load_j) = (load(i), load(j));
+                    // Loads this close are equals: the fair coin keeps the weight shares exact.
+                    let (low, high) = (load_i.min(load_j), load_i.max(load_j));
+                    return Ok(if low >= high * LIKE_LOADS {
+                        self.coin(i, load_i, j, load_j)
+                    } else {
+                        self.compare(i, load_i, j, load_j)
+                    });
+                }
+                let mut challenger = (self.draws.next_draw() % (n as u64 - 1)) as usize;
+                if challenger >= i {
+                    challenger += 1;
+                }
+                let (load_i, load_c) = (load(i), load(challenger));
+                let chosen = if load_c < load_i * CLEARLY_LIGHTER {
+                    challenger
+                } else {
+                    i
+                };
+                Ok(Selection {
+                    chosen,
+                    candidates: Some([
+                        Candidate {
+                            index: i,
+                            load: load_i,
+                        },
+                        Candidate {
+                            index: challenger,
+                            load: load_c,
+                        },
+                    ]),
+                    tie: false,
+                })
             }
         }
     }
@@ -125,13 +173,34 @@ impl P2c {
         self.draws.next_draw()
     }
 
+    /// A fair coin between two candidates whose loads count as equal.
+    fn coin(&mut self, i: usize, load_i: f64, j: usize, load_j: f64) -> Selection {
+        let chosen = if self.draws.next_draw() & 1 == 0 {
+            i
+        } else {
+            j
+        };
+        Selection {
+            chosen,
+            candidates: Some([
+                Candidate {
+                    index: i,
+                    load: load_i,
+                },
+                Candidate {
+                    index: j,
+                    load: load_j,
+                },
+            ]),
+            tie: true,
+        }
+    }
+
     #[inline]
     fn compare(&mut self, i: usize, load_i: f64, j: usize, load_j: f64) -> Selection {
         let (chosen, tie) = match load_i.total_cmp(&load_j) {
             Ordering::Less => (i, false),
             Ordering::Greater => (j, false),
-            // The same index drawn twice (weighted draws only) is no contest.
-            Ordering::Equal if i == j => (i, false),
             Ordering::Equal => (
                 if self.draws.next_draw() & 1 == 0 {
                     i

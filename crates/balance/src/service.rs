@@ -26,7 +26,8 @@ pub enum Policy {
     /// Power of two choices on the configured [`LoadMetric`]. The product.
     #[default]
     P2c,
-    /// Each eligible endpoint in turn, ignoring load and weight. A baseline for benchmarks.
+    /// Each eligible endpoint in turn, ignoring load, in proportion to weight (smooth weighted round
+    /// robin). A baseline for benchmarks.
     RoundRobin,
     /// One uniformly random (or weight-proportional) endpoint, ignoring load. A baseline.
     Random,
@@ -108,7 +109,7 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     /// Dense list of pickable endpoint positions.
     eligible: Vec<usize>,
     /// Weights of `eligible`, and the table to draw from them, when they are not all equal.
-    weighted: Option<(AliasTable, Vec<f64>)>,
+    weighted: Option<Weights>,
     /// Below this fraction of eligible endpoints, every endpoint of non-zero weight is a candidate.
     panic_threshold: f64,
     panicking: bool,
@@ -429,12 +430,12 @@ where
             .copied()
             .filter(|&at| !exclude.contains(&self.endpoints[at].key))
             .collect();
-        let weighted = self.weighted.as_ref().map(|(_, _)| {
-            let weights: Vec<u32> = keep.iter().map(|&at| self.endpoints[at].weight).collect();
-            (
-                AliasTable::new(&weights),
-                weights.iter().map(|&w| f64::from(w)).collect(),
-            )
+        let weighted = self.weighted.as_ref().map(|_| {
+            let weights: Vec<u32> = keep
+                .iter()
+                .map(|&at| self.endpoints[at].weight.saturating_mul(1000))
+                .collect();
+            Weights::new(&weights)
         });
         // Select over the remaining candidates by swapping them in; the step check is skipped so the
         // full lists are not rebuilt underneath.
@@ -466,13 +467,16 @@ where
         self.stats.picks += 1;
         let mut picked_at = None;
         let chosen = match self.policy {
-            Policy::RoundRobin => {
-                self.next_in_turn = self.next_in_turn.wrapping_add(1);
-                self.next_in_turn % n
-            }
+            Policy::RoundRobin => match &mut self.weighted {
+                Some(weights) => weights.next_in_turn(),
+                None => {
+                    self.next_in_turn = self.next_in_turn.wrapping_add(1);
+                    self.next_in_turn % n
+                }
+            },
             Policy::Random if n == 1 => 0,
             Policy::Random => match &self.weighted {
-                Some((table, _)) => table.sample(self.p2c.draw()),
+                Some(weights) => weights.table.sample(self.p2c.draw()),
                 None => (self.p2c.draw() % n as u64) as usize,
             },
             Policy::P2c => {
@@ -507,9 +511,9 @@ where
         } = self;
         let reads = &mut stats.load_reads;
         let selection = match weighted {
-            Some((table, weights)) => p2c.select_weighted(table, |i| {
+            Some(weights) => p2c.select_weighted(&weights.table, |i| {
                 *reads += 1;
-                metric.load(&endpoints[eligible[i]].load, now) / weights[i]
+                metric.weighted_load(&endpoints[eligible[i]].load, now, weights.units[i])
             }),
             None => p2c.select(n, |i| {
                 *reads += 1;
@@ -618,12 +622,48 @@ where
             .collect();
         self.next_ramp_step = ramping.then(|| now + RAMP_STEP);
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
-        self.weighted = (!uniform).then(|| {
-            (
-                AliasTable::new(&weights),
-                weights.iter().map(|&w| f64::from(w) / 1000.0).collect(),
-            )
-        });
+        self.weighted = (!uniform).then(|| Weights::new(&weights));
+    }
+}
+
+/// The eligible endpoints' weights, when they are not all equal (in thousandths of a unit, so slow start
+/// can ramp them smoothly).
+struct Weights {
+    /// Draws a candidate in proportion to its weight, in O(1).
+    table: AliasTable,
+    /// Each eligible endpoint's weight in units, dividing its concurrency in the load comparison.
+    units: Vec<f64>,
+    /// Smooth weighted round robin (nginx's): each endpoint's running weight, and what it gains per turn.
+    running: Vec<i64>,
+    gains: Vec<i64>,
+    total: i64,
+}
+
+impl Weights {
+    fn new(thousandths: &[u32]) -> Self {
+        let gains: Vec<i64> = thousandths.iter().map(|&w| i64::from(w)).collect();
+        Self {
+            table: AliasTable::new(thousandths),
+            units: thousandths.iter().map(|&w| f64::from(w) / 1000.0).collect(),
+            running: vec![0; gains.len()],
+            total: gains.iter().sum(),
+            gains,
+        }
+    }
+
+    /// Smooth weighted round robin: every endpoint gains its weight, the richest is chosen and pays the
+    /// total. Weights 3:1 give `a a b a`, never a burst longer than the weights require; O(n) with no
+    /// allocation (round robin is a baseline, n is small).
+    fn next_in_turn(&mut self) -> usize {
+        let (mut chosen, mut richest) = (0, i64::MIN);
+        for (at, (running, gain)) in self.running.iter_mut().zip(&self.gains).enumerate() {
+            *running += gain;
+            if *running > richest {
+                (chosen, richest) = (at, *running);
+            }
+        }
+        self.running[chosen] -= self.total;
+        chosen
     }
 }
 
