@@ -334,6 +334,16 @@ fn out_of_file_descriptors_is_a_local_503_that_ejects_nobody() {
     client
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
+    // Served (so accepted) before the flood, by an answer that needs no backend: the pool stays empty.
+    client
+        .write_all(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
+        .expect("write");
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        client.read_exact(&mut byte).expect("OPTIONS answered");
+        answer.push(byte[0]);
+    }
     // Then take every remaining descriptor with idle connections (the rest wait in the backlog).
     let idle: Vec<TcpStream> = (0..80)
         .filter_map(|_| TcpStream::connect(duet.address).ok())
