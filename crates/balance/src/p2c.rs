@@ -149,20 +149,7 @@ impl P2c {
                 } else {
                     i
                 };
-                Ok(Selection {
-                    chosen,
-                    candidates: Some([
-                        Candidate {
-                            index: i,
-                            load: load_i,
-                        },
-                        Candidate {
-                            index: challenger,
-                            load: load_c,
-                        },
-                    ]),
-                    tie: false,
-                })
+                Ok(pair(chosen, [(i, load_i), (challenger, load_c)], false))
             }
         }
     }
@@ -180,50 +167,26 @@ impl P2c {
         } else {
             j
         };
-        Selection {
-            chosen,
-            candidates: Some([
-                Candidate {
-                    index: i,
-                    load: load_i,
-                },
-                Candidate {
-                    index: j,
-                    load: load_j,
-                },
-            ]),
-            tie: true,
-        }
+        pair(chosen, [(i, load_i), (j, load_j)], true)
     }
 
     #[inline]
     fn compare(&mut self, i: usize, load_i: f64, j: usize, load_j: f64) -> Selection {
-        let (chosen, tie) = match load_i.total_cmp(&load_j) {
-            Ordering::Less => (i, false),
-            Ordering::Greater => (j, false),
-            Ordering::Equal => (
-                if self.draws.next_draw() & 1 == 0 {
-                    i
-                } else {
-                    j
-                },
-                true,
-            ),
-        };
-        Selection {
-            chosen,
-            candidates: Some([
-                Candidate {
-                    index: i,
-                    load: load_i,
-                },
-                Candidate {
-                    index: j,
-                    load: load_j,
-                },
-            ]),
-            tie,
+        match load_i.total_cmp(&load_j) {
+            Ordering::Less => pair(i, [(i, load_i), (j, load_j)], false),
+            Ordering::Greater => pair(j, [(i, load_i), (j, load_j)], false),
+            Ordering::Equal => self.coin(i, load_i, j, load_j),
         }
+    }
+}
+
+/// The selection of `chosen` after comparing `candidates` (index, load) in draw order.
+#[inline]
+fn pair(chosen: usize, candidates: [(usize, f64); 2], tie: bool) -> Selection {
+    Selection {
+        chosen,
+        candidates: Some(candidates.map(|(index, load)| Candidate { index, load })),
+        tie,
     }
 }
 
