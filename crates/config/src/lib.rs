@@ -732,6 +732,18 @@ impl Checker {
                 1,
                 10_000_000,
             ) as usize,
+            keepalive_timeout: self.duration(
+                l.and_then(|l| l.keepalive_timeout.as_ref()),
+                "limits.keepalive_timeout".to_owned(),
+                defaults.keepalive_timeout,
+            ),
+            keepalive_requests: u64::from(self.count(
+                l.and_then(|l| l.keepalive_requests.as_ref()),
+                "limits.keepalive_requests".to_owned(),
+                defaults.keepalive_requests as u32,
+                1,
+                u32::MAX,
+            )),
         };
         let shutdown = Shutdown {
             drain_timeout: self.duration(

@@ -350,6 +350,12 @@ pub struct Limits {
     /// Client connections served at once, per process (split evenly over the workers); past it new
     /// connections wait in the kernel's accept queue. Default 10,000.
     pub max_connections: usize,
+    /// How long an idle keep-alive connection waits for its next request. Default 75 s (nginx's);
+    /// announced to clients as `Keep-Alive: timeout=N`.
+    pub keepalive_timeout: Duration,
+    /// Requests served on one connection before duet asks the client to reconnect (`Connection: close`),
+    /// so long-lived connections rotate across workers. Default 1,000 (nginx's).
+    pub keepalive_requests: u64,
 }
 
 impl Default for Limits {
@@ -361,6 +367,8 @@ impl Default for Limits {
             body_read_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            keepalive_timeout: Duration::from_secs(75),
+            keepalive_requests: 1000,
         }
     }
 }

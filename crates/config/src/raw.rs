@@ -174,6 +174,10 @@ pub(crate) struct RawLimits {
     pub(crate) send_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) max_connections: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub(crate) keepalive_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) keepalive_requests: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

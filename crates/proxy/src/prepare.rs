@@ -10,7 +10,7 @@ use crate::{
 use http::{header, request::Parts, HeaderValue, Request};
 use http_body::Body;
 use http_body_util::BodyExt;
-use hyper::{body::Incoming, upgrade::OnUpgrade};
+use hyper::body::Incoming;
 
 /// A request ready to be sent to any backend of its cluster, as often as retries need.
 pub(crate) struct Prepared {
@@ -22,9 +22,9 @@ pub(crate) struct Prepared {
     pub(crate) upgrade: Option<Upgrade>,
 }
 
-/// The client side of a protocol upgrade, and the protocol.
+/// A protocol upgrade the request asks for. The client's side of the tunnel is the connection itself,
+/// taken back from hyper once the `101` is written (see `server.rs`).
 pub(crate) struct Upgrade {
-    pub(crate) client: OnUpgrade,
     pub(crate) protocol: HeaderValue,
 }
 
@@ -43,10 +43,7 @@ pub(crate) async fn prepare(
         return Err(ProxyError::new(ErrorKind::UnknownTransferCoding));
     }
     let protocol = headers::upgrade_protocol(request.headers(), request.version());
-    let upgrade = protocol.clone().map(|protocol| Upgrade {
-        client: hyper::upgrade::on(&mut request),
-        protocol,
-    });
+    let upgrade = protocol.clone().map(|protocol| Upgrade { protocol });
     let request_headers = request.headers_mut();
     headers::remove_hop_by_hop(request_headers, protocol);
     if let Some(host) = &host {

@@ -8,7 +8,7 @@ use crate::{
     error::ErrorKind,
     metrics::{Readiness, Registry, WorkerCounters},
     prepare, respond, retry, route,
-    server::Client,
+    server::{Client, ConnectionState},
     view::{HealthView, ResolvedNames},
 };
 use duet_config::Config;
@@ -35,7 +35,11 @@ pub struct WorkerProxy {
 struct Table {
     config: Arc<Config>,
     clusters: Vec<Rc<Cluster>>,
+    /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
+    keep_alive: http::HeaderValue,
 }
+
+const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
 
 impl WorkerProxy {
     /// Builds a worker's clients and balancers for `config`, with host names resolved as in `names`.
@@ -84,6 +88,11 @@ impl WorkerProxy {
     /// Notes that this worker holds its share of `limits.max_connections` and stops accepting.
     pub fn note_at_capacity(&self) {
         self.counters.at_capacity.fetch_add(1, Relaxed);
+    }
+
+    /// Held while a tunnel is open.
+    pub(crate) fn tunnel_opened(&self) -> Rc<()> {
+        self.tunnels.clone()
     }
 
     /// Upgraded connections (WebSocket tunnels) open now; a drain waits for them.
@@ -155,10 +164,11 @@ impl WorkerProxy {
     /// Proxies one request from `client` through the stages: route, prepare,
     /// retry (each attempt forwarded to a backend the balancer picks), respond. Never fails: errors
     /// become short text responses.
-    pub async fn handle(
+    pub(crate) async fn handle(
         self: Rc<Self>,
         mut request: Request<Incoming>,
         client: Client,
+        connection: &ConnectionState,
     ) -> Response<ProxyBody> {
         let mut log = AccessLog::start(&request, Instant::now());
         if request.uri().path() == "*" {
@@ -197,14 +207,19 @@ impl WorkerProxy {
             outcome,
             prepared.upgrade,
             client.address,
-            &self.tunnels,
+            connection,
         );
-        if self.readiness.draining() && response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            // Clients reconnect elsewhere instead of reusing a connection that is about to close.
-            response.headers_mut().insert(
-                http::header::CONNECTION,
-                http::HeaderValue::from_static("close"),
-            );
+        if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            let headers = response.headers_mut();
+            if self.readiness.draining() || connection.requests() >= limits.keepalive_requests {
+                // Clients reconnect (elsewhere) instead of reusing a connection about to close.
+                headers.insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            } else {
+                headers.insert(KEEP_ALIVE, table.keep_alive.clone());
+            }
         }
         response
     }
@@ -232,6 +247,15 @@ impl Table {
                 ))
             })
             .collect();
-        Self { config, clusters }
+        let keep_alive = http::HeaderValue::from_str(&format!(
+            "timeout={}",
+            config.limits.keepalive_timeout.as_secs()
+        ))
+        .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=75"));
+        Self {
+            config,
+            clusters,
+            keep_alive,
+        }
     }
 }

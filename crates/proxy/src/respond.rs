@@ -10,6 +10,7 @@ use crate::{
     forward::Failed,
     headers,
     prepare::Upgrade,
+    server::ConnectionState,
 };
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -31,7 +32,7 @@ pub(crate) fn respond(
     outcome: Result<(Response<Incoming>, Completion), Failed>,
     upgrade: Option<Upgrade>,
     client: SocketAddr,
-    tunnels: &Rc<()>,
+    connection: &ConnectionState,
 ) -> Response<ProxyBody> {
     let response = match outcome {
         Ok((response, completion)) => relay(
@@ -39,7 +40,7 @@ pub(crate) fn respond(
             completion,
             upgrade,
             client,
-            (tunnels, cluster.tunnel_idle()),
+            (connection, cluster.tunnel_idle()),
         ),
         Err(Failed { error, log }) => {
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
@@ -57,7 +58,7 @@ fn relay(
     mut completion: Completion,
     upgrade: Option<Upgrade>,
     client: SocketAddr,
-    tunnels: (&Rc<()>, Duration),
+    (connection, idle): (&ConnectionState, Duration),
 ) -> Response<ProxyBody> {
     let refuse = |completion: Completion, why: &'static str| {
         let backend = completion.backend();
@@ -78,10 +79,12 @@ fn relay(
         else {
             return refuse(completion, "a 101 to a protocol the client did not ask for");
         };
-        let backend_side = hyper::upgrade::on(&mut response);
-        let idle = tunnels.1;
-        let open = tunnels.0.clone();
-        tokio::task::spawn_local(tunnel(upgrade.client, backend_side, client, idle, open));
+        // The client's side is this connection, handed back by hyper once the 101 is written.
+        connection.expect_tunnel(PendingTunnel {
+            backend: hyper::upgrade::on(&mut response),
+            idle,
+            peer: client,
+        });
         protocol = Some(upgrade.protocol);
     }
     let headers = response.headers_mut();
@@ -155,18 +158,24 @@ pub(crate) fn local_error(error: &ProxyError, mut log: Option<AccessLog>) -> Res
     Response::from_parts(parts, ProxyBody::local(body, log))
 }
 
+/// A `101` relayed to the client: the backend's side of the tunnel, waiting for the client's.
+pub(crate) struct PendingTunnel {
+    backend: OnUpgrade,
+    idle: Duration,
+    peer: SocketAddr,
+}
+
 /// Relays an upgraded connection (e.g. a WebSocket) both ways until either side closes, or until it
 /// has carried nothing either way for `idle` (checked in quarters: closed between 1 and 1¼ × `idle`).
-/// `open` is held while it runs, so the worker's drain can wait for it.
-async fn tunnel(
-    client: OnUpgrade,
-    backend: OnUpgrade,
-    peer: SocketAddr,
-    idle: Duration,
-    open: Rc<()>,
-) {
-    let (client, backend) = match tokio::try_join!(client, backend) {
-        Ok(pair) => pair,
+/// `client` is the client connection itself, after the `101`.
+pub(crate) async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(client: C, pending: PendingTunnel) {
+    let PendingTunnel {
+        backend,
+        idle,
+        peer,
+    } = pending;
+    let backend = match backend.await {
+        Ok(backend) => backend,
         Err(error) => {
             tracing::debug!(%peer, "upgrade failed: {error}");
             return;
@@ -174,7 +183,7 @@ async fn tunnel(
     };
     let activity = Rc::new(Cell::new(0u64));
     let mut client = Counted {
-        io: TokioIo::new(client),
+        io: client,
         reads: activity.clone(),
     };
     let mut backend = Counted {
@@ -204,7 +213,6 @@ async fn tunnel(
             }
         }
     }
-    drop(open);
 }
 
 /// An upgraded connection that counts its successful reads, so the tunnel can tell silence from traffic

@@ -1,19 +1,30 @@
 //! Serving client connections on a worker.
 
-use crate::{metrics::WorkerCounters, proxy::WorkerProxy, stall::Stall};
+use crate::{
+    body::ProxyBody,
+    metrics::WorkerCounters,
+    proxy::WorkerProxy,
+    respond::{tunnel, PendingTunnel},
+    stall::Stall,
+};
+use bytes::Bytes;
 use duet_config::Limits;
-use hyper::{server::conn::http1, service::service_fn};
+use http::Response;
+use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
+    cell::{Cell, RefCell},
     convert::Infallible,
+    future::Future,
     io,
     net::SocketAddr,
     pin::Pin,
     rc::Rc,
     sync::atomic::Ordering::Relaxed,
     task::{Context, Poll},
+    time::Duration,
 };
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
 /// Who is at the other end of a client connection, as its listener saw it.
@@ -27,10 +38,53 @@ pub struct Client {
     pub trusted: bool,
 }
 
+/// What a connection's requests tell the loop that serves it.
+#[derive(Default)]
+pub(crate) struct ConnectionState {
+    /// Requests started on this connection.
+    requests: Cell<u64>,
+    /// Requests whose response head is not yet out.
+    in_service: Cell<u32>,
+    /// A `101` went out: the connection becomes a tunnel to this backend once hyper hands it back.
+    tunnel: RefCell<Option<PendingTunnel>>,
+}
+
+impl ConnectionState {
+    pub(crate) fn expect_tunnel(&self, pending: PendingTunnel) {
+        *self.tunnel.borrow_mut() = Some(pending);
+    }
+
+    /// How many requests this connection has carried (the current one included).
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.get()
+    }
+}
+
+/// Counts a request as in service until its response head is out (or it is cancelled).
+struct InService(Rc<ConnectionState>);
+
+impl InService {
+    fn new(state: Rc<ConnectionState>) -> Self {
+        state.requests.set(state.requests.get() + 1);
+        state.in_service.set(state.in_service.get() + 1);
+        Self(state)
+    }
+}
+
+impl Drop for InService {
+    fn drop(&mut self) {
+        self.0.in_service.set(self.0.in_service.get() - 1);
+    }
+}
+
 /// Serves one client connection until it closes, or until `shutdown` turns true: then the request in
 /// progress (if any) finishes, and the connection closes instead of waiting for another.
 ///
-/// `io` is the client connection (TCP, or TLS over TCP).
+/// A keep-alive connection that has been idle for a moment is **parked**: hyper's state for it (read
+/// and write buffers, parser, timers: most of a connection's memory) is given back, and only the socket
+/// waits for the next request's first byte, for up to `limits.keepalive_timeout`. That byte starts a
+/// fresh hyper connection, so `limits.header_read_timeout` times the head from its first byte, never the
+/// idle wait. `io` is the client connection (TCP, or TLS over TCP).
 pub async fn serve_connection<IO>(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
@@ -38,14 +92,10 @@ pub async fn serve_connection<IO>(
     client: Client,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let counters = proxy.clone();
-    let _active = Active::new(counters.counters());
-    let service = service_fn(move |request| {
-        let proxy = proxy.clone();
-        async move { Ok::<_, Infallible>(proxy.handle(request, client).await) }
-    });
+    let _active = Active::new(proxy.counters());
+    let state = Rc::new(ConnectionState::default());
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -58,49 +108,223 @@ pub async fn serve_connection<IO>(
         .half_close(true)
         .writev(false)
         .keep_alive(true);
-    let io = SendTimeout {
+    // Park before hyper's header timer (which also runs while a kept-alive connection waits) could fire.
+    let park_after = PARK_AFTER.min(limits.header_read_timeout / 2);
+    let mut io = Prefixed {
+        prefix: Bytes::new(),
         io,
-        stall: Stall::new(limits.send_timeout),
     };
-    let connection = builder
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
-    tokio::pin!(connection);
-    let mut draining = *shutdown.borrow();
-    if draining {
-        connection.as_mut().graceful_shutdown();
-    }
     loop {
-        tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(error) = result {
-                    log_connection_error(&error, client.address, counters.counters());
-                }
+        let service = {
+            let (proxy, state) = (proxy.clone(), state.clone());
+            service_fn(move |request| {
+                let (proxy, state) = (proxy.clone(), state.clone());
+                Box::pin(async move {
+                    let _in_service = InService::new(state.clone());
+                    Ok::<_, Infallible>(proxy.handle(request, client, &state).await)
+                })
+                    as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
+            })
+        };
+        let connection = builder.serve_connection(
+            TokioIo::new(SendTimeout {
+                io,
+                stall: Stall::new(limits.send_timeout),
+            }),
+            service,
+        );
+        let finished = drive(
+            connection,
+            &state,
+            &mut shutdown,
+            park_after,
+            &proxy,
+            client,
+        );
+        let parts = match finished.await {
+            Finished::Handed(parts) => parts,
+            Finished::Done(parts) => {
+                // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
+                let mut io = parts.io.into_inner();
+                let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
                 return;
             }
-            changed = shutdown.changed(), if !draining => {
-                draining = true;
-                if changed.is_err() || *shutdown.borrow() {
-                    // Not at once: a request may be on the wire to an idle connection. Responses
-                    // during the drain say `Connection: close`; what is still open after the grace
-                    // finishes its request (if any) and closes.
-                    tokio::select! {
-                        result = connection.as_mut() => {
-                            if let Err(error) = result {
-                                log_connection_error(&error, client.address, counters.counters());
-                            }
-                            return;
-                        }
-                        () = tokio::time::sleep(DRAIN_GRACE) => connection.as_mut().graceful_shutdown(),
-                    }
-                }
+            Finished::Failed => return,
+        };
+        // What hyper read but did not use comes first, then whatever of our prefix it never read.
+        let rest = parts.io.into_inner().io;
+        let prefix = if rest.prefix.is_empty() {
+            parts.read_buf
+        } else {
+            [parts.read_buf, rest.prefix].concat().into()
+        };
+        io = Prefixed {
+            prefix,
+            io: rest.io,
+        };
+        if let Some(pending) = state.tunnel.borrow_mut().take() {
+            let _open = proxy.tunnel_opened();
+            tunnel(io, pending).await;
+            return;
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        if io.prefix.is_empty() {
+            let wait = limits.keepalive_timeout.saturating_sub(park_after);
+            match park(&mut io, wait, &mut shutdown).await {
+                Some(byte) => io.prefix = byte,
+                None => return,
             }
         }
     }
 }
 
+/// How long a keep-alive connection stays idle with its hyper state before it is parked.
+const PARK_AFTER: Duration = Duration::from_secs(2);
+
 /// How long a connection may stay open after the drain starts before it is asked to close.
-const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// How hyper's turn on a connection ended.
+enum Finished<P> {
+    /// Idle long enough to park, or upgraded: the connection goes on without hyper.
+    Handed(P),
+    /// The exchange is over (the client asked to close, or duet is draining): close the connection.
+    Done(P),
+    /// The connection failed (and was logged).
+    Failed,
+}
+
+/// Runs hyper over the connection until it is done, fails, has been idle for `park_after`, or a `101`
+/// has gone out.
+async fn drive<IO, S>(
+    mut connection: http1::Connection<TokioIo<SendTimeout<Prefixed<IO>>>, S>,
+    state: &ConnectionState,
+    shutdown: &mut watch::Receiver<bool>,
+    park_after: Duration,
+    proxy: &WorkerProxy,
+    client: Client,
+) -> Finished<http1::Parts<TokioIo<SendTimeout<Prefixed<IO>>>, S>>
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = ProxyBody> + Unpin,
+    S::Future: Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut draining = *shutdown.borrow();
+    if draining {
+        Pin::new(&mut connection).graceful_shutdown();
+    }
+    // Whether we asked hyper to stop (to park), as opposed to the client ending the connection.
+    let mut parking = false;
+    let mut seen = state.requests.get();
+    let mut drain_grace = None;
+    loop {
+        let idle = tokio::time::sleep(park_after);
+        tokio::pin!(idle);
+        let finished = tokio::select! {
+            result = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => Some(result),
+            () = &mut idle => None,
+            changed = shutdown.changed(), if !draining => {
+                draining = true;
+                if changed.is_err() || *shutdown.borrow() {
+                    // Not at once: a request may be on the wire to an idle connection. Responses during
+                    // the drain say `Connection: close`; what is still open after the grace finishes its
+                    // request (if any) and closes.
+                    drain_grace = Some(Box::pin(tokio::time::sleep(DRAIN_GRACE)));
+                }
+                continue;
+            }
+            () = async { if let Some(grace) = drain_grace.as_mut() { grace.await } else { std::future::pending().await } } => {
+                drain_grace = None;
+                Pin::new(&mut connection).graceful_shutdown();
+                continue;
+            }
+        };
+        match finished {
+            Some(Ok(())) => {
+                let upgraded = state.tunnel.borrow().is_some();
+                let parts = connection.into_parts();
+                return if (parking && !draining) || upgraded {
+                    Finished::Handed(parts)
+                } else {
+                    Finished::Done(parts)
+                };
+            }
+            Some(Err(error)) => {
+                log_connection_error(&error, client.address, proxy.counters());
+                return Finished::Failed;
+            }
+            None => {
+                let requests = state.requests.get();
+                if requests == seen && state.in_service.get() == 0 && !draining && !parking {
+                    parking = true;
+                    Pin::new(&mut connection).graceful_shutdown();
+                }
+                seen = requests;
+            }
+        }
+    }
+}
+
+/// Waits, holding nothing but the socket, for the next request's first byte (returned), for at most
+/// `wait`; `None` when the client closed, the wait ran out, or duet is draining.
+async fn park<IO: AsyncRead + Unpin>(
+    io: &mut Prefixed<IO>,
+    wait: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Bytes> {
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        read = io.io.read(&mut byte) => match read {
+            Ok(1) => Some(Bytes::copy_from_slice(&byte)),
+            _ => None,
+        },
+        () = tokio::time::sleep(wait) => None,
+        _ = shutdown.wait_for(|stop| *stop) => None,
+    }
+}
+
+/// A connection with bytes already read from it in front.
+struct Prefixed<IO> {
+    prefix: Bytes,
+    io: IO,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
 
 /// Counts a connection as active (and accepted) while it lives.
 struct Active<'a>(&'a WorkerCounters);
