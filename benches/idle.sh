@@ -89,21 +89,30 @@ def rss_kib(pid):
                     total += int(line.split()[1])
     return total
 
+BATCH = 500
+
 def hold(port, n):
+    """Opens n connections in batches, each sending one request and reading its response; between
+    batches the connections sit idle for longer than duet's 2 s before parking, as idle keep-alive
+    connections accumulate in real traffic (rather than all being served in the same instant)."""
     conns = []
     request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
-    for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(request)
-        conns.append(s)
-    for s in conns:
-        s.settimeout(10)
-        got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = s.recv(4096)
-            if not chunk:
-                raise SystemExit("a proxy closed a connection")
-            got += chunk
+    while len(conns) < n:
+        batch = []
+        for _ in range(min(BATCH, n - len(conns))):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(request)
+            batch.append(s)
+        for s in batch:
+            s.settimeout(10)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise SystemExit("a proxy closed a connection")
+                got += chunk
+        conns.extend(batch)
+        time.sleep(2.5)
     return conns
 
 print(f"{'proxy':<6} {'connections':>11} {'idle RSS KiB':>13} {'loaded RSS KiB':>15} {'KiB/conn':>9}")

@@ -49,16 +49,22 @@ async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     let peer = client.address;
+    // Each variant boxed, so a parked connection's task holds neither the other's state nor the
+    // handshake's.
     match tls {
-        None => serve_connection(proxy, limits, stream, client, shutdown).await,
+        None => Box::pin(serve_connection(proxy, limits, stream, client, shutdown)).await,
         Some(acceptor) => {
-            match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+            let handshake = Box::pin(acceptor.accept(stream));
+            match tokio::time::timeout(limits.header_read_timeout, handshake).await {
                 Ok(Ok(tls_stream)) => {
                     let client = Client {
                         tls: true,
                         ..client
                     };
-                    serve_connection(proxy, limits, tls_stream, client, shutdown).await
+                    Box::pin(serve_connection(
+                        proxy, limits, tls_stream, client, shutdown,
+                    ))
+                    .await
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")

@@ -109,7 +109,9 @@ pub async fn serve_connection<IO>(
         .writev(false)
         .keep_alive(true);
     // Park before hyper's header timer (which also runs while a kept-alive connection waits) could fire.
-    let park_after = PARK_AFTER.min(limits.header_read_timeout / 2);
+    let park_after = PARK_AFTER
+        .min(limits.header_read_timeout / 2)
+        .min(limits.keepalive_timeout / 2);
     let mut io = Prefixed {
         prefix: Bytes::new(),
         io,
@@ -133,14 +135,15 @@ pub async fn serve_connection<IO>(
             }),
             service,
         );
-        let finished = drive(
+        // Boxed: the task's own future stays small while the connection is parked.
+        let finished = Box::pin(drive(
             connection,
             &state,
             &mut shutdown,
             park_after,
             &proxy,
             client,
-        );
+        ));
         let parts = match finished.await {
             Finished::Handed(parts) => parts,
             Finished::Done(parts) => {
@@ -152,9 +155,10 @@ pub async fn serve_connection<IO>(
             Finished::Failed => return,
         };
         // What hyper read but did not use comes first, then whatever of our prefix it never read.
+        // Copied out: `read_buf` is a view of hyper's whole read buffer and would keep it alive.
         let rest = parts.io.into_inner().io;
-        let prefix = if rest.prefix.is_empty() {
-            parts.read_buf
+        let prefix = if parts.read_buf.is_empty() && rest.prefix.is_empty() {
+            Bytes::new()
         } else {
             [parts.read_buf, rest.prefix].concat().into()
         };
@@ -162,7 +166,8 @@ pub async fn serve_connection<IO>(
             prefix,
             io: rest.io,
         };
-        if let Some(pending) = state.tunnel.borrow_mut().take() {
+        let pending = state.tunnel.borrow_mut().take();
+        if let Some(pending) = pending {
             let _open = proxy.tunnel_opened();
             tunnel(io, pending).await;
             return;
@@ -171,6 +176,7 @@ pub async fn serve_connection<IO>(
             return;
         }
         if io.prefix.is_empty() {
+            tracing::trace!(target: "duet::conn", peer = %client.address, "parked");
             let wait = limits.keepalive_timeout.saturating_sub(park_after);
             match park(&mut io, wait, &mut shutdown).await {
                 Some(byte) => io.prefix = byte,
