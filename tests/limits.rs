@@ -407,3 +407,81 @@ fn out_of_file_descriptors_is_a_local_503_that_ejects_nobody() {
         "recovered once descriptors were free"
     );
 }
+
+/// Sends one request on `stream` and reads one response (the testbed answers `b` with a length).
+fn exchange_on(stream: &mut TcpStream, request: &[u8]) -> String {
+    stream.write_all(request).expect("write");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut response = Vec::new();
+    let mut byte = [0u8; 1];
+    while !response.ends_with(b"\r\n\r\nb") {
+        match stream.read(&mut byte) {
+            Ok(1) => response.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[test]
+fn keep_alive_is_timed_apart_from_the_header_timeout() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()]).section(
+        "limits",
+        "{ header_read_timeout: 300ms, keepalive_timeout: 2s, keepalive_requests: 3 }",
+    );
+    let duet = Duet::start(&config.to_yaml());
+    let request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut stream = TcpStream::connect(duet.address).expect("connect");
+    let first = exchange_on(&mut stream, request);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("\r\nkeep-alive: timeout=2\r\n"),
+        "clients are told when duet closes an idle connection: {first}"
+    );
+    // Idle for three header timeouts: the connection is still there.
+    std::thread::sleep(Duration::from_millis(900));
+    let second = exchange_on(&mut stream, request);
+    assert!(
+        second.starts_with("HTTP/1.1 200"),
+        "kept past the header timeout: {second:?}"
+    );
+    // The third request on the connection is told to reconnect.
+    let third = exchange_on(&mut stream, request);
+    assert!(
+        third
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "keepalive_requests: {third}"
+    );
+
+    // An idle connection is closed after keepalive_timeout.
+    let mut idle = TcpStream::connect(duet.address).expect("connect");
+    assert!(exchange_on(&mut idle, request).starts_with("HTTP/1.1 200"));
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(5));
+    assert!(closed, "closed when idle");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
+        "after keepalive_timeout: {took:?}"
+    );
+
+    // A head that starts and stalls is still cut at the header timeout, from its first byte.
+    let mut slow = TcpStream::connect(duet.address).expect("connect");
+    assert!(exchange_on(&mut slow, request).starts_with("HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_millis(600));
+    slow.write_all(b"GET / HTTP/1.1\r\n")
+        .expect("a partial head");
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut slow, Duration::from_secs(5));
+    assert!(
+        closed && started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
