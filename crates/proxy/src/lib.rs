@@ -3,7 +3,7 @@
 //! A [`WorkerProxy`] holds one worker's routing table and, for each cluster, that worker's own pooled
 //! client, [`duet_balance::Balance`] and outlier view: nothing is shared with another worker.
 //! [`serve_connection`] runs hyper's HTTP/1.1 server over a client connection with duet's limits and
-//! hands each request to [`WorkerProxy::handle`], which runs the stages below, one file each:
+//! hands each request to `WorkerProxy::handle` (`proxy.rs`), which runs the stages below, one file each:
 //!
 //! 1. **route** (`route.rs`): a target over `limits.max_uri_length` gets 414; host and path prefix pick
 //!    the route, first match wins (404 if none).
