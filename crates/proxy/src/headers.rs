@@ -93,8 +93,12 @@ pub(crate) fn unknown_transfer_coding(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
-        .flat_map(|v| v.to_str().map_or(vec!["?"], |v| v.split(',').collect()))
-        .any(|coding| !coding.trim().eq_ignore_ascii_case("chunked"))
+        .any(|value| match value.to_str() {
+            Ok(codings) => codings
+                .split(',')
+                .any(|coding| !coding.trim().eq_ignore_ascii_case("chunked")),
+            Err(_) => true,
+        })
 }
 
 /// The forwarding fields a client can forge.
