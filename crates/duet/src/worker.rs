@@ -2,7 +2,14 @@
 
 use duet_config::{Config, Limits};
 use duet_proxy::{serve_connection, Client, HealthView, Registry, ResolvedNames, WorkerProxy};
-use std::{rc::Rc, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    pin::Pin,
+    rc::Rc,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore},
@@ -41,19 +48,25 @@ pub(crate) fn run(
 type Accepted = (TcpStream, Client, Option<TlsAcceptor>, OwnedSemaphorePermit);
 
 /// Serves one connection, after its TLS handshake (bounded by the header read timeout) if any.
-async fn serve(
+///
+/// Plain and TLS connections are separate tasks of their own sizes: a parked plain connection's task
+/// holds neither a TLS session nor the handshake's state.
+fn serve(
+    connections: &mut JoinSet<()>,
     proxy: Rc<WorkerProxy>,
     limits: Limits,
-    (stream, client, tls, _permit): Accepted,
+    (stream, client, tls, permit): Accepted,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let peer = client.address;
-    // Each variant boxed, so a parked connection's task holds neither the other's state nor the
-    // handshake's.
     match tls {
-        None => Box::pin(serve_connection(proxy, limits, stream, client, shutdown)).await,
-        Some(acceptor) => {
+        None => connections.spawn_local(Holding {
+            connection: serve_connection(proxy, limits, stream, client, shutdown),
+            _permit: permit,
+        }),
+        Some(acceptor) => connections.spawn_local(async move {
+            let _permit = permit;
+            let peer = client.address;
             let handshake = Box::pin(acceptor.accept(stream));
             match tokio::time::timeout(limits.header_read_timeout, handshake).await {
                 Ok(Ok(tls_stream)) => {
@@ -61,17 +74,33 @@ async fn serve(
                         tls: true,
                         ..client
                     };
-                    Box::pin(serve_connection(
-                        proxy, limits, tls_stream, client, shutdown,
-                    ))
-                    .await
+                    serve_connection(proxy, limits, tls_stream, client, shutdown).await
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
                 }
                 Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
             }
-        }
+        }),
+    };
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's future holding its place under `max_connections` until it is done. A struct
+    /// rather than an async block, which would keep a second copy of the connection's arguments for
+    /// as long as the connection lives.
+    struct Holding<F> {
+        #[pin]
+        connection: F,
+        _permit: OwnedSemaphorePermit,
+    }
+}
+
+impl<F: Future> Future for Holding<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().connection.poll(cx)
     }
 }
 
@@ -161,7 +190,7 @@ async fn serve_worker(
     loop {
         tokio::select! {
             Some(connection) = accepted.recv() => {
-                connections.spawn_local(serve(proxy.clone(), limits, connection, shutdown.clone()));
+                serve(&mut connections, proxy.clone(), limits, connection, shutdown.clone());
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             Ok(()) = health.changed() => {
@@ -190,7 +219,13 @@ async fn serve_worker(
     // not yet served are served (and drained) too.
     acceptors.abort_all();
     while let Ok(connection) = accepted.try_recv() {
-        connections.spawn_local(serve(proxy.clone(), limits, connection, shutdown.clone()));
+        serve(
+            &mut connections,
+            proxy.clone(),
+            limits,
+            connection,
+            shutdown.clone(),
+        );
     }
     let open = connections.len();
     // Requests in flight and upgraded tunnels both finish, up to the drain deadline.

@@ -85,17 +85,87 @@ impl Drop for InService {
 /// waits for the next request's first byte, for up to `limits.keepalive_timeout`. That byte starts a
 /// fresh hyper connection, so `limits.header_read_timeout` times the head from its first byte, never the
 /// idle wait. `io` is the client connection (TCP, or TLS over TCP).
-pub async fn serve_connection<IO>(
+pub fn serve_connection<IO>(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
     io: IO,
     client: Client,
     mut shutdown: watch::Receiver<bool>,
-) where
+) -> impl Future<Output = ()>
+where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let _active = Active::new(proxy.counters());
-    let state = Rc::new(ConnectionState::default());
+    // Park before hyper's header timer (which also runs while a kept-alive connection waits) could fire.
+    let park_after = PARK_AFTER
+        .min(limits.header_read_timeout / 2)
+        .min(limits.keepalive_timeout / 2);
+    let mut connection = Connection {
+        proxy,
+        limits,
+        client,
+        park_after,
+        requests: 0,
+        io: Some(Prefixed {
+            prefix: Bytes::new(),
+            io,
+        }),
+    };
+    // An async block over one struct rather than an async fn, which would keep every argument twice,
+    // and nothing held across an await but that struct: a parked connection is this future and its
+    // socket, so every byte here counts ten thousand times.
+    async move {
+        let _active = Active::new(connection.proxy.clone());
+        loop {
+            // Boxed, and freed before the connection parks: hyper's buffers and parser, the service and
+            // this turn's timers are most of a connection's memory; a parked connection keeps none of
+            // them. (Boxed in a statement of its own: a temporary in the awaiting statement would keep
+            // a moved-out copy of the unboxed future here.)
+            let turn = Box::pin(hyper_turn(&mut connection, &mut shutdown));
+            if !turn.await || *shutdown.borrow() || !park(&mut connection, &mut shutdown).await {
+                return;
+            }
+        }
+    }
+}
+
+/// What a connection keeps from one turn of hyper to the next.
+struct Connection<IO> {
+    proxy: Rc<WorkerProxy>,
+    limits: Limits,
+    client: Client,
+    /// How long a keep-alive connection idles with hyper before it is parked.
+    park_after: Duration,
+    /// Requests carried so far.
+    requests: u64,
+    /// The connection itself, between turns.
+    io: Option<Prefixed<IO>>,
+}
+
+/// Serves requests with a fresh hyper connection until the connection ends (`false`) or has idled
+/// long enough to park (`true`, the connection back in `connection.io`). A connection upgraded by a
+/// `101` becomes a tunnel here, and ends with it.
+async fn hyper_turn<IO>(
+    connection: &mut Connection<IO>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(io) = connection.io.take() else {
+        return false;
+    };
+    let Connection {
+        ref proxy,
+        ref limits,
+        client,
+        park_after,
+        requests,
+        ..
+    } = *connection;
+    let state = Rc::new(ConnectionState {
+        requests: Cell::new(requests),
+        ..ConnectionState::default()
+    });
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -108,82 +178,55 @@ pub async fn serve_connection<IO>(
         .half_close(true)
         .writev(false)
         .keep_alive(true);
-    // Park before hyper's header timer (which also runs while a kept-alive connection waits) could fire.
-    let park_after = PARK_AFTER
-        .min(limits.header_read_timeout / 2)
-        .min(limits.keepalive_timeout / 2);
-    let mut io = Prefixed {
-        prefix: Bytes::new(),
-        io,
-    };
-    loop {
-        let service = {
+    let service = {
+        let (proxy, state) = (proxy.clone(), state.clone());
+        service_fn(move |request| {
             let (proxy, state) = (proxy.clone(), state.clone());
-            service_fn(move |request| {
-                let (proxy, state) = (proxy.clone(), state.clone());
-                Box::pin(async move {
-                    let _in_service = InService::new(state.clone());
-                    Ok::<_, Infallible>(proxy.handle(request, client, &state).await)
-                })
-                    as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
-            })
-        };
-        let connection = builder.serve_connection(
-            TokioIo::new(SendTimeout {
-                io,
-                stall: Stall::new(limits.send_timeout),
-            }),
-            service,
-        );
-        // Boxed: the task's own future stays small while the connection is parked.
-        let finished = Box::pin(drive(
-            connection,
-            &state,
-            &mut shutdown,
-            park_after,
-            &proxy,
-            client,
-        ));
-        let parts = match finished.await {
-            Finished::Handed(parts) => parts,
-            Finished::Done(parts) => {
-                // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
-                let mut io = parts.io.into_inner();
-                let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
-                return;
-            }
-            Finished::Failed => return,
-        };
-        // What hyper read but did not use comes first, then whatever of our prefix it never read.
-        // Copied out: `read_buf` is a view of hyper's whole read buffer and would keep it alive.
-        let rest = parts.io.into_inner().io;
-        let prefix = if parts.read_buf.is_empty() && rest.prefix.is_empty() {
-            Bytes::new()
-        } else {
-            [parts.read_buf, rest.prefix].concat().into()
-        };
-        io = Prefixed {
-            prefix,
-            io: rest.io,
-        };
-        let pending = state.tunnel.borrow_mut().take();
-        if let Some(pending) = pending {
-            let _open = proxy.tunnel_opened();
-            tunnel(io, pending).await;
-            return;
+            Box::pin(async move {
+                let _in_service = InService::new(state.clone());
+                Ok::<_, Infallible>(proxy.handle(request, client, &state).await)
+            }) as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
+        })
+    };
+    let http = builder.serve_connection(
+        TokioIo::new(SendTimeout {
+            io,
+            stall: Stall::new(limits.send_timeout),
+        }),
+        service,
+    );
+    let parts = match drive(http, &state, shutdown, park_after, proxy, client).await {
+        Finished::Handed(parts) => parts,
+        Finished::Done(parts) => {
+            // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
+            let mut io = parts.io.into_inner();
+            let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
+            return false;
         }
-        if *shutdown.borrow() {
-            return;
-        }
-        if io.prefix.is_empty() {
-            tracing::trace!(target: "duet::conn", peer = %client.address, "parked");
-            let wait = limits.keepalive_timeout.saturating_sub(park_after);
-            match park(&mut io, wait, &mut shutdown).await {
-                Some(byte) => io.prefix = byte,
-                None => return,
-            }
-        }
+        Finished::Failed => return false,
+    };
+    // What hyper read but did not use comes first, then whatever of our prefix it never read. Copied
+    // out, and `read_buf` dropped here: even empty, it is a view that keeps hyper's whole read buffer.
+    let http1::Parts { io, read_buf, .. } = parts;
+    let rest = io.into_inner().io;
+    let prefix = if read_buf.is_empty() && rest.prefix.is_empty() {
+        Bytes::new()
+    } else {
+        [read_buf, rest.prefix].concat().into()
+    };
+    let io = Prefixed {
+        prefix,
+        io: rest.io,
+    };
+    let pending = state.tunnel.borrow_mut().take();
+    if let Some(pending) = pending {
+        let _open = proxy.tunnel_opened();
+        tunnel(io, pending).await;
+        return false;
     }
+    connection.requests = state.requests.get();
+    connection.io = Some(io);
+    true
 }
 
 /// How long a keep-alive connection stays idle with its hyper state before it is parked (at most; less
@@ -282,21 +325,32 @@ where
     }
 }
 
-/// Waits, holding nothing but the socket, for the next request's first byte (returned), for at most
-/// `wait`; `None` when the client closed, the wait ran out, or duet is draining.
+/// Waits, holding nothing but the socket, for the next request's first byte, for at most what is left
+/// of `limits.keepalive_timeout`; `false` when the client closed, the wait ran out, or duet is
+/// draining. A connection whose next request has already arrived (pipelined) does not wait.
 async fn park<IO: AsyncRead + Unpin>(
-    io: &mut Prefixed<IO>,
-    wait: Duration,
+    connection: &mut Connection<IO>,
     shutdown: &mut watch::Receiver<bool>,
-) -> Option<Bytes> {
+) -> bool {
+    let wait = (connection.limits.keepalive_timeout).saturating_sub(connection.park_after);
+    let Some(io) = connection.io.as_mut() else {
+        return false;
+    };
+    if !io.prefix.is_empty() {
+        return true;
+    }
+    tracing::trace!(target: "duet::conn", peer = %connection.client.address, "parked");
     let mut byte = [0u8; 1];
     tokio::select! {
         read = io.io.read(&mut byte) => match read {
-            Ok(1) => Some(Bytes::copy_from_slice(&byte)),
-            _ => None,
+            Ok(1) => {
+                io.prefix = Bytes::copy_from_slice(&byte);
+                true
+            }
+            _ => false,
         },
-        () = tokio::time::sleep(wait) => None,
-        _ = shutdown.wait_for(|stop| *stop) => None,
+        () = tokio::time::sleep(wait) => false,
+        _ = shutdown.wait_for(|stop| *stop) => false,
     }
 }
 
@@ -341,19 +395,20 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
 }
 
 /// Counts a connection as active (and accepted) while it lives.
-struct Active<'a>(&'a WorkerCounters);
+struct Active(Rc<WorkerProxy>);
 
-impl<'a> Active<'a> {
-    fn new(counters: &'a WorkerCounters) -> Self {
+impl Active {
+    fn new(proxy: Rc<WorkerProxy>) -> Self {
+        let counters = proxy.counters();
         counters.connections.fetch_add(1, Relaxed);
         counters.active.fetch_add(1, Relaxed);
-        Self(counters)
+        Self(proxy)
     }
 }
 
-impl Drop for Active<'_> {
+impl Drop for Active {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Relaxed);
+        self.0.counters().active.fetch_sub(1, Relaxed);
     }
 }
 
