@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Memory per idle keep-alive client connection: duet beside nginx, in one run, on loopback.
+# Memory per idle keep-alive client connection: duet beside nginx and HAProxy, in one run, on loopback.
 #
 #   benches/idle.sh [CONNECTIONS...]        (default: 1000 10000)
 #
 # Each proxy runs one worker in front of one loopback backend (nginx: least_conn with upstream
-# keepalive). For each count, a Python client opens that many connections, sends one request on each,
-# reads its response and keeps the connection open; after 3 s the proxy's resident memory (VmRSS, all of
-# its processes) is read from /proc. Reported: RSS with no client, with the connections, and the growth
-# per connection, then duet/nginx. Installs nginx-light with apt if missing. Needs an open-file limit
-# above the largest count (the hard limit here is 20,000 per process).
+# keepalive; HAProxy: leastconn, http-reuse always), access logs off everywhere. Each proxy is first
+# warmed up: one batch of connections is served and closed, so the one-time growth of the first busy
+# moment (buffers of a batch served at once, upstream connections) is not charged to idle connections.
+# Then, for each count, a Python client opens that many connections in batches of 500, sends one request
+# on each, reads its response and keeps the connection open, letting each batch go idle (2.5 s) before
+# the next; 3 s after the last, the proxy's resident memory (VmRSS, all of its processes) is read from
+# /proc. Reported: RSS before, RSS with the connections, the growth per connection, and ratios to the
+# others. Installs nginx-light and haproxy with apt if missing. Needs an open-file limit above the
+# largest count (the hard limit here is 20,000 per process).
+#
+# nginx allocates its connection and event structures for all of `worker_connections` at start (here
+# sized to the largest count): they are in its "before" figure, not in its growth.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNTS=("$@")
@@ -17,11 +24,14 @@ WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 ulimit -n "$(ulimit -Hn)"
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  echo "== installing nginx-light"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+MAX=0
+for n in "${COUNTS[@]}"; do [ "$n" -gt "$MAX" ] && MAX=$n; done
+if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ]; then
+  echo "== installing nginx-light and haproxy"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy >/dev/null
 fi
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+NGINX=/usr/sbin/nginx
+HAPROXY=/usr/sbin/haproxy
 
 echo "== building duet (release)"
 cargo build --release -q --bin duet --bin duet-backend
@@ -40,11 +50,11 @@ YAML
 mkdir -p "$WORK/nginx/logs"
 cat >"$WORK/nginx/nginx.conf" <<CONF
 worker_processes 1;
-worker_rlimit_nofile 40000;
+worker_rlimit_nofile $(( 2 * MAX + 1000 < $(ulimit -Hn) ? 2 * MAX + 1000 : $(ulimit -Hn) ));
 daemon off;
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/logs/error.log warn;
-events { worker_connections 30000; }
+events { worker_connections $((MAX + 500)); }
 http {
   access_log off;
   keepalive_timeout 75s;
@@ -55,17 +65,42 @@ http {
   }
 }
 CONF
+# HAProxy reserves two descriptors per connection (client and server side) against its open-file
+# limit: counts beyond half the hard limit are skipped for it.
+HAPROXY_MAXCONN=$(( MAX + 500 < $(ulimit -Hn) / 2 - 100 ? MAX + 500 : $(ulimit -Hn) / 2 - 100 ))
+cat >"$WORK/haproxy.cfg" <<CONF
+global
+  maxconn $HAPROXY_MAXCONN
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 75s
+  timeout server 60s
+  timeout http-keep-alive 75s
+  http-reuse always
+frontend app
+  bind 127.0.0.1:18300
+  default_backend app
+backend app
+  balance leastconn
+  server b 127.0.0.1:19201
+CONF
 RUST_LOG=warn target/release/duet run --config "$WORK/duet.yaml" 2>"$WORK/duet.log" &
 DUET_PID=$!
 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>"$WORK/nginx.err" &
 NGINX_PID=$!
+"$HAPROXY" -f "$WORK/haproxy.cfg" -db 2>"$WORK/haproxy.err" &
+HAPROXY_PID=$!
 sleep 1
 
-python3 - "$DUET_PID" "$NGINX_PID" "${COUNTS[@]}" <<'PY'
+python3 - "$DUET_PID" "$NGINX_PID" "$HAPROXY_PID" "$HAPROXY_MAXCONN" "${COUNTS[@]}" <<'PY' || { tail -n 5 "$WORK"/*.err "$WORK"/*.log; exit 1; }
 import os, socket, sys, time
 
-duet_pid, nginx_pid = int(sys.argv[1]), int(sys.argv[2])
-counts = [int(c) for c in sys.argv[3:]]
+pids = {"duet": int(sys.argv[1]), "nginx": int(sys.argv[2]), "haproxy": int(sys.argv[3])}
+ports = {"duet": 18280, "nginx": 18290, "haproxy": 18300}
+haproxy_max = int(sys.argv[4])
+counts = [int(c) for c in sys.argv[5:]]
 
 def tree(pid):
     """The process and its children (nginx's workers)."""
@@ -115,21 +150,33 @@ def hold(port, n):
         time.sleep(2.5)
     return conns
 
-print(f"{'proxy':<6} {'connections':>11} {'idle RSS KiB':>13} {'loaded RSS KiB':>15} {'KiB/conn':>9}")
+for name in pids:
+    for s in hold(ports[name], BATCH):
+        s.close()
+time.sleep(2)
+
+print(f"{'proxy':<8} {'connections':>11} {'RSS before KiB':>15} {'RSS after KiB':>14} {'KiB/conn':>9}")
 results = {}
 for n in counts:
-    for name, pid, port in (("duet", duet_pid, 18280), ("nginx", nginx_pid, 18290)):
+    for name, pid in pids.items():
+        if name == "haproxy" and n > haproxy_max:
+            print(f"{name:<8} {n:>11}  skipped: over HAProxy's maxconn {haproxy_max} (two descriptors per connection)")
+            continue
         before = rss_kib(pid)
-        conns = hold(port, n)
+        conns = hold(ports[name], n)
         time.sleep(3)
         after = rss_kib(pid)
-        per = (after - before) / n
-        results[(name, n)] = per
-        print(f"{name:<6} {n:>11} {before:>13} {after:>15} {per:>9.2f}")
+        results[(name, n)] = (after - before) / n, after
+        print(f"{name:<8} {n:>11} {before:>15} {after:>14} {results[(name, n)][0]:>9.2f}")
         for s in conns:
             s.close()
         time.sleep(2)
 print()
 for n in counts:
-    print(f"{n} idle connections: duet/nginx memory per connection = {results[('duet', n)] / max(results[('nginx', n)], 0.01):.1f}")
+    for other in ("nginx", "haproxy"):
+        if (other, n) not in results:
+            continue
+        per = results[("duet", n)][0] / max(results[(other, n)][0], 0.01)
+        total = results[("duet", n)][1] / results[(other, n)][1]
+        print(f"{n} idle connections: duet/{other} memory per connection = {per:.1f}, RSS with them = {total:.2f}")
 PY

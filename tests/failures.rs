@@ -134,3 +134,47 @@ fn a_pooled_connection_closed_by_the_backend_while_idle_is_not_a_502() {
         "each pooled connection was closed by the backend and replaced"
     );
 }
+
+#[test]
+fn requests_racing_a_backend_that_closes_idle_connections_are_all_served_without_retries() {
+    // The unavoidable HTTP/1.1 close race on the upstream side: the backend closes a pooled connection
+    // as idle at about the moment duet picks it for the next request. Requests are spaced around the
+    // backend's idle timeout, so many of them meet a connection closing under them; none may become an
+    // error, and duet's own retries are off, so the pool alone must resend them on a fresh connection.
+    const REQUESTS: u64 = 40;
+    let backend =
+        Backend::start(BackendOptions::named("closer").idle_timeout(Duration::from_millis(100)))
+            .expect("backend");
+    let duet = Duet::start(
+        &DuetConfig::single("p2c_inflight", &[backend.address()])
+            .with_cluster("app", |c| c.set("retries", "{ attempts: 1 }"))
+            .to_yaml(),
+    );
+    let mut failures = Vec::new();
+    for round in 0..REQUESTS {
+        let response = support::get_root(duet.address);
+        if !response.starts_with("HTTP/1.1 200") {
+            failures.push(format!(
+                "round {round}: {}",
+                response.lines().next().unwrap_or("")
+            ));
+        }
+        // 94 to 106 ms: on both sides of the backend's 100 ms.
+        std::thread::sleep(Duration::from_millis(94 + (round % 5) * 3));
+    }
+    assert!(
+        failures.is_empty(),
+        "{failures:?}\n{}",
+        duet.log_lines().join("\n")
+    );
+    assert_eq!(
+        backend.requests(),
+        REQUESTS,
+        "each request reached the backend once"
+    );
+    assert!(
+        backend.connections() >= REQUESTS / 4,
+        "the backend closed pooled connections under duet ({} connections): the race was run",
+        backend.connections()
+    );
+}

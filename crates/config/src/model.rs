@@ -312,7 +312,10 @@ pub struct Timeouts {
     pub connect: Duration,
     /// From sending the request to receiving the response head. Default 15 s.
     pub response_headers: Duration,
-    /// How long an idle pooled connection is kept. Default 60 s.
+    /// How long an idle pooled connection is kept. Default 4 s: below the 5 s keep-alive of Node.js,
+    /// uvicorn and Apache httpd (the shortest common backend defaults), so duet closes an idle
+    /// connection before its backend does and a request rarely meets the backend's close; reopening
+    /// after 4 s of quiet costs one handshake on the local network.
     pub idle: Duration,
     /// Longest wait between two reads of a response body; past it the client connection is closed and
     /// the backend gets an outlier failure. Default 60 s (nginx's `proxy_read_timeout`).
@@ -326,7 +329,7 @@ impl Default for Timeouts {
         Self {
             connect: Duration::from_secs(1),
             response_headers: Duration::from_secs(15),
-            idle: Duration::from_secs(60),
+            idle: Duration::from_secs(4),
             read: Duration::from_secs(60),
             tunnel_idle: Duration::from_secs(3600),
         }

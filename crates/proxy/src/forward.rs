@@ -8,6 +8,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     prepare::Prepared,
     request_body::{ClientFailure, Upload, UpstreamBody},
+    upstream::{closed_when_reused, Answered},
 };
 use http::{
     request::Parts,
@@ -23,8 +24,12 @@ use std::{
     task::{ready, Context, Poll},
     time::Duration,
 };
-use std::{net::SocketAddr, rc::Rc};
+use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed};
 use tokio::time::{Instant, Sleep};
+
+/// How many times one attempt is sent again after meeting pooled connections that the backend closed
+/// (each resend takes another pooled connection, or a new one).
+const MAX_RESENDS: u32 = 3;
 
 /// An attempt (or a request's attempts) that got no usable response, with the access-log record.
 pub(crate) struct Failed {
@@ -41,40 +46,68 @@ pub(crate) async fn forward(
     tried: &[SocketAddr],
     last: bool,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
-    let Some(body) = prepared.source.attempt() else {
+    let Some(mut body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
     let Ok((backend, authority, guard)) = cluster.pick(tried) else {
         return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
     let completion = Completion::new(guard, cluster.clone(), backend);
-    let request = match upstream_request(&mut prepared.parts, authority, body, last) {
-        Ok(request) => request,
-        // Cannot happen for an address and a parsed path; if it did, it would be duet's own fault.
-        Err(error) => {
-            completion.fail(Fault::Local);
-            return Err(ProxyError::upstream(ErrorKind::BadGateway, backend, error));
-        }
-    };
-
-    let upload = prepared.source.upload().cloned();
-    let sent = HeadDeadline::new(
-        cluster.client().request(request),
-        cluster.response_timeout(),
-        upload,
-    );
-    let error = match sent.await {
-        Ok(Ok(response)) => return Ok((response, completion)),
-        Ok(Err(error)) => match local_fault(&error) {
-            // duet's own limits and resources are never the backend's failure.
-            Some(kind) => {
+    // A request that may meet the keep-alive close race is sent again to the same backend (as one
+    // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
+    // its body can be sent again, so its headers are copied even for the last attempt.
+    let resendable = prepared.parts.method.is_idempotent() && prepared.source.replayable();
+    let mut resends = 0;
+    let error = loop {
+        let request = match upstream_request(
+            &mut prepared.parts,
+            authority.clone(),
+            body,
+            last && !resendable,
+        ) {
+            Ok(request) => request,
+            // Cannot happen for an address and a parsed path; if it did, it would be duet's own fault.
+            Err(error) => {
                 completion.fail(Fault::Local);
-                return Err(ProxyError::upstream(kind, backend, error));
+                return Err(ProxyError::upstream(ErrorKind::BadGateway, backend, error));
             }
-            None if error.is_connect() => ProxyError::upstream(ErrorKind::Connect, backend, error),
-            None => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
-        },
-        Err(elapsed) => ProxyError::upstream(ErrorKind::Timeout, backend, elapsed),
+        };
+        let upload = prepared.source.upload().cloned();
+        let sent = HeadDeadline::new(
+            cluster.client().request(request),
+            cluster.response_timeout(),
+            upload,
+        );
+        break match sent.await {
+            Ok(Ok(response)) => {
+                Answered::note(response.extensions());
+                return Ok((response, completion));
+            }
+            Ok(Err(error)) => match local_fault(&error) {
+                // duet's own limits and resources are never the backend's failure.
+                Some(kind) => {
+                    completion.fail(Fault::Local);
+                    return Err(ProxyError::upstream(kind, backend, error));
+                }
+                None if resendable && resends < MAX_RESENDS && closed_when_reused(&error) => {
+                    resends += 1;
+                    cluster.counters.stale_resends.fetch_add(1, Relaxed);
+                    tracing::debug!(%backend, "resending a request that met a pooled connection closing: {error}");
+                    match prepared.source.attempt() {
+                        Some(again) => {
+                            body = again;
+                            continue;
+                        }
+                        None => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
+                    }
+                }
+                None if error.is_connect() => {
+                    ProxyError::upstream(ErrorKind::Connect, backend, error)
+                }
+                None => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
+            },
+            Err(elapsed) => ProxyError::upstream(ErrorKind::Timeout, backend, elapsed),
+        };
     };
     // A body that broke or stalled on the client's side is the client's failure, not the backend's.
     let (error, fault) = match prepared.source.client_failure() {

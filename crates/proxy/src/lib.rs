@@ -67,5 +67,5 @@ pub use metrics::{DiscoveryCounters, Registry};
 pub use proxy::WorkerProxy;
 pub use request_body::UpstreamBody;
 pub use server::{serve_connection, Client};
-pub use upstream::{upstream_client, UpstreamClient};
+pub use upstream::{upstream_client, BackendConnection, Connector, UpstreamClient};
 pub use view::{Endpoint, HealthView, ResolvedNames};

@@ -28,6 +28,9 @@ pub(crate) struct ClusterCounters {
     pub(crate) ejections: AtomicU64,
     /// Response bodies cut because the backend sent nothing for `timeouts.read`.
     pub(crate) read_timeouts: AtomicU64,
+    /// Requests sent again because the pooled connection they went out on had been closed by the
+    /// backend (the keep-alive close race).
+    pub(crate) stale_resends: AtomicU64,
 }
 
 impl ClusterCounters {
@@ -336,6 +339,21 @@ impl Registry {
                         "duet_read_timeouts_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
                         c.name,
                         c.counters.read_timeouts.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_upstream_stale_resends_total",
+            "counter",
+            "Requests sent again because the backend had closed the pooled connection they went out on.",
+            &mut |out| {
+                for (w, c) in clusters() {
+                    let _ = writeln!(
+                        out,
+                        "duet_upstream_stale_resends_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
+                        c.name,
+                        c.counters.stale_resends.load(Relaxed)
                     );
                 }
             },
