@@ -6,6 +6,7 @@ use std::time::Duration;
 
 fn main() {
     let mut options = BackendOptions::named("backend");
+    options.record_requests = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_default();

@@ -11,6 +11,9 @@ usage:
   duet check --config FILE [--resolve]              validate a config and print a summary; with
                                                     --resolve, also look up backend host names
   duet demo                                         run a local demo: three backends, each policy
+  duet probe URL                                    GET an http:// URL (e.g. the admin /healthz);
+                                                    exit 0 on a 2xx within 2 s (a container health
+                                                    check that needs no shell or curl)
   duet --version
 
 logging: RUST_LOG (default `info`; access logs are target `duet::access`)
@@ -26,6 +29,12 @@ pub fn main(args: Vec<String>) -> i32 {
     let mut config = None;
     let mut json = false;
     let mut resolve = false;
+    if args.first().map(String::as_str) == Some("probe") {
+        return match args.get(1..) {
+            Some([url]) => crate::probe::run(url),
+            _ => usage_error("probe needs one URL"),
+        };
+    }
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {

@@ -37,7 +37,8 @@ pub(crate) const MAX_RESPONSE_HEADERS: usize = 256;
 ///
 /// Pooled connections idle for `timeouts.idle` (default 4 s, below the 5 s keep-alive of Node.js,
 /// uvicorn and Apache httpd) are closed, so duet usually closes first. When the backend closes first, a
-/// request may meet the close on the wire: see [`closed_when_reused`].
+/// request may meet the close on the wire; an idempotent one is then sent again (the [`Connector`] marks
+/// which connections have answered before, which is how such a close is told from a failing backend).
 pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(timeouts.connect));
