@@ -16,6 +16,9 @@ TAG="duet-ci-$$"
 NET="duet-ci-$$"
 WORK=$(mktemp -d)
 cleanup() {
+  if [ -n "${COMPOSE_UP:-}" ]; then
+    DUET_IMAGE="$TAG" docker-compose -f deploy/compose.yaml -p "$TAG" down -t 2 >/dev/null 2>&1 || true
+  fi
   docker rm -f "$TAG-duet" "$TAG-b1" "$TAG-b2" "$TAG-b3" >/dev/null 2>&1 || true
   docker network rm "$NET" >/dev/null 2>&1 || true
   docker image rm -f "$TAG" "$TAG-binaries" >/dev/null 2>&1 || true
@@ -205,5 +208,49 @@ echo "load across docker stop: $result; duet exited with $code"
 [ "$(count ok "$result")" -ge 200 ] || fail "too few requests before the drain"
 [ "$(count failed "$result")" = "0" ] || fail "requests failed during the drain"
 [ "$code" = "0" ] || fail "duet's exit code after the drain is $code"
+
+echo "== deploy/compose.yaml: duet and three backends, one 20x slower"
+if command -v docker-compose >/dev/null 2>&1; then
+  compose=(docker-compose)
+elif docker compose version >/dev/null 2>&1; then
+  compose=(docker compose)
+else
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+  compose=(docker-compose)
+fi
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+export DUET_IMAGE="$TAG" DUET_PORT DUET_ADMIN_PORT
+DUET_PORT=$(free_port)
+DUET_ADMIN_PORT=$(free_port)
+COMPOSE_UP=1
+"${compose[@]}" -f deploy/compose.yaml -p "$TAG" up -d >/dev/null 2>&1 || fail "compose up failed"
+PORT=$DUET_PORT
+ADMIN=$DUET_ADMIN_PORT
+for _ in $(seq 1 50); do
+  curl -fsS "http://127.0.0.1:$ADMIN/ready" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+shares=$(python3 - "$PORT" <<'PY'
+import collections, http.client, sys, threading
+port, seen, lock = int(sys.argv[1]), collections.Counter(), threading.Lock()
+def client():
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    for _ in range(60):
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        response.read()
+        with lock:
+            seen[response.getheader("x-backend") or str(response.status)] += 1
+threads = [threading.Thread(target=client) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+total = sum(seen.values())
+print(" ".join(f"{name}={count}" for name, count in sorted(seen.items())), f"slow_share={seen['slow'] / total:.3f}")
+PY
+)
+echo "480 requests, 8 at a time: $shares"
+slow=$(sed -n 's/.*slow_share=\([0-9.]*\).*/\1/p' <<<"$shares")
+python3 -c "import sys; sys.exit(0 if float('$slow') < 0.15 else 1)" \
+  || fail "the slow backend got a share of $slow (round robin would give it 0.333)"
 
 echo "container tests: all passed"
