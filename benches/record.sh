@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# The benchmark of record: duet against HAProxy and nginx at their best settings, side by side in one run,
+# on loopback, with every proxy's access log off and then on.
+#
+#   benches/record.sh [REPETITIONS] [SECONDS]      (defaults: 5 repetitions of 8 s per proxy and run)
+#
+# Installs nginx-light, haproxy and wrk with apt if missing and builds duet in release mode. Each proxy
+# gets one worker pinned to CPU 0; four instant loopback backends and wrk share CPU 1.
+#   duet     p2c_peak_ewma, routing, retries (3 attempts, budget), the admin listener (metrics) on;
+#            log "on" is its default (RUST_LOG=info: one access-log line per request, to a file)
+#   HAProxy  balance leastconn, http-reuse always; log "on": option httplog to a file (log stdout)
+#   nginx    least_conn, upstream keepalive 64; log "on": its default combined access_log to a file
+# In each repetition, for each log setting, the proxies run in turn:
+#   closed   wrk -t1 -c64 for SECONDS: requests/s, p99, CPU µs per request
+#   fixed    1,500 requests/s (wrk, 16 connections, each waiting 10.7 ms between requests): CPU µs per
+#            request at equal load
+# CPU is the proxy's own (utime + stime of all its processes, from /proc). Reported: the medians, and the
+# median of per-repetition ratios of duet to the better of the other two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${1:-5}
+SECS=${2:-8}
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ] || ! command -v wrk >/dev/null 2>&1; then
+  echo "== installing nginx-light, haproxy and wrk"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy wrk >/dev/null
+fi
+echo "== building duet (release)"
+cargo build --release -q --bin duet --bin duet-backend
+for port in 19301 19302 19303 19304; do
+  taskset -c 1 target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
+done
+
+write_configs() { # log: on|off
+  local log=$1
+  cat >"$WORK/duet.yaml" <<YAML
+workers: 1
+listeners: [ { address: 127.0.0.1:18400 } ]
+admin: { address: 127.0.0.1:18409 }
+routes:
+  - match: { path_prefix: /api }
+    cluster: app
+  - match: { path_prefix: / }
+    cluster: app
+clusters:
+  - name: app
+    policy: p2c_peak_ewma
+    backends: [ { address: 127.0.0.1:19301 }, { address: 127.0.0.1:19302 }, { address: 127.0.0.1:19303 }, { address: 127.0.0.1:19304 } ]
+    retries: { attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }
+YAML
+  mkdir -p "$WORK/nginx/logs"
+  local nginx_log="access_log off;"
+  [ "$log" = on ] && nginx_log="access_log $WORK/nginx/logs/access.log;"
+  cat >"$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  $nginx_log
+  upstream app {
+    least_conn;
+    server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; server 127.0.0.1:19304;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:18410;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+  local haproxy_log=""
+  [ "$log" = on ] && haproxy_log="  log stdout format raw local0 info
+  option httplog"
+  cat >"$WORK/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+$haproxy_log
+frontend app
+  bind 127.0.0.1:18420
+  default_backend app
+backend app
+  balance leastconn
+  server b1 127.0.0.1:19301
+  server b2 127.0.0.1:19302
+  server b3 127.0.0.1:19303
+  server b4 127.0.0.1:19304
+CONF
+}
+
+start() { # proxy log -> pid of the process whose tree is measured (its output never to our stdout, which
+         # a command substitution would wait on)
+  case $1 in
+    duet)
+      local level=warn
+      [ "$2" = on ] && level=info
+      RUST_LOG=$level taskset -c 0 target/release/duet run --config "$WORK/duet.yaml" >/dev/null 2>"$WORK/duet.log" &
+      echo $! ;;
+    nginx)
+      taskset -c 0 /usr/sbin/nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" >/dev/null 2>"$WORK/nginx.err" &
+      echo $! ;;
+    haproxy)
+      taskset -c 0 /usr/sbin/haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
+      echo $! ;;
+  esac
+}
+port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; esac; }
+
+cpu_ticks() { # pid: utime + stime of it and its children
+  python3 - "$1" <<'PY'
+import os, sys
+root = int(sys.argv[1])
+def stat(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+total = 0
+for entry in os.listdir("/proc"):
+    if entry.isdigit():
+        try:
+            fields = stat(entry)
+        except OSError:
+            continue
+        if int(entry) == root or int(fields[1]) == root:
+            total += int(fields[11]) + int(fields[12])
+print(total)
+PY
+}
+
+cat >"$WORK/fixed.lua" <<'LUA'
+-- 16 connections, each waiting 16/1500 s between requests: 1,500 requests/s in all.
+function delay() return 10.667 end
+LUA
+
+measure() { # proxy mode(closed|fixed) pid -> "rps p99_ms cpu_us_per_request non2xx"
+  local url="http://127.0.0.1:$(port "$1")/api/x" before after out
+  before=$(cpu_ticks "$3")
+  if [ "$2" = closed ]; then
+    out=$(taskset -c 1 wrk -t1 -c64 -d"${SECS}s" --latency "$url")
+  else
+    out=$(taskset -c 1 wrk -t1 -c16 -d"${SECS}s" --latency -s "$WORK/fixed.lua" "$url")
+  fi
+  after=$(cpu_ticks "$3")
+  python3 -c '
+import re, sys
+text, ticks = sys.stdin.read(), int(sys.argv[1])
+total = int(re.search(r"(\d+) requests in", text).group(1))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", text)
+p99 = float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+hz = 100
+print(rps, p99, ticks / hz * 1e6 / max(total, 1), bad.group(1) if bad else 0)' "$((after - before))" <<<"$out"
+}
+
+RESULTS="$WORK/results.txt"
+printf "%-4s %-4s %-7s %-7s %10s %9s %12s\n" rep log proxy run req/s p99 "CPU us/req"
+for rep in $(seq 1 "$REPS"); do
+  for log in off on; do
+    write_configs "$log"
+    for proxy in duet haproxy nginx; do
+      pid=$(start "$proxy" "$log")
+      sleep 1
+      curl -sf "http://127.0.0.1:$(port "$proxy")/api/x" >/dev/null || { echo "$proxy is not answering"; cat "$WORK"/*.log "$WORK"/*.err 2>/dev/null | tail; exit 1; }
+      for mode in closed fixed; do
+        read -r rps p99 cpu bad <<<"$(measure "$proxy" "$mode" "$pid")"
+        printf "%-4s %-4s %-7s %-7s %10.0f %7.2fms %12.1f\n" "$rep" "$log" "$proxy" "$mode" "$rps" "$p99" "$cpu"
+        echo "$rep $log $proxy $mode $rps $p99 $cpu $bad" >>"$RESULTS"
+      done
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      rm -f "$WORK/nginx/logs/access.log" "$WORK/duet.log" "$WORK/haproxy.log"
+    done
+  done
+done
+
+python3 - "$RESULTS" <<'PY'
+import collections, statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+data = collections.defaultdict(dict)  # (rep, log, mode) -> proxy -> (rps, p99, cpu)
+bad = 0
+for rep, log, proxy, mode, rps, p99, cpu, b in rows:
+    data[(rep, log, mode)][proxy] = (float(rps), float(p99), float(cpu))
+    bad += int(float(b))
+def med(log, mode, proxy, i):
+    return statistics.median(v[proxy][i] for (r, l, m), v in data.items() if l == log and m == mode)
+def ratio(log, mode, f):
+    return statistics.median(f(v) for (r, l, m), v in data.items() if l == log and m == mode)
+print()
+for log in ("off", "on"):
+    print(f"access log {log}:")
+    for proxy in ("duet", "haproxy", "nginx"):
+        print(f"  {proxy:<8} {med(log, 'closed', proxy, 0):>8.0f} req/s  p99 {med(log, 'closed', proxy, 1):5.2f} ms"
+              f"  {med(log, 'closed', proxy, 2):5.1f} us/req (closed loop)  {med(log, 'fixed', proxy, 2):5.1f} us/req at 1,500/s")
+    print(f"  duet / better of HAProxy and nginx, req/s: {ratio(log, 'closed', lambda v: v['duet'][0] / max(v['haproxy'][0], v['nginx'][0])):.2f}"
+          f"   CPU per request at 1,500/s: {ratio(log, 'fixed', lambda v: v['duet'][2] / min(v['haproxy'][2], v['nginx'][2])):.2f}")
+cost = statistics.median(1 - data[(r, 'on', 'closed')]['duet'][0] / data[(r, 'off', 'closed')]['duet'][0]
+                         for r in {k[0] for k in data})
+print(f"duet's access log costs {cost * 100:.1f}% of its throughput (median over repetitions)")
+print(f"non-2xx responses across all runs: {bad}")
+PY
