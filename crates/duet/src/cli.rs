@@ -69,7 +69,7 @@ pub fn main(args: Vec<String>) -> i32 {
         (Some("check"), Some(path)) => check(&path, resolve),
         (Some("run" | "check"), None) => usage_error("--config FILE is required"),
         (Some("demo"), _) => {
-            init_logging(json, "warn");
+            let _log = init_logging(json, "warn");
             match demo::run() {
                 Ok(()) => 0,
                 Err(error) => {
@@ -87,19 +87,28 @@ fn usage_error(message: &str) -> i32 {
     2
 }
 
-fn init_logging(json: bool, default: &str) {
+/// Logs to stderr through a writer thread: a worker formats its line into a buffer and hands it over,
+/// rather than taking stderr's lock and making a write syscall per request (the access log writes one
+/// line per request). Lines are never dropped: past 128 Ki queued lines the workers wait. Whatever is
+/// queued is written when the returned guard drops.
+fn init_logging(json: bool, default: &str) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::{fmt, EnvFilter};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     use std::io::IsTerminal;
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("duet-log")
+        .finish(std::io::stderr());
     let builder = fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
     let _ = if json {
         builder.json().try_init()
     } else {
         builder.try_init()
     };
+    guard
 }
 
 /// Validates the file offline (nothing but the file and the certificates it names is read); with
@@ -228,7 +237,7 @@ fn lookup(
 }
 
 fn run(path: &std::path::Path, json: bool) -> i32 {
-    init_logging(json, "info");
+    let _log = init_logging(json, "info");
     let config = match duet_config::load(path) {
         Ok(config) => config,
         Err(errors) => {

@@ -118,8 +118,7 @@ where
         loop {
             // Boxed, and freed before the connection parks: hyper's buffers and parser, the service and
             // this turn's timers are most of a connection's memory; a parked connection keeps none of
-            // them. (Boxed in a statement of its own: a temporary in the awaiting statement would keep
-            // a moved-out copy of the unboxed future here.)
+            // them.
             let turn = Box::pin(hyper_turn(&mut connection, &mut shutdown));
             if !turn.await || *shutdown.borrow() || !park(&mut connection, &mut shutdown).await {
                 return;
