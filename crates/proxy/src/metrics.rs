@@ -305,7 +305,7 @@ impl Registry {
                         let _ = writeln!(
                         out,
                         "duet_responses_total{{worker=\"{w}\",cluster=\"{}\",class=\"{}xx\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         i + 1,
                         cell.load(Relaxed)
                     );
@@ -322,7 +322,7 @@ impl Registry {
                     let _ = writeln!(
                         out,
                         "duet_retries_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         c.counters.retries.load(Relaxed)
                     );
                 }
@@ -337,7 +337,7 @@ impl Registry {
                     let _ = writeln!(
                         out,
                         "duet_read_timeouts_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         c.counters.read_timeouts.load(Relaxed)
                     );
                 }
@@ -352,7 +352,7 @@ impl Registry {
                     let _ = writeln!(
                         out,
                         "duet_upstream_stale_resends_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         c.counters.stale_resends.load(Relaxed)
                     );
                 }
@@ -367,7 +367,7 @@ impl Registry {
                     let _ = writeln!(
                         out,
                         "duet_ejections_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         c.counters.ejections.load(Relaxed)
                     );
                 }
@@ -380,7 +380,7 @@ impl Registry {
             "Times each worker's balancer picked the backend.",
             &mut |out| {
                 for (w, c, b) in backends() {
-                    let _ = writeln!(out, "duet_backend_picks_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}", c.name, b.address, b.load.picks());
+                    let _ = writeln!(out, "duet_backend_picks_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}", LabelValue(&c.name), b.address, b.load.picks());
                 }
             },
         );
@@ -393,7 +393,7 @@ impl Registry {
                     let _ = writeln!(
                         out,
                         "duet_backend_in_flight{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         b.address,
                         b.load.in_flight()
                     );
@@ -409,7 +409,7 @@ impl Registry {
                     let _ = writeln!(
                     out,
                     "duet_backend_rtt_estimate_seconds{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {:.6}",
-                    c.name,
+                    LabelValue(&c.name),
                     b.address,
                     b.load.rtt_estimate(now).as_secs_f64()
                 );
@@ -425,7 +425,7 @@ impl Registry {
                     let _ = writeln!(
                         out,
                         "duet_backend_eligible{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
-                        c.name,
+                        LabelValue(&c.name),
                         b.address,
                         u8::from(b.load.is_eligible())
                     );
@@ -485,5 +485,24 @@ impl Registry {
             }
         }
         out
+    }
+}
+
+/// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
+/// (a cluster's name is any YAML string).
+struct LabelValue<'a>(&'a str);
+
+impl std::fmt::Display for LabelValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
     }
 }

@@ -345,3 +345,33 @@ async fn reload_keeps_state_by_address_and_replaces_the_rest() {
         .expect("x");
     assert!(!Arc::ptr_eq(&kept_before, &fresh));
 }
+
+#[tokio::test]
+async fn a_cluster_name_is_escaped_in_the_prometheus_text() {
+    local(async {
+        // A quote, a backslash and a line feed: unescaped, the line feed alone would end the sample
+        // mid-label and the next line would not parse.
+        let yaml = r#"
+listeners: [ { address: 127.0.0.1:0 } ]
+routes: [ { cluster: "we\"ird\\name\nx" } ]
+clusters:
+  - name: "we\"ird\\name\nx"
+    backends: [ { address: 127.0.0.1:9 } ]
+"#;
+        let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid config"));
+        let registry = crate::Registry::new();
+        let _proxy = WorkerProxy::with_registry(config, &ResolvedNames::new(), 0, registry.clone());
+        let text = registry.render_prometheus();
+        assert!(
+            text.contains(r#"duet_retries_total{worker="0",cluster="we\"ird\\name\nx"} 0"#),
+            "{text}"
+        );
+        for line in text.lines() {
+            assert!(
+                line.starts_with("# ") || line.starts_with("duet_"),
+                "not a sample or a comment: {line:?}"
+            );
+        }
+    })
+    .await;
+}
