@@ -40,7 +40,7 @@ fn garbage_from_a_backend_gives_502() {
     let response = support::get_root(duet.address);
     assert!(response.starts_with("HTTP/1.1 502"), "{response}");
     assert!(
-        response.ends_with("backend sent an invalid response\n"),
+        response.ends_with("backend closed the connection or sent an invalid response\n"),
         "{response}"
     );
 }

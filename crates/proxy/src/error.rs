@@ -109,7 +109,7 @@ impl ProxyError {
             ErrorKind::Connect => "backend unreachable\n",
             ErrorKind::Timeout => "backend did not answer in time\n",
             ErrorKind::RouteTimeout => "no answer within the route's timeout\n",
-            ErrorKind::BadGateway => "backend sent an invalid response\n",
+            ErrorKind::BadGateway => "backend closed the connection or sent an invalid response\n",
         }
     }
 
