@@ -396,7 +396,8 @@ where
 
     /// Like `poll_ready`, but never picks an endpoint whose key is in `exclude`: a retry re-picks with
     /// P2C among the endpoints not tried yet. Then `call` sends to the endpoint picked. Costs O(n) when
-    /// `exclude` is not empty (retries only).
+    /// `exclude` is not empty (retries only). A pick already reserved by `poll_ready` is kept only if its
+    /// endpoint is not excluded.
     pub fn poll_ready_excluding<Req>(
         &mut self,
         cx: &mut Context<'_>,
@@ -407,6 +408,17 @@ where
         S::Error: Into<BoxError>,
         C: TrackCompletion<LoadGuard, S::Response>,
     {
+        // A pick reserved by an earlier `poll_ready` that names an excluded endpoint is given up: the
+        // caller asked for anything but it.
+        if let Ready::Endpoint(at, _) | Ready::Failed(at, _) = &self.ready {
+            if self
+                .endpoints
+                .get(*at)
+                .is_none_or(|endpoint| exclude.contains(&endpoint.key))
+            {
+                self.ready = Ready::None;
+            }
+        }
         if exclude.is_empty() || !matches!(self.ready, Ready::None) {
             return Service::<Req>::poll_ready(self, cx);
         }

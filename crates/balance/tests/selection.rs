@@ -477,6 +477,14 @@ async fn a_retry_never_picks_an_excluded_endpoint() {
         .is_ready());
     let error = balance.call(0).await.expect_err("everything excluded");
     assert!(error.is::<duet_balance::NoEligibleEndpoint>());
+    // A pick reserved by a plain `poll_ready` that names an excluded endpoint is not kept.
+    for _ in 0..50 {
+        assert!(Service::<u32>::poll_ready(&mut balance, &mut cx).is_ready());
+        assert!(balance
+            .poll_ready_excluding::<u32>(&mut cx, &[0, 1])
+            .is_ready());
+        assert_eq!(balance.call(0).await.expect("served"), 2);
+    }
     // Each retry pick reads exactly two loads as well.
     let before = balance.stats().load_reads;
     assert!(balance
