@@ -313,66 +313,41 @@ impl Registry {
                 }
             },
         );
-        family(
-            "duet_retries_total",
-            "counter",
-            "Attempts retried on another backend.",
-            &mut |out| {
+        // Per-cluster counters: one family each, the name written once.
+        let cluster_counters: [(&str, &str, CounterOf); 4] = [
+            (
+                "duet_retries_total",
+                "Attempts retried on another backend.",
+                |c| &c.retries,
+            ),
+            (
+                "duet_read_timeouts_total",
+                "Response bodies cut because the backend sent nothing for timeouts.read.",
+                |c| &c.read_timeouts,
+            ),
+            (
+                "duet_upstream_stale_resends_total",
+                "Requests sent again because the backend had closed the pooled connection they went out on.",
+                |c| &c.stale_resends,
+            ),
+            (
+                "duet_ejections_total",
+                "Backends ejected by outlier detection.",
+                |c| &c.ejections,
+            ),
+        ];
+        for (name, help, cell) in cluster_counters {
+            family(name, "counter", help, &mut |out| {
                 for (w, c) in clusters() {
                     let _ = writeln!(
                         out,
-                        "duet_retries_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
+                        "{name}{{worker=\"{w}\",cluster=\"{}\"}} {}",
                         LabelValue(&c.name),
-                        c.counters.retries.load(Relaxed)
+                        cell(&c.counters).load(Relaxed)
                     );
                 }
-            },
-        );
-        family(
-            "duet_read_timeouts_total",
-            "counter",
-            "Response bodies cut because the backend sent nothing for timeouts.read.",
-            &mut |out| {
-                for (w, c) in clusters() {
-                    let _ = writeln!(
-                        out,
-                        "duet_read_timeouts_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        c.counters.read_timeouts.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_upstream_stale_resends_total",
-            "counter",
-            "Requests sent again because the backend had closed the pooled connection they went out on.",
-            &mut |out| {
-                for (w, c) in clusters() {
-                    let _ = writeln!(
-                        out,
-                        "duet_upstream_stale_resends_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        c.counters.stale_resends.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_ejections_total",
-            "counter",
-            "Backends ejected by outlier detection.",
-            &mut |out| {
-                for (w, c) in clusters() {
-                    let _ = writeln!(
-                        out,
-                        "duet_ejections_total{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        c.counters.ejections.load(Relaxed)
-                    );
-                }
-            },
-        );
+            });
+        }
         let backends = || clusters().flat_map(|(w, c)| c.backends.iter().map(move |b| (w, c, b)));
         family(
             "duet_backend_picks_total",
@@ -487,6 +462,9 @@ impl Registry {
         out
     }
 }
+
+/// Which counter of a cluster a metric family reads.
+type CounterOf = fn(&ClusterCounters) -> &AtomicU64;
 
 /// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
 /// (a cluster's name is any YAML string).
