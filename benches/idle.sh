@@ -2,6 +2,8 @@
 # Memory per idle keep-alive client connection: duet beside nginx and HAProxy, in one run, on loopback.
 #
 #   benches/idle.sh [CONNECTIONS...]        (default: 1000 10000)
+#   DUET=path/to/duet benches/idle.sh       another duet build (e.g. the static musl one of the image)
+#   PROXIES=duet benches/idle.sh            only some of duet, nginx, haproxy
 #
 # Each proxy runs one worker in front of one loopback backend (nginx: least_conn with upstream
 # keepalive; HAProxy: leastconn, http-reuse always), access logs off everywhere. Each proxy is first
@@ -9,9 +11,9 @@
 # moment (buffers of a batch served at once, upstream connections) is not charged to idle connections.
 # Then, for each count, a Python client opens that many connections in batches of 500, sends one request
 # on each, reads its response and keeps the connection open, letting each batch go idle (2.5 s) before
-# the next; 3 s after the last, the proxy's resident memory (VmRSS, all of its processes) is read from
-# /proc. Reported: RSS before, RSS with the connections, the growth per connection, and ratios to the
-# others. Installs nginx-light and haproxy with apt if missing. Needs an open-file limit above the
+# the next; 6 s after the last (duet returns freed pages at most every 5 s), the proxy's resident
+# memory (VmRSS, all of its processes) is read from /proc. Reported: RSS before, RSS with the
+# connections, the growth per connection, and ratios to the others. Installs nginx-light and haproxy with apt if missing. Needs an open-file limit above the
 # largest count (the hard limit here is 20,000 per process).
 #
 # nginx allocates its connection and event structures for all of `worker_connections` at start (here
@@ -35,6 +37,7 @@ HAPROXY=/usr/sbin/haproxy
 
 echo "== building duet (release)"
 cargo build --release -q --bin duet --bin duet-backend
+DUET=${DUET:-target/release/duet}
 target/release/duet-backend --listen 127.0.0.1:19201 --name b --delay-ms 0 >/dev/null &
 
 cat >"$WORK/duet.yaml" <<YAML
@@ -86,7 +89,7 @@ backend app
   balance leastconn
   server b 127.0.0.1:19201
 CONF
-RUST_LOG=warn target/release/duet run --config "$WORK/duet.yaml" 2>"$WORK/duet.log" &
+RUST_LOG=warn "$DUET" run --config "$WORK/duet.yaml" 2>"$WORK/duet.log" &
 DUET_PID=$!
 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>"$WORK/nginx.err" &
 NGINX_PID=$!
@@ -150,10 +153,16 @@ def hold(port, n):
         time.sleep(2.5)
     return conns
 
+only = os.environ.get("PROXIES")
+if only:
+    pids = {k: v for k, v in pids.items() if k in only.split(",")}
+# duet hands freed pages back to the system at most every 5 s (crates/duet/src/memory.rs): every
+# reading waits longer than that, so a burst's transient buffers are charged to nobody.
+SETTLE = 6
 for name in pids:
     for s in hold(ports[name], BATCH):
         s.close()
-time.sleep(2)
+time.sleep(SETTLE)
 
 print(f"{'proxy':<8} {'connections':>11} {'RSS before KiB':>15} {'RSS after KiB':>14} {'KiB/conn':>9}")
 results = {}
@@ -164,17 +173,17 @@ for n in counts:
             continue
         before = rss_kib(pid)
         conns = hold(ports[name], n)
-        time.sleep(3)
+        time.sleep(SETTLE)
         after = rss_kib(pid)
         results[(name, n)] = (after - before) / n, after
         print(f"{name:<8} {n:>11} {before:>15} {after:>14} {results[(name, n)][0]:>9.2f}")
         for s in conns:
             s.close()
-        time.sleep(2)
+        time.sleep(SETTLE)
 print()
 for n in counts:
     for other in ("nginx", "haproxy"):
-        if (other, n) not in results:
+        if (other, n) not in results or ("duet", n) not in results:
             continue
         per = results[("duet", n)][0] / max(results[(other, n)][0], 0.01)
         total = results[("duet", n)][1] / results[(other, n)][1]

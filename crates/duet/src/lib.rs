@@ -11,6 +11,7 @@
 
 mod control;
 mod listener;
+mod memory;
 mod probe;
 mod tls;
 mod worker;

@@ -1,15 +1,9 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
+use crate::memory;
 use duet_config::{Config, Limits};
 use duet_proxy::{serve_connection, Client, HealthView, Registry, ResolvedNames, WorkerProxy};
-use std::{
-    future::Future,
-    pin::Pin,
-    rc::Rc,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore},
@@ -60,12 +54,15 @@ fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     match tls {
-        None => connections.spawn_local(Holding {
-            connection: serve_connection(proxy, limits, stream, client, shutdown),
-            _permit: permit,
-        }),
+        None => connections.spawn_local(serve_connection(
+            proxy,
+            limits,
+            stream,
+            client,
+            shutdown,
+            Some(permit),
+        )),
         Some(acceptor) => connections.spawn_local(async move {
-            let _permit = permit;
             let peer = client.address;
             let handshake = Box::pin(acceptor.accept(stream));
             match tokio::time::timeout(limits.header_read_timeout, handshake).await {
@@ -74,7 +71,8 @@ fn serve(
                         tls: true,
                         ..client
                     };
-                    serve_connection(proxy, limits, tls_stream, client, shutdown).await
+                    serve_connection(proxy, limits, tls_stream, client, shutdown, Some(permit))
+                        .await
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
@@ -83,25 +81,6 @@ fn serve(
             }
         }),
     };
-}
-
-pin_project_lite::pin_project! {
-    /// A connection's future holding its place under `max_connections` until it is done. A struct
-    /// rather than an async block, which would keep a second copy of the connection's arguments for
-    /// as long as the connection lives.
-    struct Holding<F> {
-        #[pin]
-        connection: F,
-        _permit: OwnedSemaphorePermit,
-    }
-}
-
-impl<F: Future> Future for Holding<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.project().connection.poll(cx)
-    }
 }
 
 async fn serve_worker(
@@ -187,10 +166,28 @@ async fn serve_worker(
     drop(accepted_tx);
 
     let mut connections = JoinSet::new();
+    let mut trim = tokio::time::interval(memory::TRIM_EVERY);
+    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The most connections served in tasks at once (not parked) since memory was last trimmed.
+    let mut busy_high = 0;
     loop {
+        busy_high = busy_high.max(connections.len());
         tokio::select! {
+            _ = trim.tick() => {
+                if memory::worth_trimming(busy_high, connections.len()) {
+                    busy_high = connections.len();
+                    let started = tokio::time::Instant::now();
+                    if memory::trim() {
+                        tracing::debug!(target: "duet::memory", worker = index, took = ?started.elapsed(), "returned free memory to the system");
+                    }
+                }
+            }
             Some(connection) = accepted.recv() => {
                 serve(&mut connections, proxy.clone(), limits, connection, shutdown.clone());
+            }
+            // A parked keep-alive connection's next request: back into a task of its own.
+            resumed = proxy.next_resumed() => {
+                connections.spawn_local(resumed.serve(proxy.clone(), limits, shutdown.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             Ok(()) = health.changed() => {
@@ -226,6 +223,11 @@ async fn serve_worker(
             connection,
             shutdown.clone(),
         );
+    }
+    // Parked connections close now (they have been idle for seconds), except those whose next request
+    // is already on its way: those are served, with `Connection: close`.
+    for resumed in proxy.close_parked() {
+        connections.spawn_local(resumed.serve(proxy.clone(), limits, shutdown.clone()));
     }
     let open = connections.len();
     // Requests in flight and upgraded tunnels both finish, up to the drain deadline.

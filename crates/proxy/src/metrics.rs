@@ -55,8 +55,12 @@ pub(crate) struct WorkerCounters {
     pub(crate) header_timeout: AtomicU64,
     /// Connections closed because the client read nothing for `limits.send_timeout`.
     pub(crate) send_timeout: AtomicU64,
-    /// Connections being served now.
+    /// Client connections open now (parked ones included).
     pub(crate) active: AtomicU64,
+    /// Idle keep-alive connections parked now (`parking.rs`).
+    pub(crate) parked: AtomicU64,
+    /// Times a connection parked.
+    pub(crate) parks: AtomicU64,
     /// Times this worker reached its share of `limits.max_connections` and stopped accepting.
     pub(crate) at_capacity: AtomicU64,
 }
@@ -204,13 +208,41 @@ impl Registry {
         family(
             "duet_connections_active",
             "gauge",
-            "Client connections being served.",
+            "Client connections open, parked ones included.",
             &mut |out| {
                 for (w, e) in workers.iter() {
                     let _ = writeln!(
                         out,
                         "duet_connections_active{{worker=\"{w}\"}} {}",
                         e.counters.active.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_connections_parked",
+            "gauge",
+            "Idle keep-alive client connections parked, waiting for their next request (counted in duet_connections_active too).",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let _ = writeln!(
+                        out,
+                        "duet_connections_parked{{worker=\"{w}\"}} {}",
+                        e.counters.parked.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_connections_parked_total",
+            "counter",
+            "Times an idle keep-alive client connection was parked.",
+            &mut |out| {
+                for (w, e) in workers.iter() {
+                    let _ = writeln!(
+                        out,
+                        "duet_connections_parked_total{{worker=\"{w}\"}} {}",
+                        e.counters.parks.load(Relaxed)
                     );
                 }
             },

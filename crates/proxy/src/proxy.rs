@@ -7,6 +7,7 @@ use crate::{
     cluster::{Cluster, ClusterBalance, SharedHealth},
     error::ErrorKind,
     metrics::{Readiness, Registry, WorkerCounters},
+    parking::{ParkingLot, Resumed},
     prepare, respond, retry, route,
     server::{Client, ConnectionState},
     view::{HealthView, ResolvedNames},
@@ -14,8 +15,13 @@ use crate::{
 use duet_config::Config;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use std::{cell::RefCell, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
-use tokio::time::Instant;
+use std::{
+    cell::{OnceCell, RefCell},
+    rc::Rc,
+    sync::atomic::Ordering::Relaxed,
+    sync::Arc,
+};
+use tokio::{sync::Notify, time::Instant};
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
 /// with another worker, and no borrow is held across an `.await`.
@@ -30,6 +36,10 @@ pub struct WorkerProxy {
     /// Held by every open tunnel: its strong count, less one, is how many are open.
     tunnels: Rc<()>,
     readiness: Arc<Readiness>,
+    /// Idle keep-alive connections parked outside their tasks; made by the first connection to park
+    /// (it needs the worker's reactor), `None` if the system refused one.
+    parking: OnceCell<Option<ParkingLot>>,
+    parking_made: Notify,
 }
 
 struct Table {
@@ -80,6 +90,8 @@ impl WorkerProxy {
             registry,
             tunnels: Rc::new(()),
             readiness,
+            parking: OnceCell::new(),
+            parking_made: Notify::new(),
         };
         proxy.publish_cells();
         proxy
@@ -103,6 +115,49 @@ impl WorkerProxy {
     /// This worker's counters that belong to no cluster.
     pub(crate) fn counters(&self) -> &WorkerCounters {
         &self.counters
+    }
+
+    pub(crate) fn counters_handle(&self) -> Arc<WorkerCounters> {
+        self.counters.clone()
+    }
+
+    /// The worker's parking lot, made on first use; `None` when the system gives no epoll set (idle
+    /// connections then park in their tasks).
+    pub(crate) fn parking_lot(&self) -> Option<&ParkingLot> {
+        self.parking
+            .get_or_init(|| match ParkingLot::new(self.counters.clone()) {
+                Ok(lot) => {
+                    self.parking_made.notify_one();
+                    Some(lot)
+                }
+                Err(error) => {
+                    tracing::warn!("idle connections park in their tasks (more memory each): no epoll set: {error}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// Waits until a parked keep-alive connection's next request starts to arrive; serve it with
+    /// [`Resumed::serve`]. Parked connections whose client left or whose `limits.keepalive_timeout`
+    /// ran out are closed while this waits, so a worker polls it for as long as it serves. Cancel-safe.
+    pub async fn next_resumed(&self) -> Resumed {
+        loop {
+            match self.parking.get() {
+                Some(Some(lot)) => return lot.next().await,
+                Some(None) => std::future::pending::<()>().await,
+                None => self.parking_made.notified().await,
+            }
+        }
+    }
+
+    /// At the drain: closes every parked connection, except those whose next request has already
+    /// started to arrive, which are returned to be served (with `Connection: close`). Nothing parks
+    /// after this.
+    pub fn close_parked(&self) -> Vec<Resumed> {
+        self.parking_lot()
+            .map(ParkingLot::close_all)
+            .unwrap_or_default()
     }
 
     fn publish_cells(&self) {

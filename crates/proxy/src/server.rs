@@ -3,6 +3,7 @@
 use crate::{
     body::ProxyBody,
     metrics::WorkerCounters,
+    parking::{Parked, Resumed},
     proxy::WorkerProxy,
     respond::{tunnel, PendingTunnel},
     stall::Stall,
@@ -13,6 +14,7 @@ use http::Response;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
+    any::Any,
     cell::{Cell, RefCell},
     convert::Infallible,
     future::Future,
@@ -20,12 +22,16 @@ use std::{
     net::SocketAddr,
     pin::Pin,
     rc::Rc,
-    sync::atomic::Ordering::Relaxed,
+    sync::{atomic::Ordering::Relaxed, Arc},
     task::{Context, Poll},
     time::Duration,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::watch;
+use tokio::{
+    net::TcpStream,
+    sync::{watch, OwnedSemaphorePermit},
+    time::Instant,
+};
 
 /// Who is at the other end of a client connection, as its listener saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,53 +84,145 @@ impl Drop for InService {
 }
 
 /// Serves one client connection until it closes, or until `shutdown` turns true: then the request in
-/// progress (if any) finishes, and the connection closes instead of waiting for another.
+/// progress (if any) finishes, and the connection closes instead of waiting for another. `permit`, if
+/// any, is the connection's place under `limits.max_connections`, held until it closes.
 ///
 /// A keep-alive connection that has been idle for a moment is **parked**: hyper's state for it (read
 /// and write buffers, parser, timers: most of a connection's memory) is given back, and only the socket
-/// waits for the next request's first byte, for up to `limits.keepalive_timeout`. That byte starts a
-/// fresh hyper connection, so `limits.header_read_timeout` times the head from its first byte, never the
-/// idle wait. `io` is the client connection (TCP, or TLS over TCP).
+/// waits for the next request's first byte, for up to `limits.keepalive_timeout`. A plain TCP
+/// connection leaves its task to wait in the worker's parking lot (about 80 bytes a connection), from
+/// which [`WorkerProxy::next_resumed`] hands it back; a TLS connection waits in its task. That byte
+/// starts a fresh hyper connection, so `limits.header_read_timeout` times the head from its first byte,
+/// never the idle wait. `io` is the client connection (TCP, or TLS over TCP).
 pub fn serve_connection<IO>(
     proxy: Rc<WorkerProxy>,
     limits: Limits,
     io: IO,
     client: Client,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+    permit: Option<OwnedSemaphorePermit>,
 ) -> impl Future<Output = ()>
 where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    // Park before hyper's header timer (which also runs while a kept-alive connection waits) could fire.
-    let park_after = PARK_AFTER
-        .min(limits.header_read_timeout / 2)
-        .min(limits.keepalive_timeout / 2);
-    let mut connection = Connection {
-        proxy,
-        limits,
-        client,
-        park_after,
-        requests: 0,
-        io: Some(Prefixed {
-            prefix: Bytes::new(),
-            io,
-        }),
+    let active = Active::new(proxy.counters_handle());
+    let io = Prefixed {
+        prefix: Bytes::new(),
+        io,
     };
-    // An async block over one struct rather than an async fn, which would keep every argument twice,
-    // and nothing held across an await but that struct: a parked connection is this future and its
-    // socket, so every byte here counts ten thousand times.
-    async move {
-        let _active = Active::new(connection.proxy.clone());
-        loop {
-            // Boxed, and freed before the connection parks: hyper's buffers and parser, the service and
-            // this turn's timers are most of a connection's memory; a parked connection keeps none of
-            // them.
-            let turn = Box::pin(hyper_turn(&mut connection, &mut shutdown));
-            if !turn.await || *shutdown.borrow() || !park(&mut connection, &mut shutdown).await {
-                return;
+    run(
+        Connection::new(proxy, limits, client, Some(io), 0, active, permit),
+        shutdown,
+    )
+}
+
+impl Resumed {
+    /// Serves a connection taken out of the parking lot, its next request's first byte already read:
+    /// as [`serve_connection`] would have, had it never parked.
+    pub fn serve(
+        self,
+        proxy: Rc<WorkerProxy>,
+        limits: Limits,
+        shutdown: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> {
+        let Resumed {
+            stream,
+            first_byte,
+            parked:
+                Parked {
+                    client,
+                    requests,
+                    active,
+                    permit,
+                },
+        } = self;
+        let io = match TcpStream::from_std(stream) {
+            Ok(io) => Some(Prefixed {
+                prefix: Bytes::copy_from_slice(&[first_byte]),
+                io,
+            }),
+            Err(error) => {
+                tracing::debug!(target: "duet::conn", peer = %client.address, "closing a resumed connection: {error}");
+                None
             }
+        };
+        run(
+            Connection::new(proxy, limits, client, io, requests, active, permit),
+            shutdown,
+        )
+    }
+}
+
+/// Turns of hyper, and parking between them, until the connection ends or leaves for the parking lot.
+/// Nothing is held across an await but the connection and `shutdown`: every byte of this future counts
+/// for every connection parked in its task.
+async fn run<IO>(mut connection: Connection<IO>, mut shutdown: watch::Receiver<bool>)
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    loop {
+        // Boxed, and freed before the connection parks: hyper's buffers and parser, the service and this
+        // turn's timers are most of a connection's memory; a parked connection keeps none of them.
+        let turn = Box::pin(hyper_turn(&mut connection, &mut shutdown));
+        if !turn.await || *shutdown.borrow() {
+            return;
+        }
+        if leave_for_the_lot(&mut connection) {
+            return;
+        }
+        if !park(&mut connection, &mut shutdown).await {
+            return;
         }
     }
+}
+
+/// Hands an idle plain TCP connection (nothing of its next request read yet) to the worker's parking
+/// lot; `true` if it left (or was closed on the way), `false` if it parks in its task instead.
+fn leave_for_the_lot<IO: 'static>(connection: &mut Connection<IO>) -> bool {
+    if connection
+        .io
+        .as_ref()
+        .is_none_or(|io| !io.prefix.is_empty())
+    {
+        return false;
+    }
+    let proxy = connection.proxy.clone();
+    let Some(lot) = proxy.parking_lot() else {
+        return false;
+    };
+    // Only a plain TCP socket can leave its task (a TLS session cannot): the one `IO` type that
+    // parks in the lot is told apart from the others by its type id, at no cost per connection.
+    let io: &mut dyn Any = &mut connection.io;
+    let Some(io) = io.downcast_mut::<Option<Prefixed<TcpStream>>>() else {
+        return false;
+    };
+    let Some(Prefixed { io: stream, .. }) = io.take() else {
+        return true;
+    };
+    let stream = match stream.into_std() {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::debug!(target: "duet::conn", peer = %connection.client.address, "closing instead of parking: {error}");
+            return true;
+        }
+    };
+    let (Some(active), permit) = (connection.active.take(), connection.permit.take()) else {
+        return true;
+    };
+    let deadline = Instant::now()
+        + (connection.limits.keepalive_timeout).saturating_sub(connection.park_after);
+    tracing::trace!(target: "duet::conn", peer = %connection.client.address, "parked");
+    lot.park(
+        stream,
+        Parked {
+            client: connection.client,
+            requests: connection.requests,
+            active,
+            permit,
+        },
+        deadline,
+    );
+    true
 }
 
 /// What a connection keeps from one turn of hyper to the next.
@@ -138,6 +236,38 @@ struct Connection<IO> {
     requests: u64,
     /// The connection itself, between turns.
     io: Option<Prefixed<IO>>,
+    /// Counts the connection as open; goes to the parking lot with it.
+    active: Option<Active>,
+    /// Its place under `limits.max_connections`; goes to the parking lot with it.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<IO> Connection<IO> {
+    fn new(
+        proxy: Rc<WorkerProxy>,
+        limits: Limits,
+        client: Client,
+        io: Option<Prefixed<IO>>,
+        requests: u64,
+        active: Active,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        // Park before hyper's header timer (which also runs while a kept-alive connection waits) could
+        // fire.
+        let park_after = PARK_AFTER
+            .min(limits.header_read_timeout / 2)
+            .min(limits.keepalive_timeout / 2);
+        Self {
+            proxy,
+            limits,
+            client,
+            park_after,
+            requests,
+            io,
+            active: Some(active),
+            permit,
+        }
+    }
 }
 
 /// Serves requests with a fresh hyper connection until the connection ends (`false`) or has idled
@@ -153,6 +283,9 @@ where
     let Some(io) = connection.io.take() else {
         return false;
     };
+    // A request already started (pipelined, or the byte that woke a parked connection) is served
+    // even when the drain has begun; its response says `Connection: close`.
+    let request_waiting = !io.prefix.is_empty();
     let Connection {
         ref proxy,
         ref limits,
@@ -170,9 +303,11 @@ where
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         // The head limit itself (start line and fields, counted as hyper parses them: 431 past it);
-        // the read buffer gets room beyond it so the limit, not the buffer, decides.
+        // the read buffer gets room beyond it so the limit, not the buffer, decides, and no more: the
+        // buffer holding a head lives as long as its request (the fields point into it), and one
+        // twice the head's size (as it was) made a 64 KiB head cost 128 KiB.
         .max_header_size(limits.max_request_head)
-        .max_buf_size(limits.max_request_head.saturating_mul(2))
+        .max_buf_size(limits.max_request_head.saturating_add(16 * 1024))
         // A client that sends its request and then shuts its side down still gets the response.
         .half_close(true)
         .writev(false)
@@ -194,7 +329,17 @@ where
         }),
         service,
     );
-    let parts = match drive(http, &state, shutdown, park_after, proxy, client).await {
+    let parts = match drive(
+        http,
+        &state,
+        shutdown,
+        park_after,
+        request_waiting,
+        proxy,
+        client,
+    )
+    .await
+    {
         Finished::Handed(parts) => parts,
         Finished::Done(parts) => {
             // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
@@ -252,6 +397,7 @@ async fn drive<IO, S>(
     state: &ConnectionState,
     shutdown: &mut watch::Receiver<bool>,
     park_after: Duration,
+    request_waiting: bool,
     proxy: &WorkerProxy,
     client: Client,
 ) -> Finished<http1::Parts<TokioIo<SendTimeout<Prefixed<IO>>>, S>>
@@ -262,7 +408,7 @@ where
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut draining = *shutdown.borrow();
-    if draining {
+    if draining && !request_waiting {
         Pin::new(&mut connection).graceful_shutdown();
     }
     // Whether we asked hyper to stop (to park), as opposed to the client ending the connection.
@@ -270,7 +416,10 @@ where
     // Idleness is checked twice per `park_after` without reading the clock per request: two quiet
     // checks in a row park the connection, between 1 and 1.5 × `park_after` after its last request.
     let (mut seen, mut quiet) = (state.requests.get(), 0);
-    let mut drain_grace = None;
+    // Draining already with a request waiting: it is served, then the connection is asked to close
+    // as any other would be during the drain.
+    let mut drain_grace =
+        (draining && request_waiting).then(|| Box::pin(tokio::time::sleep(DRAIN_GRACE)));
     loop {
         let idle = tokio::time::sleep(park_after / 2);
         tokio::pin!(idle);
@@ -393,21 +542,20 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
     }
 }
 
-/// Counts a connection as active (and accepted) while it lives.
-struct Active(Rc<WorkerProxy>);
+/// Counts a connection as open (and accepted) while it lives, parked or not.
+pub(crate) struct Active(Arc<WorkerCounters>);
 
 impl Active {
-    fn new(proxy: Rc<WorkerProxy>) -> Self {
-        let counters = proxy.counters();
+    fn new(counters: Arc<WorkerCounters>) -> Self {
         counters.connections.fetch_add(1, Relaxed);
         counters.active.fetch_add(1, Relaxed);
-        Self(proxy)
+        Self(counters)
     }
 }
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.0.counters().active.fetch_sub(1, Relaxed);
+        self.0.active.fetch_sub(1, Relaxed);
     }
 }
 

@@ -16,7 +16,10 @@ use tokio::{net::TcpListener, sync::watch};
 struct Harness {
     proxy: Rc<WorkerProxy>,
     address: SocketAddr,
-    _shutdown: watch::Sender<bool>,
+    shutdown: watch::Sender<bool>,
+    /// Whether the harness takes parked connections back when their next request arrives (as a
+    /// worker does until it drains).
+    resuming: Rc<std::cell::Cell<bool>>,
 }
 
 impl Harness {
@@ -27,27 +30,38 @@ impl Harness {
         let address = listener.local_addr().expect("address");
         let (shutdown, watch) = watch::channel(false);
         let serving = proxy.clone();
+        let resuming = Rc::new(std::cell::Cell::new(true));
+        let resume = resuming.clone();
         tokio::task::spawn_local(async move {
-            while let Ok((stream, peer)) = listener.accept().await {
-                let client = Client {
-                    address: peer,
-                    tls: false,
-                    trusted: false,
-                };
-                let connection = serve_connection(
-                    serving.clone(),
-                    config.limits,
-                    stream,
-                    client,
-                    watch.clone(),
-                );
-                tokio::task::spawn_local(connection);
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, peer)) = accepted else { return };
+                        let client = Client {
+                            address: peer,
+                            tls: false,
+                            trusted: false,
+                        };
+                        tokio::task::spawn_local(serve_connection(
+                            serving.clone(),
+                            config.limits,
+                            stream,
+                            client,
+                            watch.clone(),
+                            None,
+                        ));
+                    }
+                    resumed = serving.next_resumed(), if resume.get() => {
+                        tokio::task::spawn_local(resumed.serve(serving.clone(), config.limits, watch.clone()));
+                    }
+                }
             }
         });
         Self {
             proxy,
             address,
-            _shutdown: shutdown,
+            shutdown,
+            resuming,
         }
     }
 
@@ -372,6 +386,172 @@ clusters:
                 "not a sample or a comment: {line:?}"
             );
         }
+    })
+    .await;
+}
+
+/// Writes one GET on `stream` and reads its whole response (`content-length` framed); the status.
+async fn exchange(stream: &mut tokio::net::TcpStream) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("a response in time")
+            .expect("read");
+        assert!(n > 0, "closed before the response ended");
+        response.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length: usize = text[..end]
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if response.len() >= end + 4 + length {
+            return text[9..12].parse().expect("a status");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_on_its_next_request()
+{
+    use tokio::io::AsyncReadExt;
+    local(async {
+        let backend = Backend::start(BackendOptions::named("a")).expect("backend");
+        let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
+            .section(
+                "limits",
+                "{ header_read_timeout: 200ms, keepalive_timeout: 60s }",
+            )
+            .to_yaml();
+        let harness = Harness::start(&yaml).await;
+        let parked = || {
+            harness
+                .proxy
+                .parking_lot()
+                .map_or(0, super::parking::ParkingLot::len)
+        };
+        let counters = harness.proxy.counters_handle();
+        let gauge =
+            |cell: &std::sync::atomic::AtomicU64| cell.load(std::sync::atomic::Ordering::Relaxed);
+        let settle = || tokio::time::sleep(std::time::Duration::from_millis(400));
+
+        let mut first = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        let mut second = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        assert_eq!(exchange(&mut first).await, 200);
+        assert_eq!(exchange(&mut second).await, 200);
+        // Idle for twice `header_read_timeout / 2`: both parked, still open, and counted as such.
+        settle().await;
+        assert_eq!(parked(), 2);
+        assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (2, 2));
+
+        // The next request on the same TCP connection takes it out of the lot and is served.
+        assert_eq!(exchange(&mut first).await, 200);
+        assert_eq!(parked(), 1);
+        assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (1, 2));
+        settle().await;
+        assert_eq!(parked(), 2, "parked again once idle");
+
+        // A client that leaves a parked connection frees its slot.
+        drop(second);
+        settle().await;
+        assert_eq!(parked(), 1);
+        assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (1, 1));
+
+        // At the drain, the parked connections close (and nothing parks any more).
+        let handed_back = harness.proxy.close_parked();
+        assert!(handed_back.is_empty(), "no request was waiting");
+        assert_eq!(parked(), 0);
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(2), first.read(&mut byte))
+            .await
+            .expect("closed in time");
+        assert!(matches!(closed, Ok(0) | Err(_)), "the idle one is closed");
+        assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (0, 0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_and_the_others_closed(
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    local(async {
+        let backend = Backend::start(BackendOptions::named("a")).expect("backend");
+        let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
+            .section(
+                "limits",
+                "{ header_read_timeout: 200ms, keepalive_timeout: 60s }",
+            )
+            .to_yaml();
+        let harness = Harness::start(&yaml).await;
+        // As a worker that has begun its drain: no longer taking parked connections back (the
+        // harness's loop reads this when it next accepts).
+        harness.resuming.set(false);
+        let mut idle = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        let mut asking = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        assert_eq!(exchange(&mut idle).await, 200);
+        assert_eq!(exchange(&mut asking).await, 200);
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        // The drain begins just as `asking` sends its next request to its parked connection.
+        asking
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .expect("request");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let _ = harness.shutdown.send(true);
+        let handed_back = harness.proxy.close_parked();
+        assert_eq!(
+            handed_back.len(),
+            1,
+            "the connection with a request waiting"
+        );
+        for resumed in handed_back {
+            let limits = duet_config::Limits::default();
+            tokio::task::spawn_local(resumed.serve(
+                harness.proxy.clone(),
+                limits,
+                harness.shutdown.subscribe(),
+            ));
+        }
+        let mut response = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            asking.read_to_end(&mut response),
+        )
+        .await
+        .expect("answered and closed in time");
+        assert!(read.is_ok());
+        assert!(
+            response.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&response)
+        );
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(2), idle.read(&mut byte))
+            .await
+            .expect("closed in time");
+        assert!(
+            matches!(closed, Ok(0) | Err(_)),
+            "the idle one is closed at once"
+        );
     })
     .await;
 }
