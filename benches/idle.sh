@@ -11,7 +11,7 @@
 # moment (buffers of a batch served at once, upstream connections) is not charged to idle connections.
 # Then, for each count, a Python client opens that many connections in batches of 500, sends one request
 # on each, reads its response and keeps the connection open, letting each batch go idle (2.5 s) before
-# the next; 6 s after the last (duet returns freed pages at most every 5 s), the proxy's resident
+# the next; 11 s after the last (duet returns freed pages on 5 s ticks), the proxy's resident
 # memory (VmRSS, all of its processes) is read from /proc. Reported: RSS before, RSS with the
 # connections, the growth per connection, and ratios to the others. Installs nginx-light and haproxy with apt if missing. Needs an open-file limit above the
 # largest count (the hard limit here is 20,000 per process).
@@ -156,9 +156,10 @@ def hold(port, n):
 only = os.environ.get("PROXIES")
 if only:
     pids = {k: v for k, v in pids.items() if k in only.split(",")}
-# duet hands freed pages back to the system at most every 5 s (crates/duet/src/memory.rs): every
-# reading waits longer than that, so a burst's transient buffers are charged to nobody.
-SETTLE = 6
+# duet hands freed pages back to the system on its 5 s ticks after a crowd leaves, twice (the second
+# for the upstream connections its pool closes after 4 s idle; crates/duet/src/memory.rs): every
+# reading waits for both, so a burst's transient buffers are charged to nobody.
+SETTLE = 11
 for name in pids:
     for s in hold(ports[name], BATCH):
         s.close()

@@ -101,6 +101,26 @@ fn metrics_count_what_happened_across_workers() {
         "picks match what the backend saw"
     );
 
+    // Latency histograms add the workers' cells up: one series per cluster, every request in it.
+    assert_eq!(
+        sum(
+            &metrics,
+            "duet_request_duration_seconds_count",
+            "cluster=\"app\""
+        ),
+        20.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sum(
+            &metrics,
+            "duet_upstream_header_seconds_count",
+            "cluster=\"app\""
+        ),
+        20.0
+    );
+    promtool_accepts(&metrics);
+
     let status = get(admin, "/status");
     assert!(status.contains("cluster app (p2c_peak_ewma)"), "{status}");
     assert!(
@@ -115,4 +135,41 @@ fn metrics_count_what_happened_across_workers() {
     );
     assert_eq!(sum(&metrics, "duet_dns_unresolved_names", ""), 0.0);
     assert!(get(admin, "/nope").starts_with("HTTP/1.1 404"));
+}
+
+/// `promtool check metrics` (Prometheus's own linter: format, names, types, help) on a `/metrics`
+/// response. Skipped with a note where promtool is not installed, unless `DUET_REQUIRE_PROMTOOL` is set
+/// (`.ci/run` installs it and sets it).
+fn promtool_accepts(response: &str) {
+    use std::io::Write;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(response, |(_, body)| body);
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(error) if std::env::var_os("DUET_REQUIRE_PROMTOOL").is_none() => {
+            eprintln!("promtool not run ({error}): install Debian's `prometheus` package");
+            return;
+        }
+        Err(error) => panic!("promtool is required here: {error}"),
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("write to promtool");
+    let output = child.wait_with_output().expect("promtool ran");
+    assert!(
+        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

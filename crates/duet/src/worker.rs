@@ -170,12 +170,19 @@ async fn serve_worker(
     trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The most connections served in tasks at once (not parked) since memory was last trimmed.
     let mut busy_high = 0;
+    // Trims still to do after a drop: one now and one a tick later, for the upstream connections the
+    // crowd opened, which the pool closes after `timeouts.idle` (4 s by default).
+    let mut trims_due = 0u8;
     loop {
         busy_high = busy_high.max(connections.len());
         tokio::select! {
             _ = trim.tick() => {
                 if memory::worth_trimming(busy_high, connections.len()) {
                     busy_high = connections.len();
+                    trims_due = 2;
+                }
+                if trims_due > 0 {
+                    trims_due -= 1;
                     let started = tokio::time::Instant::now();
                     if memory::trim() {
                         tracing::debug!(target: "duet::memory", worker = index, took = ?started.elapsed(), "returned free memory to the system");

@@ -6,6 +6,7 @@
 //! outlier ejections.
 
 use crate::{
+    histogram::Histogram,
     metrics::{BackendCell, ClusterCells, ClusterCounters},
     outlier::Outliers,
     upstream::{upstream_client, UpstreamClient},
@@ -17,7 +18,9 @@ use duet_balance::{
 };
 use duet_config::{Policy, Timeouts};
 use http::{uri::Authority, StatusCode};
-use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
+use std::{
+    cell::RefCell, collections::HashMap, net::SocketAddr, rc::Rc, sync::Arc, time::Duration,
+};
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
@@ -50,6 +53,8 @@ pub(crate) struct Cluster {
     pub(crate) body_read_timeout: Duration,
     pub(crate) penalised: StatusSet,
     pub(crate) counters: Arc<ClusterCounters>,
+    /// Each backend's response-header time, by address (kept for the backends in the balancer).
+    header_times: RefCell<HashMap<SocketAddr, Arc<Histogram>>>,
 }
 
 impl Cluster {
@@ -98,7 +103,11 @@ impl Cluster {
             replay_body_limit: retries.replay_body_limit,
             body_read_timeout,
             penalised,
-            counters: Arc::default(),
+            // A reload keeps a cluster's counters and histograms: its series never reset.
+            counters: previous.map_or_else(Arc::default, |p| p.counters.clone()),
+            header_times: RefCell::new(
+                previous.map_or_else(HashMap::new, |p| p.header_times.borrow().clone()),
+            ),
         };
         cluster.set_endpoints(endpoints);
         cluster
@@ -260,6 +269,15 @@ impl Cluster {
     }
 
     /// This cluster's metric cells, for the registry.
+    /// The backend's response-header time histogram (this worker's cell).
+    pub(crate) fn header_time(&self, backend: SocketAddr) -> Arc<Histogram> {
+        self.header_times
+            .borrow_mut()
+            .entry(backend)
+            .or_default()
+            .clone()
+    }
+
     pub(crate) fn cells(&self) -> ClusterCells {
         let balance = self.balance.borrow();
         let backends = balance
@@ -268,8 +286,13 @@ impl Cluster {
                 address: *e.key,
                 weight: e.weight,
                 load: e.load.clone(),
+                header_time: self.header_time(*e.key),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Backends gone from the balancer take their histograms with them.
+        self.header_times
+            .borrow_mut()
+            .retain(|address, _| backends.iter().any(|b: &BackendCell| b.address == *address));
         ClusterCells {
             name: self.name.to_string(),
             policy: self.policy.name(),

@@ -60,6 +60,9 @@ enum Ended {
 pub(crate) struct Completion {
     cluster: Rc<Cluster>,
     backend: SocketAddr,
+    /// When the attempt started, and when its request arrived (set once it carries the response).
+    attempt_started: Instant,
+    request_started: Option<Instant>,
     status: Option<StatusCode>,
     ended: Option<Ended>,
     log: Option<AccessLog>,
@@ -72,6 +75,8 @@ impl Completion {
         Self {
             cluster,
             backend,
+            attempt_started: Instant::now(),
+            request_started: None,
             status: None,
             ended: None,
             log: None,
@@ -79,12 +84,22 @@ impl Completion {
         }
     }
 
-    /// The attempt got its response: it now carries the request's access-log record to the end.
-    pub(crate) fn attach_log(&mut self, mut log: Option<AccessLog>) {
+    /// The attempt got its response: it now carries the request (its arrival time, for the latency
+    /// histograms, and its access-log record) to the end.
+    pub(crate) fn attach_request(&mut self, started: Instant, mut log: Option<AccessLog>) {
         if let Some(log) = log.as_mut() {
             log.backend = Some(self.backend);
         }
         self.log = log;
+        self.request_started = Some(started);
+        let now = Instant::now();
+        self.cluster
+            .counters
+            .response_head
+            .observe(now.saturating_duration_since(started));
+        self.cluster
+            .header_time(self.backend)
+            .observe(now.saturating_duration_since(self.attempt_started));
     }
 
     /// How long the backend may send nothing mid-body.
@@ -151,6 +166,12 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         let now = Instant::now();
+        if let Some(started) = self.request_started {
+            self.cluster
+                .counters
+                .request_duration
+                .observe(now.saturating_duration_since(started));
+        }
         let server_error = self.status.is_some_and(|s| s.is_server_error());
         let failed = match self.ended {
             Some(Ended::Body(BodyEnd::Complete)) | None => server_error,

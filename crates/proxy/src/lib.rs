@@ -50,6 +50,7 @@ mod body;
 mod cluster;
 mod error;
 mod headers;
+mod histogram;
 mod metrics;
 mod outlier;
 mod parking;

@@ -5,6 +5,7 @@
 //! admin endpoint renders them. The Prometheus text format is written directly: the cells are plain
 //! atomics summed at scrape time, which a metrics library's registry would only wrap.
 
+use crate::histogram::{Histogram, Summed};
 use duet_balance::EndpointLoad;
 use std::{
     collections::BTreeMap,
@@ -31,6 +32,10 @@ pub(crate) struct ClusterCounters {
     /// Requests sent again because the pooled connection they went out on had been closed by the
     /// backend (the keep-alive close race).
     pub(crate) stale_resends: AtomicU64,
+    /// From a request's arrival to the end of its response, all attempts included: what the client saw.
+    pub(crate) request_duration: Histogram,
+    /// From a request's arrival to its response head from a backend (retries included).
+    pub(crate) response_head: Histogram,
 }
 
 impl ClusterCounters {
@@ -71,6 +76,8 @@ pub(crate) struct BackendCell {
     pub(crate) address: SocketAddr,
     pub(crate) weight: u32,
     pub(crate) load: Arc<EndpointLoad>,
+    /// From an attempt's start to the backend's response head.
+    pub(crate) header_time: Arc<Histogram>,
 }
 
 /// One cluster as one worker sees it.
@@ -380,6 +387,52 @@ impl Registry {
                 }
             });
         }
+        // Latency histograms: each worker's cells added together (no `worker` label: a latency
+        // distribution is the process's, and per-worker series would multiply bucket series by workers).
+        let cluster_histograms: [(&str, &str, HistogramOf); 2] = [
+            (
+                "duet_request_duration_seconds",
+                "From a request's arrival to the end of its response (all attempts): the client's view.",
+                |c| &c.request_duration,
+            ),
+            (
+                "duet_response_head_seconds",
+                "From a request's arrival to a backend's response head (retries included).",
+                |c| &c.response_head,
+            ),
+        ];
+        for (name, help, cell) in cluster_histograms {
+            family(name, "histogram", help, &mut |out| {
+                let mut summed: BTreeMap<&str, Summed> = BTreeMap::new();
+                for (_, c) in clusters() {
+                    summed.entry(&c.name).or_default().add(cell(&c.counters));
+                }
+                for (cluster, histogram) in &summed {
+                    histogram.write(out, name, &format!("cluster=\"{}\"", LabelValue(cluster)));
+                }
+            });
+        }
+        family(
+            "duet_upstream_header_seconds",
+            "histogram",
+            "From an attempt's start to the backend's response head, per backend.",
+            &mut |out| {
+                let mut summed: BTreeMap<(&str, SocketAddr), Summed> = BTreeMap::new();
+                for (_, c) in clusters() {
+                    for b in &c.backends {
+                        summed
+                            .entry((&c.name, b.address))
+                            .or_default()
+                            .add(&b.header_time);
+                    }
+                }
+                for ((cluster, backend), histogram) in &summed {
+                    let labels =
+                        format!("cluster=\"{}\",backend=\"{backend}\"", LabelValue(cluster));
+                    histogram.write(out, "duet_upstream_header_seconds", &labels);
+                }
+            },
+        );
         let backends = || clusters().flat_map(|(w, c)| c.backends.iter().map(move |b| (w, c, b)));
         family(
             "duet_backend_picks_total",
@@ -497,6 +550,9 @@ impl Registry {
 
 /// Which counter of a cluster a metric family reads.
 type CounterOf = fn(&ClusterCounters) -> &AtomicU64;
+
+/// Which histogram of a cluster a metric family reads.
+type HistogramOf = fn(&ClusterCounters) -> &Histogram;
 
 /// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
 /// (a cluster's name is any YAML string).

@@ -225,7 +225,8 @@ impl WorkerProxy {
         client: Client,
         connection: &ConnectionState,
     ) -> Response<ProxyBody> {
-        let mut log = AccessLog::start(&request, Instant::now());
+        let started = Instant::now();
+        let mut log = AccessLog::start(&request, started);
         if request.uri().path() == "*" {
             return respond::asterisk(&request, log);
         }
@@ -256,7 +257,13 @@ impl WorkerProxy {
                 return respond::local_error(&error, log);
             }
         };
-        let outcome = retry::send(cluster, routed.route, &mut prepared, log).await;
+        let outcome = retry::send(cluster, routed.route, &mut prepared, started, log).await;
+        if outcome.is_err() {
+            // No backend answered: the error response is the whole of it. (An answered request is
+            // timed when its body ends, by its `Completion`.)
+            let elapsed = started.elapsed();
+            cluster.counters.request_duration.observe(elapsed);
+        }
         let mut response = respond::respond(
             cluster,
             outcome,

@@ -26,6 +26,7 @@ pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     route: &Route,
     prepared: &mut Prepared,
+    started: Instant,
     log: Option<AccessLog>,
 ) -> Result<(Response<Incoming>, Completion), Failed> {
     let deadline = route.timeout.map(|limit| Instant::now() + limit);
@@ -57,7 +58,7 @@ pub(crate) async fn send(
         };
         let error = match result {
             Ok((response, mut completion)) => {
-                completion.attach_log(log);
+                completion.attach_request(started, log);
                 return Ok((response, completion));
             }
             Err(error) => error,

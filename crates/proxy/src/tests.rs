@@ -24,8 +24,18 @@ struct Harness {
 
 impl Harness {
     async fn start(yaml: &str) -> Self {
+        Self::start_with(yaml, None).await
+    }
+
+    /// Like `start`, publishing the worker's metric cells in `registry` (as worker 0).
+    async fn start_with(yaml: &str, registry: Option<crate::Registry>) -> Self {
         let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid config"));
-        let proxy = Rc::new(WorkerProxy::new(config.clone(), &ResolvedNames::new()));
+        let proxy = Rc::new(match registry {
+            Some(registry) => {
+                WorkerProxy::with_registry(config.clone(), &ResolvedNames::new(), 0, registry)
+            }
+            None => WorkerProxy::new(config.clone(), &ResolvedNames::new()),
+        });
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
         let (shutdown, watch) = watch::channel(false);
@@ -551,6 +561,69 @@ async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_an
         assert!(
             matches!(closed, Ok(0) | Err(_)),
             "the idle one is closed at once"
+        );
+    })
+    .await;
+}
+
+/// The value of the sample that starts with `series` (its name and labels) in Prometheus text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
+#[tokio::test]
+async fn latency_histograms_time_every_request_and_tell_a_slow_backend_from_a_fast_one() {
+    local(async {
+        let fast = Backend::start(BackendOptions::named("fast")).expect("backend");
+        let slow = Backend::start(
+            BackendOptions::named("slow").delay(std::time::Duration::from_millis(60)),
+        )
+        .expect("backend");
+        let registry = crate::Registry::new();
+        let yaml = cluster(&[fast.address(), slow.address()], "round_robin", &[]);
+        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        for _ in 0..10 {
+            assert_eq!(harness.get("/").await.0, 200);
+        }
+        let text = registry.render_prometheus();
+        let header = |backend: SocketAddr, le: &str| {
+            sample(
+                &text,
+                &format!("duet_upstream_header_seconds_bucket{{cluster=\"app\",backend=\"{backend}\",le=\"{le}\"}}"),
+            )
+        };
+        // Round robin: five each. The fast one answers within 50 ms, the slow one never does.
+        assert_eq!(header(fast.address(), "0.05"), Some(5.0), "{text}");
+        assert_eq!(header(slow.address(), "0.05"), Some(0.0), "{text}");
+        assert_eq!(header(slow.address(), "+Inf"), Some(5.0), "{text}");
+        let count = |name: &str| sample(&text, &format!("{name}_count{{cluster=\"app\"}}"));
+        assert_eq!(count("duet_request_duration_seconds"), Some(10.0));
+        assert_eq!(count("duet_response_head_seconds"), Some(10.0));
+        let within_50ms = sample(
+            &text,
+            "duet_request_duration_seconds_bucket{cluster=\"app\",le=\"0.05\"}",
+        );
+        assert_eq!(within_50ms, Some(5.0), "the five to the slow backend took 60 ms: {text}");
+
+        // A request no backend answers (its only backend refuses connections) is timed too.
+        let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let gone = refused.local_addr().expect("address");
+        drop(refused);
+        let registry = crate::Registry::new();
+        let harness = Harness::start_with(&cluster(&[gone], "round_robin", &[]), Some(registry.clone())).await;
+        assert_eq!(harness.get("/").await.0, 502);
+        let text = registry.render_prometheus();
+        assert_eq!(
+            sample(&text, "duet_request_duration_seconds_count{cluster=\"app\"}"),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "duet_response_head_seconds_count{cluster=\"app\"}"),
+            Some(0.0),
+            "{text}"
         );
     })
     .await;
