@@ -11,6 +11,7 @@ fn yaml(backend: std::net::SocketAddr, listen: std::net::SocketAddr) -> String {
     DuetConfig::single("p2c_peak_ewma", &[backend])
         .workers(2)
         .listen(listen)
+        .admin()
         .to_yaml()
 }
 
@@ -21,6 +22,17 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
     let duet = Duet::start(&yaml(old.address(), "127.0.0.1:0".parse().expect("addr")));
     assert_eq!(served_by(duet.address), "old");
     let path = duet.config_path();
+    let admin = duet.admin_address();
+    let metric = |name: &str| crate::admin::sum(&crate::admin::get(admin, "/metrics"), name, "");
+    let hash_of = |path: &std::path::Path| {
+        let bytes = std::fs::read(path).expect("config file");
+        format!(
+            "duet_config_info{{hash=\"{:016x}\"}} 1",
+            duet_proxy::config_hash(&bytes)
+        )
+    };
+    let started_with = hash_of(&path);
+    assert!(crate::admin::get(admin, "/metrics").contains(&started_with));
 
     // Same listener (now with its real port), new backend.
     std::fs::write(&path, yaml(new.address(), duet.address)).expect("rewrite");
@@ -33,6 +45,10 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
     for _ in 0..20 {
         assert_eq!(served_by(duet.address), "new", "every worker switched");
     }
+    let applied = hash_of(&path);
+    assert_ne!(applied, started_with);
+    assert!(crate::admin::get(admin, "/metrics").contains(&applied));
+    assert_eq!(metric("duet_config_reloads_total{result=\"success\"}"), 1.0);
 
     // A broken file: reported with its location, and duet keeps serving the config it has.
     std::fs::write(&path, "listeners: [ { address: 127.0.0.1:1 } ]\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { adress: 1.2.3.4:5 } ]\n").expect("rewrite");
@@ -61,4 +77,10 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
         .iter()
         .any(|l| l.contains("listeners changed"))));
     assert_eq!(served_by(duet.address), "new");
+
+    // Both refusals counted; the running configuration's hash is still the applied file's.
+    assert_eq!(metric("duet_config_reloads_total{result=\"failure\"}"), 2.0);
+    assert_eq!(metric("duet_config_reloads_total{result=\"success\"}"), 1.0);
+    assert_eq!(metric("duet_config_last_reload_successful"), 0.0);
+    assert!(crate::admin::get(admin, "/metrics").contains(&applied));
 }

@@ -258,6 +258,9 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
             return 1;
         }
     };
+    server
+        .registry()
+        .note_config_applied(file_hash(path), false);
     for address in server.local_addrs() {
         tracing::info!(workers = server.workers(), "listening on http://{address}");
     }
@@ -290,6 +293,12 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
     }
 }
 
+/// The hash `duet_config_info` shows for the file at `path` (read again just after it loaded: an edit
+/// landing in between would show its hash for the previous content, a window of microseconds).
+fn file_hash(path: &std::path::Path) -> u64 {
+    std::fs::read(path).map_or(0, |bytes| duet_proxy::config_hash(&bytes))
+}
+
 /// Waits for SIGTERM or SIGINT (returned) and reloads the config file on each SIGHUP. A config that does
 /// not load is reported with every error, and the running one stays.
 async fn control_loop(path: &std::path::Path, server: &Server) -> std::io::Result<&'static str> {
@@ -302,10 +311,19 @@ async fn control_loop(path: &std::path::Path, server: &Server) -> std::io::Resul
             _ = terminate.recv() => return Ok("SIGTERM"),
             _ = interrupt.recv() => return Ok("SIGINT"),
             _ = hangup.recv() => match duet_config::load(path) {
-                Err(errors) => tracing::error!("SIGHUP: keeping the running configuration; {} does not load:\n{errors}", path.display()),
+                Err(errors) => {
+                    server.registry().note_reload_failed();
+                    tracing::error!("SIGHUP: keeping the running configuration; {} does not load:\n{errors}", path.display());
+                }
                 Ok(config) => match server.reload(config) {
-                    Ok(()) => tracing::info!("SIGHUP: reloaded {}", path.display()),
-                    Err(why) => tracing::error!("SIGHUP: keeping the running configuration: {why}"),
+                    Ok(()) => {
+                        server.registry().note_config_applied(file_hash(path), true);
+                        tracing::info!("SIGHUP: reloaded {}", path.display());
+                    }
+                    Err(why) => {
+                        server.registry().note_reload_failed();
+                        tracing::error!("SIGHUP: keeping the running configuration: {why}");
+                    }
                 },
             },
         }

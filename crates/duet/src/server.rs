@@ -165,6 +165,11 @@ impl Server {
         Ok(())
     }
 
+    /// Where the workers' metrics are published (and the process's own facts recorded).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The bound address of each configured listener, in config order.
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addresses

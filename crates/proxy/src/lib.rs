@@ -65,7 +65,7 @@ mod tests;
 pub use body::{BodyError, ProxyBody};
 pub use cluster::{ClusterBalance, Upstream};
 pub use error::{ErrorKind, ProxyError};
-pub use metrics::{DiscoveryCounters, Registry};
+pub use metrics::{config_hash, DiscoveryCounters, Registry};
 pub use parking::Resumed;
 pub use proxy::WorkerProxy;
 pub use request_body::UpstreamBody;

@@ -110,6 +110,49 @@ pub struct Registry {
     workers: Arc<Mutex<BTreeMap<usize, WorkerEntry>>>,
     discovery: Arc<DiscoveryCounters>,
     readiness: Arc<Readiness>,
+    process: Arc<ProcessState>,
+}
+
+/// The process's own facts: when it started, and the configuration it runs.
+#[derive(Debug)]
+struct ProcessState {
+    started_unix_seconds: f64,
+    reloads_succeeded: AtomicU64,
+    reloads_failed: AtomicU64,
+    /// Whether the last reload (or the start) applied its file.
+    last_reload_ok: std::sync::atomic::AtomicBool,
+    /// When a configuration was last applied (seconds since the epoch, as `f64` bits).
+    last_applied_bits: AtomicU64,
+    /// FNV-1a of the configuration file's bytes as last applied: compare it with the file you meant.
+    config_hash: AtomicU64,
+}
+
+impl Default for ProcessState {
+    fn default() -> Self {
+        let now = unix_seconds();
+        Self {
+            started_unix_seconds: now,
+            reloads_succeeded: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+            last_reload_ok: std::sync::atomic::AtomicBool::new(true),
+            last_applied_bits: AtomicU64::new(now.to_bits()),
+            config_hash: AtomicU64::new(0),
+        }
+    }
+}
+
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// FNV-1a (64 bits) of a configuration file's bytes: stable across builds and platforms, which a
+/// `std` hasher does not promise.
+pub fn config_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +188,25 @@ impl Registry {
 
     pub(crate) fn readiness_flags(&self) -> Arc<Readiness> {
         self.readiness.clone()
+    }
+
+    /// Records the configuration applied at start or by a reload (`hash`: [`config_hash`] of its file).
+    pub fn note_config_applied(&self, hash: u64, reload: bool) {
+        let process = &self.process;
+        if reload {
+            process.reloads_succeeded.fetch_add(1, Relaxed);
+        }
+        process.last_reload_ok.store(true, Relaxed);
+        process
+            .last_applied_bits
+            .store(unix_seconds().to_bits(), Relaxed);
+        process.config_hash.store(hash, Relaxed);
+    }
+
+    /// Records a reload that was refused (the running configuration stays).
+    pub fn note_reload_failed(&self) {
+        self.process.reloads_failed.fetch_add(1, Relaxed);
+        self.process.last_reload_ok.store(false, Relaxed);
     }
 
     /// Marks duet as draining: no longer ready for new traffic.
@@ -198,6 +260,84 @@ impl Registry {
                 let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
                 lines(&mut out);
             };
+        let process = &self.process;
+        family(
+            "duet_build_info",
+            "gauge",
+            "Always 1; the labels say which duet this is.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_build_info{{version=\"{}\"}} 1",
+                    env!("CARGO_PKG_VERSION")
+                );
+            },
+        );
+        family(
+            "duet_process_start_time_seconds",
+            "gauge",
+            "When the process started, in seconds since the Unix epoch.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_process_start_time_seconds {:.3}",
+                    process.started_unix_seconds
+                );
+            },
+        );
+        family(
+            "duet_config_reloads_total",
+            "counter",
+            "Configuration reloads (SIGHUP), by result; a failed one leaves the running configuration in place.",
+            &mut |out| {
+                for (result, cell) in [
+                    ("success", &process.reloads_succeeded),
+                    ("failure", &process.reloads_failed),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "duet_config_reloads_total{{result=\"{result}\"}} {}",
+                        cell.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_config_last_reload_successful",
+            "gauge",
+            "1 if the last reload (or the start) applied its configuration file, 0 if it was refused.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_config_last_reload_successful {}",
+                    u8::from(process.last_reload_ok.load(Relaxed))
+                );
+            },
+        );
+        family(
+            "duet_config_last_applied_timestamp_seconds",
+            "gauge",
+            "When the running configuration was applied, in seconds since the Unix epoch.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_config_last_applied_timestamp_seconds {:.3}",
+                    f64::from_bits(process.last_applied_bits.load(Relaxed))
+                );
+            },
+        );
+        family(
+            "duet_config_info",
+            "gauge",
+            "Always 1; `hash` is the FNV-1a (64-bit, hex) of the running configuration file's bytes.",
+            &mut |out| {
+                let _ = writeln!(
+                    out,
+                    "duet_config_info{{hash=\"{:016x}\"}} 1",
+                    process.config_hash.load(Relaxed)
+                );
+            },
+        );
         family(
             "duet_connections_total",
             "counter",
