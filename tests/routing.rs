@@ -241,7 +241,8 @@ fn one_access_log_line_per_request() {
     );
     assert!(response.starts_with("HTTP/1.1 200"));
     let expected = format!(
-        "duet::access: method=GET path=/bytes/1234 status=200 cluster=app backend={} ",
+        "duet::access: client=127.0.0.1 method=GET host=x path=/bytes/1234 protocol=HTTP/1.1 \
+         status=200 cluster=app backend={} tried=- attempts=1 ",
         backend.address()
     );
     let found = support::eventually(Duration::from_secs(5), || {
@@ -272,4 +273,58 @@ fn an_interim_1xx_from_the_backend_does_not_break_the_response() {
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(response.ends_with("\r\n\r\nok"), "{response}");
     }
+}
+
+#[test]
+fn the_json_access_log_is_flat_with_numbers_and_names_every_backend_tried() {
+    let good = Backend::start(BackendOptions::named("good")).expect("backend");
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let gone = refused.local_addr().expect("address");
+    drop(refused);
+    // Round robin over [gone, good]: every other request's first attempt is refused, then retried.
+    let duet =
+        Duet::start_json(&DuetConfig::single("round_robin", &[gone, good.address()]).to_yaml());
+    for _ in 0..6 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET /bytes/10 HTTP/1.1\r\nHost: x\r\nUser-Agent: t/1\r\nX-Request-Id: spoofed\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    let entries = || -> Vec<serde_json::Value> {
+        duet.log_lines()
+            .iter()
+            .filter(|l| l.contains("\"target\":\"duet::access\""))
+            .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+            .collect()
+    };
+    assert!(support::eventually(Duration::from_secs(5), || entries()
+        .len()
+        == 6));
+    let entry = entries()
+        .into_iter()
+        .find(|e| e["attempts"] == 2)
+        .expect("a request retried after the refused backend");
+    assert!(entry.get("fields").is_none(), "flat: {entry}");
+    assert_eq!(entry["status"], 200);
+    assert_eq!(entry["attempts"], 2);
+    assert_eq!(entry["tried"], gone.to_string());
+    assert_eq!(entry["backend"], good.address().to_string());
+    assert_eq!(entry["user_agent"], "t/1");
+    assert_eq!(entry["outcome"], "complete");
+    assert_eq!(entry["bytes"], 10);
+    assert!(entry["duration_ms"].is_f64(), "a number: {entry}");
+    assert!(entry["upstream_head_ms"]
+        .as_f64()
+        .is_some_and(|ms| ms >= 0.0));
+    // Not a trusted peer: its id is replaced, and the backend saw the one in the log.
+    let id = entry["request_id"].as_str().expect("request id").to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(
+        good.recorded()
+            .iter()
+            .any(|r| r.headers.get("x-request-id").and_then(|v| v.to_str().ok()) == Some(&id)),
+        "forwarded to the backend"
+    );
 }

@@ -31,7 +31,15 @@ impl Duet {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        Self::spawn(path, Some(dir), rust_log, None)
+        Self::spawn(path, Some(dir), rust_log, None, false)
+    }
+
+    /// Like [`start`](Self::start), logging JSON lines (`--log-format json`).
+    pub(crate) fn start_json(yaml: &str) -> Self {
+        let dir = TempDir::new();
+        let path = dir.0.join("duet.yaml");
+        std::fs::write(&path, yaml).expect("write config");
+        Self::spawn(path, Some(dir), "info", None, true)
     }
 
     /// Like [`start_with`](Self::start_with), with the open-file limit (soft and hard) set to `nofile`
@@ -40,15 +48,21 @@ impl Duet {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        Self::spawn(path, Some(dir), rust_log, Some(nofile))
+        Self::spawn(path, Some(dir), rust_log, Some(nofile), false)
     }
 
     /// Starts `duet run` on an existing config file (the caller owns its folder).
     pub(crate) fn start_at(path: &std::path::Path) -> Self {
-        Self::spawn(path.to_path_buf(), None, "info", None)
+        Self::spawn(path.to_path_buf(), None, "info", None, false)
     }
 
-    fn spawn(path: PathBuf, dir: Option<TempDir>, rust_log: &str, nofile: Option<u64>) -> Self {
+    fn spawn(
+        path: PathBuf,
+        dir: Option<TempDir>,
+        rust_log: &str,
+        nofile: Option<u64>,
+        json: bool,
+    ) -> Self {
         let mut command = match nofile {
             None => Command::new(env!("CARGO_BIN_EXE_duet")),
             Some(limit) => {
@@ -62,6 +76,11 @@ impl Duet {
         let mut child = command
             .args(["run", "--config"])
             .arg(&path)
+            .args(if json {
+                &["--log-format", "json"][..]
+            } else {
+                &[]
+            })
             .env("RUST_LOG", rust_log)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -77,12 +96,9 @@ impl Duet {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(rest) = line.split("listening on http://").nth(1) {
-                        let _ = tx.send(
-                            rest.split_whitespace()
-                                .next()
-                                .unwrap_or_default()
-                                .to_owned(),
-                        );
+                        // Up to a space (text) or the closing quote (JSON).
+                        let address = rest.split([' ', '"']).next().unwrap_or_default();
+                        let _ = tx.send(address.to_owned());
                     }
                     log.lock().expect("log").push(line);
                 }

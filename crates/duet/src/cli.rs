@@ -104,7 +104,8 @@ fn init_logging(json: bool, default: &str) -> tracing_appender::non_blocking::Wo
         .with_writer(writer)
         .with_ansi(std::io::stderr().is_terminal());
     let _ = if json {
-        builder.json().try_init()
+        // One flat object per line (no nested `fields`), numbers as numbers: what log pipelines index.
+        builder.json().flatten_event(true).try_init()
     } else {
         builder.try_init()
     };

@@ -73,10 +73,15 @@ impl ProxyBody {
         }
     }
 
-    pub(crate) fn local(data: Bytes, mut log: Option<AccessLog>) -> Self {
+    pub(crate) fn local(data: Bytes, log: Option<AccessLog>) -> Self {
+        Self::error(data, log, "complete")
+    }
+
+    /// A response duet made itself, the access log's `outcome` saying why.
+    pub(crate) fn error(data: Bytes, mut log: Option<AccessLog>, outcome: &'static str) -> Self {
         if let Some(log) = log.as_mut() {
             log.bytes = data.len() as u64;
-            log.outcome = "complete";
+            log.outcome = outcome;
         }
         Self {
             kind: Kind::Local {

@@ -90,16 +90,18 @@ impl Completion {
         if let Some(log) = log.as_mut() {
             log.backend = Some(self.backend);
         }
-        self.log = log;
         self.request_started = Some(started);
         let now = Instant::now();
         self.cluster
             .counters
             .response_head
             .observe(now.saturating_duration_since(started));
-        self.cluster
-            .header_time(self.backend)
-            .observe(now.saturating_duration_since(self.attempt_started));
+        let head_time = now.saturating_duration_since(self.attempt_started);
+        self.cluster.header_time(self.backend).observe(head_time);
+        if let Some(log) = log.as_mut() {
+            log.upstream_head_ms = Some(head_time.as_secs_f64() * 1000.0);
+        }
+        self.log = log;
     }
 
     /// How long the backend may send nothing mid-body.

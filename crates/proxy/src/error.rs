@@ -72,6 +72,25 @@ impl ProxyError {
         self.kind
     }
 
+    /// Why, in the access log's `outcome` field: a short snake_case name.
+    pub fn flag(&self) -> &'static str {
+        match self.kind {
+            ErrorKind::NoRoute => "no_route",
+            ErrorKind::UriTooLong => "uri_too_long",
+            ErrorKind::BadRequestBody => "bad_request_body",
+            ErrorKind::InvalidHost => "invalid_host",
+            ErrorKind::InvalidPath => "invalid_path",
+            ErrorKind::UnknownTransferCoding => "unknown_transfer_coding",
+            ErrorKind::BodyTimeout => "client_body_timeout",
+            ErrorKind::NoEligibleBackend => "no_eligible_backend",
+            ErrorKind::LocalResource => "local_resource",
+            ErrorKind::Connect => "connect_failed",
+            ErrorKind::Timeout => "response_headers_timeout",
+            ErrorKind::RouteTimeout => "route_timeout",
+            ErrorKind::BadGateway => "backend_error",
+        }
+    }
+
     /// The backend involved, if one was picked.
     pub fn backend(&self) -> Option<SocketAddr> {
         self.backend

@@ -55,6 +55,7 @@ mod metrics;
 mod outlier;
 mod parking;
 mod request_body;
+mod request_id;
 mod stall;
 mod upstream;
 pub mod view;

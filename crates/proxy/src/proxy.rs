@@ -8,7 +8,9 @@ use crate::{
     error::ErrorKind,
     metrics::{Readiness, Registry, WorkerCounters},
     parking::{ParkingLot, Resumed},
-    prepare, respond, retry, route,
+    prepare,
+    request_id::RequestIds,
+    respond, retry, route,
     server::{Client, ConnectionState},
     view::{HealthView, ResolvedNames},
 };
@@ -40,6 +42,7 @@ pub struct WorkerProxy {
     /// (it needs the worker's reactor), `None` if the system refused one.
     parking: OnceCell<Option<ParkingLot>>,
     parking_made: Notify,
+    ids: RequestIds,
 }
 
 struct Table {
@@ -92,6 +95,7 @@ impl WorkerProxy {
             readiness,
             parking: OnceCell::new(),
             parking_made: Notify::new(),
+            ids: RequestIds::new(),
         };
         proxy.publish_cells();
         proxy
@@ -226,7 +230,8 @@ impl WorkerProxy {
         connection: &ConnectionState,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
-        let mut log = AccessLog::start(&request, started);
+        let request_id = self.ids.assign(request.headers_mut(), client.trusted);
+        let mut log = AccessLog::start(&request, started, client, request_id);
         if request.uri().path() == "*" {
             return respond::asterisk(&request, log);
         }

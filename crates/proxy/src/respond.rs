@@ -155,7 +155,7 @@ pub(crate) fn local_error(error: &ProxyError, mut log: Option<AccessLog>) -> Res
         }
     }
     let (parts, body) = error.to_response().into_parts();
-    Response::from_parts(parts, ProxyBody::local(body, log))
+    Response::from_parts(parts, ProxyBody::error(body, log, error.flag()))
 }
 
 /// A `101` relayed to the client: the backend's side of the tunnel, waiting for the client's.

@@ -52,13 +52,13 @@ pub(crate) async fn send(
                 Ok(result) => result,
                 Err(_) => {
                     let error = ProxyError::new(ErrorKind::RouteTimeout);
-                    return Err(Failed { error, log });
+                    return Err(failed(error, log, &tried));
                 }
             },
         };
         let error = match result {
             Ok((response, mut completion)) => {
-                completion.attach_request(started, log);
+                completion.attach_request(started, noted(log, &tried, Some(completion.backend())));
                 return Ok((response, completion));
             }
             Err(error) => error,
@@ -66,11 +66,11 @@ pub(crate) async fn send(
         // Nothing left to retry on: the client hears about the failure that made us retry.
         if error.kind() == ErrorKind::NoEligibleBackend {
             let error = last_error.unwrap_or(error);
-            return Err(Failed { error, log });
+            return Err(failed(error, log, &tried));
         }
         // No backend to blame (the client's body failed, or the request could not be built): final.
         let Some(backend) = error.backend() else {
-            return Err(Failed { error, log });
+            return Err(failed(error, log, &tried));
         };
         tried.push(backend);
         let safe = match error.kind() {
@@ -79,13 +79,33 @@ pub(crate) async fn send(
             _ => false,
         };
         if !safe || last || !prepared.source.can_attempt() {
-            return Err(Failed { error, log });
+            return Err(failed(error, log, &tried));
         }
         if !cluster.budget.withdraw() {
             tracing::debug!(cluster = %cluster.name, "retry budget exhausted");
-            return Err(Failed { error, log });
+            return Err(failed(error, log, &tried));
         }
         tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
         last_error = Some(error);
     }
+}
+
+/// The access-log record told which backends were tried: `last` (if any) answered or failed last, the
+/// others failed before it.
+fn noted(
+    mut log: Option<AccessLog>,
+    tried: &[SocketAddr],
+    last: Option<SocketAddr>,
+) -> Option<AccessLog> {
+    if let Some(log) = log.as_mut() {
+        log.tried = tried.iter().copied().filter(|b| Some(*b) != last).collect();
+        log.attempts = (log.tried.len() + usize::from(last.is_some())) as u32;
+    }
+    log
+}
+
+/// Giving up with `error`: the client hears about it, the log names every backend tried.
+fn failed(error: ProxyError, log: Option<AccessLog>, tried: &[SocketAddr]) -> Failed {
+    let log = noted(log, tried, error.backend().or(tried.last().copied()));
+    Failed { error, log }
 }

@@ -1,0 +1,113 @@
+//! `X-Request-Id`: one id per request, forwarded to the backend and written in the access log, so a
+//! request can be followed from duet's log into the backend's.
+//!
+//! A trusted peer's (`trusted_proxies`) id is kept when it is well formed, so a chain of proxies shares
+//! one id; anyone else's is replaced. A new id is 32 hex digits: a per-worker random prefix drawn from
+//! the operating system once, and the worker's request count. Unique across workers and processes with
+//! the odds of a 64-bit collision, and no random draw per request (Envoy draws a UUID v4 each time).
+
+use duet_balance::Draws;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::cell::Cell;
+
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The longest id kept from a trusted peer.
+const MAX_LENGTH: usize = 128;
+
+/// One worker's source of request ids.
+pub(crate) struct RequestIds {
+    prefix: u64,
+    next: Cell<u64>,
+}
+
+impl RequestIds {
+    pub(crate) fn new() -> Self {
+        Self {
+            prefix: Draws::from_os().next_draw(),
+            next: Cell::new(0),
+        }
+    }
+
+    /// Keeps a trusted peer's well-formed `X-Request-Id`, or sets a new one; returns it.
+    pub(crate) fn assign(&self, headers: &mut HeaderMap, trusted: bool) -> HeaderValue {
+        if trusted {
+            if let Some(id) = headers.get(X_REQUEST_ID).filter(|id| well_formed(id)) {
+                return id.clone();
+            }
+        }
+        let count = self.next.get();
+        self.next.set(count.wrapping_add(1));
+        let mut digits = [0u8; 32];
+        hex(self.prefix, &mut digits[..16]);
+        hex(count, &mut digits[16..]);
+        let id = HeaderValue::from_bytes(&digits).unwrap_or(HeaderValue::from_static("-"));
+        headers.insert(X_REQUEST_ID, id.clone());
+        id
+    }
+}
+
+/// Visible ASCII only (no spaces: it is a token in logs), 1 to 128 bytes.
+fn well_formed(id: &HeaderValue) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty() && bytes.len() <= MAX_LENGTH && bytes.iter().all(u8::is_ascii_graphic)
+}
+
+fn hex(value: u64, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let last = out.len() - 1;
+    for (i, byte) in out.iter_mut().enumerate() {
+        let shift = 4 * (last - i);
+        *byte = DIGITS[((value >> shift) & 0xf) as usize];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_ids_are_distinct_and_only_a_trusted_peers_well_formed_id_is_kept() {
+        let ids = RequestIds::new();
+        let mut headers = HeaderMap::new();
+        let first = ids.assign(&mut headers, false);
+        let second = ids.assign(&mut HeaderMap::new(), false);
+        assert_eq!(first.len(), 32);
+        assert_ne!(first, second);
+        assert_eq!(headers.get(X_REQUEST_ID), Some(&first), "forwarded");
+        assert_eq!(
+            &first.as_bytes()[..16],
+            &second.as_bytes()[..16],
+            "one prefix per worker"
+        );
+
+        let theirs = HeaderValue::from_static("abc-123");
+        let mut headers = HeaderMap::new();
+        headers.insert(X_REQUEST_ID, theirs.clone());
+        assert_eq!(
+            ids.assign(&mut headers.clone(), true),
+            theirs,
+            "a trusted peer's id is kept"
+        );
+        assert_ne!(
+            ids.assign(&mut headers, false),
+            theirs,
+            "anyone else's is replaced"
+        );
+        for bad in ["has space", ""] {
+            let mut headers = HeaderMap::new();
+            headers.insert(X_REQUEST_ID, HeaderValue::from_static(bad));
+            assert_ne!(ids.assign(&mut headers, true).as_bytes(), bad.as_bytes());
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            X_REQUEST_ID,
+            HeaderValue::from_str(&"x".repeat(129)).expect("value"),
+        );
+        assert_eq!(
+            ids.assign(&mut headers, true).len(),
+            32,
+            "too long: replaced"
+        );
+    }
+}
