@@ -83,12 +83,54 @@ fn version_and_usage_errors() {
         (code, stdout.trim()),
         (0, concat!("duet ", env!("CARGO_PKG_VERSION")))
     );
-    let (code, _, stderr) = duet(&["run"]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("--config FILE is required"), "{stderr}");
-    let (code, _, stderr) = duet(&["serve", "--config", "x"]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("unexpected argument `serve`"), "{stderr}");
+    let usage_error = |args: &[&str], expected: &str| {
+        let (code, _, stderr) = duet(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+    usage_error(&["run"], "--config <FILE>");
+    usage_error(
+        &["serve", "--config", "x"],
+        "unrecognized subcommand 'serve'",
+    );
+    // What the hand-written parser let through: a repeated option silently won, a command ignored an
+    // option it has no use for, a missing value became "", an unknown flag was accepted.
+    usage_error(
+        &["check", "--config", "a.yaml", "--config", "b.yaml"],
+        "cannot be used multiple times",
+    );
+    usage_error(
+        &["demo", "--config", "x.yaml"],
+        "unexpected argument '--config'",
+    );
+    usage_error(
+        &["check", "--config"],
+        "a value is required for '--config <FILE>'",
+    );
+    usage_error(
+        &["check", "--config", "x", "--fast"],
+        "unexpected argument '--fast'",
+    );
+    usage_error(
+        &["run", "--config", "x", "--log-format", "xml"],
+        "invalid value 'xml'",
+    );
+
+    // Per-command help, and the file from the environment.
+    let (code, stdout, _) = duet(&["check", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("--resolve") && stdout.contains("DUET_CONFIG"),
+        "{stdout}"
+    );
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/duet.yaml");
+    let output = Command::new(env!("CARGO_BIN_EXE_duet"))
+        .arg("check")
+        .env("DUET_CONFIG", config)
+        .output()
+        .expect("run duet");
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("config/duet.yaml: ok"));
 }
 
 #[test]

@@ -95,7 +95,11 @@ impl Duet {
             let log = log.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let listening = line
+                        .split("listening on http://")
+                        .nth(1)
+                        .or_else(|| line.split("listening on https://").nth(1));
+                    if let Some(rest) = listening {
                         // Up to a space (text) or the closing quote (JSON).
                         let address = rest.split([' ', '"']).next().unwrap_or_default();
                         let _ = tx.send(address.to_owned());

@@ -1,75 +1,88 @@
 //! `duet run | check | demo`.
 
 use crate::{demo, Server};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-const USAGE: &str = "\
-duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker)
+/// duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker).
+#[derive(Debug, Parser)]
+#[command(
+    name = "duet",
+    version,
+    about,
+    after_help = "Logging: RUST_LOG (default `info`; access-log lines are target `duet::access`).\n\
+                  Exit codes of `run`: 0 stopped after a clean drain, 1 error, 3 the drain deadline cut \
+                  requests short; 2 for a command line that does not parse."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-usage:
-  duet run --config FILE [--log-format text|json]   serve; SIGHUP reloads FILE, SIGTERM drains
-  duet check --config FILE [--resolve]              validate a config and print a summary; with
-                                                    --resolve, also look up backend host names
-  duet demo                                         run a local demo: three backends, each policy
-  duet probe URL                                    GET an http:// URL (e.g. the admin /healthz);
-                                                    exit 0 on a 2xx within 2 s (a container health
-                                                    check that needs no shell or curl)
-  duet --version
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve. SIGHUP reloads FILE (the running configuration stays if it does not load); SIGTERM
+    /// drains.
+    Run {
+        #[command(flatten)]
+        config: ConfigFile,
+        /// How log lines are written.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// Validate a configuration file (every error, with file, line and column) and print a summary.
+    Check {
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Also look up each backend host name and say which do not resolve from here.
+        #[arg(long)]
+        resolve: bool,
+    },
+    /// Run a local demo: three loopback backends (one slow) behind each policy.
+    Demo,
+    /// GET an http:// URL (e.g. the admin /healthz); exit 0 on a 2xx within 2 s. A container health
+    /// check that needs no shell or curl.
+    Probe {
+        /// The URL, e.g. http://127.0.0.1:9901/healthz.
+        url: String,
+    },
+}
 
-logging: RUST_LOG (default `info`; access logs are target `duet::access`)
-exit codes of run: 0 stopped after a clean drain, 1 error, 3 the drain deadline cut requests short";
+#[derive(Debug, Args)]
+struct ConfigFile {
+    /// The YAML configuration file.
+    #[arg(short = 'c', long = "config", value_name = "FILE", env = "DUET_CONFIG")]
+    path: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One flat JSON object per line.
+    Json,
+}
 
 /// The exit code of `duet run` when the drain deadline cut requests or tunnels short (0: a clean drain;
 /// 1: an error).
 pub const DRAIN_CUT_SHORT: i32 = 3;
 
-/// Runs the command line; returns the process exit code.
+/// Runs the command line (`args` without the program name); returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {
-    let mut command = None;
-    let mut config = None;
-    let mut json = false;
-    let mut resolve = false;
-    if args.first().map(String::as_str) == Some("probe") {
-        return match args.get(1..) {
-            Some([url]) => crate::probe::run(url),
-            _ => usage_error("probe needs one URL"),
-        };
-    }
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--version" | "-V" => {
-                println!("duet {}", env!("CARGO_PKG_VERSION"));
-                return 0;
-            }
-            "--help" | "-h" | "help" => {
-                println!("{USAGE}");
-                return 0;
-            }
-            "--config" | "-c" => match args.next() {
-                Some(path) => config = Some(PathBuf::from(path)),
-                None => return usage_error("--config needs a file"),
-            },
-            "--log-format" => match args.next().as_deref() {
-                Some("json") => json = true,
-                Some("text") => json = false,
-                other => {
-                    return usage_error(&format!(
-                        "--log-format wants `text` or `json`, got {other:?}"
-                    ))
-                }
-            },
-            "--resolve" => resolve = true,
-            "run" | "check" | "demo" if command.is_none() => command = Some(arg),
-            other => return usage_error(&format!("unexpected argument `{other}`")),
+    let cli = match Cli::try_parse_from(std::iter::once("duet".to_owned()).chain(args)) {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version go to stdout with 0; usage errors to stderr with 2.
+            let _ = error.print();
+            return error.exit_code();
         }
-    }
-    match (command.as_deref(), config) {
-        (Some("run"), Some(path)) => run(&path, json),
-        (Some("check"), Some(path)) => check(&path, resolve),
-        (Some("run" | "check"), None) => usage_error("--config FILE is required"),
-        (Some("demo"), _) => {
-            let _log = init_logging(json, "warn");
+    };
+    match cli.command {
+        Command::Run { config, log_format } => run(&config.path, log_format == LogFormat::Json),
+        Command::Check { config, resolve } => check(&config.path, resolve),
+        Command::Probe { url } => crate::probe::run(&url),
+        Command::Demo => {
+            let _log = init_logging(false, "warn");
             match demo::run() {
                 Ok(()) => 0,
                 Err(error) => {
@@ -78,13 +91,7 @@ pub fn main(args: Vec<String>) -> i32 {
                 }
             }
         }
-        _ => usage_error("no command given"),
     }
-}
-
-fn usage_error(message: &str) -> i32 {
-    eprintln!("duet: {message}\n\n{USAGE}");
-    2
 }
 
 /// Logs to stderr through a writer thread: a worker formats its line into a buffer and hands it over,
@@ -156,12 +163,11 @@ fn summary(
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "{}: ok", path.display());
-    let _ = writeln!(
-        out,
-        "  workers: {} ({:?})",
-        crate::worker_count(config.workers),
-        config.workers
-    );
+    let workers = crate::worker_count(config.workers);
+    let _ = match config.workers {
+        duet_config::Workers::Auto => writeln!(out, "  workers: {workers} (auto: one per CPU)"),
+        duet_config::Workers::Count(_) => writeln!(out, "  workers: {workers}"),
+    };
     for listener in &config.listeners {
         let _ = writeln!(out, "  listener {}", listener.address);
     }
@@ -252,6 +258,11 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
         Ok(limit) => tracing::info!(limit, "open file limit"),
         Err(error) => tracing::warn!("cannot raise the open file limit: {error}"),
     }
+    let schemes: Vec<&str> = config
+        .listeners
+        .iter()
+        .map(|l| if l.tls.is_some() { "https" } else { "http" })
+        .collect();
     let server = match Server::start(config) {
         Ok(server) => server,
         Err(error) => {
@@ -262,8 +273,11 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
     server
         .registry()
         .note_config_applied(file_hash(path), false);
-    for address in server.local_addrs() {
-        tracing::info!(workers = server.workers(), "listening on http://{address}");
+    for (address, scheme) in server.local_addrs().iter().zip(schemes) {
+        tracing::info!(
+            workers = server.workers(),
+            "listening on {scheme}://{address}"
+        );
     }
     if let Some(address) = server.admin_addr() {
         tracing::info!("admin on http://{address} (/metrics, /status, /healthz, /ready)");
