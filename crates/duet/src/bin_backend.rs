@@ -1,28 +1,31 @@
 //! A standalone loopback backend for load benchmarks:
 //! `duet-backend --listen 127.0.0.1:9001 --name a [--delay-ms 10]`. Runs until killed.
 
+use clap::Parser;
 use duet_testbed::{Backend, BackendOptions};
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
+
+/// A test backend: answers every request (after an optional delay) with its name in `x-backend`.
+#[derive(Debug, Parser)]
+#[command(name = "duet-backend", version)]
+struct Cli {
+    /// Where to listen.
+    #[arg(long, value_name = "IP:PORT")]
+    listen: SocketAddr,
+    /// Sent back in the `x-backend` header.
+    #[arg(long, default_value = "backend")]
+    name: String,
+    /// How long each response waits before it is sent.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    delay_ms: u64,
+}
 
 fn main() {
-    let mut options = BackendOptions::named("backend");
+    let cli = Cli::parse();
+    let mut options = BackendOptions::named(&cli.name);
     options.record_requests = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_default();
-        match flag.as_str() {
-            "--listen" => match value.parse() {
-                Ok(address) => options.address = address,
-                Err(_) => fail(&format!("--listen wants IP:PORT, got `{value}`")),
-            },
-            "--name" => options.name = value,
-            "--delay-ms" => match value.parse() {
-                Ok(ms) => options.delay = Duration::from_millis(ms),
-                Err(_) => fail(&format!("--delay-ms wants a number, got `{value}`")),
-            },
-            other => fail(&format!("unknown flag `{other}`")),
-        }
-    }
+    options.address = cli.listen;
+    options.delay = Duration::from_millis(cli.delay_ms);
     match Backend::start(options) {
         Ok(backend) => {
             println!("listening on {}", backend.address());
@@ -30,13 +33,9 @@ fn main() {
                 std::thread::park();
             }
         }
-        Err(error) => fail(&format!("cannot start: {error}")),
+        Err(error) => {
+            eprintln!("duet-backend: cannot start: {error}");
+            std::process::exit(1)
+        }
     }
-}
-
-fn fail(message: &str) -> ! {
-    eprintln!(
-        "duet-backend: {message}\nusage: duet-backend --listen IP:PORT --name NAME [--delay-ms MS]"
-    );
-    std::process::exit(2)
 }

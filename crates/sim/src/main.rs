@@ -25,19 +25,69 @@ struct Args {
     flags: HashMap<String, String>,
 }
 
+/// The flags each command reads (a scenario's flags are shared by `run` and `herd`).
+const SCENARIO_FLAGS: &[&str] = &[
+    "policy",
+    "balancers",
+    "workers",
+    "backends",
+    "capacities",
+    "utilisation",
+    "arrivals",
+    "staleness",
+    "degrade-at",
+    "degrade-factor",
+    "weighted",
+    "ewma-decay",
+    "seed",
+    "json",
+];
+
+fn known_flags(command: &str) -> &'static [&'static str] {
+    match command {
+        "balls" => &["n", "m", "choices", "seed", "json"],
+        "supermarket" => &["n", "lambda", "choices", "arrivals", "seed", "json"],
+        "herd" => &[
+            "balancers",
+            "workers",
+            "backends",
+            "capacities",
+            "utilisation",
+            "staleness",
+            "arrivals",
+            "seed",
+            "json",
+            "svg",
+            "policy",
+            "degrade-at",
+            "degrade-factor",
+            "weighted",
+            "ewma-decay",
+        ],
+        _ => SCENARIO_FLAGS,
+    }
+}
+
 impl Args {
-    fn parse(raw: &[String]) -> Result<Self, String> {
+    /// Reads `--flag value` pairs (a flag followed by another flag, or by nothing, is a switch). An
+    /// unknown or repeated flag is an error: a typo must not silently run the default experiment.
+    fn parse(raw: &[String], known: &[&str]) -> Result<Self, String> {
         let mut flags = HashMap::new();
         let mut it = raw.iter().peekable();
         while let Some(flag) = it.next() {
             let Some(name) = flag.strip_prefix("--") else {
                 return Err(format!("unexpected argument `{flag}`"));
             };
+            if !known.contains(&name) {
+                return Err(format!("unknown flag `--{name}` for this command"));
+            }
             let value = match it.peek() {
                 Some(v) if !v.starts_with("--") => it.next().cloned().unwrap_or_default(),
                 _ => "true".to_owned(),
             };
-            flags.insert(name.to_owned(), value);
+            if flags.insert(name.to_owned(), value).is_some() {
+                return Err(format!("`--{name}` given twice"));
+            }
         }
         Ok(Self { flags })
     }
@@ -85,7 +135,7 @@ fn main() -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    let result = Args::parse(rest).and_then(|args| match command.as_str() {
+    let result = Args::parse(rest, known_flags(command)).and_then(|args| match command.as_str() {
         "balls" => run_balls(&args),
         "supermarket" => run_supermarket(&args),
         "herd" => run_herd(&args),
