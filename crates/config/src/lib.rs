@@ -283,15 +283,26 @@ impl Checker {
         };
 
         let mut listeners = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen: Vec<SocketAddr> = Vec::new();
         for (i, l) in raw.listeners.iter().enumerate() {
             let field = format!("listeners[{i}].address");
             match l.address.value.0.parse::<SocketAddr>() {
                 Ok(address) => {
-                    if address.port() != 0 && !seen.insert(address) {
-                        let e = self.error(&l.address, field, format!("{address} is listed twice"));
+                    if let Some(other) = seen.iter().find(|other| clash(**other, address)) {
+                        let e = if *other == address {
+                            self.error(&l.address, field, format!("{address} is listed twice"))
+                        } else {
+                            self.error(
+                                &l.address,
+                                field,
+                                format!(
+                                    "{address} overlaps {other}: both would take the same port"
+                                ),
+                            )
+                        };
                         self.push(e);
                     }
+                    seen.push(address);
                     let tls = l.tls.as_ref().map(|tls| {
                         let ((cert, cert_at), (key, key_at)) =
                             (self.path(&tls.cert), self.path(&tls.key));
@@ -761,7 +772,21 @@ impl Checker {
             raw.admin
                 .as_ref()
                 .and_then(|a| match a.address.value.0.parse::<SocketAddr>() {
-                    Ok(address) => Some(address),
+                    Ok(address) => {
+                        if let Some(listener) = listeners.iter().find(|l| clash(l.address, address)) {
+                            let e = self.error(
+                                &a.address,
+                                "admin.address",
+                                format!(
+                                    "{address} is also a traffic listener's ({}): the admin listener needs a port of its own",
+                                    listener.address
+                                ),
+                            )
+                            .hint("the usual admin port is 9901");
+                            self.push(e);
+                        }
+                        Some(address)
+                    }
                     Err(_) => {
                         let e = self.error(
                             &a.address,
@@ -785,6 +810,14 @@ impl Checker {
             admin,
         }
     }
+}
+
+/// Whether two listen addresses would take the same port: the same port (not 0, which the system
+/// picks) on the same IP, or on any IP when either is a wildcard (`0.0.0.0`, `[::]`).
+fn clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// `IP:PORT` or `HOST:PORT`, checked for form only: names are resolved by the binary's discovery.

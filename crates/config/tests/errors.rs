@@ -258,3 +258,35 @@ fn the_kubernetes_config_map_holds_a_valid_config() {
         "a headless Service by name"
     );
 }
+
+#[test]
+fn every_address_clash_is_caught_before_run_fails_to_bind() {
+    let found = errors(
+        "\
+listeners:
+  - address: 0.0.0.0:8080
+  - address: 127.0.0.1:8080
+  - address: 127.0.0.1:8081
+routes: [ { cluster: web } ]
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:9001 } ]
+admin: { address: 127.0.0.1:8081 }
+",
+    );
+    assert!(
+        found
+            .iter()
+            .any(|e| e.contains("bad.yaml:3:14")
+                && e.contains("127.0.0.1:8080 overlaps 0.0.0.0:8080")),
+        "{found:#?}"
+    );
+    assert!(
+        found.iter().any(|e| e.contains("bad.yaml:9:19")
+            && e.contains("127.0.0.1:8081 is also a traffic listener's")),
+        "{found:#?}"
+    );
+    // Port 0 is the system's pick: never a clash.
+    let fine = VALID.replace("workers: 2", "workers: 2\nadmin: { address: 127.0.0.1:0 }");
+    assert!(parse(&fine, "ok.yaml").is_ok());
+}
