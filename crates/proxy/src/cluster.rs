@@ -6,8 +6,7 @@
 //! outlier ejections.
 
 use crate::{
-    histogram::Histogram,
-    metrics::{BackendCell, ClusterCells, ClusterCounters},
+    metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     outlier::Outliers,
     upstream::{upstream_client, UpstreamClient},
     view::{Endpoint, HealthView},
@@ -53,8 +52,8 @@ pub(crate) struct Cluster {
     pub(crate) body_read_timeout: Duration,
     pub(crate) penalised: StatusSet,
     pub(crate) counters: Arc<ClusterCounters>,
-    /// Each backend's response-header time, by address (kept for the backends in the balancer).
-    header_times: RefCell<HashMap<SocketAddr, Arc<Histogram>>>,
+    /// What this worker saw of each backend, by address (kept for the backends in the balancer).
+    backend_stats: RefCell<HashMap<SocketAddr, Arc<BackendStats>>>,
 }
 
 impl Cluster {
@@ -105,8 +104,8 @@ impl Cluster {
             penalised,
             // A reload keeps a cluster's counters and histograms: its series never reset.
             counters: previous.map_or_else(Arc::default, |p| p.counters.clone()),
-            header_times: RefCell::new(
-                previous.map_or_else(HashMap::new, |p| p.header_times.borrow().clone()),
+            backend_stats: RefCell::new(
+                previous.map_or_else(HashMap::new, |p| p.backend_stats.borrow().clone()),
             ),
         };
         cluster.set_endpoints(endpoints);
@@ -269,9 +268,9 @@ impl Cluster {
     }
 
     /// This cluster's metric cells, for the registry.
-    /// The backend's response-header time histogram (this worker's cell).
-    pub(crate) fn header_time(&self, backend: SocketAddr) -> Arc<Histogram> {
-        self.header_times
+    /// What this worker saw of `backend` (its cells).
+    pub(crate) fn backend_stats(&self, backend: SocketAddr) -> Arc<BackendStats> {
+        self.backend_stats
             .borrow_mut()
             .entry(backend)
             .or_default()
@@ -286,11 +285,11 @@ impl Cluster {
                 address: *e.key,
                 weight: e.weight,
                 load: e.load.clone(),
-                header_time: self.header_time(*e.key),
+                stats: self.backend_stats(*e.key),
             })
             .collect::<Vec<_>>();
-        // Backends gone from the balancer take their histograms with them.
-        self.header_times
+        // Backends gone from the balancer take their cells with them.
+        self.backend_stats
             .borrow_mut()
             .retain(|address, _| backends.iter().any(|b: &BackendCell| b.address == *address));
         ClusterCells {

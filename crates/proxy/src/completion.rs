@@ -16,10 +16,19 @@
 //! | no response: backend's fault | failure | penalty |
 //! | no response: client's fault (its body broke or stalled) or duet's | none | none |
 
-use crate::{access_log::AccessLog, cluster::Cluster};
+use crate::{
+    access_log::AccessLog,
+    cluster::Cluster,
+    metrics::{BackendFailure, BackendStats},
+};
 use duet_balance::LoadGuard;
 use http::{header, response::Parts, StatusCode};
-use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed, time::Duration};
+use std::{
+    net::SocketAddr,
+    rc::Rc,
+    sync::{atomic::Ordering::Relaxed, Arc},
+    time::Duration,
+};
 use tokio::time::Instant;
 
 /// The longest `Retry-After` that duet honours by ejecting the backend locally.
@@ -60,6 +69,8 @@ enum Ended {
 pub(crate) struct Completion {
     cluster: Rc<Cluster>,
     backend: SocketAddr,
+    /// This worker's cells for the backend.
+    stats: Arc<BackendStats>,
     /// When the attempt started, and when its request arrived (set once it carries the response).
     attempt_started: Instant,
     request_started: Option<Instant>,
@@ -73,6 +84,7 @@ pub(crate) struct Completion {
 impl Completion {
     pub(crate) fn new(guard: LoadGuard, cluster: Rc<Cluster>, backend: SocketAddr) -> Self {
         Self {
+            stats: cluster.backend_stats(backend),
             cluster,
             backend,
             attempt_started: Instant::now(),
@@ -97,7 +109,7 @@ impl Completion {
             .response_head
             .observe(now.saturating_duration_since(started));
         let head_time = now.saturating_duration_since(self.attempt_started);
-        self.cluster.header_time(self.backend).observe(head_time);
+        self.stats.header_time.observe(head_time);
         if let Some(log) = log.as_mut() {
             log.upstream_head_ms = Some(head_time.as_secs_f64() * 1000.0);
         }
@@ -119,6 +131,7 @@ impl Completion {
     pub(crate) fn on_head(&mut self, head: &Parts) {
         let status = head.status;
         self.status = Some(status);
+        self.stats.response(status.as_u16());
         if let Some(log) = self.log.as_mut() {
             log.status = status;
         }
@@ -139,6 +152,10 @@ impl Completion {
 
     /// Response body bytes passed to the client.
     pub(crate) fn on_data(&mut self, bytes: usize) {
+        self.cluster
+            .counters
+            .bytes_sent
+            .fetch_add(bytes as u64, Relaxed);
         if let Some(log) = self.log.as_mut() {
             log.bytes += bytes as u64;
         }
@@ -150,6 +167,11 @@ impl Completion {
             self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
         }
         self.ended = Some(Ended::Body(how));
+    }
+
+    /// Counts how the attempt failed against its backend (`duet_backend_failures_total`).
+    pub(crate) fn count_failure(&self, kind: BackendFailure) {
+        self.stats.failure(kind);
     }
 
     /// The attempt got no response. Settles now.
@@ -190,6 +212,12 @@ impl Drop for Completion {
             self.cluster.record_failure(self.backend, now);
         } else if self.ended.is_some() {
             self.cluster.record_success(self.backend, now);
+        }
+        match self.ended {
+            Some(Ended::Body(BodyEnd::Failed)) => self.stats.failure(BackendFailure::BodyReset),
+            Some(Ended::Body(BodyEnd::TimedOut)) => self.stats.failure(BackendFailure::BodyTimeout),
+            Some(Ended::Refused) => self.stats.failure(BackendFailure::Protocol),
+            _ => {}
         }
         if let Some(log) = self.log.as_mut() {
             log.outcome = match self.ended {

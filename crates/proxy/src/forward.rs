@@ -6,6 +6,7 @@ use crate::{
     cluster::Cluster,
     completion::{Completion, Fault},
     error::{ErrorKind, ProxyError},
+    metrics::BackendFailure,
     prepare::Prepared,
     request_body::{ClientFailure, Upload, UpstreamBody},
     upstream::{closed_when_reused, Answered},
@@ -86,6 +87,7 @@ pub(crate) async fn forward(
             Ok(Err(error)) => match local_fault(&error) {
                 // duet's own limits and resources are never the backend's failure.
                 Some(kind) => {
+                    completion.count_failure(BackendFailure::Local);
                     completion.fail(Fault::Local);
                     return Err(ProxyError::upstream(kind, backend, error));
                 }
@@ -115,6 +117,13 @@ pub(crate) async fn forward(
         Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Fault::Client),
         None => (error, Fault::Backend),
     };
+    if fault == Fault::Backend {
+        completion.count_failure(match error.kind() {
+            ErrorKind::Connect => BackendFailure::Connect,
+            ErrorKind::Timeout => BackendFailure::Timeout,
+            _ => BackendFailure::Protocol,
+        });
+    }
     completion.fail(fault);
     Err(error)
 }

@@ -32,6 +32,8 @@ pub(crate) struct ClusterCounters {
     /// Requests sent again because the pooled connection they went out on had been closed by the
     /// backend (the keep-alive close race).
     pub(crate) stale_resends: AtomicU64,
+    /// Response body bytes passed from backends to clients.
+    pub(crate) bytes_sent: AtomicU64,
     /// From a request's arrival to the end of its response, all attempts included: what the client saw.
     pub(crate) request_duration: Histogram,
     /// From a request's arrival to its response head from a backend (retries included).
@@ -70,14 +72,80 @@ pub(crate) struct WorkerCounters {
     pub(crate) at_capacity: AtomicU64,
 }
 
+/// What one worker saw of one backend's answers.
+#[derive(Debug, Default)]
+pub(crate) struct BackendStats {
+    /// From an attempt's start to the backend's response head.
+    pub(crate) header_time: Histogram,
+    /// Response heads by status class (1xx … 5xx).
+    pub(crate) responses: [AtomicU64; 5],
+    /// Attempts that failed, by [`BackendFailure`].
+    pub(crate) failures: [AtomicU64; BackendFailure::ALL.len()],
+}
+
+/// How an attempt to a backend failed, for `duet_backend_failures_total{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BackendFailure {
+    /// Could not connect.
+    Connect,
+    /// No response head within `timeouts.response_headers`.
+    Timeout,
+    /// Closed the connection, or answered something that is not HTTP (or not usable).
+    Protocol,
+    /// The response body failed mid-stream.
+    BodyReset,
+    /// The response body stalled past `timeouts.read`.
+    BodyTimeout,
+    /// duet itself ran out of something on the way (never held against the backend).
+    Local,
+}
+
+impl BackendFailure {
+    pub(crate) const ALL: [Self; 6] = [
+        Self::Connect,
+        Self::Timeout,
+        Self::Protocol,
+        Self::BodyReset,
+        Self::BodyTimeout,
+        Self::Local,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Timeout => "timeout",
+            Self::Protocol => "protocol",
+            Self::BodyReset => "body_reset",
+            Self::BodyTimeout => "body_timeout",
+            Self::Local => "local",
+        }
+    }
+}
+
+impl BackendStats {
+    pub(crate) fn response(&self, status: u16) {
+        if let Some(cell) = self
+            .responses
+            .get(usize::from(status / 100).wrapping_sub(1))
+        {
+            cell.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub(crate) fn failure(&self, kind: BackendFailure) {
+        if let Some(position) = BackendFailure::ALL.iter().position(|k| *k == kind) {
+            self.failures[position].fetch_add(1, Relaxed);
+        }
+    }
+}
+
 /// One backend as one worker sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct BackendCell {
     pub(crate) address: SocketAddr,
     pub(crate) weight: u32,
     pub(crate) load: Arc<EndpointLoad>,
-    /// From an attempt's start to the backend's response head.
-    pub(crate) header_time: Arc<Histogram>,
+    pub(crate) stats: Arc<BackendStats>,
 }
 
 /// One cluster as one worker sees it.
@@ -493,7 +561,12 @@ impl Registry {
             },
         );
         // Per-cluster counters: one family each, the name written once.
-        let cluster_counters: [(&str, &str, CounterOf); 4] = [
+        let cluster_counters: [(&str, &str, CounterOf); 5] = [
+            (
+                "duet_response_body_bytes_total",
+                "Response body bytes passed from the cluster's backends to clients.",
+                |c| &c.bytes_sent,
+            ),
             (
                 "duet_retries_total",
                 "Attempts retried on another backend.",
@@ -563,7 +636,7 @@ impl Registry {
                         summed
                             .entry((&c.name, b.address))
                             .or_default()
-                            .add(&b.header_time);
+                            .add(&b.stats.header_time);
                     }
                 }
                 for ((cluster, backend), histogram) in &summed {
@@ -613,6 +686,44 @@ impl Registry {
                     b.address,
                     b.load.rtt_estimate(now).as_secs_f64()
                 );
+                }
+            },
+        );
+        family(
+            "duet_backend_responses_total",
+            "counter",
+            "Response heads each worker got from the backend, by status class.",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    for (i, cell) in b.stats.responses.iter().enumerate() {
+                        let _ = writeln!(
+                            out,
+                            "duet_backend_responses_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\",class=\"{}xx\"}} {}",
+                            LabelValue(&c.name),
+                            b.address,
+                            i + 1,
+                            cell.load(Relaxed)
+                        );
+                    }
+                }
+            },
+        );
+        family(
+            "duet_backend_failures_total",
+            "counter",
+            "Attempts to the backend that failed, by kind: connect, timeout (no response head in time), protocol (closed or not HTTP), body_reset, body_timeout, local (duet's own resources; never held against the backend).",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    for (kind, cell) in BackendFailure::ALL.iter().zip(&b.stats.failures) {
+                        let _ = writeln!(
+                            out,
+                            "duet_backend_failures_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\",kind=\"{}\"}} {}",
+                            LabelValue(&c.name),
+                            b.address,
+                            kind.label(),
+                            cell.load(Relaxed)
+                        );
+                    }
                 }
             },
         );

@@ -574,7 +574,8 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 }
 
 #[tokio::test]
-async fn latency_histograms_time_every_request_and_tell_a_slow_backend_from_a_fast_one() {
+async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_fast_and_a_gone_one(
+) {
     local(async {
         let fast = Backend::start(BackendOptions::named("fast")).expect("backend");
         let slow = Backend::start(
@@ -584,10 +585,29 @@ async fn latency_histograms_time_every_request_and_tell_a_slow_backend_from_a_fa
         let registry = crate::Registry::new();
         let yaml = cluster(&[fast.address(), slow.address()], "round_robin", &[]);
         let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        let mut body_bytes = 0;
         for _ in 0..10 {
-            assert_eq!(harness.get("/").await.0, 200);
+            let (status, _, body) = harness.get("/").await;
+            assert_eq!(status, 200);
+            body_bytes += body.map_or(0, |b| b.len());
         }
         let text = registry.render_prometheus();
+        assert_eq!(
+            sample(&text, "duet_response_body_bytes_total{worker=\"0\",cluster=\"app\"}"),
+            Some(body_bytes as f64),
+            "{text}"
+        );
+        assert!(body_bytes > 0);
+        for backend in [fast.address(), slow.address()] {
+            assert_eq!(
+                sample(
+                    &text,
+                    &format!("duet_backend_responses_total{{worker=\"0\",cluster=\"app\",backend=\"{backend}\",class=\"2xx\"}}")
+                ),
+                Some(5.0),
+                "{text}"
+            );
+        }
         let header = |backend: SocketAddr, le: &str| {
             sample(
                 &text,
@@ -625,6 +645,14 @@ async fn latency_histograms_time_every_request_and_tell_a_slow_backend_from_a_fa
             Some(0.0),
             "{text}"
         );
+        let failures = |kind: &str| {
+            sample(
+                &text,
+                &format!("duet_backend_failures_total{{worker=\"0\",cluster=\"app\",backend=\"{gone}\",kind=\"{kind}\"}}"),
+            )
+        };
+        assert_eq!(failures("connect"), Some(1.0), "{text}");
+        assert_eq!(failures("timeout"), Some(0.0), "{text}");
     })
     .await;
 }
