@@ -121,7 +121,7 @@ fn metrics_count_what_happened_across_workers() {
     );
     promtool_accepts(&metrics);
 
-    let status = get(admin, "/status");
+    let status = get(admin, "/status?format=text");
     assert!(status.contains("cluster app (p2c_peak_ewma)"), "{status}");
     assert!(
         status.contains(&a.address().to_string()) && status.contains(&b.address().to_string()),
@@ -172,4 +172,91 @@ fn promtool_accepts(response: &str) {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The response body of an admin request.
+fn body(response: &str) -> &str {
+    response
+        .split_once("\r\n\r\n")
+        .map_or(response, |(_, body)| body)
+}
+
+#[test]
+fn the_status_page_shows_every_backend_and_the_one_taken_down() {
+    let a = Backend::start(BackendOptions::named("a")).expect("a");
+    let b = Backend::start(BackendOptions::named("b")).expect("b");
+    let (a_address, b_address) = (a.address(), b.address());
+    let config = DuetConfig::new().workers(2).admin().route(None, "/", "web <&>").cluster(
+        Cluster::new("web <&>")
+            .backend(a_address)
+            .backend(b_address)
+            .set(
+                "health_check",
+                "{ path: /healthz, interval: 100ms, timeout: 200ms, healthy_threshold: 1, unhealthy_threshold: 2 }",
+            ),
+    );
+    let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
+    let admin = duet.admin_address();
+    let json = || -> serde_json::Value {
+        serde_json::from_str(body(&get(admin, "/status?format=json"))).expect("JSON")
+    };
+    let state = |status: &serde_json::Value, address: SocketAddr| {
+        status["clusters"][0]["backends"]
+            .as_array()
+            .and_then(|b| b.iter().find(|b| b["address"] == address.to_string()))
+            .map(|b| {
+                (
+                    b["state"].as_str().unwrap_or("").to_owned(),
+                    b["health"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+    };
+    assert!(crate::support::eventually(Duration::from_secs(5), || {
+        let status = json();
+        state(&status, a_address) == Some(("up".into(), "passing".into()))
+            && state(&status, b_address) == Some(("up".into(), "passing".into()))
+    }));
+    for _ in 0..10 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 200"));
+    }
+    let status = json();
+    assert_eq!(status["workers"], 2);
+    assert_eq!(status["clusters"][0]["name"], "web <&>");
+    assert_eq!(status["clusters"][0]["requests"], 10);
+    let picks: u64 = status["clusters"][0]["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .map(|b| b["picks"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(picks, 10, "{status}");
+
+    // Taken down: its health checks fail, and the page says so.
+    b.stop();
+    assert!(
+        crate::support::eventually(Duration::from_secs(5), || state(&json(), b_address)
+            == Some(("down".into(), "failing".into()))),
+        "{}",
+        json()
+    );
+    let page = get(admin, "/status");
+    assert!(page.contains("content-type: text/html"), "{page}");
+    let html = body(&page);
+    assert!(
+        html.contains("<h2>web &lt;&amp;&gt; "),
+        "the name is escaped: {html}"
+    );
+    assert!(html.contains(&a_address.to_string()) && html.contains(&b_address.to_string()));
+    assert!(html.contains("class=\"down\""), "{html}");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no external assets"
+    );
+    crate::browser::check_status_page(admin, &[a_address, b_address], b_address);
+    drop(a);
 }

@@ -5,6 +5,7 @@ mod support;
 
 mod admin;
 mod balancing;
+mod browser;
 mod cli;
 mod discovery;
 mod edge;

@@ -58,6 +58,29 @@ impl Summed {
         self.sum_micros += cell.sum_micros.load(Relaxed);
     }
 
+    /// Observations so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The upper bound (seconds) of the bucket holding quantile `q`, as Prometheus's
+    /// `histogram_quantile` would bound it; `None` with no observations, infinity above every bound.
+    pub(crate) fn quantile_bound(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut cumulative = 0;
+        for (bound, count) in BOUNDS_SECONDS.iter().zip(&self.buckets) {
+            cumulative += count;
+            if cumulative >= rank {
+                return Some(*bound);
+            }
+        }
+        Some(f64::INFINITY)
+    }
+
     /// Writes the series `name{labels}` (labels already escaped, without braces) in the Prometheus
     /// text format.
     pub(crate) fn write(&self, out: &mut String, name: &str, labels: &str) {

@@ -57,6 +57,7 @@ mod parking;
 mod request_body;
 mod request_id;
 mod stall;
+mod status;
 mod upstream;
 pub mod view;
 
@@ -71,5 +72,6 @@ pub use parking::Resumed;
 pub use proxy::WorkerProxy;
 pub use request_body::UpstreamBody;
 pub use server::{serve_connection, Client};
+pub use status::{BackendStatus, ClusterStatus, ConfigStatus, Status};
 pub use upstream::{upstream_client, BackendConnection, Connector, UpstreamClient};
 pub use view::{Endpoint, HealthView, ResolvedNames};

