@@ -3,6 +3,7 @@
 use crate::server::Client;
 use http::{header, HeaderValue, Method, Request, StatusCode, Version};
 use std::{
+    fmt,
     net::{IpAddr, SocketAddr},
     sync::Arc,
 };
@@ -90,6 +91,36 @@ fn original_client<B>(request: &Request<B>, client: Client) -> IpAddr {
         .unwrap_or(client.address.ip())
 }
 
+/// A value, or `-` when there is none: formatted straight into the line, no `String` per request.
+struct OrDash<T>(Option<T>);
+
+impl<T: fmt::Display> fmt::Display for OrDash<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(value) => value.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// Addresses joined by commas, or `-` for none.
+struct Joined<'a>(&'a [SocketAddr]);
+
+impl fmt::Display for Joined<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("-");
+        }
+        for (i, address) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            address.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
 fn text(value: Option<&HeaderValue>) -> &str {
     value.and_then(|v| v.to_str().ok()).unwrap_or("-")
 }
@@ -99,12 +130,6 @@ impl Drop for AccessLog {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
         let millis = |ms: f64| (ms * 1000.0).round() / 1000.0;
         let duration_ms = millis(self.started.elapsed().as_secs_f64() * 1000.0);
-        let tried = if self.tried.is_empty() {
-            String::from("-")
-        } else {
-            let names: Vec<String> = self.tried.iter().map(ToString::to_string).collect();
-            names.join(",")
-        };
         tracing::info!(
             target: "duet::access",
             client = %self.client,
@@ -114,8 +139,8 @@ impl Drop for AccessLog {
             protocol = ?self.version,
             status = self.status.as_u16(),
             cluster = %self.cluster.as_deref().unwrap_or("-"),
-            backend = %self.backend.map_or_else(|| "-".to_owned(), |b| b.to_string()),
-            tried = %tried,
+            backend = %OrDash(self.backend),
+            tried = %Joined(&self.tried),
             attempts = self.attempts,
             duration_ms,
             upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis),

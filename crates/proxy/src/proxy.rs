@@ -159,7 +159,9 @@ impl WorkerProxy {
     /// started to arrive, which are returned to be served (with `Connection: close`). Nothing parks
     /// after this.
     pub fn close_parked(&self) -> Vec<Resumed> {
-        self.parking_lot()
+        self.parking
+            .get()
+            .and_then(Option::as_ref)
             .map(ParkingLot::close_all)
             .unwrap_or_default()
     }
