@@ -2,12 +2,13 @@
 //!
 //! A burst of busy connections (hyper's buffers: ~15 KiB each) is freed when they park or close, but
 //! glibc's allocator keeps freed pages mapped unless they sit at the very top of its heap:
-//! `benches/idle.sh` measured 1.2–7.5 KiB of resident memory per idle connection with ~0.25 KiB of it
+//! `benches/idle.sh` measured 1.2–12.7 KiB of resident memory per idle connection with ~0.25 KiB of it
 //! live. So when a worker serves far fewer connections than it did at its peak, it asks glibc to return
 //! its free pages (`malloc_trim`, as HAProxy does when it releases its pools). Not while the load holds:
 //! a trim stalls the worker for 0.02–2.6 ms (measured here under `wrk -c200`), and the pages would be
-//! faulted back in at once. musl's allocator returns pages by itself (the container image is built with
-//! musl): nothing to call there.
+//! faulted back in at once. The worker (`worker.rs`) trims again one tick later, for the upstream
+//! connections the crowd left in the pool (closed after `timeouts.idle`). musl's allocator returns
+//! pages by itself (the container image is built with musl): nothing to call there.
 
 use std::time::Duration;
 

@@ -400,6 +400,17 @@ clusters:
     .await;
 }
 
+/// One backend, and connections that park 0.1 s after their last request (half the header timeout)
+/// and stay parked for a minute.
+fn parking_soon(backend: SocketAddr) -> String {
+    DuetConfig::single("p2c_inflight", &[backend])
+        .section(
+            "limits",
+            "{ header_read_timeout: 200ms, keepalive_timeout: 60s }",
+        )
+        .to_yaml()
+}
+
 /// Writes one GET on `stream` and reads its whole response (`content-length` framed); the status.
 async fn exchange(stream: &mut tokio::net::TcpStream) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -437,13 +448,7 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
     use tokio::io::AsyncReadExt;
     local(async {
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
-        let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
-            .section(
-                "limits",
-                "{ header_read_timeout: 200ms, keepalive_timeout: 60s }",
-            )
-            .to_yaml();
-        let harness = Harness::start(&yaml).await;
+        let harness = Harness::start(&parking_soon(backend.address())).await;
         let parked = || {
             harness
                 .proxy
@@ -501,13 +506,7 @@ async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_an
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     local(async {
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
-        let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
-            .section(
-                "limits",
-                "{ header_read_timeout: 200ms, keepalive_timeout: 60s }",
-            )
-            .to_yaml();
-        let harness = Harness::start(&yaml).await;
+        let harness = Harness::start(&parking_soon(backend.address())).await;
         // As a worker that has begun its drain: no longer taking parked connections back (the
         // harness's loop reads this when it next accepts).
         harness.resuming.set(false);
