@@ -77,6 +77,27 @@ fn check_works_offline_for_names_only_the_cluster_can_resolve() {
 }
 
 #[test]
+fn check_diff_says_what_a_reload_would_change() {
+    let old = concat!(env!("CARGO_MANIFEST_DIR"), "/config/duet.yaml");
+    let (code, stdout, _) = duet(&["check", "--config", old, "--diff", old]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("no changes from"), "{stdout}");
+    let dir = std::env::temp_dir().join(format!("duet-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let new = dir.join("new.yaml");
+    let text = std::fs::read_to_string(old).expect("example");
+    std::fs::write(&new, text.replace("weight: 2 ", "weight: 4 ")).expect("write");
+    let (code, stdout, _) = duet(&["check", "--config", &new.to_string_lossy(), "--diff", old]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("1 change from")
+            && stdout.contains("~ cluster web: backend 127.0.0.1:9002 weight 2 -> 4"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn version_and_usage_errors() {
     let (code, stdout, _) = duet(&["--version"]);
     assert_eq!(

@@ -32,11 +32,13 @@
 
 #![warn(missing_docs)]
 
+mod diff;
 mod error;
 mod model;
 mod raw;
 mod units;
 
+pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
     http_method, Backend, BackendAddress, Cluster, Config, HealthCheck, HostPattern, Limits,

@@ -37,6 +37,10 @@ enum Command {
         /// Also look up each backend host name and say which do not resolve from here.
         #[arg(long)]
         resolve: bool,
+        /// Also say what a reload from OLD (the running file, say) to this one would change, and
+        /// what of it needs a restart.
+        #[arg(long, value_name = "OLD")]
+        diff: Option<PathBuf>,
     },
     /// Run a local demo: three loopback backends (one slow) behind each policy.
     Demo,
@@ -79,7 +83,11 @@ pub fn main(args: Vec<String>) -> i32 {
     };
     match cli.command {
         Command::Run { config, log_format } => run(&config.path, log_format == LogFormat::Json),
-        Command::Check { config, resolve } => check(&config.path, resolve),
+        Command::Check {
+            config,
+            resolve,
+            diff,
+        } => check(&config.path, resolve, diff.as_deref()),
         Command::Probe { url } => crate::probe::run(&url),
         Command::Demo => {
             let _log = init_logging(false, "warn");
@@ -121,7 +129,7 @@ fn init_logging(json: bool, default: &str) -> tracing_appender::non_blocking::Wo
 
 /// Validates the file offline (nothing but the file and the certificates it names is read); with
 /// `resolve`, also looks up each backend host name and says which do not resolve from here.
-fn check(path: &std::path::Path, resolve: bool) -> i32 {
+fn check(path: &std::path::Path, resolve: bool, old: Option<&std::path::Path>) -> i32 {
     let config = match duet_config::load(path) {
         Ok(config) => config,
         Err(errors) => {
@@ -151,7 +159,31 @@ fn check(path: &std::path::Path, resolve: bool) -> i32 {
     let resolver = resolve.then(crate::system_resolver);
     // A closed stdout (`duet check ... | head`) is not an error worth a panic.
     use std::io::Write;
-    let _ = std::io::stdout().write_all(summary(path, &config, resolver.as_ref()).as_bytes());
+    let mut out = summary(path, &config, resolver.as_ref());
+    if let Some(old_path) = old {
+        let old_config = match duet_config::load(old_path) {
+            Ok(config) => config,
+            Err(errors) => {
+                eprintln!("{errors}");
+                return 1;
+            }
+        };
+        let changes = duet_config::diff(&old_config, &config);
+        if changes.is_empty() {
+            out.push_str(&format!("no changes from {}\n", old_path.display()));
+        } else {
+            out.push_str(&format!(
+                "{} change{} from {} (a reload applies them between requests):\n",
+                changes.len(),
+                if changes.len() == 1 { "" } else { "s" },
+                old_path.display()
+            ));
+            for change in &changes {
+                out.push_str(&format!("  {change}\n"));
+            }
+        }
+    }
+    let _ = std::io::stdout().write_all(out.as_bytes());
     0
 }
 

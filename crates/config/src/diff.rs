@@ -1,0 +1,353 @@
+//! What a reload from one configuration to another would change: `duet check --config NEW --diff OLD`,
+//! a plan to read before applying it.
+
+use crate::{Cluster, Config, HostPattern, Route, Workers};
+use std::fmt::{self, Debug};
+
+/// One difference between two configurations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// `+ ...` added, `- ...` removed, `~ ...` changed.
+    pub line: String,
+    /// A reload refuses it: it takes a restart (listeners, workers, the admin address).
+    pub needs_restart: bool,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line)?;
+        if self.needs_restart {
+            f.write_str("   (needs a restart: a reload refuses it)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that differs from `old` to `new`, in the order of the file's sections.
+pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
+    let mut changes = Changes::default();
+    if old.workers != new.workers {
+        changes.restart(format!(
+            "~ workers: {} -> {}",
+            workers(old.workers),
+            workers(new.workers)
+        ));
+    }
+    for listener in &new.listeners {
+        match old.listeners.iter().find(|l| l.address == listener.address) {
+            None => changes.restart(format!("+ listener {}", listener.address)),
+            Some(before) => {
+                let prefix = format!("listener {}", listener.address);
+                changes.field(
+                    &prefix,
+                    "tls",
+                    &before.tls.is_some(),
+                    &listener.tls.is_some(),
+                );
+                if before.tls != listener.tls && before.tls.is_some() && listener.tls.is_some() {
+                    changes.push(format!("~ {prefix}: certificate files"));
+                }
+                let nets = |l: &crate::Listener| -> Vec<String> {
+                    l.trusted_proxies.iter().map(ToString::to_string).collect()
+                };
+                changes.field(&prefix, "trusted_proxies", &nets(before), &nets(listener));
+            }
+        }
+    }
+    for listener in &old.listeners {
+        if !new.listeners.iter().any(|l| l.address == listener.address) {
+            changes.restart(format!("- listener {}", listener.address));
+        }
+    }
+    if old.admin != new.admin {
+        let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
+        changes.restart(format!(
+            "~ admin: {} -> {}",
+            show(old.admin),
+            show(new.admin)
+        ));
+    }
+    routes(&mut changes, old, new);
+    for cluster in &new.clusters {
+        match old.clusters.iter().find(|c| c.name == cluster.name) {
+            None => changes.push(format!(
+                "+ cluster {} ({}, {} backend{})",
+                cluster.name,
+                cluster.policy.name(),
+                cluster.backends.len(),
+                if cluster.backends.len() == 1 { "" } else { "s" }
+            )),
+            Some(before) => cluster_changes(&mut changes, before, cluster),
+        }
+    }
+    for cluster in &old.clusters {
+        if !new.clusters.iter().any(|c| c.name == cluster.name) {
+            changes.push(format!("- cluster {}", cluster.name));
+        }
+    }
+    let (o, n) = (&old.limits, &new.limits);
+    changes.field(
+        "limits",
+        "max_request_head",
+        &o.max_request_head,
+        &n.max_request_head,
+    );
+    changes.field(
+        "limits",
+        "max_uri_length",
+        &o.max_uri_length,
+        &n.max_uri_length,
+    );
+    changes.field(
+        "limits",
+        "header_read_timeout",
+        &o.header_read_timeout,
+        &n.header_read_timeout,
+    );
+    changes.field(
+        "limits",
+        "body_read_timeout",
+        &o.body_read_timeout,
+        &n.body_read_timeout,
+    );
+    changes.field("limits", "send_timeout", &o.send_timeout, &n.send_timeout);
+    changes.field(
+        "limits",
+        "max_connections",
+        &o.max_connections,
+        &n.max_connections,
+    );
+    changes.field(
+        "limits",
+        "keepalive_timeout",
+        &o.keepalive_timeout,
+        &n.keepalive_timeout,
+    );
+    changes.field(
+        "limits",
+        "keepalive_requests",
+        &o.keepalive_requests,
+        &n.keepalive_requests,
+    );
+    let (o, n) = (&old.shutdown, &new.shutdown);
+    changes.field(
+        "shutdown",
+        "drain_timeout",
+        &o.drain_timeout,
+        &n.drain_timeout,
+    );
+    changes.field("shutdown", "drain_delay", &o.drain_delay, &n.drain_delay);
+    changes.list
+}
+
+#[derive(Default)]
+struct Changes {
+    list: Vec<Change>,
+}
+
+impl Changes {
+    fn push(&mut self, line: String) {
+        self.list.push(Change {
+            line,
+            needs_restart: false,
+        });
+    }
+
+    fn restart(&mut self, line: String) {
+        self.list.push(Change {
+            line,
+            needs_restart: true,
+        });
+    }
+
+    /// `~ prefix.name: old -> new` when they differ (durations read as `250ms`, `2s`).
+    fn field<T: PartialEq + Debug>(&mut self, prefix: &str, name: &str, old: &T, new: &T) {
+        if old != new {
+            self.push(format!("~ {prefix}.{name}: {old:?} -> {new:?}"));
+        }
+    }
+}
+
+fn workers(workers: Workers) -> String {
+    match workers {
+        Workers::Auto => "auto".to_owned(),
+        Workers::Count(n) => n.to_string(),
+    }
+}
+
+/// Routes are matched in order, so they are compared as a list: each is described by what it matches
+/// and where it sends, and an order that changed is said so.
+fn routes(changes: &mut Changes, old: &Config, new: &Config) {
+    let describe = |config: &Config, route: &Route| {
+        let host = match &route.host {
+            None => "*".to_owned(),
+            Some(HostPattern::Exact(host)) => host.clone(),
+            Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+        };
+        let mut line = format!(
+            "route host {host} path {} -> {}",
+            route.path_prefix, config.clusters[route.cluster].name
+        );
+        if let Some(timeout) = route.timeout {
+            line.push_str(&format!(" (timeout {timeout:?})"));
+        }
+        if route.retry_methods != crate::http_method::idempotent() {
+            line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
+        }
+        line
+    };
+    let before: Vec<String> = old.routes.iter().map(|r| describe(old, r)).collect();
+    let after: Vec<String> = new.routes.iter().map(|r| describe(new, r)).collect();
+    for route in &after {
+        if !before.contains(route) {
+            changes.push(format!("+ {route}"));
+        }
+    }
+    for route in &before {
+        if !after.contains(route) {
+            changes.push(format!("- {route}"));
+        }
+    }
+    let kept = |list: &[String], other: &[String]| -> Vec<String> {
+        list.iter().filter(|r| other.contains(r)).cloned().collect()
+    };
+    if kept(&before, &after) != kept(&after, &before) {
+        changes
+            .push("~ routes: the same routes in another order (the first match wins)".to_owned());
+    }
+}
+
+fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
+    let prefix = format!("cluster {}", new.name);
+    if old.policy != new.policy {
+        changes.push(format!(
+            "~ {prefix}: policy {} -> {}",
+            old.policy.name(),
+            new.policy.name()
+        ));
+    }
+    for backend in &new.backends {
+        match old.backends.iter().find(|b| b.address == backend.address) {
+            None => changes.push(format!(
+                "+ {prefix}: backend {} weight {}",
+                backend.address, backend.weight
+            )),
+            Some(before) if before.weight != backend.weight => changes.push(format!(
+                "~ {prefix}: backend {} weight {} -> {}",
+                backend.address, before.weight, backend.weight
+            )),
+            Some(_) => {}
+        }
+    }
+    for backend in &old.backends {
+        if !new.backends.iter().any(|b| b.address == backend.address) {
+            changes.push(format!("- {prefix}: backend {}", backend.address));
+        }
+    }
+    let (o, n) = (&old.timeouts, &new.timeouts);
+    changes.field(&prefix, "timeouts.connect", &o.connect, &n.connect);
+    changes.field(
+        &prefix,
+        "timeouts.response_headers",
+        &o.response_headers,
+        &n.response_headers,
+    );
+    changes.field(&prefix, "timeouts.idle", &o.idle, &n.idle);
+    changes.field(&prefix, "timeouts.read", &o.read, &n.read);
+    changes.field(
+        &prefix,
+        "timeouts.tunnel_idle",
+        &o.tunnel_idle,
+        &n.tunnel_idle,
+    );
+    match (&old.health_check, &new.health_check) {
+        (None, Some(check)) => changes.push(format!(
+            "+ {prefix}: health checks {} every {:?}",
+            check.path, check.interval
+        )),
+        (Some(_), None) => changes.push(format!("- {prefix}: health checks")),
+        (Some(o), Some(n)) => {
+            changes.field(&prefix, "health_check.path", &o.path, &n.path);
+            changes.field(&prefix, "health_check.interval", &o.interval, &n.interval);
+            changes.field(&prefix, "health_check.timeout", &o.timeout, &n.timeout);
+            changes.field(
+                &prefix,
+                "health_check.healthy_threshold",
+                &o.healthy_threshold,
+                &n.healthy_threshold,
+            );
+            changes.field(
+                &prefix,
+                "health_check.unhealthy_threshold",
+                &o.unhealthy_threshold,
+                &n.unhealthy_threshold,
+            );
+            changes.field(
+                &prefix,
+                "health_check.expected_statuses",
+                &o.expected_statuses,
+                &n.expected_statuses,
+            );
+        }
+        (None, None) => {}
+    }
+    let (o, n) = (&old.outlier_detection, &new.outlier_detection);
+    changes.field(
+        &prefix,
+        "outlier_detection.consecutive_failures",
+        &o.consecutive_failures,
+        &n.consecutive_failures,
+    );
+    changes.field(
+        &prefix,
+        "outlier_detection.base_ejection_time",
+        &o.base_ejection_time,
+        &n.base_ejection_time,
+    );
+    changes.field(
+        &prefix,
+        "outlier_detection.max_ejection_time",
+        &o.max_ejection_time,
+        &n.max_ejection_time,
+    );
+    changes.field(
+        &prefix,
+        "outlier_detection.max_ejection_fraction",
+        &o.max_ejection_fraction,
+        &n.max_ejection_fraction,
+    );
+    let (o, n) = (&old.retries, &new.retries);
+    changes.field(&prefix, "retries.attempts", &o.attempts, &n.attempts);
+    changes.field(
+        &prefix,
+        "retries.budget_fraction",
+        &o.budget_fraction,
+        &n.budget_fraction,
+    );
+    changes.field(
+        &prefix,
+        "retries.min_retries_per_second",
+        &o.min_retries_per_second,
+        &n.min_retries_per_second,
+    );
+    changes.field(
+        &prefix,
+        "retries.replay_body_limit",
+        &o.replay_body_limit,
+        &n.replay_body_limit,
+    );
+    changes.field(
+        &prefix,
+        "panic_threshold",
+        &old.panic_threshold,
+        &new.panic_threshold,
+    );
+    changes.field(&prefix, "slow_start", &old.slow_start, &new.slow_start);
+    changes.field(&prefix, "dns_refresh", &old.dns_refresh, &new.dns_refresh);
+    changes.field(
+        &prefix,
+        "penalty_statuses",
+        &old.penalty_statuses,
+        &new.penalty_statuses,
+    );
+}

@@ -1,0 +1,66 @@
+//! `duet check --diff`: what a reload from one file to another would change.
+
+use duet_config::{diff, parse};
+
+const OLD: &str = "\
+workers: 2
+listeners: [ { address: 127.0.0.1:8080 } ]
+routes:
+  - match: { path_prefix: /api }
+    cluster: api
+  - cluster: web
+clusters:
+  - name: web
+    backends:
+      - address: 127.0.0.1:9001
+      - address: 127.0.0.1:9002
+  - name: api
+    backends: [ { address: 127.0.0.1:9003 } ]
+    timeouts: { connect: 1s }
+";
+
+#[test]
+fn every_kind_of_change_is_named_and_restarts_are_flagged() {
+    let new = "\
+workers: 4
+listeners: [ { address: 127.0.0.1:8080 }, { address: 127.0.0.1:8443 } ]
+routes:
+  - cluster: web
+  - match: { path_prefix: /api }
+    cluster: api
+clusters:
+  - name: web
+    policy: round_robin
+    backends:
+      - address: 127.0.0.1:9001
+        weight: 3
+      - address: 127.0.0.1:9004
+  - name: api
+    backends: [ { address: 127.0.0.1:9003 } ]
+    timeouts: { connect: 250ms }
+  - name: admin-ui
+    backends: [ { address: 127.0.0.1:9005 } ]
+limits: { max_connections: 5000 }
+";
+    let (old, new) = (
+        parse(OLD, "old.yaml").expect("old"),
+        parse(new, "new.yaml").expect("new"),
+    );
+    let lines: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "~ workers: 2 -> 4   (needs a restart: a reload refuses it)",
+            "+ listener 127.0.0.1:8443   (needs a restart: a reload refuses it)",
+            "~ routes: the same routes in another order (the first match wins)",
+            "~ cluster web: policy p2c_peak_ewma -> round_robin",
+            "~ cluster web: backend 127.0.0.1:9001 weight 1 -> 3",
+            "+ cluster web: backend 127.0.0.1:9004 weight 1",
+            "- cluster web: backend 127.0.0.1:9002",
+            "~ cluster api.timeouts.connect: 1s -> 250ms",
+            "+ cluster admin-ui (p2c_peak_ewma, 1 backend)",
+            "~ limits.max_connections: 10000 -> 5000",
+        ]
+    );
+    assert!(diff(&old, &old).is_empty(), "a file against itself");
+}
