@@ -84,3 +84,39 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
     assert_eq!(metric("duet_config_last_reload_successful"), 0.0);
     assert!(crate::admin::get(admin, "/metrics").contains(&applied));
 }
+
+#[test]
+fn watch_reloads_when_the_file_changes_without_a_signal() {
+    let old = Backend::start(BackendOptions::named("old")).expect("old");
+    let new = Backend::start(BackendOptions::named("new")).expect("new");
+    let duet = Duet::start_with_args(
+        &yaml(old.address(), "127.0.0.1:0".parse().expect("addr")),
+        &["--watch"],
+    );
+    assert_eq!(served_by(duet.address), "old");
+    let path = duet.config_path();
+    // Written as a ConfigMap update is: a new file moved over the old one.
+    let staged = path.with_extension("new");
+    std::fs::write(&staged, yaml(new.address(), duet.address)).expect("stage");
+    std::fs::rename(&staged, &path).expect("swap");
+    assert!(
+        support::eventually(Duration::from_secs(5), || served_by(duet.address) == "new"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    assert!(duet
+        .log_lines()
+        .iter()
+        .any(|l| l.contains("the file changed: reloaded")));
+
+    // A broken version is reported once, and the running configuration stays.
+    std::fs::write(&path, "listeners: [ oops").expect("break");
+    std::thread::sleep(Duration::from_millis(3500));
+    let reports = duet
+        .log_lines()
+        .iter()
+        .filter(|l| l.contains("keeping the running configuration"))
+        .count();
+    assert_eq!(reports, 1, "{:#?}", duet.log_lines());
+    assert_eq!(served_by(duet.address), "new");
+}

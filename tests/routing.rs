@@ -282,8 +282,10 @@ fn the_json_access_log_is_flat_with_numbers_and_names_every_backend_tried() {
     let gone = refused.local_addr().expect("address");
     drop(refused);
     // Round robin over [gone, good]: every other request's first attempt is refused, then retried.
-    let duet =
-        Duet::start_json(&DuetConfig::single("round_robin", &[gone, good.address()]).to_yaml());
+    let duet = Duet::start_with_args(
+        &DuetConfig::single("round_robin", &[gone, good.address()]).to_yaml(),
+        &["--log-format", "json"],
+    );
     for _ in 0..6 {
         let (response, _) = raw_exchange(
             duet.address,

@@ -31,15 +31,15 @@ impl Duet {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        Self::spawn(path, Some(dir), rust_log, None, false)
+        Self::spawn(path, Some(dir), rust_log, None, &[])
     }
 
-    /// Like [`start`](Self::start), logging JSON lines (`--log-format json`).
-    pub(crate) fn start_json(yaml: &str) -> Self {
+    /// Like [`start`](Self::start), with more arguments to `duet run` (`--log-format json`, `--watch`).
+    pub(crate) fn start_with_args(yaml: &str, args: &[&str]) -> Self {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        Self::spawn(path, Some(dir), "info", None, true)
+        Self::spawn(path, Some(dir), "info", None, args)
     }
 
     /// Like [`start_with`](Self::start_with), with the open-file limit (soft and hard) set to `nofile`
@@ -48,12 +48,12 @@ impl Duet {
         let dir = TempDir::new();
         let path = dir.0.join("duet.yaml");
         std::fs::write(&path, yaml).expect("write config");
-        Self::spawn(path, Some(dir), rust_log, Some(nofile), false)
+        Self::spawn(path, Some(dir), rust_log, Some(nofile), &[])
     }
 
     /// Starts `duet run` on an existing config file (the caller owns its folder).
     pub(crate) fn start_at(path: &std::path::Path) -> Self {
-        Self::spawn(path.to_path_buf(), None, "info", None, false)
+        Self::spawn(path.to_path_buf(), None, "info", None, &[])
     }
 
     fn spawn(
@@ -61,7 +61,7 @@ impl Duet {
         dir: Option<TempDir>,
         rust_log: &str,
         nofile: Option<u64>,
-        json: bool,
+        extra: &[&str],
     ) -> Self {
         let mut command = match nofile {
             None => Command::new(env!("CARGO_BIN_EXE_duet")),
@@ -76,11 +76,7 @@ impl Duet {
         let mut child = command
             .args(["run", "--config"])
             .arg(&path)
-            .args(if json {
-                &["--log-format", "json"][..]
-            } else {
-                &[]
-            })
+            .args(extra)
             .env("RUST_LOG", rust_log)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

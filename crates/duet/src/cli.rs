@@ -29,6 +29,10 @@ enum Command {
         /// How log lines are written.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Also reload when FILE's content changes (checked every second): a Kubernetes ConfigMap
+        /// update then needs no SIGHUP.
+        #[arg(long)]
+        watch: bool,
     },
     /// Validate a configuration file (every error, with file, line and column) and print a summary.
     Check {
@@ -82,7 +86,11 @@ pub fn main(args: Vec<String>) -> i32 {
         }
     };
     match cli.command {
-        Command::Run { config, log_format } => run(&config.path, log_format == LogFormat::Json),
+        Command::Run {
+            config,
+            log_format,
+            watch,
+        } => run(&config.path, log_format == LogFormat::Json, watch),
         Command::Check {
             config,
             resolve,
@@ -275,7 +283,7 @@ fn lookup(
     }
 }
 
-fn run(path: &std::path::Path, json: bool) -> i32 {
+fn run(path: &std::path::Path, json: bool, watch: bool) -> i32 {
     let _log = init_logging(json, "info");
     let config = match duet_config::load(path) {
         Ok(config) => config,
@@ -317,7 +325,7 @@ fn run(path: &std::path::Path, json: bool) -> i32 {
     let signal = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map(|runtime| runtime.block_on(control_loop(path, &server)));
+        .map(|runtime| runtime.block_on(control_loop(path, &server, watch)));
     match signal {
         Ok(Ok(name)) => tracing::info!("{name}: draining in-flight requests, then exiting"),
         Ok(Err(error)) | Err(error) => {
@@ -346,33 +354,66 @@ fn file_hash(path: &std::path::Path) -> u64 {
     std::fs::read(path).map_or(0, |bytes| duet_proxy::config_hash(&bytes))
 }
 
-/// Waits for SIGTERM or SIGINT (returned) and reloads the config file on each SIGHUP. A config that does
-/// not load is reported with every error, and the running one stays.
-async fn control_loop(path: &std::path::Path, server: &Server) -> std::io::Result<&'static str> {
+/// How often `--watch` reads the configuration file.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits for SIGTERM or SIGINT (returned) and reloads the config file on each SIGHUP, and with `watch`
+/// whenever its content changes. A config that does not load is reported with every error, and the
+/// running one stays.
+///
+/// `--watch` compares the file's content once a second rather than asking inotify (the `notify` crate):
+/// a Kubernetes ConfigMap volume changes by swapping a symlink two levels above the file, which a
+/// watch on the file never sees and a watch on its folder sees as a burst of events to debounce; a
+/// content hash sees exactly "the bytes changed", and costs one small read a second.
+async fn control_loop(
+    path: &std::path::Path,
+    server: &Server,
+    watch: bool,
+) -> std::io::Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
+    let mut poll = tokio::time::interval(WATCH_EVERY);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The content last tried, applied or not: a broken file is reported once, not every second.
+    let mut seen = file_hash(path);
     loop {
-        tokio::select! {
+        let why = tokio::select! {
             _ = terminate.recv() => return Ok("SIGTERM"),
             _ = interrupt.recv() => return Ok("SIGINT"),
-            _ = hangup.recv() => match duet_config::load(path) {
-                Err(errors) => {
-                    server.registry().note_reload_failed();
-                    tracing::error!("SIGHUP: keeping the running configuration; {} does not load:\n{errors}", path.display());
+            _ = hangup.recv() => "SIGHUP",
+            _ = poll.tick(), if watch => {
+                let now = file_hash(path);
+                if now == seen {
+                    continue;
                 }
-                Ok(config) => match server.reload(config) {
-                    Ok(()) => {
-                        server.registry().note_config_applied(file_hash(path), true);
-                        tracing::info!("SIGHUP: reloaded {}", path.display());
-                    }
-                    Err(why) => {
-                        server.registry().note_reload_failed();
-                        tracing::error!("SIGHUP: keeping the running configuration: {why}");
-                    }
-                },
-            },
+                "the file changed"
+            }
+        };
+        seen = file_hash(path);
+        reload(path, server, why);
+    }
+}
+
+fn reload(path: &std::path::Path, server: &Server, why: &str) {
+    match duet_config::load(path) {
+        Err(errors) => {
+            server.registry().note_reload_failed();
+            tracing::error!(
+                "{why}: keeping the running configuration; {} does not load:\n{errors}",
+                path.display()
+            );
         }
+        Ok(config) => match server.reload(config) {
+            Ok(()) => {
+                server.registry().note_config_applied(file_hash(path), true);
+                tracing::info!("{why}: reloaded {}", path.display());
+            }
+            Err(reason) => {
+                server.registry().note_reload_failed();
+                tracing::error!("{why}: keeping the running configuration: {reason}");
+            }
+        },
     }
 }
