@@ -2,9 +2,14 @@
 
 use std::time::Duration;
 
-/// Parses `250us`, `500ms`, `1s`, `1.5s`, `2m`, `1h`; a bare number is seconds.
+/// Parses `250us`, `500ms`, `1s`, `1.5s`, `2m`, `1h`, and `0`. A unit is required, written against the
+/// number (as Envoy, Go and Kubernetes want): `15` could mean seconds or milliseconds, and `1 s` reads
+/// like a typo.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
@@ -14,8 +19,18 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             "`{text}` is not a duration: expected a number and a unit, such as `1s`, `500ms`, `2m`"
         )
     })?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
+    let seconds = match unit.trim_start() {
+        "" => {
+            return Err(format!(
+                "`{text}` has no unit: write `{text}s` for seconds or `{text}ms` for milliseconds"
+            ))
+        }
+        known @ ("s" | "ms" | "us" | "µs" | "m" | "h") if unit.starts_with(char::is_whitespace) => {
+            return Err(format!(
+                "`{text}`: write the unit against the number, as `{number}{known}`"
+            ))
+        }
+        "s" => value,
         "ms" => value / 1e3,
         "us" | "µs" => value / 1e6,
         "m" => value * 60.0,
@@ -71,7 +86,13 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("15")
+            .expect_err("no unit")
+            .contains("write `15s` for seconds or `15ms`"));
+        assert!(parse_duration("1 s")
+            .expect_err("a space")
+            .contains("as `1s`"));
         assert!(parse_duration("5x")
             .expect_err("bad unit")
             .contains("unknown unit `x`"));
