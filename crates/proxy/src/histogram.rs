@@ -44,7 +44,7 @@ impl Histogram {
 }
 
 /// Several workers' cells of one series, added together.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Summed {
     buckets: [u64; BOUNDS_MICROS.len() + 1],
     sum_micros: u64,
@@ -56,6 +56,18 @@ impl Summed {
             *total += bucket.load(Relaxed);
         }
         self.sum_micros += cell.sum_micros.load(Relaxed);
+    }
+
+    /// What was observed since `earlier` (an older reading of the same series).
+    pub(crate) fn since(&self, earlier: &Summed) -> Summed {
+        let mut buckets = self.buckets;
+        for (bucket, old) in buckets.iter_mut().zip(&earlier.buckets) {
+            *bucket = bucket.saturating_sub(*old);
+        }
+        Summed {
+            buckets,
+            sum_micros: self.sum_micros.saturating_sub(earlier.sum_micros),
+        }
     }
 
     /// Observations so far.

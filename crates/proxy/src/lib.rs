@@ -72,6 +72,6 @@ pub use parking::Resumed;
 pub use proxy::WorkerProxy;
 pub use request_body::UpstreamBody;
 pub use server::{serve_connection, Client};
-pub use status::{BackendStatus, ClusterStatus, ConfigStatus, Status};
+pub use status::{BackendStatus, ClusterStatus, ConfigStatus, Status, StatusWindow, Totals};
 pub use upstream::{upstream_client, BackendConnection, Connector, UpstreamClient};
 pub use view::{Endpoint, HealthView, ResolvedNames};

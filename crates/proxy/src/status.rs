@@ -7,7 +7,13 @@ use crate::{
     view::HealthView,
 };
 use serde::Serialize;
-use std::{fmt::Write, sync::atomic::Ordering::Relaxed};
+use std::{
+    collections::{HashMap, VecDeque},
+    fmt::Write,
+    net::SocketAddr,
+    sync::atomic::Ordering::Relaxed,
+    time::Duration,
+};
 use tokio::time::Instant;
 
 /// What the status page shows, summed over workers.
@@ -17,6 +23,8 @@ pub struct Status {
     pub version: &'static str,
     /// Seconds since the process started.
     pub uptime_seconds: f64,
+    /// Seconds the counts and rates below cover (about the last minute; since start until then).
+    pub window_seconds: f64,
     /// Workers serving.
     pub workers: usize,
     /// Whether duet is draining (SIGTERM received).
@@ -49,7 +57,7 @@ pub struct ClusterStatus {
     pub name: String,
     /// Its balancing policy.
     pub policy: &'static str,
-    /// Requests answered (or failed) since start.
+    /// Requests answered (or failed) in the window.
     pub requests: u64,
     /// Upper bound of the bucket holding the 99th percentile of request durations, in ms.
     pub p99_ms: Option<f64>,
@@ -76,13 +84,13 @@ pub struct BackendStatus {
     pub in_flight: u64,
     /// The workers' PeakEWMA latency estimate, averaged, in ms.
     pub rtt_estimate_ms: f64,
-    /// Times picked, all workers.
+    /// Times picked in the window, all workers.
     pub picks: u64,
     /// Its share of the cluster's picks.
     pub pick_share: f64,
-    /// Response heads by class: 1xx, 2xx, 3xx, 4xx, 5xx.
+    /// Response heads in the window by class: 1xx, 2xx, 3xx, 4xx, 5xx.
     pub responses: [u64; 5],
-    /// Attempts that failed without a usable response.
+    /// Attempts in the window that failed without a usable response.
     pub failures: u64,
     /// (5xx + failures) / (responses + failures).
     pub error_rate: f64,
@@ -90,13 +98,124 @@ pub struct BackendStatus {
     pub p99_ms: Option<f64>,
 }
 
+/// Counts that grow, read from every worker and added up: the status page shows what they grew by
+/// over the last minute.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    clusters: HashMap<String, Summed>,
+    backends: HashMap<(String, SocketAddr), Counts>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    picks: u64,
+    responses: [u64; 5],
+    failures: u64,
+    head_time: Summed,
+}
+
+impl Counts {
+    fn since(&self, earlier: &Counts) -> Counts {
+        let mut responses = self.responses;
+        for (now, then) in responses.iter_mut().zip(earlier.responses) {
+            *now = now.saturating_sub(then);
+        }
+        Counts {
+            picks: self.picks.saturating_sub(earlier.picks),
+            responses,
+            failures: self.failures.saturating_sub(earlier.failures),
+            head_time: self.head_time.since(&earlier.head_time),
+        }
+    }
+}
+
+/// How far back the status page looks.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// Readings of [`Totals`] over the last minute or so, so the page can show rates over it rather than
+/// since start (which after a week says nothing about now). Record one every few seconds.
+#[derive(Debug, Default)]
+pub struct StatusWindow {
+    readings: VecDeque<(std::time::Instant, Totals)>,
+}
+
+impl StatusWindow {
+    /// An empty window: until its first reading, the page shows figures since start.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes a reading now, keeping the newest one at least a minute old and everything after it.
+    pub fn record(&mut self, registry: &Registry) {
+        let now = std::time::Instant::now();
+        self.readings.push_back((now, registry.totals()));
+        while self.readings.len() > 1
+            && self
+                .readings
+                .get(1)
+                .is_some_and(|(at, _)| now.duration_since(*at) >= WINDOW)
+        {
+            self.readings.pop_front();
+        }
+    }
+
+    /// The oldest reading kept (about a minute old once the window has filled).
+    fn baseline(&self) -> Option<&(std::time::Instant, Totals)> {
+        self.readings.front()
+    }
+}
+
 impl Registry {
-    /// A snapshot for the status page; `health` is the control plane's current health-check view.
-    pub fn status(&self, health: &HealthView) -> Status {
+    /// Every worker's growing counts, added up.
+    pub fn totals(&self) -> Totals {
+        self.inspect(|workers, _, _| {
+            let mut totals = Totals::default();
+            for entry in workers.values() {
+                for cluster in &entry.clusters {
+                    totals
+                        .clusters
+                        .entry(cluster.name.clone())
+                        .or_default()
+                        .add(&cluster.counters.request_duration);
+                    for backend in &cluster.backends {
+                        let counts = totals
+                            .backends
+                            .entry((cluster.name.clone(), backend.address))
+                            .or_default();
+                        counts.picks += backend.load.picks();
+                        for (total, cell) in
+                            counts.responses.iter_mut().zip(&backend.stats.responses)
+                        {
+                            *total += cell.load(Relaxed);
+                        }
+                        counts.failures += backend
+                            .stats
+                            .failures
+                            .iter()
+                            .map(|f| f.load(Relaxed))
+                            .sum::<u64>();
+                        counts.head_time.add(&backend.stats.header_time);
+                    }
+                }
+            }
+            totals
+        })
+    }
+
+    /// A snapshot for the status page: `health` is the control plane's current health-check view;
+    /// counts and rates cover `window` (the last minute), or everything since start without one.
+    pub fn status(&self, health: &HealthView, window: Option<&StatusWindow>) -> Status {
         let now = Instant::now();
+        let totals = self.totals();
+        let empty = Totals::default();
+        let (baseline, window_seconds) = match window.and_then(StatusWindow::baseline) {
+            Some((at, reading)) => (reading, at.elapsed().as_secs_f64()),
+            None => (&empty, f64::NAN),
+        };
         self.inspect(|workers, process, draining| {
             let entries: Vec<_> = workers.values().collect();
             let worker_count = entries.len();
+            let uptime = (unix_seconds() - process.started_unix_seconds).max(0.0);
             let clusters = entries
                 .first()
                 .map(|first| {
@@ -108,14 +227,26 @@ impl Registry {
                                 .iter()
                                 .filter_map(|e| e.clusters.iter().find(|c| c.name == cluster.name))
                                 .collect();
-                            cluster_status(cluster, &same, health, worker_count, now)
+                            let view = View {
+                                health,
+                                workers: worker_count,
+                                now,
+                                totals: &totals,
+                                baseline,
+                            };
+                            cluster_status(cluster, &same, &view)
                         })
                         .collect()
                 })
                 .unwrap_or_default();
             Status {
                 version: env!("CARGO_PKG_VERSION"),
-                uptime_seconds: (unix_seconds() - process.started_unix_seconds).max(0.0),
+                uptime_seconds: uptime,
+                window_seconds: if window_seconds.is_nan() {
+                    uptime
+                } else {
+                    window_seconds
+                },
                 workers: worker_count,
                 draining,
                 config: ConfigStatus {
@@ -133,17 +264,28 @@ impl Registry {
     }
 }
 
+/// What a cluster's figures are computed against.
+struct View<'a> {
+    health: &'a HealthView,
+    workers: usize,
+    now: Instant,
+    totals: &'a Totals,
+    baseline: &'a Totals,
+}
+
 fn cluster_status(
     cluster: &ClusterCells,
     same: &[&ClusterCells],
-    health: &HealthView,
-    workers: usize,
-    now: Instant,
+    view: &View<'_>,
 ) -> ClusterStatus {
-    let mut durations = Summed::default();
-    for cells in same {
-        durations.add(&cells.counters.request_duration);
-    }
+    let empty = Summed::default();
+    let durations = view
+        .totals
+        .clusters
+        .get(&cluster.name)
+        .unwrap_or(&empty)
+        .since(view.baseline.clusters.get(&cluster.name).unwrap_or(&empty));
+    let workers = view.workers;
     let mut backends: Vec<BackendStatus> = cluster
         .backends
         .iter()
@@ -153,7 +295,7 @@ fn cluster_status(
                 .filter_map(|c| c.backends.iter().find(|b| b.address == backend.address))
                 .collect();
             let eligible_workers = cells.iter().filter(|b| b.load.is_eligible()).count();
-            let health = match health.healthy(&cluster.name, backend.address) {
+            let health = match view.health.healthy(&cluster.name, backend.address) {
                 Some(true) => "passing",
                 Some(false) => "failing",
                 None => "not checked",
@@ -171,22 +313,20 @@ fn cluster_status(
             } else {
                 ("up", String::new())
             };
-            let mut head_times = Summed::default();
-            let mut responses = [0u64; 5];
-            let mut failures = 0;
-            for b in &cells {
-                head_times.add(&b.stats.header_time);
-                for (total, cell) in responses.iter_mut().zip(&b.stats.responses) {
-                    *total += cell.load(Relaxed);
-                }
-                failures += b.stats.failures.iter().map(|f| f.load(Relaxed)).sum::<u64>();
-            }
-            let answered: u64 = responses.iter().sum();
-            let attempts = answered + failures;
+            let key = (cluster.name.clone(), backend.address);
+            let zero = Counts::default();
+            let counts = view
+                .totals
+                .backends
+                .get(&key)
+                .unwrap_or(&zero)
+                .since(view.baseline.backends.get(&key).unwrap_or(&zero));
+            let answered: u64 = counts.responses.iter().sum();
+            let attempts = answered + counts.failures;
             let error_rate = if attempts == 0 {
                 0.0
             } else {
-                (responses[4] + failures) as f64 / attempts as f64
+                (counts.responses[4] + counts.failures) as f64 / attempts as f64
             };
             BackendStatus {
                 address: backend.address.to_string(),
@@ -198,15 +338,15 @@ fn cluster_status(
                 in_flight: cells.iter().map(|b| b.load.in_flight()).sum(),
                 rtt_estimate_ms: cells
                     .iter()
-                    .map(|b| b.load.rtt_estimate(now).as_secs_f64() * 1000.0)
+                    .map(|b| b.load.rtt_estimate(view.now).as_secs_f64() * 1000.0)
                     .sum::<f64>()
                     / cells.len().max(1) as f64,
-                picks: cells.iter().map(|b| b.load.picks()).sum(),
+                picks: counts.picks,
                 pick_share: 0.0,
-                responses,
-                failures,
+                responses: counts.responses,
+                failures: counts.failures,
                 error_rate,
-                p99_ms: head_times.quantile_bound(0.99).map(|s| s * 1000.0),
+                p99_ms: counts.head_time.quantile_bound(0.99).map(|s| s * 1000.0),
             }
         })
         .collect();
@@ -247,10 +387,11 @@ impl Status {
              th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){{text-align:left}}th{{background:#f4f4f4}}\
              .up{{color:#1a7f37}}.down{{color:#cf222e;font-weight:bold}}.ejected{{color:#bf8700;font-weight:bold}}\
              .meta{{color:#555}}</style></head><body>\n\
-             <h1>duet {}</h1>\n<p class=\"meta\">up {} · {} workers{} · configuration {} applied {} ago{} · \
-             reloads {} applied, {} refused</p>\n",
+             <h1>duet {}</h1>\n<p class=\"meta\">up {} · figures over the last {} · {} workers{} · \
+             configuration {} applied {} ago{} · reloads {} applied, {} refused</p>\n",
             escape(self.version),
             duration(self.uptime_seconds),
+            duration(self.window_seconds),
             self.workers,
             if self.draining { " · <b>draining</b>" } else { "" },
             escape(&self.config.hash),
@@ -310,9 +451,10 @@ impl Status {
             out.push_str("</table>\n");
         }
         out.push_str(
-            "<p class=\"meta\">Counts since start, summed over workers. p99: the upper bound of the \
-             histogram bucket that holds it. <a href=\"/status?format=json\">JSON</a> · \
-             <a href=\"/metrics\">metrics</a></p>\n</body></html>\n",
+            "<p class=\"meta\">Counts, shares, error rates and p99 over the window above, summed over \
+             workers; p99 is the upper bound of the histogram bucket that holds it. \
+             <a href=\"/status?format=json\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n\
+             </body></html>\n",
         );
         out
     }

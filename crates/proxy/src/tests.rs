@@ -655,3 +655,32 @@ async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_status_page_counts_over_its_window_not_since_start() {
+    local(async {
+        let backend = Backend::start(BackendOptions::named("a")).expect("backend");
+        let registry = crate::Registry::new();
+        let yaml = cluster(&[backend.address()], "p2c_inflight", &[]);
+        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        for _ in 0..10 {
+            assert_eq!(harness.get("/").await.0, 200);
+        }
+        let mut window = crate::StatusWindow::new();
+        window.record(&registry);
+        for _ in 0..4 {
+            assert_eq!(harness.get("/").await.0, 200);
+        }
+        let health = HealthView::default();
+        let since_start = registry.status(&health, None);
+        let recent = registry.status(&health, Some(&window));
+        assert_eq!(since_start.clusters[0].requests, 14);
+        assert_eq!(since_start.clusters[0].backends[0].picks, 14);
+        assert_eq!(recent.clusters[0].requests, 4, "since the window's reading");
+        assert_eq!(recent.clusters[0].backends[0].picks, 4);
+        assert_eq!(recent.clusters[0].backends[0].responses[1], 4);
+        assert_eq!(recent.clusters[0].backends[0].state, "up");
+        assert!(recent.window_seconds < since_start.window_seconds + 1.0);
+    })
+    .await;
+}

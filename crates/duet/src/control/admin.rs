@@ -1,12 +1,12 @@
 //! The admin listener: `/metrics` (Prometheus text), `/status`, `/healthz`, `/ready`.
 
 use bytes::Bytes;
-use duet_proxy::{HealthView, Registry};
+use duet_proxy::{HealthView, Registry, StatusWindow};
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use hyper::{server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::TcpListener,
     sync::{watch, Semaphore},
@@ -14,6 +14,9 @@ use tokio::{
 
 /// Admin connections served at once; more wait in the accept queue.
 const ADMIN_CONNECTIONS: usize = 32;
+
+/// How often the status page's window takes a reading.
+const STATUS_READING_EVERY: Duration = Duration::from_secs(5);
 
 /// Time an admin client has to send a request head (and the longest an idle one stays).
 const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,6 +33,20 @@ pub(crate) async fn serve(
     // Scrapers and probes need a handful of connections; a cap keeps a flood from taking the control
     // thread's memory, and the header timeout closes the idle and the half-sent.
     let capacity = Arc::new(Semaphore::new(ADMIN_CONNECTIONS));
+    // The status page's last minute: a reading of the counts every few seconds.
+    let window = Rc::new(RefCell::new(StatusWindow::new()));
+    {
+        let (window, registry, mut shutdown) = (window.clone(), registry.clone(), shutdown.clone());
+        tokio::task::spawn_local(async move {
+            let mut every = tokio::time::interval(STATUS_READING_EVERY);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => window.borrow_mut().record(&registry),
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                }
+            }
+        });
+    }
     loop {
         let Ok(permit) = capacity.clone().acquire_owned().await else {
             return;
@@ -49,11 +66,13 @@ pub(crate) async fn serve(
         };
         let registry = registry.clone();
         let health = health.clone();
+        let window = window.clone();
         tokio::task::spawn_local(async move {
             let _permit = permit;
             let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let registry = registry.clone();
                 let health = health.clone();
+                let window = window.clone();
                 async move {
                     let (status, content_type, body) = match request.uri().path() {
                         "/metrics" => (
@@ -65,12 +84,16 @@ pub(crate) async fn serve(
                             StatusFormat::Html => (
                                 StatusCode::OK,
                                 "text/html; charset=utf-8",
-                                registry.status(&health.borrow()).to_html(),
+                                registry
+                                    .status(&health.borrow(), Some(&window.borrow()))
+                                    .to_html(),
                             ),
                             StatusFormat::Json => (
                                 StatusCode::OK,
                                 "application/json",
-                                registry.status(&health.borrow()).to_json(),
+                                registry
+                                    .status(&health.borrow(), Some(&window.borrow()))
+                                    .to_json(),
                             ),
                             StatusFormat::Text => (
                                 StatusCode::OK,
