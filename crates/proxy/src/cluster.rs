@@ -181,6 +181,13 @@ impl Cluster {
         let mut balance = self.balance.borrow_mut();
         if balance.set_eligible(&backend, eligible) == Some(!eligible) {
             tracing::debug!(cluster = %self.name, %backend, eligible, healthy, ejected, panicking = balance.is_panicking(), "eligibility changed");
+            let stats = self.backend_stats(backend);
+            let cell = if eligible {
+                &stats.admitted
+            } else {
+                &stats.removed
+            };
+            cell.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -237,6 +244,9 @@ impl Cluster {
     /// Takes `backend` out of this worker's rotation for `time`, then re-admits it (if still healthy).
     fn ejected(self: &Rc<Self>, backend: SocketAddr, time: Duration) {
         self.counters
+            .ejections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.backend_stats(backend)
             .ejections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(cluster = %self.name, %backend, seconds = time.as_secs_f64(), "ejecting backend");

@@ -81,6 +81,12 @@ pub(crate) struct BackendStats {
     pub(crate) responses: [AtomicU64; 5],
     /// Attempts that failed, by [`BackendFailure`].
     pub(crate) failures: [AtomicU64; BackendFailure::ALL.len()],
+    /// Times this worker's outlier detection (or a `Retry-After`) ejected it.
+    pub(crate) ejections: AtomicU64,
+    /// Times it became pickable again (re-admitted: health checks passing, ejection over).
+    pub(crate) admitted: AtomicU64,
+    /// Times it stopped being pickable (health checks failing, or ejected).
+    pub(crate) removed: AtomicU64,
 }
 
 /// How an attempt to a backend failed, for `duet_backend_failures_total{kind}`.
@@ -733,6 +739,40 @@ impl Registry {
                             LabelValue(&c.name),
                             b.address,
                             kind.label(),
+                            cell.load(Relaxed)
+                        );
+                    }
+                }
+            },
+        );
+        family(
+            "duet_backend_ejections_total",
+            "counter",
+            "Times each worker's outlier detection (or a Retry-After) ejected the backend.",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    let _ = writeln!(
+                        out,
+                        "duet_backend_ejections_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
+                        LabelValue(&c.name),
+                        b.address,
+                        b.stats.ejections.load(Relaxed)
+                    );
+                }
+            },
+        );
+        family(
+            "duet_backend_eligibility_changes_total",
+            "counter",
+            "Times the backend became pickable (to=\"eligible\": re-admitted, checks passing) or stopped being (to=\"ineligible\": checks failing, ejected), per worker.",
+            &mut |out| {
+                for (w, c, b) in backends() {
+                    for (to, cell) in [("eligible", &b.stats.admitted), ("ineligible", &b.stats.removed)] {
+                        let _ = writeln!(
+                            out,
+                            "duet_backend_eligibility_changes_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\",to=\"{to}\"}} {}",
+                            LabelValue(&c.name),
+                            b.address,
                             cell.load(Relaxed)
                         );
                     }

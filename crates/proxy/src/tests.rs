@@ -144,8 +144,9 @@ async fn a_backend_that_dies_mid_body_is_counted_as_a_failure_and_ejected() {
             ),
             ("retries", "{ attempts: 1 }"),
         ];
-        let harness =
-            Harness::start(&cluster(&[a.address(), b.address()], "round_robin", &extra)).await;
+        let registry = crate::Registry::new();
+        let yaml = cluster(&[a.address(), b.address()], "round_robin", &extra);
+        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
         // Complete responses are successes: nothing is ejected.
         for _ in 0..6 {
             let (status, _, body) = harness.get("/").await;
@@ -173,6 +174,33 @@ async fn a_backend_that_dies_mid_body_is_counted_as_a_failure_and_ejected() {
         for _ in 0..6 {
             assert_eq!(harness.get("/").await.1, survivor);
         }
+        // The metrics name the backend and say what happened to it.
+        let text = registry.render_prometheus();
+        let of = |name: &str, extra: &str| {
+            sample(
+                &text,
+                &format!(
+                    "{name}{{worker=\"0\",cluster=\"app\",backend=\"{}\"{extra}}}",
+                    ejected[0]
+                ),
+            )
+        };
+        assert_eq!(of("duet_backend_ejections_total", ""), Some(1.0), "{text}");
+        assert_eq!(
+            of(
+                "duet_backend_eligibility_changes_total",
+                ",to=\"ineligible\""
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            of("duet_backend_eligibility_changes_total", ",to=\"eligible\""),
+            Some(0.0)
+        );
+        assert_eq!(
+            of("duet_backend_failures_total", ",kind=\"body_reset\""),
+            Some(2.0)
+        );
     })
     .await;
 }
