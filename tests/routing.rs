@@ -330,3 +330,59 @@ fn the_json_access_log_is_flat_with_numbers_and_names_every_backend_tried() {
         "forwarded to the backend"
     );
 }
+
+#[test]
+fn the_access_log_goes_to_its_file_and_sigusr1_reopens_it_after_a_rotation() {
+    let backend = Backend::start(BackendOptions::named("logged")).expect("backend");
+    let dir = std::env::temp_dir().join(format!("duet-access-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("access.log");
+    let duet = Duet::start_with_args(
+        &DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml(),
+        &["--access-log", &file.to_string_lossy()],
+    );
+    let get = |path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    };
+    let lines = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    get("/before");
+    assert!(support::eventually(Duration::from_secs(5), || lines(&file)
+        .len()
+        == 1));
+    assert!(
+        lines(&file)[0].contains("path=/before"),
+        "{:?}",
+        lines(&file)
+    );
+    // logrotate: move the file away, then tell duet.
+    let rotated = dir.join("access.log.1");
+    std::fs::rename(&file, &rotated).expect("rotate");
+    duet.signal("USR1");
+    assert!(support::eventually(Duration::from_secs(5), || duet
+        .log_lines()
+        .iter()
+        .any(|l| l.contains("SIGUSR1: reopened the access log"))));
+    get("/after");
+    assert!(support::eventually(Duration::from_secs(5), || lines(&file)
+        .len()
+        == 1));
+    assert!(lines(&file)[0].contains("path=/after"));
+    assert_eq!(
+        lines(&rotated).len(),
+        1,
+        "the old file keeps only what came before"
+    );
+    assert!(
+        !duet.log_lines().iter().any(|l| l.contains("duet::access")),
+        "access lines go to the file, not stderr"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -33,6 +33,10 @@ enum Command {
         /// update then needs no SIGHUP.
         #[arg(long)]
         watch: bool,
+        /// Write the access log (one line per request) to this file instead of stderr; SIGUSR1
+        /// reopens it (after logrotate moved it away).
+        #[arg(long, value_name = "PATH")]
+        access_log: Option<PathBuf>,
     },
     /// Validate a configuration file (every error, with file, line and column) and print a summary.
     Check {
@@ -90,7 +94,13 @@ pub fn main(args: Vec<String>) -> i32 {
             config,
             log_format,
             watch,
-        } => run(&config.path, log_format == LogFormat::Json, watch),
+            access_log,
+        } => run(
+            &config.path,
+            log_format == LogFormat::Json,
+            watch,
+            access_log.as_deref(),
+        ),
         Command::Check {
             config,
             resolve,
@@ -98,7 +108,7 @@ pub fn main(args: Vec<String>) -> i32 {
         } => check(&config.path, resolve, diff.as_deref()),
         Command::Probe { url } => crate::probe::run(&url),
         Command::Demo => {
-            let _log = init_logging(false, "warn");
+            let _log = init_logging(false, "warn", None);
             match demo::run() {
                 Ok(()) => 0,
                 Err(error) => {
@@ -113,26 +123,58 @@ pub fn main(args: Vec<String>) -> i32 {
 /// Logs to stderr through a writer thread: a worker formats its line into a buffer and hands it over,
 /// rather than taking stderr's lock and making a write syscall per request (the access log writes one
 /// line per request). Lines are never dropped: past 128 Ki queued lines the workers wait. Whatever is
-/// queued is written when the returned guard drops.
-fn init_logging(json: bool, default: &str) -> tracing_appender::non_blocking::WorkerGuard {
-    use tracing_subscriber::{fmt, EnvFilter};
+/// queued is written when the returned guards drop. With `access_log`, the access log (target
+/// `duet::access`) goes to that file instead, through a writer thread of its own.
+fn init_logging(
+    json: bool,
+    default: &str,
+    access_log: Option<&crate::log_file::LogFile>,
+) -> Vec<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
+    use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     use std::io::IsTerminal;
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("duet-log")
-        .finish(std::io::stderr());
-    let builder = fmt()
+    let writer_thread = |name: &str| {
+        tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .lossy(false)
+            .thread_name(name)
+    };
+    let (stderr, stderr_guard) = writer_thread("duet-log").finish(std::io::stderr());
+    let mut guards = vec![stderr_guard];
+    let access = access_log.map(|file| {
+        let (writer, guard) = writer_thread("duet-access-log").finish(file.clone());
+        guards.push(guard);
+        writer
+    });
+    match access {
+        Some(file) => {
+            let is_access = |meta: &tracing::Metadata<'_>| meta.target() == "duet::access";
+            install(
+                json,
+                filter,
+                file.with_filter(is_access).or_else(stderr),
+                false,
+            );
+        }
+        None => install(json, filter, stderr, std::io::stderr().is_terminal()),
+    }
+    guards
+}
+
+fn install<W>(json: bool, filter: tracing_subscriber::EnvFilter, writer: W, ansi: bool)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(ansi);
     let _ = if json {
         // One flat object per line (no nested `fields`), numbers as numbers: what log pipelines index.
         builder.json().flatten_event(true).try_init()
     } else {
         builder.try_init()
     };
-    guard
 }
 
 /// Validates the file offline (nothing but the file and the certificates it names is read); with
@@ -283,8 +325,20 @@ fn lookup(
     }
 }
 
-fn run(path: &std::path::Path, json: bool, watch: bool) -> i32 {
-    let _log = init_logging(json, "info");
+fn run(
+    path: &std::path::Path,
+    json: bool,
+    watch: bool,
+    access_log: Option<&std::path::Path>,
+) -> i32 {
+    let access_log = match access_log.map(crate::log_file::LogFile::open).transpose() {
+        Ok(file) => file,
+        Err(error) => {
+            eprintln!("duet: cannot open the access log: {error}");
+            return 1;
+        }
+    };
+    let _log = init_logging(json, "info", access_log.as_ref());
     let config = match duet_config::load(path) {
         Ok(config) => config,
         Err(errors) => {
@@ -325,7 +379,7 @@ fn run(path: &std::path::Path, json: bool, watch: bool) -> i32 {
     let signal = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map(|runtime| runtime.block_on(control_loop(path, &server, watch)));
+        .map(|runtime| runtime.block_on(control_loop(path, &server, watch, access_log.as_ref())));
     match signal {
         Ok(Ok(name)) => tracing::info!("{name}: draining in-flight requests, then exiting"),
         Ok(Err(error)) | Err(error) => {
@@ -369,11 +423,13 @@ async fn control_loop(
     path: &std::path::Path,
     server: &Server,
     watch: bool,
+    access_log: Option<&crate::log_file::LogFile>,
 ) -> std::io::Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
+    let mut user1 = signal(SignalKind::user_defined1())?;
     let mut poll = tokio::time::interval(WATCH_EVERY);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The content last tried, applied or not: a broken file is reported once, not every second.
@@ -383,6 +439,15 @@ async fn control_loop(
             _ = terminate.recv() => return Ok("SIGTERM"),
             _ = interrupt.recv() => return Ok("SIGINT"),
             _ = hangup.recv() => "SIGHUP",
+            _ = user1.recv() => {
+                // logrotate's postrotate: new lines go to a new file at the same path.
+                match access_log.map(|file| file.reopen().map(|()| file.path())) {
+                    Some(Ok(path)) => tracing::info!("SIGUSR1: reopened the access log {}", path.display()),
+                    Some(Err(error)) => tracing::error!("SIGUSR1: cannot reopen the access log, still writing the old file: {error}"),
+                    None => tracing::info!("SIGUSR1: no access log file to reopen (it goes to stderr)"),
+                }
+                continue;
+            }
             _ = poll.tick(), if watch => {
                 let now = file_hash(path);
                 if now == seen {
