@@ -120,6 +120,23 @@ fn metrics_count_what_happened_across_workers() {
         20.0
     );
     promtool_accepts(&metrics);
+    // With the worker label summed away: one series per backend, the same totals.
+    let aggregated = get(admin, "/metrics?aggregate=worker");
+    assert!(!body(&aggregated).contains("worker=\""), "{aggregated}");
+    assert_eq!(
+        sum(&aggregated, "duet_backend_picks_total", "cluster=\"app\""),
+        20.0
+    );
+    assert_eq!(
+        aggregated
+            .lines()
+            .filter(|l| l.starts_with("duet_backend_picks_total{"))
+            .count(),
+        2,
+        "{aggregated}"
+    );
+    assert_eq!(sum(&aggregated, "duet_connections_total", ""), 23.0);
+    promtool_accepts(&aggregated);
 
     let status = get(admin, "/status?format=text");
     assert!(status.contains("cluster app (p2c_peak_ewma)"), "{status}");

@@ -334,6 +334,14 @@ impl Registry {
     }
 
     /// The Prometheus text exposition of every worker's cells.
+    /// Like [`render_prometheus`](Self::render_prometheus) with the `worker` label summed away:
+    /// one series per cluster and backend whatever the worker count (`/metrics?aggregate=worker`), for
+    /// setups with many backends. Gauges are summed too: `duet_backend_eligible` then counts the
+    /// workers that may pick the backend.
+    pub fn render_prometheus_aggregated(&self) -> String {
+        without_worker_label(&self.render_prometheus())
+    }
+
     pub fn render_prometheus(&self) -> String {
         let workers = self
             .workers
@@ -849,6 +857,53 @@ impl Registry {
         }
         out
     }
+}
+
+/// Sums the samples of each series that differ only in their `worker` label; comments and series
+/// without one pass through, in their order.
+fn without_worker_label(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() / 2);
+    // Series of the family being read, in first-seen order, with their sums.
+    let mut family: Vec<(String, f64)> = Vec::new();
+    let flush = |out: &mut String, family: &mut Vec<(String, f64)>| {
+        for (series, value) in family.drain(..) {
+            let _ = writeln!(out, "{series} {value}");
+        }
+    };
+    for line in text.lines() {
+        let Some((series, value)) = line
+            .strip_prefix('#')
+            .is_none()
+            .then(|| line.rsplit_once(' '))
+            .flatten()
+        else {
+            flush(&mut out, &mut family);
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let Some(start) = series.find("worker=\"") else {
+            flush(&mut out, &mut family);
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let end = series[start + 8..]
+            .find('"')
+            .map_or(series.len(), |i| start + 8 + i + 1);
+        let mut key = format!("{}{}", &series[..start], &series[end..]);
+        key = key.replace("{,", "{").replace(",,", ",").replace(",}", "}");
+        if key.ends_with("{}") {
+            key.truncate(key.len() - 2);
+        }
+        let value: f64 = value.parse().unwrap_or(0.0);
+        match family.iter_mut().find(|(s, _)| *s == key) {
+            Some((_, sum)) => *sum += value,
+            None => family.push((key, value)),
+        }
+    }
+    flush(&mut out, &mut family);
+    out
 }
 
 /// Which counter of a cluster a metric family reads.

@@ -78,7 +78,11 @@ pub(crate) async fn serve(
                         "/metrics" => (
                             StatusCode::OK,
                             "text/plain; version=0.0.4",
-                            registry.render_prometheus(),
+                            if request.uri().query() == Some("aggregate=worker") {
+                                registry.render_prometheus_aggregated()
+                            } else {
+                                registry.render_prometheus()
+                            },
                         ),
                         "/status" | "/" => match status_format(&request) {
                             StatusFormat::Html => (
