@@ -333,7 +333,6 @@ impl Registry {
         workers.entry(worker).or_default().clusters = clusters;
     }
 
-    /// The Prometheus text exposition of every worker's cells.
     /// Like [`render_prometheus`](Self::render_prometheus) with the `worker` label summed away:
     /// one series per cluster and backend whatever the worker count (`/metrics?aggregate=worker`), for
     /// setups with many backends. Gauges are summed too: `duet_backend_eligible` then counts the
@@ -342,6 +341,7 @@ impl Registry {
         without_worker_label(&self.render_prometheus())
     }
 
+    /// The Prometheus text exposition of every worker's cells.
     pub fn render_prometheus(&self) -> String {
         let workers = self
             .workers
