@@ -211,24 +211,65 @@ impl Checker {
 
     fn count(
         &mut self,
-        value: Option<&Spanned<u32>>,
+        value: Option<&Spanned<Scalar>>,
         field: String,
         default: u32,
         min: u32,
         max: u32,
     ) -> u32 {
         let Some(value) = value else { return default };
-        if (min..=max).contains(&value.value) {
-            value.value
-        } else {
-            let e = self.error(
-                value,
-                field,
-                format!("{} is out of range: expected {min} to {max}", value.value),
-            );
-            self.push(e);
-            default
+        let text = value.value.0.trim();
+        match text.parse::<u32>() {
+            Ok(count) if (min..=max).contains(&count) => count,
+            Ok(_) => {
+                let e = self.error(
+                    value,
+                    field,
+                    format!("{text} is out of range: expected {min} to {max}"),
+                );
+                self.push(e);
+                default
+            }
+            Err(_) => {
+                let e = self.error(
+                    value,
+                    field,
+                    format!("`{text}` is not a whole number: expected {min} to {max}"),
+                );
+                self.push(e);
+                default
+            }
         }
+    }
+
+    fn policy(&mut self, value: Option<&Spanned<Scalar>>, cluster: usize) -> Policy {
+        let Some(value) = value else {
+            return Policy::default();
+        };
+        let text = value.value.0.trim();
+        let all = [
+            Policy::P2cInflight,
+            Policy::P2cPeakEwma,
+            Policy::RoundRobin,
+            Policy::Random,
+        ];
+        if let Some(policy) = all.into_iter().find(|p| p.name() == text) {
+            return policy;
+        }
+        let names = all.map(Policy::name);
+        let mut e = self.error(
+            value,
+            format!("clusters[{cluster}].policy"),
+            format!(
+                "`{text}` is not a policy: expected one of {}",
+                names.join(", ")
+            ),
+        );
+        if let Some(hint) = did_you_mean(text, names) {
+            e = e.hint(hint);
+        }
+        self.push(e);
+        Policy::default()
     }
 
     fn statuses(&mut self, values: &[Spanned<Scalar>], field: &str) -> Vec<(u16, u16)> {
@@ -389,13 +430,14 @@ impl Checker {
             for (bi, b) in c.backends.iter().enumerate() {
                 let field = format!("clusters[{ci}].backends[{bi}]");
                 let text = b.address.value.0.clone();
-                let weight = b.weight.as_ref().map_or(1, |w| w.value);
+                let weight =
+                    self.count(b.weight.as_ref(), format!("{field}.weight"), 1, 0, u32::MAX);
                 if let Some(w) = &b.weight {
-                    if w.value > 10_000 {
+                    if weight > 10_000 {
                         let e = self.error(
                             w,
                             format!("{field}.weight"),
-                            format!("weight {} is too large: the maximum is 10000", w.value),
+                            format!("weight {weight} is too large: the maximum is 10000"),
                         );
                         self.push(e);
                     }
@@ -593,7 +635,7 @@ impl Checker {
             };
             clusters.push(Cluster {
                 name,
-                policy: c.policy.unwrap_or_default(),
+                policy: self.policy(c.policy.as_ref(), ci),
                 backends,
                 timeouts,
                 health_check,

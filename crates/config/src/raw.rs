@@ -72,7 +72,7 @@ pub(crate) struct RawMatch {
 pub(crate) struct RawCluster {
     pub(crate) name: Spanned<Scalar>,
     #[serde(default)]
-    pub(crate) policy: Option<crate::Policy>,
+    pub(crate) policy: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) backends: Vec<RawBackend>,
     #[serde(default)]
@@ -103,9 +103,9 @@ pub(crate) struct RawHealthCheck {
     #[serde(default)]
     pub(crate) timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
-    pub(crate) healthy_threshold: Option<Spanned<u32>>,
+    pub(crate) healthy_threshold: Option<Spanned<Scalar>>,
     #[serde(default)]
-    pub(crate) unhealthy_threshold: Option<Spanned<u32>>,
+    pub(crate) unhealthy_threshold: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) expected_statuses: Option<Vec<Spanned<Scalar>>>,
 }
@@ -114,7 +114,7 @@ pub(crate) struct RawHealthCheck {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawOutlierDetection {
     #[serde(default)]
-    pub(crate) consecutive_failures: Option<Spanned<u32>>,
+    pub(crate) consecutive_failures: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) base_ejection_time: Option<Spanned<Scalar>>,
     #[serde(default)]
@@ -127,11 +127,11 @@ pub(crate) struct RawOutlierDetection {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRetries {
     #[serde(default)]
-    pub(crate) attempts: Option<Spanned<u32>>,
+    pub(crate) attempts: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) budget_percent: Option<Spanned<Scalar>>,
     #[serde(default)]
-    pub(crate) min_retries_per_second: Option<Spanned<u32>>,
+    pub(crate) min_retries_per_second: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) replay_body_limit: Option<Spanned<Scalar>>,
 }
@@ -141,7 +141,7 @@ pub(crate) struct RawRetries {
 pub(crate) struct RawBackend {
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
-    pub(crate) weight: Option<Spanned<u32>>,
+    pub(crate) weight: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,11 +173,11 @@ pub(crate) struct RawLimits {
     #[serde(default)]
     pub(crate) send_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
-    pub(crate) max_connections: Option<Spanned<u32>>,
+    pub(crate) max_connections: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) keepalive_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
-    pub(crate) keepalive_requests: Option<Spanned<u32>>,
+    pub(crate) keepalive_requests: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

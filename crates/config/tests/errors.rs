@@ -89,7 +89,10 @@ fn an_unknown_policy_lists_the_choices() {
     let yaml = VALID.replace("policy: round_robin", "policy: round_robbin");
     let errors = errors(&yaml);
     assert!(
-        errors[0].starts_with("bad.yaml:15:13: unknown variant `round_robbin`"),
+        errors[0].starts_with(
+            "bad.yaml:15:13: clusters[1].policy: `round_robbin` is not a policy: expected one of \
+             p2c_inflight, p2c_peak_ewma, round_robin, random"
+        ),
         "{}",
         errors[0]
     );
@@ -289,4 +292,33 @@ admin: { address: 127.0.0.1:8081 }
     // Port 0 is the system's pick: never a clash.
     let fine = VALID.replace("workers: 2", "workers: 2\nadmin: { address: 127.0.0.1:0 }");
     assert!(parse(&fine, "ok.yaml").is_ok());
+}
+
+#[test]
+fn a_typo_in_a_policy_a_negative_weight_and_a_bad_duration_come_in_one_run() {
+    let found = errors(
+        "\
+listeners: [ { address: 127.0.0.1:0 } ]
+routes: [ { cluster: web } ]
+clusters:
+  - name: web
+    policy: p2c_inflght
+    backends:
+      - address: 127.0.0.1:9001
+        weight: -1
+    timeouts: { connect: 15 }
+",
+    );
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(
+        found[0].starts_with("bad.yaml:5:13: clusters[0].policy: `p2c_inflght` is not a policy")
+    );
+    assert!(
+        found[0].contains("did you mean `p2c_inflight`?"),
+        "{}",
+        found[0]
+    );
+    assert!(found[1]
+        .starts_with("bad.yaml:8:17: clusters[0].backends[0].weight: `-1` is not a whole number"));
+    assert!(found[2].starts_with("bad.yaml:9:26: clusters[0].timeouts.connect: `15` has no unit"));
 }
