@@ -143,3 +143,52 @@ mod tests {
         assert!(out.contains("t_sum{cluster=\"c\"} 90.0039\n"), "{out}");
     }
 }
+
+/// Attempts per request (1: no retry), one worker's cells: counts for 1 to 5 attempts and above.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptCounts {
+    /// Requests by attempts: 1, 2, 3, 4, 5, more.
+    buckets: [AtomicU64; 6],
+}
+
+impl AttemptCounts {
+    pub(crate) fn observe(&self, attempts: usize) {
+        let bucket = attempts.clamp(1, 6) - 1;
+        self.buckets[bucket].fetch_add(1, Relaxed);
+    }
+}
+
+/// Several workers' [`AttemptCounts`] added together.
+#[derive(Debug, Default)]
+pub(crate) struct SummedAttempts {
+    buckets: [u64; 6],
+}
+
+impl SummedAttempts {
+    pub(crate) fn add(&mut self, cell: &AttemptCounts) {
+        for (total, bucket) in self.buckets.iter_mut().zip(&cell.buckets) {
+            *total += bucket.load(Relaxed);
+        }
+    }
+
+    /// Writes `name{labels}` as a Prometheus histogram with buckets `le` 1 to 5 (the sum counts six
+    /// for the few above five: a lower bound).
+    pub(crate) fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let mut sum = 0;
+        for (i, count) in self.buckets.iter().enumerate() {
+            cumulative += count;
+            sum += count * (i as u64 + 1);
+            if i < 5 {
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                    i + 1
+                );
+            }
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}

@@ -5,7 +5,7 @@
 //! admin endpoint renders them. The Prometheus text format is written directly: the cells are plain
 //! atomics summed at scrape time, which a metrics library's registry would only wrap.
 
-use crate::histogram::{Histogram, Summed};
+use crate::histogram::{AttemptCounts, Histogram, Summed, SummedAttempts};
 use duet_balance::EndpointLoad;
 use std::{
     collections::BTreeMap,
@@ -38,6 +38,8 @@ pub(crate) struct ClusterCounters {
     pub(crate) request_duration: Histogram,
     /// From a request's arrival to its response head from a backend (retries included).
     pub(crate) response_head: Histogram,
+    /// Attempts per request that reached the retry stage.
+    pub(crate) attempts: AttemptCounts,
 }
 
 impl ClusterCounters {
@@ -651,6 +653,24 @@ impl Registry {
                 }
             });
         }
+        family(
+            "duet_request_attempts",
+            "histogram",
+            "Attempts per request sent to a backend (1: not retried).",
+            &mut |out| {
+                let mut summed: BTreeMap<&str, SummedAttempts> = BTreeMap::new();
+                for (_, c) in clusters() {
+                    summed.entry(&c.name).or_default().add(&c.counters.attempts);
+                }
+                for (cluster, attempts) in &summed {
+                    attempts.write(
+                        out,
+                        "duet_request_attempts",
+                        &format!("cluster=\"{}\"", LabelValue(cluster)),
+                    );
+                }
+            },
+        );
         family(
             "duet_upstream_header_seconds",
             "histogram",

@@ -52,13 +52,18 @@ pub(crate) async fn send(
                 Ok(result) => result,
                 Err(_) => {
                     let error = ProxyError::new(ErrorKind::RouteTimeout);
-                    return Err(failed(error, log, &tried));
+                    return Err(failed(cluster, error, log, &tried));
                 }
             },
         };
         let error = match result {
             Ok((response, mut completion)) => {
-                completion.attach_request(started, noted(log, &tried, Some(completion.backend())));
+                let answered = Some(completion.backend());
+                cluster
+                    .counters
+                    .attempts
+                    .observe(attempts_sent(&tried, answered));
+                completion.attach_request(started, noted(log, &tried, answered));
                 return Ok((response, completion));
             }
             Err(error) => error,
@@ -66,11 +71,11 @@ pub(crate) async fn send(
         // Nothing left to retry on: the client hears about the failure that made us retry.
         if error.kind() == ErrorKind::NoEligibleBackend {
             let error = last_error.unwrap_or(error);
-            return Err(failed(error, log, &tried));
+            return Err(failed(cluster, error, log, &tried));
         }
         // No backend to blame (the client's body failed, or the request could not be built): final.
         let Some(backend) = error.backend() else {
-            return Err(failed(error, log, &tried));
+            return Err(failed(cluster, error, log, &tried));
         };
         tried.push(backend);
         let safe = match error.kind() {
@@ -79,11 +84,11 @@ pub(crate) async fn send(
             _ => false,
         };
         if !safe || last || !prepared.source.can_attempt() {
-            return Err(failed(error, log, &tried));
+            return Err(failed(cluster, error, log, &tried));
         }
         if !cluster.budget.withdraw() {
             tracing::debug!(cluster = %cluster.name, "retry budget exhausted");
-            return Err(failed(error, log, &tried));
+            return Err(failed(cluster, error, log, &tried));
         }
         tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
         last_error = Some(error);
@@ -104,8 +109,23 @@ fn noted(
     log
 }
 
+/// How many attempts went to backends: those `tried` (failed), and `last` if it is not among them.
+fn attempts_sent(tried: &[SocketAddr], last: Option<SocketAddr>) -> usize {
+    tried.len() + usize::from(last.is_some_and(|b| !tried.contains(&b)))
+}
+
 /// Giving up with `error`: the client hears about it, the log names every backend tried.
-fn failed(error: ProxyError, log: Option<AccessLog>, tried: &[SocketAddr]) -> Failed {
-    let log = noted(log, tried, error.backend().or(tried.last().copied()));
+fn failed(
+    cluster: &Cluster,
+    error: ProxyError,
+    log: Option<AccessLog>,
+    tried: &[SocketAddr],
+) -> Failed {
+    let last = error.backend().or(tried.last().copied());
+    let sent = attempts_sent(tried, last);
+    if sent > 0 {
+        cluster.counters.attempts.observe(sent);
+    }
+    let log = noted(log, tried, last);
     Failed { error, log }
 }

@@ -251,8 +251,9 @@ async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load
             ("outlier_detection", "{ consecutive_failures: 0 }"),
             ("retries", "{ attempts: 2, min_retries_per_second: 1000 }"),
         ];
-        let harness =
-            Harness::start(&cluster(&[refused, good.address()], "p2c_inflight", &extra)).await;
+        let registry = crate::Registry::new();
+        let yaml = cluster(&[refused, good.address()], "p2c_inflight", &extra);
+        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
         for _ in 0..20 {
             let (status, backend, _) = harness.get("/").await;
             assert_eq!((status, backend.as_str()), (200, "good"));
@@ -278,6 +279,20 @@ async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load
         );
         assert_eq!(good.requests(), 20);
         assert_eq!(in_flight, 0, "every attempt released its load");
+        // Attempts per request: the retried ones took two, one per pick of the refusing backend.
+        let text = registry.render_prometheus();
+        let bucket = |le: &str| {
+            sample(
+                &text,
+                &format!("duet_request_attempts_bucket{{cluster=\"app\",le=\"{le}\"}}"),
+            )
+        };
+        assert_eq!(bucket("1"), Some((20 - refused_picks) as f64), "{text}");
+        assert_eq!(bucket("2"), Some(20.0));
+        assert_eq!(
+            sample(&text, "duet_request_attempts_sum{cluster=\"app\"}"),
+            Some((20 + refused_picks) as f64)
+        );
     })
     .await;
 }
