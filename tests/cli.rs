@@ -137,6 +137,15 @@ fn version_and_usage_errors() {
         "invalid value 'xml'",
     );
 
+    // Shell completions and a man page, from the same definition.
+    let (code, stdout, _) = duet(&["completions", "bash"]);
+    assert!(
+        code == 0 && stdout.contains("--access-log") && stdout.contains("--diff"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = duet(&["man"]);
+    assert!(code == 0 && stdout.contains(".TH duet 1"), "{stdout}");
+
     // Per-command help, and the file from the environment.
     let (code, stdout, _) = duet(&["check", "--help"]);
     assert_eq!(code, 0);

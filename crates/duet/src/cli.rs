@@ -1,7 +1,7 @@
 //! `duet run | check | demo`.
 
 use crate::{demo, Server};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker).
@@ -58,6 +58,13 @@ enum Command {
         /// The URL, e.g. http://127.0.0.1:9901/healthz.
         url: String,
     },
+    /// Print a shell completion script: `duet completions bash > /etc/bash_completion.d/duet`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `duet man > duet.1; man ./duet.1`.
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +114,25 @@ pub fn main(args: Vec<String>) -> i32 {
             diff,
         } => check(&config.path, resolve, diff.as_deref()),
         Command::Probe { url } => crate::probe::run(&url),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "duet", &mut std::io::stdout());
+            0
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            match clap_mangen::Man::new(Cli::command()).render(&mut page) {
+                Ok(()) => {
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(&page);
+                    0
+                }
+                Err(error) => {
+                    eprintln!("duet man: {error}");
+                    1
+                }
+            }
+        }
         Command::Demo => {
             let _log = init_logging(false, "warn", None);
             match demo::run() {
