@@ -4,6 +4,14 @@
 use crate::{Cluster, Config, HostPattern, Route, Workers};
 use std::fmt::{self, Debug};
 
+/// `~ prefix.field: old -> new` for each named field of `old` and `new` that differs: the model's field
+/// names are the file's keys (the two percentages aside, written out below), so each is written once.
+macro_rules! changed {
+    ($changes:expr, $prefix:expr, $old:expr, $new:expr, [$($field:ident),+ $(,)?]) => {
+        $( $changes.field($prefix, stringify!($field), &$old.$field, &$new.$field); )+
+    };
+}
+
 /// One difference between two configurations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -85,58 +93,29 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             changes.push(format!("- cluster {}", cluster.name));
         }
     }
-    let (o, n) = (&old.limits, &new.limits);
-    changes.field(
+    changed!(
+        changes,
         "limits",
-        "max_request_head",
-        &o.max_request_head,
-        &n.max_request_head,
+        old.limits,
+        new.limits,
+        [
+            max_request_head,
+            max_uri_length,
+            header_read_timeout,
+            body_read_timeout,
+            send_timeout,
+            max_connections,
+            keepalive_timeout,
+            keepalive_requests,
+        ]
     );
-    changes.field(
-        "limits",
-        "max_uri_length",
-        &o.max_uri_length,
-        &n.max_uri_length,
-    );
-    changes.field(
-        "limits",
-        "header_read_timeout",
-        &o.header_read_timeout,
-        &n.header_read_timeout,
-    );
-    changes.field(
-        "limits",
-        "body_read_timeout",
-        &o.body_read_timeout,
-        &n.body_read_timeout,
-    );
-    changes.field("limits", "send_timeout", &o.send_timeout, &n.send_timeout);
-    changes.field(
-        "limits",
-        "max_connections",
-        &o.max_connections,
-        &n.max_connections,
-    );
-    changes.field(
-        "limits",
-        "keepalive_timeout",
-        &o.keepalive_timeout,
-        &n.keepalive_timeout,
-    );
-    changes.field(
-        "limits",
-        "keepalive_requests",
-        &o.keepalive_requests,
-        &n.keepalive_requests,
-    );
-    let (o, n) = (&old.shutdown, &new.shutdown);
-    changes.field(
+    changed!(
+        changes,
         "shutdown",
-        "drain_timeout",
-        &o.drain_timeout,
-        &n.drain_timeout,
+        old.shutdown,
+        new.shutdown,
+        [drain_timeout, drain_delay]
     );
-    changes.field("shutdown", "drain_delay", &o.drain_delay, &n.drain_delay);
     changes.list
 }
 
@@ -244,21 +223,13 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             changes.push(format!("- {prefix}: backend {}", backend.address));
         }
     }
-    let (o, n) = (&old.timeouts, &new.timeouts);
-    changes.field(&prefix, "timeouts.connect", &o.connect, &n.connect);
-    changes.field(
-        &prefix,
-        "timeouts.response_headers",
-        &o.response_headers,
-        &n.response_headers,
-    );
-    changes.field(&prefix, "timeouts.idle", &o.idle, &n.idle);
-    changes.field(&prefix, "timeouts.read", &o.read, &n.read);
-    changes.field(
-        &prefix,
-        "timeouts.tunnel_idle",
-        &o.tunnel_idle,
-        &n.tunnel_idle,
+    let timeouts = format!("{prefix}.timeouts");
+    changed!(
+        changes,
+        &timeouts,
+        old.timeouts,
+        new.timeouts,
+        [connect, response_headers, idle, read, tunnel_idle,]
     );
     match (&old.health_check, &new.health_check) {
         (None, Some(check)) => changes.push(format!(
@@ -267,87 +238,73 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         )),
         (Some(_), None) => changes.push(format!("- {prefix}: health checks")),
         (Some(o), Some(n)) => {
-            changes.field(&prefix, "health_check.path", &o.path, &n.path);
-            changes.field(&prefix, "health_check.interval", &o.interval, &n.interval);
-            changes.field(&prefix, "health_check.timeout", &o.timeout, &n.timeout);
-            changes.field(
-                &prefix,
-                "health_check.healthy_threshold",
-                &o.healthy_threshold,
-                &n.healthy_threshold,
-            );
-            changes.field(
-                &prefix,
-                "health_check.unhealthy_threshold",
-                &o.unhealthy_threshold,
-                &n.unhealthy_threshold,
-            );
-            changes.field(
-                &prefix,
-                "health_check.expected_statuses",
-                &o.expected_statuses,
-                &n.expected_statuses,
+            let check = format!("{prefix}.health_check");
+            changed!(
+                changes,
+                &check,
+                o,
+                n,
+                [
+                    path,
+                    interval,
+                    timeout,
+                    healthy_threshold,
+                    unhealthy_threshold,
+                    expected_statuses,
+                ]
             );
         }
         (None, None) => {}
     }
-    let (o, n) = (&old.outlier_detection, &new.outlier_detection);
-    changes.field(
-        &prefix,
-        "outlier_detection.consecutive_failures",
-        &o.consecutive_failures,
-        &n.consecutive_failures,
+    let outliers = format!("{prefix}.outlier_detection");
+    changed!(
+        changes,
+        &outliers,
+        old.outlier_detection,
+        new.outlier_detection,
+        [consecutive_failures, base_ejection_time, max_ejection_time,]
     );
     changes.field(
-        &prefix,
-        "outlier_detection.base_ejection_time",
-        &o.base_ejection_time,
-        &n.base_ejection_time,
+        &outliers,
+        "max_ejection_percent",
+        &Percent(old.outlier_detection.max_ejection_fraction),
+        &Percent(new.outlier_detection.max_ejection_fraction),
+    );
+    let retries = format!("{prefix}.retries");
+    changed!(
+        changes,
+        &retries,
+        old.retries,
+        new.retries,
+        [attempts, min_retries_per_second, replay_body_limit,]
     );
     changes.field(
-        &prefix,
-        "outlier_detection.max_ejection_time",
-        &o.max_ejection_time,
-        &n.max_ejection_time,
+        &retries,
+        "budget_percent",
+        &Percent(old.retries.budget_fraction),
+        &Percent(new.retries.budget_fraction),
     );
-    changes.field(
+    changed!(
+        changes,
         &prefix,
-        "outlier_detection.max_ejection_fraction",
-        &o.max_ejection_fraction,
-        &n.max_ejection_fraction,
-    );
-    let (o, n) = (&old.retries, &new.retries);
-    changes.field(&prefix, "retries.attempts", &o.attempts, &n.attempts);
-    changes.field(
-        &prefix,
-        "retries.budget_fraction",
-        &o.budget_fraction,
-        &n.budget_fraction,
-    );
-    changes.field(
-        &prefix,
-        "retries.min_retries_per_second",
-        &o.min_retries_per_second,
-        &n.min_retries_per_second,
-    );
-    changes.field(
-        &prefix,
-        "retries.replay_body_limit",
-        &o.replay_body_limit,
-        &n.replay_body_limit,
+        old,
+        new,
+        [slow_start, dns_refresh, penalty_statuses,]
     );
     changes.field(
         &prefix,
         "panic_threshold",
-        &old.panic_threshold,
-        &new.panic_threshold,
+        &Percent(old.panic_threshold),
+        &Percent(new.panic_threshold),
     );
-    changes.field(&prefix, "slow_start", &old.slow_start, &new.slow_start);
-    changes.field(&prefix, "dns_refresh", &old.dns_refresh, &new.dns_refresh);
-    changes.field(
-        &prefix,
-        "penalty_statuses",
-        &old.penalty_statuses,
-        &new.penalty_statuses,
-    );
+}
+
+/// A fraction as the file writes it: `0.5` is `50%`.
+#[derive(PartialEq)]
+struct Percent(f64);
+
+impl Debug for Percent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}%", self.0 * 100.0)
+    }
 }

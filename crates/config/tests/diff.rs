@@ -38,6 +38,7 @@ clusters:
   - name: api
     backends: [ { address: 127.0.0.1:9003 } ]
     timeouts: { connect: 250ms }
+    panic_threshold: 30%
   - name: admin-ui
     backends: [ { address: 127.0.0.1:9005 } ]
 limits: { max_connections: 5000 }
@@ -58,6 +59,7 @@ limits: { max_connections: 5000 }
             "+ cluster web: backend 127.0.0.1:9004 weight 1",
             "- cluster web: backend 127.0.0.1:9002",
             "~ cluster api.timeouts.connect: 1s -> 250ms",
+            "~ cluster api.panic_threshold: 50% -> 30%",
             "+ cluster admin-ui (p2c_peak_ewma, 1 backend)",
             "~ limits.max_connections: 10000 -> 5000",
         ]

@@ -27,10 +27,12 @@ use tower::retry::budget::{Budget, TpsBudget};
 pub type ClusterBalance = Balance<SocketAddr, Upstream>;
 
 /// What the balancer holds for each backend: its address as the request target's authority, built
-/// once rather than per request.
+/// once rather than per request, and this worker's metric cells for it, so a pick finds them without
+/// a lookup.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    authority: Authority,
+    pub(crate) authority: Authority,
+    pub(crate) stats: Arc<BackendStats>,
 }
 
 /// The worker's current health view, shared by its clusters (replaced whole by the control plane).
@@ -132,7 +134,12 @@ impl Cluster {
                 if !balance.set_weight(&endpoint.address, endpoint.weight) {
                     let authority = Authority::try_from(endpoint.address.to_string().as_str())
                         .unwrap_or_else(|_| Authority::from_static("invalid"));
-                    balance.insert(endpoint.address, endpoint.weight, Upstream { authority });
+                    let stats = self.backend_stats(endpoint.address);
+                    balance.insert(
+                        endpoint.address,
+                        endpoint.weight,
+                        Upstream { authority, stats },
+                    );
                     added.push(endpoint.address);
                 }
             }
@@ -196,10 +203,10 @@ impl Cluster {
     pub(crate) fn pick(
         &self,
         tried: &[SocketAddr],
-    ) -> Result<(SocketAddr, Authority, LoadGuard), NoEligibleEndpoint> {
+    ) -> Result<(SocketAddr, Upstream, LoadGuard), NoEligibleEndpoint> {
         let mut balance = self.balance.borrow_mut();
         let (address, upstream, guard) = balance.pick_and_claim_excluding(tried)?;
-        Ok((*address, upstream.authority.clone(), guard))
+        Ok((*address, upstream.clone(), guard))
     }
 
     /// The worker's client toward this cluster's backends.

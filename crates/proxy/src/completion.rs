@@ -82,9 +82,15 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn new(guard: LoadGuard, cluster: Rc<Cluster>, backend: SocketAddr) -> Self {
+    /// `stats` are this worker's cells for `backend` (held by the balancer beside it).
+    pub(crate) fn new(
+        guard: LoadGuard,
+        cluster: Rc<Cluster>,
+        backend: SocketAddr,
+        stats: Arc<BackendStats>,
+    ) -> Self {
         Self {
-            stats: cluster.backend_stats(backend),
+            stats,
             cluster,
             backend,
             attempt_started: Instant::now(),

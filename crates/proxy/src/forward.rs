@@ -3,7 +3,7 @@
 
 use crate::{
     access_log::AccessLog,
-    cluster::Cluster,
+    cluster::{Cluster, Upstream},
     completion::{Completion, Fault},
     error::{ErrorKind, ProxyError},
     metrics::BackendFailure,
@@ -50,10 +50,10 @@ pub(crate) async fn forward(
     let Some(mut body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
-    let Ok((backend, authority, guard)) = cluster.pick(tried) else {
+    let Ok((backend, Upstream { authority, stats }, guard)) = cluster.pick(tried) else {
         return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
-    let completion = Completion::new(guard, cluster.clone(), backend);
+    let completion = Completion::new(guard, cluster.clone(), backend, stats);
     // A request that may meet the keep-alive close race is sent again to the same backend (as one
     // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
     // its body can be sent again, so its headers are copied even for the last attempt.

@@ -883,12 +883,17 @@ impl Registry {
 /// without one pass through, in their order.
 fn without_worker_label(text: &str) -> String {
     let mut out = String::with_capacity(text.len() / 2);
-    // Series of the family being read, in first-seen order, with their sums.
+    // Series of the family being read, in first-seen order, with their sums, and where each is: the
+    // option exists for thousands of backends, so no scan per sample.
     let mut family: Vec<(String, f64)> = Vec::new();
-    let flush = |out: &mut String, family: &mut Vec<(String, f64)>| {
+    let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let flush = |out: &mut String,
+                 family: &mut Vec<(String, f64)>,
+                 position: &mut std::collections::HashMap<String, usize>| {
         for (series, value) in family.drain(..) {
             let _ = writeln!(out, "{series} {value}");
         }
+        position.clear();
     };
     for line in text.lines() {
         let Some((series, value)) = line
@@ -897,13 +902,13 @@ fn without_worker_label(text: &str) -> String {
             .then(|| line.rsplit_once(' '))
             .flatten()
         else {
-            flush(&mut out, &mut family);
+            flush(&mut out, &mut family, &mut position);
             out.push_str(line);
             out.push('\n');
             continue;
         };
         let Some(start) = series.find("worker=\"") else {
-            flush(&mut out, &mut family);
+            flush(&mut out, &mut family, &mut position);
             out.push_str(line);
             out.push('\n');
             continue;
@@ -917,12 +922,15 @@ fn without_worker_label(text: &str) -> String {
             key.truncate(key.len() - 2);
         }
         let value: f64 = value.parse().unwrap_or(0.0);
-        match family.iter_mut().find(|(s, _)| *s == key) {
-            Some((_, sum)) => *sum += value,
-            None => family.push((key, value)),
+        match position.get(&key) {
+            Some(&at) => family[at].1 += value,
+            None => {
+                position.insert(key.clone(), family.len());
+                family.push((key, value));
+            }
         }
     }
-    flush(&mut out, &mut family);
+    flush(&mut out, &mut family, &mut position);
     out
 }
 
