@@ -208,9 +208,10 @@ impl Registry {
         let now = Instant::now();
         let totals = self.totals();
         let empty = Totals::default();
+        // Without a reading the figures run from the start, and so does the window.
         let (baseline, window_seconds) = match window.and_then(StatusWindow::baseline) {
-            Some((at, reading)) => (reading, at.elapsed().as_secs_f64()),
-            None => (&empty, f64::NAN),
+            Some((at, reading)) => (reading, Some(at.elapsed().as_secs_f64())),
+            None => (&empty, None),
         };
         self.inspect(|workers, process, draining| {
             let entries: Vec<_> = workers.values().collect();
@@ -242,11 +243,7 @@ impl Registry {
             Status {
                 version: env!("CARGO_PKG_VERSION"),
                 uptime_seconds: uptime,
-                window_seconds: if window_seconds.is_nan() {
-                    uptime
-                } else {
-                    window_seconds
-                },
+                window_seconds: window_seconds.unwrap_or(uptime),
                 workers: worker_count,
                 draining,
                 config: ConfigStatus {
