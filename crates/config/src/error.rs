@@ -125,14 +125,21 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The closest candidate to `word`, if it is close enough to be a likely typo.
+/// The closest candidate to `word`, if it is close enough to be a likely typo, or if `word` is a
+/// singular or a stem of it (`retry` for `retries`).
 pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
+    let word = word.to_ascii_lowercase();
+    let stem = word.get(..word.len().saturating_sub(1)).unwrap_or_default();
     candidates
         .into_iter()
-        .map(|c| (edit_distance(&word.to_ascii_lowercase(), c), c))
+        .map(|c| {
+            let distance = edit_distance(&word, c);
+            let stem_of = stem.len() >= 4 && c.starts_with(stem);
+            (if stem_of { distance.min(2) } else { distance }, c)
+        })
         .filter(|&(d, c)| d <= 2.max(c.len() / 3))
         .min_by_key(|&(d, _)| d)
         .map(|(_, c)| format!("did you mean `{c}`?"))

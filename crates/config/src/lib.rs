@@ -22,8 +22,10 @@
 //! assert!(message.contains("did you mean `web`?"), "{message}");
 //! ```
 //!
-//! Syntax and type errors (an unknown field, a list where a value belongs) stop parsing at the first one;
-//! everything that parses is then checked as a whole and every problem is reported at once.
+//! Every problem is reported in one run, each with its location: unknown keys, values out of range,
+//! references to clusters that do not exist, clashing addresses. Two kinds stop checking at the first
+//! one, because nothing after them can be read reliably: a YAML syntax error, and a value of the
+//! wrong kind (a list where one value belongs).
 //!
 //! Parsing is pure: [`load`] reads the one file it is given and [`parse`] reads nothing. Host names stay
 //! names ([`BackendAddress::Name`]) for the binary's discovery to resolve, `workers: auto` stays
@@ -76,7 +78,37 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
         errors.sort_by_key(|e| (e.line, e.column));
         ConfigErrors { errors }
     };
-    let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| finish(vec![from_serde(&e)]))?;
+    // Syntax errors stop here, at the first one: nothing after it can be read reliably.
+    let tree: raw::Node = serde_saphyr::from_str(text).map_err(|e| finish(vec![from_serde(&e)]))?;
+    let mut errors: Vec<ConfigError> = raw::unknown_keys(&tree)
+        .into_iter()
+        .map(|unknown| {
+            let word = unknown.key.value.as_str();
+            let mut error = ConfigError::new(
+                "",
+                format!(
+                    "unknown field `{word}`, expected one of {}",
+                    unknown.expected.join(", ")
+                ),
+            )
+            .at(
+                unknown.key.referenced.line(),
+                unknown.key.referenced.column(),
+            );
+            if let Some(hint) = did_you_mean(word, unknown.expected.iter().copied()) {
+                error = error.hint(hint);
+            }
+            error
+        })
+        .collect();
+    // A value of the wrong kind (a list where one value belongs) also stops serde at the first one.
+    let raw: RawConfig = match serde_saphyr::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            errors.push(from_serde(&e));
+            return Err(finish(errors));
+        }
+    };
     let mut checker = Checker {
         errors: Vec::new(),
         base: Path::new(origin)
@@ -85,6 +117,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
             .unwrap_or_default(),
     };
     let config = checker.check(raw);
+    checker.errors.append(&mut errors);
     if checker.errors.is_empty() {
         Ok(config)
     } else {

@@ -1,11 +1,14 @@
 //! The file's shape, as serde reads it. Values that need checking keep their location (`Spanned`).
+//!
+//! Unknown keys are not rejected by serde (`deny_unknown_fields` would stop at the first one): the file
+//! is first read as a bare tree ([`Node`]) and [`unknown_keys`] walks it against the field lists the
+//! derived `Deserialize` impls declare, so every misspelt key is reported in one run.
 
 use serde::{de, Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 use std::fmt;
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) workers: Option<Spanned<Scalar>>,
@@ -24,13 +27,11 @@ pub(crate) struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawAdmin {
     pub(crate) address: Spanned<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawListener {
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
@@ -40,14 +41,12 @@ pub(crate) struct RawListener {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawTls {
     pub(crate) cert: Spanned<Scalar>,
     pub(crate) key: Spanned<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawRoute {
     #[serde(rename = "match", default)]
     pub(crate) matcher: Option<RawMatch>,
@@ -59,7 +58,6 @@ pub(crate) struct RawRoute {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawMatch {
     #[serde(default)]
     pub(crate) host: Option<Spanned<Scalar>>,
@@ -68,7 +66,6 @@ pub(crate) struct RawMatch {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawCluster {
     pub(crate) name: Spanned<Scalar>,
     #[serde(default)]
@@ -94,7 +91,6 @@ pub(crate) struct RawCluster {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawHealthCheck {
     #[serde(default)]
     pub(crate) path: Option<Spanned<Scalar>>,
@@ -111,7 +107,6 @@ pub(crate) struct RawHealthCheck {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawOutlierDetection {
     #[serde(default)]
     pub(crate) consecutive_failures: Option<Spanned<Scalar>>,
@@ -124,7 +119,6 @@ pub(crate) struct RawOutlierDetection {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawRetries {
     #[serde(default)]
     pub(crate) attempts: Option<Spanned<Scalar>>,
@@ -137,7 +131,6 @@ pub(crate) struct RawRetries {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawBackend {
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
@@ -145,7 +138,6 @@ pub(crate) struct RawBackend {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawTimeouts {
     #[serde(default)]
     pub(crate) connect: Option<Spanned<Scalar>>,
@@ -160,7 +152,6 @@ pub(crate) struct RawTimeouts {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawLimits {
     #[serde(default)]
     pub(crate) max_request_head: Option<Spanned<Scalar>>,
@@ -181,7 +172,6 @@ pub(crate) struct RawLimits {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawShutdown {
     #[serde(default)]
     pub(crate) drain_timeout: Option<Spanned<Scalar>>,
@@ -219,5 +209,228 @@ impl<'de> Deserialize<'de> for Scalar {
             }
         }
         deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// The file as a bare tree: mapping keys keep their location, everything else only its shape.
+#[derive(Debug)]
+pub(crate) enum Node {
+    Map(Vec<(Spanned<String>, Node)>),
+    Seq(Vec<Node>),
+    Leaf,
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_none<E>(self) -> Result<Node, E> {
+                Ok(Node::Leaf)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+                Node::deserialize(d)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Node::Seq(items))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(Node::Map(entries))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// Where a mapping sits in the file and which struct reads it: the field names come from the struct's
+/// own `Deserialize` impl, so this table cannot drift from the structs above; it only says which
+/// struct reads which key.
+struct Shape {
+    fields: fn() -> &'static [&'static str],
+    children: &'static [(&'static str, &'static Shape)],
+}
+
+const fn leaf<T: for<'de> Deserialize<'de>>() -> Shape {
+    Shape {
+        fields: fields_of::<T>,
+        children: &[],
+    }
+}
+
+static CONFIG: Shape = Shape {
+    fields: fields_of::<RawConfig>,
+    children: &[
+        ("listeners", &LISTENER),
+        ("routes", &ROUTE),
+        ("clusters", &CLUSTER),
+        ("limits", &leaf::<RawLimits>()),
+        ("shutdown", &leaf::<RawShutdown>()),
+        ("admin", &leaf::<RawAdmin>()),
+    ],
+};
+static LISTENER: Shape = Shape {
+    fields: fields_of::<RawListener>,
+    children: &[("tls", &leaf::<RawTls>())],
+};
+static ROUTE: Shape = Shape {
+    fields: fields_of::<RawRoute>,
+    children: &[("match", &leaf::<RawMatch>())],
+};
+static CLUSTER: Shape = Shape {
+    fields: fields_of::<RawCluster>,
+    children: &[
+        ("backends", &leaf::<RawBackend>()),
+        ("timeouts", &leaf::<RawTimeouts>()),
+        ("health_check", &leaf::<RawHealthCheck>()),
+        ("outlier_detection", &leaf::<RawOutlierDetection>()),
+        ("retries", &leaf::<RawRetries>()),
+    ],
+};
+
+/// A key the schema does not have: its name, location and the keys allowed where it stands.
+pub(crate) struct UnknownKey<'a> {
+    pub(crate) key: &'a Spanned<String>,
+    pub(crate) expected: &'static [&'static str],
+}
+
+/// Every key of `root` that no struct reads. Values of the wrong kind are left to serde, which
+/// reports them with their own message.
+pub(crate) fn unknown_keys(root: &Node) -> Vec<UnknownKey<'_>> {
+    let mut found = Vec::new();
+    walk(root, &CONFIG, &mut found);
+    found
+}
+
+fn walk<'a>(node: &'a Node, shape: &Shape, found: &mut Vec<UnknownKey<'a>>) {
+    match node {
+        Node::Seq(items) => items.iter().for_each(|item| walk(item, shape, found)),
+        Node::Map(entries) => {
+            let expected = (shape.fields)();
+            for (key, value) in entries {
+                if !expected.contains(&key.value.as_str()) {
+                    found.push(UnknownKey { key, expected });
+                } else if let Some((_, child)) =
+                    shape.children.iter().find(|(name, _)| *name == key.value)
+                {
+                    walk(value, child, found);
+                }
+            }
+        }
+        Node::Leaf => {}
+    }
+}
+
+/// The field names a derived `Deserialize` impl passes to `deserialize_struct` (their YAML spelling,
+/// after `rename`), read by offering it a deserializer that records them and reads nothing.
+fn fields_of<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    struct Recorder<'r>(&'r mut &'static [&'static str]);
+    #[derive(Debug)]
+    struct Recorded;
+    impl fmt::Display for Recorded {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("fields recorded")
+        }
+    }
+    impl std::error::Error for Recorded {}
+    impl de::Error for Recorded {
+        fn custom<M: fmt::Display>(_: M) -> Self {
+            Recorded
+        }
+    }
+    impl<'de> Deserializer<'de> for Recorder<'_> {
+        type Error = Recorded;
+        fn deserialize_any<V: de::Visitor<'de>>(self, _: V) -> Result<V::Value, Recorded> {
+            Err(Recorded)
+        }
+        fn deserialize_struct<V: de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Recorded> {
+            *self.0 = fields;
+            Err(Recorded)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Recorder(&mut fields));
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_lists_come_from_the_structs() {
+        assert_eq!(fields_of::<RawBackend>(), ["address", "weight"]);
+        assert!(
+            fields_of::<RawRoute>().contains(&"match"),
+            "renamed fields use the YAML name"
+        );
+    }
+
+    #[test]
+    fn every_unknown_key_is_found_at_every_depth() {
+        let text = "\
+listeners:
+  - address: 127.0.0.1:1
+    tls: { cert: a, key: b, chain: c }
+routes:
+  - match: { pth_prefix: / }
+    cluster: web
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:2, wieght: 2 } ]
+    timeouts: { conect: 1s }
+limitz: {}
+";
+        let node: Node = serde_saphyr::from_str(text).expect("parses");
+        let found: Vec<_> = unknown_keys(&node)
+            .iter()
+            .map(|u| (u.key.value.clone(), u.key.referenced.line()))
+            .collect();
+        let expected = [
+            ("chain", 3),
+            ("pth_prefix", 5),
+            ("wieght", 9),
+            ("conect", 10),
+            ("limitz", 11),
+        ];
+        assert_eq!(found, expected.map(|(k, l)| (k.to_owned(), l)),);
     }
 }

@@ -295,7 +295,7 @@ admin: { address: 127.0.0.1:8081 }
 }
 
 #[test]
-fn a_typo_in_a_policy_a_negative_weight_and_a_bad_duration_come_in_one_run() {
+fn unknown_keys_a_typo_in_a_policy_a_negative_weight_and_a_bad_duration_come_in_one_run() {
     let found = errors(
         "\
 listeners: [ { address: 127.0.0.1:0 } ]
@@ -306,10 +306,11 @@ clusters:
     backends:
       - address: 127.0.0.1:9001
         weight: -1
-    timeouts: { connect: 15 }
+    timeouts: { connect: 15, idel: 5s }
+    retry: { attempts: 2 }
 ",
     );
-    assert_eq!(found.len(), 3, "{found:#?}");
+    assert_eq!(found.len(), 5, "{found:#?}");
     assert!(
         found[0].starts_with("bad.yaml:5:13: clusters[0].policy: `p2c_inflght` is not a policy")
     );
@@ -321,4 +322,16 @@ clusters:
     assert!(found[1]
         .starts_with("bad.yaml:8:17: clusters[0].backends[0].weight: `-1` is not a whole number"));
     assert!(found[2].starts_with("bad.yaml:9:26: clusters[0].timeouts.connect: `15` has no unit"));
+    assert!(
+        found[3].starts_with("bad.yaml:9:30: unknown field `idel`, expected one of connect,")
+            && found[3].contains("did you mean `idle`?"),
+        "{}",
+        found[3]
+    );
+    assert!(
+        found[4].starts_with("bad.yaml:10:5: unknown field `retry`")
+            && found[4].contains("did you mean `retries`?"),
+        "{}",
+        found[4]
+    );
 }
