@@ -246,9 +246,9 @@ fn one_access_log_line_per_request() {
         backend.address()
     );
     let found = support::eventually(Duration::from_secs(5), || {
-        duet.log_lines()
-            .iter()
-            .any(|l| l.contains(&expected) && l.contains(" bytes=1234 outcome=complete"))
+        duet.log_lines().iter().any(|l| {
+            l.contains(&expected) && l.contains(" bytes=1234 bytes_received=0 outcome=complete")
+        })
     });
     assert!(
         found,
@@ -294,6 +294,12 @@ fn the_json_access_log_is_flat_with_numbers_and_names_every_backend_tried() {
         );
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     }
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"POST /bytes/10 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+        Duration::from_secs(5),
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     let entries = || -> Vec<serde_json::Value> {
         duet.log_lines()
             .iter()
@@ -303,7 +309,13 @@ fn the_json_access_log_is_flat_with_numbers_and_names_every_backend_tried() {
     };
     assert!(support::eventually(Duration::from_secs(5), || entries()
         .len()
-        == 6));
+        == 7));
+    let post = entries()
+        .into_iter()
+        .find(|e| e["method"] == "POST")
+        .expect("the POST's line");
+    assert_eq!(post["bytes_received"], 5, "{post}");
+    assert_eq!(post["bytes"], 10, "{post}");
     let entry = entries()
         .into_iter()
         .find(|e| e["attempts"] == 2)
@@ -316,6 +328,7 @@ fn the_json_access_log_is_flat_with_numbers_and_names_every_backend_tried() {
     assert_eq!(entry["user_agent"], "t/1");
     assert_eq!(entry["outcome"], "complete");
     assert_eq!(entry["bytes"], 10);
+    assert_eq!(entry["bytes_received"], 0);
     assert!(entry["duration_ms"].is_f64(), "a number: {entry}");
     assert!(entry["upstream_head_ms"]
         .as_f64()

@@ -167,6 +167,9 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
             "route host {host} path {} -> {}",
             route.path_prefix, config.clusters[route.cluster].name
         );
+        if route.name != format!("{host}{}", route.path_prefix) {
+            line.push_str(&format!(" (name {})", route.name));
+        }
         if let Some(timeout) = route.timeout {
             line.push_str(&format!(" (timeout {timeout:?})"));
         }

@@ -694,6 +694,7 @@ impl Checker {
         }
 
         let mut routes = Vec::new();
+        let mut route_names: Vec<String> = Vec::new();
         for (ri, r) in raw.routes.iter().enumerate() {
             let wanted = &r.cluster.value.0;
             let cluster = names.iter().position(|n| n == wanted);
@@ -766,8 +767,43 @@ impl Checker {
                 .timeout
                 .as_ref()
                 .map(|t| self.duration(Some(t), format!("routes[{ri}].timeout"), Duration::ZERO));
+            let name = match &r.name {
+                Some(given) => {
+                    let text = given.value.0.trim().to_owned();
+                    if text.is_empty() {
+                        let e = self.error(
+                            given,
+                            format!("routes[{ri}].name"),
+                            "a route name cannot be empty",
+                        );
+                        self.push(e);
+                    } else if route_names.contains(&text) {
+                        let e = self.error(
+                            given,
+                            format!("routes[{ri}].name"),
+                            format!("route `{text}` is named twice"),
+                        );
+                        self.push(e.hint("route names label metrics: make them unique"));
+                    }
+                    text
+                }
+                None => {
+                    let host = match &host {
+                        None => "*".to_owned(),
+                        Some(HostPattern::Exact(h)) => h.clone(),
+                        Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+                    };
+                    let mut derived = format!("{host}{path_prefix}");
+                    if route_names.contains(&derived) {
+                        derived = format!("{derived}#{ri}");
+                    }
+                    derived
+                }
+            };
+            route_names.push(name.clone());
             if let Some(cluster) = cluster {
                 routes.push(Route {
+                    name,
                     host,
                     path_prefix,
                     cluster,

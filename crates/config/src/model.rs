@@ -84,6 +84,9 @@ impl std::fmt::Display for Location {
 /// A routing rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
+    /// The route's name in metrics (`route` label): `name:` from the file, or else its match written
+    /// as `HOST/PREFIX` (`*/api` with no host). Unique within a config.
+    pub name: String,
     /// Host to match (port ignored, case-insensitive); `None` matches any host.
     pub host: Option<HostPattern>,
     /// Path prefix to match; `/` matches every path.

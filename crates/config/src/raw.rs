@@ -48,6 +48,8 @@ pub(crate) struct RawTls {
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawRoute {
+    #[serde(default)]
+    pub(crate) name: Option<Spanned<Scalar>>,
     #[serde(rename = "match", default)]
     pub(crate) matcher: Option<RawMatch>,
     pub(crate) cluster: Spanned<Scalar>,

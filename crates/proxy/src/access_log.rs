@@ -1,6 +1,6 @@
 //! The access-log record of one request, written once when its response is finished.
 
-use crate::server::Client;
+use crate::{request_body::Received, server::Client};
 use http::{header, HeaderValue, Method, Request, StatusCode, Version};
 use std::{
     fmt,
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 /// The fields are those of nginx's `combined` format and Envoy's default line: who (client address,
 /// after `trusted_proxies`; user agent), what (method, host, path, protocol, request id), where to
 /// (cluster, the backend that answered and every backend tried before it), how it went (status,
-/// attempts, duration, the backend's response-head time, bytes sent, outcome).
+/// attempts, duration, the backend's response-head time, bytes sent and received, outcome).
 pub(crate) struct AccessLog {
     method: Method,
     path: String,
@@ -35,6 +35,8 @@ pub(crate) struct AccessLog {
     /// From the answering attempt's start to its response head.
     pub(crate) upstream_head_ms: Option<f64>,
     pub(crate) bytes: u64,
+    /// Request body bytes read from the client.
+    pub(crate) received: Received,
     /// How the response ended: `complete`, `upgraded`, `client_gone` until told, `backend_error`,
     /// `backend_read_timeout`, or for a response duet made itself the reason (`no_route`, `timeout`...).
     pub(crate) outcome: &'static str,
@@ -69,6 +71,7 @@ impl AccessLog {
             attempts: 0,
             upstream_head_ms: None,
             bytes: 0,
+            received: Received::Known(0),
             outcome: "client_gone",
         })
     }
@@ -145,6 +148,7 @@ impl Drop for AccessLog {
             duration_ms,
             upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis),
             bytes = self.bytes,
+            bytes_received = self.received.bytes(),
             outcome = %self.outcome,
             user_agent = %text(self.user_agent.as_ref()),
             request_id = %text(Some(&self.request_id)),

@@ -314,6 +314,7 @@ impl Cluster {
             policy: self.policy.name(),
             counters: self.counters.clone(),
             backends,
+            routes: Vec::new(),
         }
     }
 }

@@ -19,7 +19,7 @@
 use crate::{
     access_log::AccessLog,
     cluster::Cluster,
-    metrics::{BackendFailure, BackendStats},
+    metrics::{BackendFailure, BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
 use http::{header, response::Parts, StatusCode};
@@ -71,9 +71,10 @@ pub(crate) struct Completion {
     backend: SocketAddr,
     /// This worker's cells for the backend.
     stats: Arc<BackendStats>,
-    /// When the attempt started, and when its request arrived (set once it carries the response).
+    /// When the attempt started.
     attempt_started: Instant,
-    request_started: Option<Instant>,
+    /// When its request arrived, and its route's histograms: set once it carries the response.
+    request: Option<(Instant, Arc<RouteTimings>)>,
     status: Option<StatusCode>,
     ended: Option<Ended>,
     log: Option<AccessLog>,
@@ -94,7 +95,7 @@ impl Completion {
             cluster,
             backend,
             attempt_started: Instant::now(),
-            request_started: None,
+            request: None,
             status: None,
             ended: None,
             log: None,
@@ -104,16 +105,20 @@ impl Completion {
 
     /// The attempt got its response: it now carries the request (its arrival time, for the latency
     /// histograms, and its access-log record) to the end.
-    pub(crate) fn attach_request(&mut self, started: Instant, mut log: Option<AccessLog>) {
+    pub(crate) fn attach_request(
+        &mut self,
+        started: Instant,
+        timings: Arc<RouteTimings>,
+        mut log: Option<AccessLog>,
+    ) {
         if let Some(log) = log.as_mut() {
             log.backend = Some(self.backend);
         }
-        self.request_started = Some(started);
         let now = Instant::now();
-        self.cluster
-            .counters
+        timings
             .response_head
             .observe(now.saturating_duration_since(started));
+        self.request = Some((started, timings));
         let head_time = now.saturating_duration_since(self.attempt_started);
         self.stats.header_time.observe(head_time);
         if let Some(log) = log.as_mut() {
@@ -196,11 +201,10 @@ impl Completion {
 impl Drop for Completion {
     fn drop(&mut self) {
         let now = Instant::now();
-        if let Some(started) = self.request_started {
-            self.cluster
-                .counters
+        if let Some((started, timings)) = &self.request {
+            timings
                 .request_duration
-                .observe(now.saturating_duration_since(started));
+                .observe(now.saturating_duration_since(*started));
         }
         let server_error = self.status.is_some_and(|s| s.is_server_error());
         let failed = match self.ended {

@@ -34,10 +34,8 @@ pub(crate) struct ClusterCounters {
     pub(crate) stale_resends: AtomicU64,
     /// Response body bytes passed from backends to clients.
     pub(crate) bytes_sent: AtomicU64,
-    /// From a request's arrival to the end of its response, all attempts included: what the client saw.
-    pub(crate) request_duration: Histogram,
-    /// From a request's arrival to its response head from a backend (retries included).
-    pub(crate) response_head: Histogram,
+    /// Request body bytes read from clients (buffered for replay, or passed on as they stream).
+    pub(crate) bytes_received: AtomicU64,
     /// Attempts per request that reached the retry stage.
     pub(crate) attempts: AttemptCounts,
 }
@@ -49,6 +47,27 @@ impl ClusterCounters {
             .get(usize::from(status / 100).wrapping_sub(1))
         {
             cell.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Latency of the requests one route sent to its cluster, in one worker.
+#[derive(Debug)]
+pub(crate) struct RouteTimings {
+    /// The route's name (`route` label).
+    pub(crate) route: Arc<str>,
+    /// From a request's arrival to the end of its response, all attempts included: what the client saw.
+    pub(crate) request_duration: Histogram,
+    /// From a request's arrival to its response head from a backend (retries included).
+    pub(crate) response_head: Histogram,
+}
+
+impl RouteTimings {
+    pub(crate) fn new(route: &str) -> Self {
+        Self {
+            route: route.into(),
+            request_duration: Histogram::default(),
+            response_head: Histogram::default(),
         }
     }
 }
@@ -163,6 +182,8 @@ pub(crate) struct ClusterCells {
     pub(crate) policy: &'static str,
     pub(crate) counters: Arc<ClusterCounters>,
     pub(crate) backends: Vec<BackendCell>,
+    /// The timings of the routes that lead to this cluster.
+    pub(crate) routes: Vec<Arc<RouteTimings>>,
 }
 
 #[derive(Debug, Default)]
@@ -589,11 +610,16 @@ impl Registry {
             },
         );
         // Per-cluster counters: one family each, the name written once.
-        let cluster_counters: [(&str, &str, CounterOf); 5] = [
+        let cluster_counters: [(&str, &str, CounterOf); 6] = [
             (
                 "duet_response_body_bytes_total",
                 "Response body bytes passed from the cluster's backends to clients.",
                 |c| &c.bytes_sent,
+            ),
+            (
+                "duet_request_body_bytes_total",
+                "Request body bytes read from clients for the cluster's backends.",
+                |c| &c.bytes_received,
             ),
             (
                 "duet_retries_total",
@@ -630,26 +656,36 @@ impl Registry {
         }
         // Latency histograms: each worker's cells added together (no `worker` label: a latency
         // distribution is the process's, and per-worker series would multiply bucket series by workers).
-        let cluster_histograms: [(&str, &str, HistogramOf); 2] = [
+        let route_histograms: [(&str, &str, HistogramOf); 2] = [
             (
                 "duet_request_duration_seconds",
                 "From a request's arrival to the end of its response (all attempts): the client's view.",
-                |c| &c.request_duration,
+                |r| &r.request_duration,
             ),
             (
                 "duet_response_head_seconds",
                 "From a request's arrival to a backend's response head (retries included).",
-                |c| &c.response_head,
+                |r| &r.response_head,
             ),
         ];
-        for (name, help, cell) in cluster_histograms {
+        for (name, help, cell) in route_histograms {
             family(name, "histogram", help, &mut |out| {
-                let mut summed: BTreeMap<&str, Summed> = BTreeMap::new();
+                let mut summed: BTreeMap<(&str, &str), Summed> = BTreeMap::new();
                 for (_, c) in clusters() {
-                    summed.entry(&c.name).or_default().add(cell(&c.counters));
+                    for route in &c.routes {
+                        summed
+                            .entry((&c.name, &route.route))
+                            .or_default()
+                            .add(cell(route));
+                    }
                 }
-                for (cluster, histogram) in &summed {
-                    histogram.write(out, name, &format!("cluster=\"{}\"", LabelValue(cluster)));
+                for ((cluster, route), histogram) in &summed {
+                    let labels = format!(
+                        "cluster=\"{}\",route=\"{}\"",
+                        LabelValue(cluster),
+                        LabelValue(route)
+                    );
+                    histogram.write(out, name, &labels);
                 }
             });
         }
@@ -937,8 +973,8 @@ fn without_worker_label(text: &str) -> String {
 /// Which counter of a cluster a metric family reads.
 type CounterOf = fn(&ClusterCounters) -> &AtomicU64;
 
-/// Which histogram of a cluster a metric family reads.
-type HistogramOf = fn(&ClusterCounters) -> &Histogram;
+/// Which histogram of a route a metric family reads.
+type HistogramOf = fn(&RouteTimings) -> &Histogram;
 
 /// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
 /// (a cluster's name is any YAML string).

@@ -11,6 +11,7 @@ use http::{header, request::Parts, HeaderValue, Request};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// A request ready to be sent to any backend of its cluster, as often as retries need.
 pub(crate) struct Prepared {
@@ -85,7 +86,12 @@ async fn body_source(body: Incoming, cluster: &Cluster) -> Result<BodySource, Er
         .is_some_and(|n| n <= cluster.replay_body_limit as u64);
     if small && cluster.attempts > 1 {
         return match tokio::time::timeout(cluster.body_read_timeout, body.collect()).await {
-            Ok(Ok(collected)) => Ok(BodySource::Buffered(collected.to_bytes())),
+            Ok(Ok(collected)) => {
+                let bytes = collected.to_bytes();
+                let length = bytes.len() as u64;
+                cluster.counters.bytes_received.fetch_add(length, Relaxed);
+                Ok(BodySource::Buffered(bytes))
+            }
             Ok(Err(_)) => Err(ErrorKind::BadRequestBody),
             Err(_) => Err(ErrorKind::BodyTimeout),
         };
@@ -93,5 +99,6 @@ async fn body_source(body: Incoming, cluster: &Cluster) -> Result<BodySource, Er
     Ok(BodySource::Streaming(Reclaimable::new(
         body,
         cluster.body_read_timeout,
+        Some(cluster.counters.clone()),
     )))
 }

@@ -6,7 +6,7 @@ use crate::{
     body::ProxyBody,
     cluster::{Cluster, ClusterBalance, SharedHealth},
     error::ErrorKind,
-    metrics::{Readiness, Registry, WorkerCounters},
+    metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     parking::{ParkingLot, Resumed},
     prepare,
     request_id::RequestIds,
@@ -48,6 +48,8 @@ pub struct WorkerProxy {
 struct Table {
     config: Arc<Config>,
     clusters: Vec<Rc<Cluster>>,
+    /// Each route's latency histograms, in `config.routes` order.
+    routes: Vec<Arc<RouteTimings>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -85,7 +87,7 @@ impl WorkerProxy {
             .as_ref()
             .map_or_else(Default::default, |(_, r)| r.readiness_flags());
         let health = SharedHealth::default();
-        let table = Table::new(config, names, &[], &health);
+        let table = Table::new(config, names, None, &health);
         let proxy = Self {
             table: RefCell::new(Rc::new(table)),
             health,
@@ -171,7 +173,19 @@ impl WorkerProxy {
             return;
         };
         let table = self.table.borrow().clone();
-        let cells = table.clusters.iter().map(|c| c.cells()).collect();
+        let cells = table
+            .clusters
+            .iter()
+            .enumerate()
+            .map(|(index, cluster)| {
+                let mut cells = cluster.cells();
+                cells.routes = (table.config.routes.iter().zip(&table.routes))
+                    .filter(|(route, _)| route.cluster == index)
+                    .map(|(_, timings)| timings.clone())
+                    .collect();
+                cells
+            })
+            .collect();
         registry.publish(*index, cells);
     }
 
@@ -181,7 +195,7 @@ impl WorkerProxy {
     /// on the table they started with.
     pub fn reload(&self, config: Arc<Config>, names: &ResolvedNames) {
         let old = self.table.borrow().clone();
-        let table = Table::new(config, names, &old.clusters, &self.health);
+        let table = Table::new(config, names, Some(&old), &self.health);
         for cluster in &table.clusters {
             cluster.resume();
         }
@@ -264,12 +278,13 @@ impl WorkerProxy {
                 return respond::local_error(&error, log);
             }
         };
-        let outcome = retry::send(cluster, routed.route, &mut prepared, started, log).await;
+        let timings = &table.routes[routed.index];
+        let outcome =
+            retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)
-            let elapsed = started.elapsed();
-            cluster.counters.request_duration.observe(elapsed);
+            timings.request_duration.observe(started.elapsed());
         }
         let mut response = respond::respond(
             cluster,
@@ -295,13 +310,32 @@ impl WorkerProxy {
 }
 
 impl Table {
-    /// The table for `config`, taking over what `previous` clusters of the same name can hand on.
+    /// The table for `config`, taking over what `previous` clusters of the same name can hand on, and
+    /// the histograms of routes that keep their name and cluster.
     fn new(
         config: Arc<Config>,
         names: &ResolvedNames,
-        previous: &[Rc<Cluster>],
+        previous: Option<&Table>,
         health: &SharedHealth,
     ) -> Self {
+        let routes = config
+            .routes
+            .iter()
+            .map(|route| {
+                let cluster = &config.clusters[route.cluster].name;
+                previous
+                    .and_then(|old| {
+                        old.config.routes.iter().zip(&old.routes).find(|(r, _)| {
+                            r.name == route.name && old.config.clusters[r.cluster].name == *cluster
+                        })
+                    })
+                    .map_or_else(
+                        || Arc::new(RouteTimings::new(&route.name)),
+                        |(_, kept)| kept.clone(),
+                    )
+            })
+            .collect();
+        let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
             .clusters
             .iter()
@@ -324,6 +358,7 @@ impl Table {
         Self {
             config,
             clusters,
+            routes,
             keep_alive,
         }
     }

@@ -1,5 +1,6 @@
 //! The body sent to a backend, kept so that a failed attempt can be retried elsewhere when that is safe.
 
+use crate::metrics::ClusterCounters;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -89,16 +90,50 @@ impl BodySource {
     pub(crate) fn replayable(&self) -> bool {
         !matches!(self, Self::Streaming(_))
     }
+
+    /// What the access log reports as the request body's bytes received.
+    pub(crate) fn received(&self) -> Received {
+        match self {
+            Self::Empty => Received::Known(0),
+            Self::Buffered(bytes) => Received::Known(bytes.len() as u64),
+            Self::Streaming(shared) => Received::Streamed(shared.upload.clone()),
+        }
+    }
 }
 
-/// How a streamed upload is going: frames passed on, and whether it is waiting for the client now.
+/// Request body bytes received from the client: known at once, or counted while they stream.
+#[derive(Debug, Clone)]
+pub(crate) enum Received {
+    Known(u64),
+    Streamed(Arc<Upload>),
+}
+
+impl Received {
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            Self::Known(bytes) => *bytes,
+            Self::Streamed(upload) => upload.bytes(),
+        }
+    }
+}
+
+/// How a streamed upload is going: frames and bytes passed on, and whether it is waiting for the client
+/// now.
 #[derive(Debug, Default)]
 pub(crate) struct Upload {
     frames: AtomicU64,
+    bytes: AtomicU64,
     waiting_for_client: AtomicBool,
+    /// The cluster's `duet_request_body_bytes_total`, counted as the bytes pass.
+    counters: Option<Arc<ClusterCounters>>,
 }
 
 impl Upload {
+    /// Body bytes passed to the backend so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
     /// Frames passed to the backend so far.
     pub(crate) fn frames(&self) -> u64 {
         self.frames.load(Ordering::Relaxed)
@@ -122,12 +157,19 @@ pub(crate) struct Reclaimable {
 }
 
 impl Reclaimable {
-    pub(crate) fn new(body: Incoming, idle_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        body: Incoming,
+        idle_timeout: Duration,
+        counters: Option<Arc<ClusterCounters>>,
+    ) -> Self {
         let hint = body.size_hint();
         Self {
             inner: Arc::new(Mutex::new(Some(body))),
             state: Arc::new(AtomicU8::new(UNTOUCHED)),
-            upload: Arc::default(),
+            upload: Arc::new(Upload {
+                counters,
+                ..Upload::default()
+            }),
             hint,
             idle_timeout,
         }
@@ -225,7 +267,17 @@ impl Body for UpstreamBody {
                     Poll::Ready(other) => {
                         // A frame (or the end) arrived: the next wait starts afresh.
                         *deadline = None;
-                        shared.upload.frames.fetch_add(1, Ordering::Relaxed);
+                        let upload = &shared.upload;
+                        upload.frames.fetch_add(1, Ordering::Relaxed);
+                        if let Some(Ok(data)) =
+                            other.as_ref().map(|f| f.as_ref().map(Frame::data_ref))
+                        {
+                            let length = data.map_or(0, |d| d.len() as u64);
+                            upload.bytes.fetch_add(length, Ordering::Relaxed);
+                            if let Some(counters) = &upload.counters {
+                                counters.bytes_received.fetch_add(length, Ordering::Relaxed);
+                            }
+                        }
                         Poll::Ready(
                             other.map(|frame| frame.map_err(|e| Box::new(e) as Self::Error)),
                         )

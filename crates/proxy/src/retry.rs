@@ -13,11 +13,16 @@ use crate::{
     completion::Completion,
     error::{ErrorKind, ProxyError},
     forward::{forward, Failed},
+    metrics::RouteTimings,
     prepare::Prepared,
 };
 use duet_config::Route;
 use hyper::{body::Incoming, Response};
-use std::{net::SocketAddr, rc::Rc, sync::atomic::Ordering::Relaxed};
+use std::{
+    net::SocketAddr,
+    rc::Rc,
+    sync::{atomic::Ordering::Relaxed, Arc},
+};
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
@@ -25,10 +30,15 @@ use tower::retry::budget::Budget;
 pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     route: &Route,
+    timings: &Arc<RouteTimings>,
     prepared: &mut Prepared,
     started: Instant,
     log: Option<AccessLog>,
 ) -> Result<(Response<Incoming>, Completion), Failed> {
+    let mut log = log;
+    if let Some(log) = log.as_mut() {
+        log.received = prepared.source.received();
+    }
     let deadline = route.timeout.map(|limit| Instant::now() + limit);
     let resendable = prepared.source.replayable()
         && route
@@ -63,7 +73,7 @@ pub(crate) async fn send(
                     .counters
                     .attempts
                     .observe(attempts_sent(&tried, answered));
-                completion.attach_request(started, noted(log, &tried, answered));
+                completion.attach_request(started, timings.clone(), noted(log, &tried, answered));
                 return Ok((response, completion));
             }
             Err(error) => error,

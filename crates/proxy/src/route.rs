@@ -27,6 +27,8 @@ use http::{
 pub(crate) struct Routed<'t> {
     /// The route that matched.
     pub(crate) route: &'t Route,
+    /// Its position in the config's routes.
+    pub(crate) index: usize,
     /// The host the request named, for `Host` toward the backend and `X-Forwarded-Host`.
     pub(crate) host: Option<HeaderValue>,
 }
@@ -45,11 +47,12 @@ pub(crate) fn route<'t, B>(
     normalise_path(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
     let path = request.uri().path();
-    let route = routes
+    let (index, route) = routes
         .iter()
-        .find(|r| matches(r, host_name, path))
+        .enumerate()
+        .find(|(_, r)| matches(r, host_name, path))
         .ok_or_else(|| ProxyError::new(ErrorKind::NoRoute))?;
-    Ok(Routed { route, host })
+    Ok(Routed { route, index, host })
 }
 
 /// The host a request names: its absolute-form target's authority, else its one Host field.

@@ -172,11 +172,10 @@ impl Registry {
             let mut totals = Totals::default();
             for entry in workers.values() {
                 for cluster in &entry.clusters {
-                    totals
-                        .clusters
-                        .entry(cluster.name.clone())
-                        .or_default()
-                        .add(&cluster.counters.request_duration);
+                    let summed = totals.clusters.entry(cluster.name.clone()).or_default();
+                    for route in &cluster.routes {
+                        summed.add(&route.request_duration);
+                    }
                     for backend in &cluster.backends {
                         let counts = totals
                             .backends

@@ -625,11 +625,19 @@ async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_
         )
         .expect("backend");
         let registry = crate::Registry::new();
-        let yaml = cluster(&[fast.address(), slow.address()], "round_robin", &[]);
+        let app = duet_testbed::config::Cluster::new("app")
+            .policy("round_robin")
+            .backend(fast.address())
+            .backend(slow.address());
+        let yaml = DuetConfig::new()
+            .route(None, "/api", "app")
+            .route(None, "/", "app")
+            .cluster(app)
+            .to_yaml();
         let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
         let mut body_bytes = 0;
-        for _ in 0..10 {
-            let (status, _, body) = harness.get("/").await;
+        for i in 0..10 {
+            let (status, _, body) = harness.get(if i < 4 { "/api/x" } else { "/" }).await;
             assert_eq!(status, 200);
             body_bytes += body.map_or(0, |b| b.len());
         }
@@ -660,14 +668,23 @@ async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_
         assert_eq!(header(fast.address(), "0.05"), Some(5.0), "{text}");
         assert_eq!(header(slow.address(), "0.05"), Some(0.0), "{text}");
         assert_eq!(header(slow.address(), "+Inf"), Some(5.0), "{text}");
-        let count = |name: &str| sample(&text, &format!("{name}_count{{cluster=\"app\"}}"));
-        assert_eq!(count("duet_request_duration_seconds"), Some(10.0));
-        assert_eq!(count("duet_response_head_seconds"), Some(10.0));
-        let within_50ms = sample(
-            &text,
-            "duet_request_duration_seconds_bucket{cluster=\"app\",le=\"0.05\"}",
-        );
-        assert_eq!(within_50ms, Some(5.0), "the five to the slow backend took 60 ms: {text}");
+        // One series per route (named by its match when it has no `name:`).
+        let count = |name: &str, route: &str| {
+            sample(&text, &format!("{name}_count{{cluster=\"app\",route=\"{route}\"}}"))
+        };
+        assert_eq!(count("duet_request_duration_seconds", "*/api"), Some(4.0), "{text}");
+        assert_eq!(count("duet_request_duration_seconds", "*/"), Some(6.0), "{text}");
+        assert_eq!(count("duet_response_head_seconds", "*/api"), Some(4.0));
+        assert_eq!(count("duet_response_head_seconds", "*/"), Some(6.0));
+        let within_50ms = |route: &str| {
+            sample(
+                &text,
+                &format!("duet_request_duration_seconds_bucket{{cluster=\"app\",route=\"{route}\",le=\"0.05\"}}"),
+            )
+        };
+        // Round robin alternates fast, slow over both routes: the slow answers took 60 ms.
+        assert_eq!(within_50ms("*/api"), Some(2.0), "{text}");
+        assert_eq!(within_50ms("*/"), Some(3.0), "{text}");
 
         // A request no backend answers (its only backend refuses connections) is timed too.
         let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -678,12 +695,12 @@ async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_
         assert_eq!(harness.get("/").await.0, 502);
         let text = registry.render_prometheus();
         assert_eq!(
-            sample(&text, "duet_request_duration_seconds_count{cluster=\"app\"}"),
+            sample(&text, "duet_request_duration_seconds_count{cluster=\"app\",route=\"*/\"}"),
             Some(1.0),
             "{text}"
         );
         assert_eq!(
-            sample(&text, "duet_response_head_seconds_count{cluster=\"app\"}"),
+            sample(&text, "duet_response_head_seconds_count{cluster=\"app\",route=\"*/\"}"),
             Some(0.0),
             "{text}"
         );
@@ -726,6 +743,53 @@ async fn the_status_page_counts_over_its_window_not_since_start() {
         assert_eq!(
             since_start.window_seconds, since_start.uptime_seconds,
             "without a window the figures run from the start"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn request_body_bytes_are_counted_whether_buffered_for_replay_or_streamed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    local(async {
+        let backend = Backend::start(BackendOptions::named("sink")).expect("backend");
+        let registry = crate::Registry::new();
+        let yaml = cluster(&[backend.address()], "round_robin", &[]);
+        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        // 100 bytes with a length (small enough to be kept for a retry), then 500 chunked (streamed).
+        let mut buffered = b"POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n".to_vec();
+        buffered.extend_from_slice(&[b'a'; 100]);
+        let mut streamed =
+            b"POST / HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for size in [300, 200] {
+            streamed.extend_from_slice(format!("{size:x}\r\n").as_bytes());
+            streamed.extend_from_slice(&vec![b'b'; size]);
+            streamed.extend_from_slice(b"\r\n");
+        }
+        streamed.extend_from_slice(b"0\r\n\r\n");
+        for request in [buffered, streamed] {
+            let mut stream = tokio::net::TcpStream::connect(harness.address)
+                .await
+                .expect("connect");
+            stream.write_all(&request).await.expect("request");
+            let mut head = [0u8; 12];
+            tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                stream.read_exact(&mut head),
+            )
+            .await
+            .expect("an answer in time")
+            .expect("read");
+            assert_eq!(&head[9..12], b"200");
+        }
+        let text = registry.render_prometheus();
+        assert_eq!(
+            sample(
+                &text,
+                "duet_request_body_bytes_total{worker=\"0\",cluster=\"app\"}"
+            ),
+            Some(600.0),
+            "{text}"
         );
     })
     .await;
