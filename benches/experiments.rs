@@ -4,7 +4,8 @@
 //! ```sh
 //! cargo bench --bench experiments -- tower      # tower PR #76: 10 backends of very different latency
 //! cargo bench --bench experiments -- linkerd    # Linkerd "beyond round robin": one backend goes slow
-//! cargo bench --bench experiments -- --quick    # both, scaled down (about a minute)
+//! cargo bench --bench experiments -- capacity   # finite-capacity backends at 80% and 95% utilisation
+//! cargo bench --bench experiments -- --quick    # all of them, scaled down
 //! ```
 
 use duet_sim::plot::{self, Axes, Series};
@@ -23,6 +24,15 @@ use std::{
 };
 
 const POLICIES: [&str; 3] = ["round_robin", "p2c_inflight", "p2c_peak_ewma"];
+
+/// The policies to run: all, or those named in `DUET_POLICIES` (comma-separated).
+fn policies() -> Vec<&'static str> {
+    let wanted = std::env::var("DUET_POLICIES").unwrap_or_default();
+    POLICIES
+        .into_iter()
+        .filter(|p| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == *p))
+        .collect()
+}
 
 struct Duet {
     child: Child,
@@ -122,7 +132,7 @@ fn tower(requests: usize) {
     );
     let mut results = Vec::new();
     let mut cdf = Vec::new();
-    for policy in POLICIES {
+    for policy in policies() {
         let duet = Duet::start(1, policy, &addresses);
         let uri = format!("http://{}/", duet.address).parse().expect("uri");
         let report = runtime.block_on(closed_loop(uri, requests, 50, Duration::from_secs(30)));
@@ -190,8 +200,9 @@ fn linkerd(seconds: u64, rate: f64) {
     let mut results = Vec::new();
     let mut shares = Vec::new();
     let mut every_backend: Vec<Series> = Vec::new();
-    for workers in [1usize, 2] {
-        for policy in POLICIES {
+    let mut recovery = Vec::new();
+    for workers in [1usize, 2, 4] {
+        for policy in policies() {
             let backends: Vec<Backend> = (0..11)
                 .map(|i| {
                     let mut options = BackendOptions::named(&format!("b{i}"))
@@ -229,15 +240,38 @@ fn linkerd(seconds: u64, rate: f64) {
                 q(0.99),
                 q(0.999)
             );
+            // When the failed requests were sent: at the onset of the slowness, or spread over it.
+            let failed_at: Vec<f64> = samples
+                .iter()
+                .filter(|s| !s.ok)
+                .map(|s| (s.sent_at.as_secs_f64() * 10.0).round() / 10.0)
+                .collect();
+            if policy == "p2c_peak_ewma" {
+                println!("{:>23} failed requests sent at (s): {failed_at:?}", "");
+            }
             results.push(json!({
                 "policy": policy, "workers": workers, "requests": samples.len(), "success_rate": success,
-                "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999),
+                "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "failed_sent_at_s": failed_at,
             }));
+            let slow = backends[0].requests_per_second();
+            let all: Vec<Vec<u64>> = backends.iter().map(Backend::requests_per_second).collect();
+            // Seconds after b0 recovers until its share is back within 20% of its fair share (1/11).
+            let recovered_at = 3 * seconds as usize / 4;
+            let back = (recovered_at..seconds as usize).find(|&t| {
+                let total: u64 = all.iter().map(|b| b.get(t).copied().unwrap_or(0)).sum();
+                slow.get(t).copied().unwrap_or(0) as f64 / total.max(1) as f64 >= 0.8 / 11.0
+            });
+            let back_in = back.map(|t| (t - recovered_at) as f64);
+            recovery.push(format!(
+                "{policy} ({workers} worker{}): {}",
+                if workers == 1 { "" } else { "s" },
+                back_in.map_or("not within the run".to_owned(), |s| format!("{s} s"))
+            ));
+            if let Some(last) = results.last_mut() {
+                last["recovered_within_s"] = json!(back_in);
+            }
             if workers == 1 {
                 // The degraded backend's share of what reached the backends, second by second.
-                let slow = backends[0].requests_per_second();
-                let all: Vec<Vec<u64>> =
-                    backends.iter().map(Backend::requests_per_second).collect();
                 let points = (0..seconds as usize)
                     .map(|t| {
                         let total: u64 = all.iter().map(|b| b.get(t).copied().unwrap_or(0)).sum();
@@ -272,6 +306,10 @@ fn linkerd(seconds: u64, rate: f64) {
         }
     }
     println!("Linkerd reported success rates of ~95% (round robin), ~99% (least loaded), ~99.9% (PeakEWMA)");
+    println!("b0 back to within 20% of its fair share after it recovers (whole seconds, from the backends' per-second counts):");
+    for line in &recovery {
+        println!("  {line}");
+    }
     let docs = docs();
     let _ = std::fs::write(
         docs.join("experiments/linkerd.json"),
@@ -299,6 +337,185 @@ fn linkerd(seconds: u64, rate: f64) {
     }
 }
 
+/// An anchor proxy (nginx or HAProxy) at its best balancing settings, one worker, over `backends`.
+struct Anchor {
+    child: Child,
+    address: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Anchor {
+    /// `None` when the proxy is not installed (`apt-get install nginx-light haproxy`).
+    fn start(kind: &str, backends: &[SocketAddr]) -> Option<Self> {
+        let binary = format!("/usr/sbin/{kind}");
+        if !Path::new(&binary).exists() {
+            return None;
+        }
+        let address = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .ok()?;
+        let dir = std::env::temp_dir().join(format!("duet-anchor-{kind}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("logs")).ok()?;
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match kind {
+                "nginx" => format!("    server {b} max_fails=0;\n"),
+                _ => format!("  server b{i} {b}\n"),
+            })
+            .collect();
+        let (config, args): (String, Vec<String>) = match kind {
+            "nginx" => (
+                format!(
+                    "worker_processes 1;\ndaemon off;\nmaster_process off;\npid {dir}/nginx.pid;\n\
+                     error_log {dir}/logs/error.log warn;\nevents {{ worker_connections 4096; }}\n\
+                     http {{\n  access_log off;\n  upstream app {{\n    least_conn;\n{servers}    keepalive 64;\n  }}\n\
+                     server {{\n    listen {address};\n    location / {{ proxy_pass http://app; \
+                     proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_read_timeout 60s; }}\n  }}\n}}\n",
+                    dir = dir.display()
+                ),
+                vec!["-p".into(), dir.display().to_string(), "-c".into(), dir.join("proxy.conf").display().to_string()],
+            ),
+            _ => (
+                format!(
+                    "global\n  nbthread 1\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 1s\n\
+                     timeout client 60s\n  timeout server 60s\n  http-reuse always\nfrontend app\n\
+                     bind {address}\n  default_backend app\nbackend app\n  balance leastconn\n{servers}"
+                ),
+                vec!["-f".into(), dir.join("proxy.conf").display().to_string(), "-db".into()],
+            ),
+        };
+        std::fs::write(dir.join("proxy.conf"), config).ok()?;
+        let child = Command::new(binary)
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let anchor = Self {
+            child,
+            address,
+            dir,
+        };
+        let ready = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            std::net::TcpStream::connect(address).is_ok()
+        });
+        ready.then_some(anchor)
+    }
+}
+
+impl Drop for Anchor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Finite-capacity backends near saturation (the supermarket model in real traffic): 10 backends with 4
+/// request slots each and a FIFO queue behind them, exponential service times of mean 40 ms (one of them
+/// at half that speed, 80 ms), so the pool serves 950 requests/s at most; open-loop arrivals at 80% and
+/// 95% of that, through duet under each policy and through nginx `least_conn` and HAProxy `leastconn`.
+fn capacity(seconds: u64) {
+    const SLOTS: usize = 4;
+    let mean = Duration::from_millis(40);
+    let capacity =
+        9.0 * SLOTS as f64 / mean.as_secs_f64() + SLOTS as f64 / (2.0 * mean.as_secs_f64());
+    println!(
+        "\nFinite capacity: 10 backends x {SLOTS} slots + FIFO queue, exponential service 40 ms (b0: 80 ms), \
+         capacity {capacity:.0} req/s; open loop {seconds} s; 1 worker each; 10 s timeout"
+    );
+    println!(
+        "{:<15} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "balancer", "load", "success", "p50 ms", "p99 ms", "p99.9 ms", "b0 share"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut results = Vec::new();
+    let targets = [
+        "round_robin",
+        "random",
+        "p2c_inflight",
+        "p2c_peak_ewma",
+        "nginx",
+        "haproxy",
+    ];
+    for utilisation in [0.8, 0.95] {
+        let rate = capacity * utilisation;
+        for target in targets {
+            let backends: Vec<Backend> = (0..10)
+                .map(|i| {
+                    let service = if i == 0 { mean * 2 } else { mean };
+                    Backend::start(
+                        BackendOptions::named(&format!("b{i}"))
+                            .exponential_delay(service)
+                            .max_concurrency(SLOTS),
+                    )
+                    .expect("backend")
+                })
+                .collect();
+            let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+            let (address, _duet, _anchor) = match target {
+                "nginx" | "haproxy" => match Anchor::start(target, &addresses) {
+                    Some(anchor) => (anchor.address, None, Some(anchor)),
+                    None => {
+                        println!("{target:<15} not installed: apt-get install nginx-light haproxy");
+                        continue;
+                    }
+                },
+                policy => {
+                    let duet = Duet::start(1, policy, &addresses);
+                    (duet.address, Some(duet), None)
+                }
+            };
+            let uri = format!("http://{address}/").parse().expect("uri");
+            let samples = runtime.block_on(open_loop(
+                uri,
+                rate,
+                Duration::from_secs(seconds),
+                Duration::from_secs(10),
+            ));
+            let ok = samples.iter().filter(|s| s.ok).count();
+            let success = ok as f64 / samples.len().max(1) as f64;
+            let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+            latencies.sort_unstable();
+            let q = |x: f64| {
+                latencies
+                    .get(
+                        ((latencies.len() as f64 * x) as usize)
+                            .min(latencies.len().saturating_sub(1)),
+                    )
+                    .map_or(0.0, |d| ms(*d))
+            };
+            let total: u64 = backends.iter().map(Backend::requests).sum();
+            let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
+            println!(
+                "{target:<15} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}%",
+                utilisation * 100.0,
+                success * 100.0,
+                q(0.5),
+                q(0.99),
+                q(0.999),
+                b0_share * 100.0
+            );
+            results.push(json!({
+                "balancer": target, "utilisation": utilisation, "rate": rate, "requests": samples.len(),
+                "success_rate": success, "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999),
+                "b0_share": b0_share,
+            }));
+        }
+    }
+    println!("b0 serves 50 req/s at most: its fair share of the capacity is 5.3%");
+    let _ = std::fs::write(
+        docs().join("experiments/capacity.json"),
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -316,5 +533,8 @@ fn main() {
     }
     if run_all || which.contains(&"linkerd") {
         linkerd(if quick { 16 } else { 40 }, 200.0);
+    }
+    if run_all || which.contains(&"capacity") {
+        capacity(if quick { 8 } else { 20 });
     }
 }

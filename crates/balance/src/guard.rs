@@ -14,16 +14,29 @@ pub struct LoadGuard {
     /// `Some` when the metric uses latency.
     started: Option<Instant>,
     sampled: bool,
+    /// While the sample is still to come: the start as the endpoint counts it among its waiting
+    /// requests (see [`PeakEwma`](crate::PeakEwma)).
+    awaiting: Option<u64>,
 }
 
 impl LoadGuard {
     /// `started` is the request's start when the metric uses latency, `None` otherwise.
     pub(crate) fn new(load: Arc<EndpointLoad>, started: Option<Instant>) -> Self {
         load.start();
+        let awaiting = started.map(|at| load.await_sample(at));
         Self {
             load,
             started,
             sampled: false,
+            awaiting,
+        }
+    }
+
+    /// The sample is taken (or will never be): the request no longer counts as waiting for it.
+    fn settle(&mut self) {
+        self.sampled = true;
+        if let Some(started_ns) = self.awaiting.take() {
+            self.load.stop_awaiting(started_ns);
         }
     }
 
@@ -37,11 +50,11 @@ impl LoadGuard {
         let now = Instant::now();
         if penalised {
             self.load.record_penalty(now);
-            self.sampled = true;
+            self.settle();
         } else if self.load.sample_at() == SampleAt::ResponseHeaders {
             self.load
                 .record(now.saturating_duration_since(started), now);
-            self.sampled = true;
+            self.settle();
         }
     }
 
@@ -49,14 +62,14 @@ impl LoadGuard {
     pub fn on_failure(&mut self) {
         if self.started.is_some() && !self.sampled {
             self.load.record_penalty(Instant::now());
-            self.sampled = true;
+            self.settle();
         }
     }
 
     /// The attempt ended through no fault of the endpoint (say, the client's request body broke or
     /// stalled): release the load without recording a latency sample or a penalty for it.
     pub fn discard_sample(&mut self) {
-        self.sampled = true;
+        self.settle();
     }
 
     /// The endpoint state this guard holds.
@@ -72,6 +85,7 @@ impl Drop for LoadGuard {
             self.load
                 .record(now.saturating_duration_since(started), now);
         }
+        self.settle();
         self.load.finish();
     }
 }

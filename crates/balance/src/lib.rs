@@ -32,7 +32,9 @@
 //!   latency, multiplied by `in_flight + 1`, so a slow endpoint and a busy one both look heavy. A sample
 //!   above the estimate replaces it at once; lower samples pull it down with time constant τ (10 s). Reads
 //!   project the idle decay without storing it, so how often loads are read changes nothing; see
-//!   [`PeakEwma`]. New endpoints start at the pool median.
+//!   [`PeakEwma`]. New endpoints start at the pool median. The estimate read is never below the mean age
+//!   of the requests still waiting for their sample: an endpoint that stalls looks slower with every
+//!   millisecond, before any of its requests completes.
 //!
 //! # Weights
 //!

@@ -32,7 +32,7 @@ impl LoadMetric {
     pub(crate) fn load(&self, state: &EndpointLoad, now: Instant) -> f64 {
         match self {
             Self::InFlight => state.in_flight() as f64,
-            Self::PeakEwma(_) => peak_ewma::load(state.projected_ewma_ns(now), state.in_flight()),
+            Self::PeakEwma(_) => peak_ewma::load(state.estimate_ns(now), state.in_flight()),
         }
     }
 
@@ -44,7 +44,7 @@ impl LoadMetric {
         let concurrency = state.in_flight() as f64 / weight;
         match self {
             Self::InFlight => concurrency,
-            Self::PeakEwma(_) => state.projected_ewma_ns(now) * (1.0 + concurrency),
+            Self::PeakEwma(_) => state.estimate_ns(now) * (1.0 + concurrency),
         }
     }
 }
@@ -77,6 +77,13 @@ pub enum DefaultRtt {
 /// no sample arrives, reads see the estimate decay toward zero with the same τ, so an endpoint that was
 /// slow once is eventually tried again; this decay is computed at read time and never stored, so how often
 /// the balancer reads a load cannot change it.
+///
+/// Samples only arrive when requests complete, so an endpoint that has just turned slow would look fast
+/// until its first slow answer, and keep attracting requests that are all going to be slow. Reads
+/// therefore also see the requests still waiting for their sample: the mean age of those requests is a
+/// lower bound on their latency, and the estimate read is never below it. A healthy endpoint's waiting
+/// requests are younger than its latency on average (half of it, for steady arrivals), so this changes
+/// nothing there; one that stalls looks slower with every millisecond, before any request completes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeakEwma {
     /// Time constant τ. Default 10 s.
@@ -114,6 +121,10 @@ pub struct EndpointLoad {
     /// Whether the balancer may pick it: the one copy of that flag, kept by the balancer.
     eligible: AtomicBool,
     picks: AtomicU64,
+    /// Requests whose latency sample is still to come, and the sum of their start times (nanoseconds
+    /// since `epoch`): their mean age is a lower bound on the latency now.
+    awaiting: AtomicU64,
+    awaiting_since_ns: AtomicU64,
     /// f64 bits of the estimate in nanoseconds.
     ewma_ns: AtomicU64,
     /// Nanoseconds since `epoch` of the last sample.
@@ -143,6 +154,8 @@ impl EndpointLoad {
             in_flight: AtomicU64::new(0),
             eligible: AtomicBool::new(true),
             picks: AtomicU64::new(0),
+            awaiting: AtomicU64::new(0),
+            awaiting_since_ns: AtomicU64::new(0),
             ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
             stamp_ns: AtomicU64::new(since(epoch, now)),
             epoch,
@@ -172,16 +185,51 @@ impl EndpointLoad {
         self.picks.load(Relaxed)
     }
 
-    /// The latency estimate as seen at `now` (decayed toward zero since the last sample, not stored).
+    /// The latency estimate as seen at `now`: decayed toward zero since the last sample, and never below
+    /// the mean age of the requests still waiting for their sample. Computed, not stored.
     pub fn rtt_estimate(&self, now: Instant) -> Duration {
-        Duration::from_nanos(self.projected_ewma_ns(now) as u64)
+        Duration::from_nanos(self.estimate_ns(now) as u64)
     }
 
     #[inline]
-    pub(crate) fn projected_ewma_ns(&self, now: Instant) -> f64 {
+    pub(crate) fn estimate_ns(&self, now: Instant) -> f64 {
+        let now_ns = since(self.epoch, now);
         let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
-        let elapsed = since(self.epoch, now).saturating_sub(self.stamp_ns.load(Relaxed));
-        peak_ewma::project(ewma, elapsed as f64, self.tau_ns, self.in_flight())
+        let elapsed = now_ns.saturating_sub(self.stamp_ns.load(Relaxed));
+        let in_flight = self.in_flight();
+        let projected = peak_ewma::project(ewma, elapsed as f64, self.tau_ns, in_flight);
+        if in_flight == 0 {
+            return projected;
+        }
+        projected.max(self.awaiting_age_ns(now_ns))
+    }
+
+    /// The mean age of the requests waiting for their sample; 0 when there are none.
+    #[inline]
+    fn awaiting_age_ns(&self, now_ns: u64) -> f64 {
+        // The count and the sum are two atomics: a read between a guard's two updates (only possible
+        // when guards settle on other threads) sees one request more or less in one of them, an error
+        // that lasts one update and is bounded by one request's share of the mean.
+        let waiting = self.awaiting.load(Relaxed);
+        if waiting == 0 {
+            return 0.0;
+        }
+        let mean_start = self.awaiting_since_ns.load(Relaxed) / waiting;
+        now_ns.saturating_sub(mean_start) as f64
+    }
+
+    /// A request started at `started` waits for its sample; returns its start as the guard keeps it.
+    pub(crate) fn await_sample(&self, started: Instant) -> u64 {
+        let started_ns = since(self.epoch, started);
+        self.awaiting_since_ns.fetch_add(started_ns, Relaxed);
+        self.awaiting.fetch_add(1, Relaxed);
+        started_ns
+    }
+
+    /// The request that [`await_sample`](Self::await_sample) returned `started_ns` for no longer waits.
+    pub(crate) fn stop_awaiting(&self, started_ns: u64) {
+        self.awaiting.fetch_sub(1, Relaxed);
+        self.awaiting_since_ns.fetch_sub(started_ns, Relaxed);
     }
 
     pub(crate) fn start(&self) {
@@ -359,6 +407,41 @@ mod tests {
             (decayed - 100.0 * (-3.0f64).exp()).abs() < 0.01,
             "{decayed}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_waiting_longer_than_the_estimate_raise_it_before_any_completes() {
+        let ms = |state: &EndpointLoad| state.rtt_estimate(Instant::now()).as_secs_f64() * 1e3;
+        let start = Instant::now();
+        let state = ewma_state(start, Duration::from_millis(100));
+        state.start();
+        let first = state.await_sample(start);
+        tokio::time::advance(Duration::from_millis(50)).await;
+        state.start();
+        let second = state.await_sample(Instant::now());
+        assert_eq!(
+            ms(&state),
+            100.0,
+            "ages 50 and 0 ms: younger than the estimate"
+        );
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(
+            ms(&state),
+            275.0,
+            "ages 300 and 250 ms: their mean is a lower bound"
+        );
+        state.stop_awaiting(first);
+        assert_eq!(ms(&state), 250.0, "the one still waiting");
+        state.stop_awaiting(second);
+        assert_eq!(
+            ms(&state),
+            100.0,
+            "sampled: back to the estimate, not decayed while in flight"
+        );
+        state.finish();
+        state.finish();
+        let idle = ms(&state);
+        assert!((idle - 100.0 * (-0.03f64).exp()).abs() < 1e-6, "{idle}");
     }
 
     #[tokio::test(start_paused = true)]

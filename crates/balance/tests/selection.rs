@@ -570,3 +570,40 @@ async fn slow_start_ramps_a_readmitted_share_up_gradually() {
     }
     assert!(shares[0] < 0.06 && shares[11] > 0.21, "{shares:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_completes() {
+    let mut balance = Balance::<&str, _>::with_seed(
+        LoadMetric::PeakEwma(PeakEwma {
+            default_rtt: DefaultRtt::Fixed(Duration::from_millis(10)),
+            ..PeakEwma::default()
+        }),
+        7,
+    );
+    balance.insert("stalled", 1, echo());
+    balance.insert("healthy", 1, echo());
+    // One request outstanding on each, as at any moment under steady load; the healthy one's is recent.
+    let claim = |balance: &mut Balance<&str, _>, wanted: &str| loop {
+        let (key, _, guard) = balance.pick_and_claim().expect("an endpoint");
+        if *key == wanted {
+            return guard;
+        }
+    };
+    let _stuck = claim(&mut balance, "stalled");
+    tokio::time::advance(Duration::from_millis(90)).await;
+    let _recent = claim(&mut balance, "healthy");
+    tokio::time::advance(Duration::from_millis(10)).await;
+    // Same estimate (10 ms, no sample yet), same in flight: only the age of what each is waiting for
+    // (100 ms against 10 ms) tells them apart.
+    let picks: Vec<&str> = (0..200)
+        .map(|_| *balance.pick_and_claim().expect("an endpoint").0)
+        .collect();
+    assert!(picks.iter().all(|k| *k == "healthy"), "{picks:?}");
+    assert_eq!(
+        balance
+            .endpoint_load(&"stalled")
+            .map(|l| l.rtt_estimate(tokio::time::Instant::now())),
+        Some(Duration::from_millis(100)),
+        "its waiting request's age is its estimate's floor"
+    );
+}

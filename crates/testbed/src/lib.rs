@@ -62,8 +62,12 @@ pub struct BackendOptions {
     pub address: SocketAddr,
     /// If set, default answers wait a uniform random time in `[delay, jitter_to)` instead of `delay`.
     pub jitter_to: Option<Duration>,
-    /// Answer at most this many default requests at once; the rest wait their turn.
+    /// Answer at most this many default requests at once; the rest wait their turn (first come, first
+    /// served): a server with that many workers and a queue in front of them.
     pub max_concurrency: Option<usize>,
+    /// If set, default answers take an exponentially distributed time with this mean (a server whose
+    /// work per request varies, as queueing theory's M/M/c models it) instead of `delay`.
+    pub exponential_mean: Option<Duration>,
     /// From `.0` to `.1` after the backend starts, default answers take `.2`.
     pub slow_window: Option<(Duration, Duration, Duration)>,
     /// Keep every request head for [`Backend::recorded`] (tests); off for a long-running backend, whose
@@ -81,6 +85,7 @@ impl BackendOptions {
             address: SocketAddr::from(([127, 0, 0, 1], 0)),
             jitter_to: None,
             max_concurrency: None,
+            exponential_mean: None,
             record_requests: true,
             slow_window: None,
         }
@@ -96,6 +101,12 @@ impl BackendOptions {
     /// At most `limit` default answers in progress at once.
     pub fn max_concurrency(mut self, limit: usize) -> Self {
         self.max_concurrency = Some(limit);
+        self
+    }
+
+    /// Default answers take an exponentially distributed time of mean `mean`.
+    pub fn exponential_delay(mut self, mean: Duration) -> Self {
+        self.exponential_mean = Some(mean);
         self
     }
 
@@ -322,11 +333,16 @@ impl Behaviour {
                 return latency;
             }
         }
+        let unit = || {
+            (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        if let Some(mean) = self.options.exponential_mean {
+            // Inverse transform: -ln(U) for U in (0, 1] is exponential with mean 1.
+            return mean.mul_f64(-(1.0 - unit()).ln());
+        }
         match self.options.jitter_to {
             Some(high) if high > self.options.delay => {
-                let unit = (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64
-                    / (1u64 << 53) as f64;
-                self.options.delay + (high - self.options.delay).mul_f64(unit)
+                self.options.delay + (high - self.options.delay).mul_f64(unit())
             }
             _ => self.options.delay,
         }
