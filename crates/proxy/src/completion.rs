@@ -20,6 +20,7 @@ use crate::{
     access_log::AccessLog,
     cluster::Cluster,
     metrics::{BackendFailure, BackendStats, RouteTimings},
+    upstream::Lease,
 };
 use duet_balance::LoadGuard;
 use http::{header, response::Parts, StatusCode};
@@ -78,6 +79,10 @@ pub(crate) struct Completion {
     status: Option<StatusCode>,
     ended: Option<Ended>,
     log: Option<AccessLog>,
+    /// The connection the response comes on, pooled again if its body ends cleanly (unless upgraded:
+    /// then kept, unpooled, until the attempt settles).
+    lease: Option<Lease>,
+    upgraded: bool,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
 }
@@ -99,8 +104,20 @@ impl Completion {
             status: None,
             ended: None,
             log: None,
+            lease: None,
+            upgraded: false,
             guard,
         }
+    }
+
+    /// The response arrived on `lease`'s connection.
+    pub(crate) fn lend(&mut self, lease: Lease) {
+        self.lease = Some(lease);
+    }
+
+    /// The connection will not carry another request (it was upgraded): never pool it again.
+    pub(crate) fn upgraded(&mut self) {
+        self.upgraded = true;
     }
 
     /// The attempt got its response: it now carries the request (its arrival time, for the latency
@@ -176,6 +193,11 @@ impl Completion {
     pub(crate) fn end(mut self, how: BodyEnd) {
         if how == BodyEnd::TimedOut {
             self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
+        }
+        if how == BodyEnd::Complete && !self.upgraded {
+            if let Some(lease) = self.lease.take() {
+                lease.release();
+            }
         }
         self.ended = Some(Ended::Body(how));
     }

@@ -9,13 +9,8 @@ use crate::{
     metrics::BackendFailure,
     prepare::Prepared,
     request_body::{ClientFailure, Upload, UpstreamBody},
-    upstream::{closed_when_reused, Answered},
 };
-use http::{
-    request::Parts,
-    uri::{self, Authority, PathAndQuery, Scheme},
-    Request, Response, Uri, Version,
-};
+use http::{header, request::Parts, uri::Authority, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use std::{
@@ -53,35 +48,23 @@ pub(crate) async fn forward(
     let Ok((backend, Upstream { authority, stats }, guard)) = cluster.pick(tried) else {
         return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
-    let completion = Completion::new(guard, cluster.clone(), backend, stats);
+    let mut completion = Completion::new(guard, cluster.clone(), backend, stats);
     // A request that may meet the keep-alive close race is sent again to the same backend (as one
     // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
     // its body can be sent again, so its headers are copied even for the last attempt.
     let resendable = prepared.parts.method.is_idempotent() && prepared.source.replayable();
     let mut resends = 0;
     let error = loop {
-        let request = match upstream_request(
-            &mut prepared.parts,
-            authority.clone(),
-            body,
-            last && !resendable,
-        ) {
-            Ok(request) => request,
-            // Cannot happen for an address and a parsed path; if it did, it would be duet's own fault.
-            Err(error) => {
-                completion.fail(Fault::Local);
-                return Err(ProxyError::upstream(ErrorKind::BadGateway, backend, error));
-            }
-        };
+        let request = upstream_request(&mut prepared.parts, &authority, body, last && !resendable);
         let upload = prepared.source.upload().cloned();
         let sent = HeadDeadline::new(
-            cluster.client().request(request),
+            cluster.client().send(backend, request),
             cluster.response_timeout(),
             upload,
         );
         break match sent.await {
-            Ok(Ok(response)) => {
-                Answered::note(response.extensions());
+            Ok(Ok((response, lease))) => {
+                completion.lend(lease);
                 return Ok((response, completion));
             }
             Ok(Err(error)) => match local_fault(&error) {
@@ -91,7 +74,7 @@ pub(crate) async fn forward(
                     completion.fail(Fault::Local);
                     return Err(ProxyError::upstream(kind, backend, error));
                 }
-                None if resendable && resends < MAX_RESENDS && closed_when_reused(&error) => {
+                None if resendable && resends < MAX_RESENDS && error.closed_when_reused() => {
                     resends += 1;
                     cluster.counters.stale_resends.fetch_add(1, Relaxed);
                     tracing::debug!(%backend, "resending a request that met a pooled connection closing: {error}");
@@ -214,26 +197,20 @@ fn local_fault(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     None
 }
 
-/// The request for one attempt: the client's method and path, aimed at `authority` over HTTP/1.1.
-/// The last attempt takes the headers; earlier ones copy them.
+/// The request for one attempt: the client's method and origin-form target over HTTP/1.1, with `Host`
+/// (an HTTP/1.0 client may have sent none: then the backend's address). The last attempt takes the
+/// headers; earlier ones copy them.
 fn upstream_request(
     parts: &mut Parts,
-    authority: Authority,
+    authority: &Authority,
     body: UpstreamBody,
     last: bool,
-) -> Result<Request<UpstreamBody>, http::uri::InvalidUriParts> {
-    let mut target = uri::Parts::default();
-    target.scheme = Some(Scheme::HTTP);
-    target.authority = Some(authority);
-    target.path_and_query = Some(
-        parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/")),
-    );
+) -> Request<UpstreamBody> {
     let mut request = Request::new(body);
-    *request.uri_mut() = Uri::from_parts(target)?;
+    *request.uri_mut() = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |target| Uri::from(target.clone()));
     *request.method_mut() = parts.method.clone();
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = if last {
@@ -241,5 +218,10 @@ fn upstream_request(
     } else {
         parts.headers.clone()
     };
-    Ok(request)
+    if !request.headers().contains_key(header::HOST) {
+        if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+            request.headers_mut().insert(header::HOST, host);
+        }
+    }
+    request
 }

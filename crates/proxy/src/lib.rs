@@ -73,5 +73,5 @@ pub use proxy::WorkerProxy;
 pub use request_body::UpstreamBody;
 pub use server::{serve_connection, Client};
 pub use status::{BackendStatus, ClusterStatus, ConfigStatus, Status, StatusWindow, Totals};
-pub use upstream::{upstream_client, BackendConnection, Connector, UpstreamClient};
+pub use upstream::{upstream_client, UpstreamClient, UpstreamError};
 pub use view::{Endpoint, HealthView, ResolvedNames};

@@ -236,6 +236,14 @@ impl WorkerProxy {
         Some(cluster.with_balance(f))
     }
 
+    /// Upstream connections pooled now for `cluster`'s backends.
+    #[cfg(test)]
+    pub(crate) fn pooled_connections(&self, cluster: &str) -> Option<usize> {
+        let table = self.table.borrow().clone();
+        let cluster = table.clusters.iter().find(|c| &*c.name == cluster)?;
+        Some(cluster.client().idle_connections())
+    }
+
     /// Proxies one request from `client` through the stages: route, prepare,
     /// retry (each attempt forwarded to a backend the balancer picks), respond. Never fails: errors
     /// become short text responses.

@@ -86,6 +86,7 @@ fn relay(
             peer: client,
         });
         protocol = Some(upgrade.protocol);
+        completion.upgraded();
     }
     let headers = response.headers_mut();
     headers::remove_hop_by_hop(headers, protocol);

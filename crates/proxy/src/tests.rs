@@ -757,10 +757,12 @@ async fn request_body_bytes_are_counted_whether_buffered_for_replay_or_streamed(
         let yaml = cluster(&[backend.address()], "round_robin", &[]);
         let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
         // 100 bytes with a length (small enough to be kept for a retry), then 500 chunked (streamed).
-        let mut buffered = b"POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n".to_vec();
+        // To `/upload`, where the backend reads the whole body (it answers with the count).
+        let mut buffered =
+            b"POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n".to_vec();
         buffered.extend_from_slice(&[b'a'; 100]);
         let mut streamed =
-            b"POST / HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            b"POST /upload HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         for size in [300, 200] {
             streamed.extend_from_slice(format!("{size:x}\r\n").as_bytes());
             streamed.extend_from_slice(&vec![b'b'; size]);
@@ -790,6 +792,56 @@ async fn request_body_bytes_are_counted_whether_buffered_for_replay_or_streamed(
             ),
             Some(600.0),
             "{text}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_upstream_connection_is_reused_warm_and_closed_after_the_idle_timeout() {
+    local(async {
+        let backend = Backend::start(BackendOptions::named("pooled")).expect("backend");
+        let yaml = cluster(
+            &[backend.address()],
+            "round_robin",
+            &[("timeouts", "{ idle: 300ms }")],
+        );
+        let harness = Harness::start(&yaml).await;
+        for _ in 0..5 {
+            assert_eq!(harness.get("/").await.0, 200);
+        }
+        assert_eq!(backend.connections(), 1, "one connection, reused");
+        assert_eq!(harness.proxy.pooled_connections("app"), Some(1));
+        // Closed by duet once idle for 300 ms (the sweeper checks every 150 ms), not kept for the next
+        // request to find expired.
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        assert_eq!(harness.proxy.pooled_connections("app"), Some(0));
+        assert_eq!(harness.get("/").await.0, 200);
+        assert_eq!(backend.connections(), 2, "a new one after the idle timeout");
+
+        // A body the client abandons halfway takes its connection with it: the next request cannot
+        // reuse a connection with half a response still on it.
+        let stream = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        tokio::task::spawn_local(connection);
+        let request = http::Request::get("/bytes/100000000")
+            .header(http::header::HOST, "test")
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        let response = sender.send_request(request).await.expect("response");
+        drop(response);
+        drop(sender);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(harness.get("/").await.0, 200);
+        assert_eq!(
+            backend.connections(),
+            3,
+            "the cut connection was not pooled"
         );
     })
     .await;

@@ -1,167 +1,310 @@
-//! The per-worker client toward backends.
+//! The per-worker client toward backends: for each backend, a stack of idle HTTP/1.1 connections over
+//! hyper's connection API, owned by the worker's thread.
+//!
+//! hyper-util's pooled `Client` is built to be shared across threads: a lock around its pool, and a task
+//! spawned per request to wait until the connection can take another request before pooling it again.
+//! A worker needs none of that. Here a connection leaves the pool for one request and comes back when
+//! the response body has ended cleanly ([`Lease::release`], from the request's completion), taken from
+//! the top of the stack next time (the warmest socket, LIFO). A response that ends any other way drops
+//! its lease and with it the connection. Idle connections are closed after `timeouts.idle` by one
+//! sweeper task per pool, alive only while something is pooled.
 
 use crate::request_body::UpstreamBody;
 use duet_config::Timeouts;
-use http::{Extensions, Uri};
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::{
-    client::legacy::{
-        connect::{Connected, Connection, HttpConnector},
-        Client,
-    },
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+use http::{Request, Response};
+use hyper::{
+    body::Incoming,
+    client::conn::http1::{self, SendRequest},
 };
+use hyper_util::rt::TokioIo;
 use std::{
-    future::Future,
-    io,
-    pin::Pin,
-    sync::{
-        atomic::{AtomicBool, Ordering::Relaxed},
-        Arc,
-    },
-    task::{Context, Poll},
+    cell::{Cell, RefCell},
+    collections::{HashMap, VecDeque},
+    fmt, io,
+    net::SocketAddr,
+    rc::{Rc, Weak},
+    time::Duration,
 };
-use tokio::net::TcpStream;
+use tokio::{net::TcpStream, time::Instant};
 
-/// A pooled HTTP/1.1 client. Each worker builds its own (one per cluster, for the cluster's timeouts):
-/// no pool, lock or connection is shared between workers.
-pub type UpstreamClient = Client<Connector, UpstreamBody>;
-
-/// Idle connections kept per backend, per worker.
+/// Idle connections kept per backend, per worker (nginx's `keepalive 64`): a burst opens as many as it
+/// needs, afterwards only this many stay.
 pub(crate) const MAX_IDLE_PER_BACKEND: usize = 64;
 
-/// The most header fields a backend's response may carry.
+/// The most header fields a backend's response may carry: real responses carry more than hyper's
+/// default 100 (one `Set-Cookie` each); HAProxy allows 101. Past this the response is refused (502),
+/// never held against the backend.
 pub(crate) const MAX_RESPONSE_HEADERS: usize = 256;
+
+/// A worker's connections toward one cluster's backends (the cluster's timeouts apply). Cheap to clone:
+/// a cluster that keeps its timeouts across a reload keeps its pool.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    pool: Rc<Pool>,
+}
+
+struct Pool {
+    idle: RefCell<HashMap<SocketAddr, VecDeque<Idle>>>,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    handshake: http1::Builder,
+    sweeping: Cell<bool>,
+}
+
+struct Idle {
+    sender: SendRequest<UpstreamBody>,
+    since: Instant,
+}
+
+impl fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamClient")
+            .field("idle", &self.idle_connections())
+            .finish()
+    }
+}
 
 /// Builds a worker's client for a cluster's timeouts.
 ///
 /// Pooled connections idle for `timeouts.idle` (default 4 s, below the 5 s keep-alive of Node.js,
 /// uvicorn and Apache httpd) are closed, so duet usually closes first. When the backend closes first, a
-/// request may meet the close on the wire; an idempotent one is then sent again (the [`Connector`] marks
-/// which connections have answered before, which is how such a close is told from a failing backend).
+/// request may meet the close on the wire: [`UpstreamError::closed_when_reused`] tells that race from a
+/// failing backend, and an idempotent request is then sent again.
 pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(timeouts.connect));
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(timeouts.idle)
-        // A burst opens as many connections as it needs; afterwards only this many stay pooled per
-        // backend (nginx's `keepalive 64`): an idle pooled connection costs ~10 KiB.
-        .pool_max_idle_per_host(MAX_IDLE_PER_BACKEND)
-        // Without a pool timer, idle connections are only evicted when a request checks one out.
-        .pool_timer(TokioTimer::new())
+    let mut handshake = http1::Builder::new();
+    handshake
         // Head and small body in one write: measurably cheaper per request (../shared/design.md).
-        .http1_writev(false)
-        // Real responses carry more than hyper's default 100 fields (one `Set-Cookie` each); HAProxy
-        // allows 101. Past this the response is refused (502), never held against the backend.
-        .http1_max_headers(MAX_RESPONSE_HEADERS)
-        .build(Connector(connector))
-}
-
-/// Connects like [`HttpConnector`], and marks each connection with whether it has answered yet: an
-/// error on a connection that has is the keep-alive close race, not a failing backend.
-#[derive(Clone, Debug)]
-pub struct Connector(HttpConnector);
-
-impl tower::Service<Uri> for Connector {
-    type Response = BackendConnection;
-    type Error = <HttpConnector as tower::Service<Uri>>::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<BackendConnection, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.0.call(uri);
-        Box::pin(async move {
-            Ok(BackendConnection {
-                io: connecting.await?,
-                answered: Answered::default(),
-            })
-        })
+        .writev(false)
+        .max_headers(MAX_RESPONSE_HEADERS);
+    UpstreamClient {
+        pool: Rc::new(Pool {
+            idle: RefCell::default(),
+            connect_timeout: timeouts.connect,
+            idle_timeout: timeouts.idle,
+            handshake,
+            sweeping: Cell::new(false),
+        }),
     }
 }
 
-/// Whether a backend connection has delivered a response head.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Answered(Arc<AtomicBool>);
+/// One connection, lent for one request.
+pub(crate) struct Lease {
+    sender: SendRequest<UpstreamBody>,
+    backend: SocketAddr,
+    pool: Weak<Pool>,
+}
 
-impl Answered {
-    /// Notes that a response arrived on the connection it came on (from the response's extensions).
-    pub(crate) fn note(extensions: &Extensions) {
-        if let Some(answered) = extensions.get::<Self>() {
-            answered.0.store(true, Relaxed);
+impl Lease {
+    /// The response ended cleanly: the connection can take the next request.
+    pub(crate) fn release(self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.put(self.backend, self.sender);
         }
     }
 }
 
-/// A connection to a backend.
+/// Why an attempt got no response from a backend.
 #[derive(Debug)]
-pub struct BackendConnection {
-    io: TokioIo<TcpStream>,
-    answered: Answered,
+pub enum UpstreamError {
+    /// No connection within `timeouts.connect`.
+    ConnectTimeout(Duration),
+    /// The connection was refused or failed.
+    Connect(io::Error),
+    /// The exchange failed on a connection; `reused` when it had answered a request before.
+    Http {
+        /// hyper's error.
+        error: hyper::Error,
+        /// Whether the connection came from the pool.
+        reused: bool,
+    },
 }
 
-impl Connection for BackendConnection {
-    fn connected(&self) -> Connected {
-        self.io.connected().extra(self.answered.clone())
-    }
-}
-
-impl Read for BackendConnection {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl Write for BackendConnection {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ConnectTimeout(limit) => write!(f, "no connection within {limit:?}"),
+            Self::Connect(error) => write!(f, "cannot connect: {error}"),
+            Self::Http { error, .. } => error.fmt(f),
+        }
     }
 }
 
-/// Whether an attempt failed because the backend closed a pooled connection that had answered before,
-/// with no byte of a response to this request: the HTTP/1.1 keep-alive close race (RFC 9112 §9.3.1),
-/// in which a backend closing an idle connection never read the request that met the close.
-pub(crate) fn closed_when_reused(error: &hyper_util::client::legacy::Error) -> bool {
-    let closed = std::error::Error::source(error)
-        .and_then(|e| e.downcast_ref::<hyper::Error>())
-        .is_some_and(|e| {
-            e.is_incomplete_message()
-                || std::error::Error::source(e)
-                    .and_then(|e| e.downcast_ref::<io::Error>())
-                    .is_some_and(|e| {
-                        matches!(
-                            e.kind(),
-                            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-                        )
-                    })
+impl std::error::Error for UpstreamError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::ConnectTimeout(_) => None,
+            Self::Connect(error) => Some(error),
+            Self::Http { error, .. } => Some(error),
+        }
+    }
+}
+
+impl UpstreamError {
+    /// Whether the connection was never made.
+    pub(crate) fn is_connect(&self) -> bool {
+        matches!(self, Self::ConnectTimeout(_) | Self::Connect(_))
+    }
+
+    /// Whether the backend closed a pooled connection that had answered before, with no byte of a
+    /// response to this request: the HTTP/1.1 keep-alive close race (RFC 9112 §9.3.1), in which a backend
+    /// closing an idle connection never read the request that met the close.
+    pub(crate) fn closed_when_reused(&self) -> bool {
+        let Self::Http {
+            error,
+            reused: true,
+        } = self
+        else {
+            return false;
+        };
+        error.is_incomplete_message()
+            || error.is_canceled()
+            || std::error::Error::source(error)
+                .and_then(|e| e.downcast_ref::<io::Error>())
+                .is_some_and(|e| {
+                    matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+                    )
+                })
+    }
+}
+
+impl UpstreamClient {
+    /// Sends `request` (origin-form target, `Host` set) to `backend` on a pooled connection, or a new one
+    /// when none is ready. The lease goes back with [`Lease::release`] once the response has ended.
+    pub(crate) async fn send(
+        &self,
+        backend: SocketAddr,
+        mut request: Request<UpstreamBody>,
+    ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
+        while let Some(mut sender) = self.pool.take(backend) {
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((response, self.lease(backend, sender))),
+                Err(mut failed) => match failed.take_message() {
+                    // Closed before the request went out: nothing was sent, try the next one.
+                    Some(unsent) => request = unsent,
+                    None => {
+                        return Err(UpstreamError::Http {
+                            error: failed.into_error(),
+                            reused: true,
+                        })
+                    }
+                },
+            }
+        }
+        let stream = tokio::time::timeout(self.pool.connect_timeout, TcpStream::connect(backend))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout(self.pool.connect_timeout))?
+            .map_err(UpstreamError::Connect)?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, connection) = self
+            .pool
+            .handshake
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| UpstreamError::Http {
+                error,
+                reused: false,
+            })?;
+        // The worker's thread drives the connection; it ends when the backend or duet closes it.
+        tokio::task::spawn_local(async move {
+            if let Err(error) = connection.with_upgrades().await {
+                tracing::trace!(%backend, "upstream connection ended: {error}");
+            }
         });
-    if !closed {
-        return false;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| UpstreamError::Http {
+                error,
+                reused: false,
+            })?;
+        Ok((response, self.lease(backend, sender)))
     }
-    let mut extensions = Extensions::new();
-    if let Some(connected) = error.connect_info() {
-        connected.get_extras(&mut extensions);
+
+    fn lease(&self, backend: SocketAddr, sender: SendRequest<UpstreamBody>) -> Lease {
+        Lease {
+            sender,
+            backend,
+            pool: Rc::downgrade(&self.pool),
+        }
     }
-    extensions
-        .get::<Answered>()
-        .is_some_and(|answered| answered.0.load(Relaxed))
+
+    /// Connections pooled now, over every backend.
+    pub(crate) fn idle_connections(&self) -> usize {
+        self.pool.idle.borrow().values().map(VecDeque::len).sum()
+    }
+}
+
+impl Pool {
+    /// The most recently pooled connection to `backend` that can take a request now. Closed and
+    /// expired ones are dropped; one still finishing its last response (its connection task has not
+    /// caught up with the body's end yet) stays for later.
+    fn take(&self, backend: SocketAddr) -> Option<SendRequest<UpstreamBody>> {
+        let mut idle = self.idle.borrow_mut();
+        let stack = idle.get_mut(&backend)?;
+        let mut busy = None;
+        let mut found = None;
+        while let Some(entry) = stack.pop_back() {
+            if entry.sender.is_closed() || entry.since.elapsed() >= self.idle_timeout {
+                continue;
+            }
+            if entry.sender.is_ready() {
+                found = Some(entry.sender);
+                break;
+            }
+            busy.get_or_insert_with(Vec::new).push(entry);
+        }
+        for entry in busy.into_iter().flatten().rev() {
+            stack.push_back(entry);
+        }
+        if stack.is_empty() {
+            idle.remove(&backend);
+        }
+        found
+    }
+
+    fn put(self: Rc<Self>, backend: SocketAddr, sender: SendRequest<UpstreamBody>) {
+        if sender.is_closed() {
+            return;
+        }
+        {
+            let mut idle = self.idle.borrow_mut();
+            let stack = idle.entry(backend).or_default();
+            if stack.len() >= MAX_IDLE_PER_BACKEND {
+                stack.pop_front();
+            }
+            stack.push_back(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+        if !self.sweeping.replace(true) {
+            tokio::task::spawn_local(sweep(Rc::downgrade(&self)));
+        }
+    }
+}
+
+/// Closes connections idle past `timeouts.idle` (checked every half of it), until the pool is empty or
+/// gone.
+async fn sweep(pool: Weak<Pool>) {
+    loop {
+        let period = match pool.upgrade() {
+            Some(pool) => (pool.idle_timeout / 2).max(Duration::from_millis(50)),
+            None => return,
+        };
+        tokio::time::sleep(period).await;
+        let Some(pool) = pool.upgrade() else { return };
+        let mut idle = pool.idle.borrow_mut();
+        idle.retain(|_, stack| {
+            stack.retain(|entry| {
+                !entry.sender.is_closed() && entry.since.elapsed() < pool.idle_timeout
+            });
+            !stack.is_empty()
+        });
+        if idle.is_empty() {
+            pool.sweeping.set(false);
+            return;
+        }
+    }
 }
