@@ -15,7 +15,7 @@ pub struct LoadGuard {
     started: Option<Instant>,
     sampled: bool,
     /// While the sample is still to come: the start as the endpoint counts it among its waiting
-    /// requests (see [`PeakEwma`](crate::PeakEwma)).
+    /// requests (see [`PeakEwmaConfig`](crate::PeakEwma)).
     awaiting: Option<u64>,
 }
 

@@ -10,7 +10,7 @@ use tower_service::Service;
 /// Balances over a fixed list of endpoints that all share one inner HTTP service, such as a pooled
 /// client that dials whatever address the request names.
 ///
-/// Each endpoint's service is a [`Target`]: a clone of the inner service that stamps the chosen key into
+/// Each endpoint's service is a [`SharedEndpoint`]: a clone of the inner service that stamps the chosen key into
 /// the request's extensions as [`Picked<K>`] before calling it; the inner service reads it to know where
 /// to send. Every [`Layer::layer`] call builds a new, independent balancer (its own state and generator).
 ///
@@ -39,13 +39,14 @@ pub struct BalanceLayer<K, C = CompleteOnResponse> {
     completion: C,
 }
 
-/// The key of the endpoint a [`Target`] sent the request to, in `http::Request::extensions`.
+/// The key of the endpoint a [`SharedEndpoint`] sent the request to, in `http::Request::extensions`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Picked<K>(pub K);
 
-/// An endpoint's view of a shared inner service: tags each request with [`Picked`] and forwards it.
+/// An endpoint served by a shared inner service (a pooled client that dials whatever address the
+/// request names): tags each request with [`Picked`] and forwards it.
 #[derive(Debug, Clone)]
-pub struct Target<K, S> {
+pub struct SharedEndpoint<K, S> {
     key: K,
     inner: S,
 }
@@ -88,26 +89,29 @@ where
     C: Clone,
     S: Clone,
 {
-    type Service = Balance<K, Target<K, S>, C>;
+    type Service = Balance<K, SharedEndpoint<K, S>, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let mut balance = Balance::new(self.metric.clone())
             .with_policy(self.policy)
             .with_completion(self.completion.clone());
         for (key, weight) in &self.endpoints {
-            let target = Target {
-                key: key.clone(),
-                inner: inner.clone(),
-            };
-            balance.insert(key.clone(), *weight, target);
+            let endpoint = SharedEndpoint::new(key.clone(), inner.clone());
+            balance.insert(key.clone(), *weight, endpoint);
         }
         balance
     }
 }
 
-// === impl Target ===
+// === impl SharedEndpoint ===
 
-impl<K, S> Target<K, S> {
+impl<K, S> SharedEndpoint<K, S> {
+    /// The endpoint `key`, served by `inner`: what to [`Balance::insert`] to add an endpoint to a balancer
+    /// a [`BalanceLayer`] built.
+    pub fn new(key: K, inner: S) -> Self {
+        Self { key, inner }
+    }
+
     /// The endpoint's key.
     pub fn key(&self) -> &K {
         &self.key
@@ -119,7 +123,7 @@ impl<K, S> Target<K, S> {
     }
 }
 
-impl<K, S, B> Service<http::Request<B>> for Target<K, S>
+impl<K, S, B> Service<http::Request<B>> for SharedEndpoint<K, S>
 where
     K: Clone + Send + Sync + 'static,
     S: Service<http::Request<B>>,

@@ -13,12 +13,12 @@ pub enum LoadMetric {
     /// Requests this balancer has in flight to the endpoint (tower's `PendingRequests`).
     InFlight,
     /// Peak-sensitive EWMA of latency times (in flight + 1): Finagle's and Linkerd's `PeakEWMA`.
-    PeakEwma(PeakEwma),
+    PeakEwma(PeakEwmaConfig),
 }
 
 impl Default for LoadMetric {
     fn default() -> Self {
-        Self::PeakEwma(PeakEwma::default())
+        Self::PeakEwma(PeakEwmaConfig::default())
     }
 }
 
@@ -85,7 +85,7 @@ pub enum DefaultRtt {
 /// requests are younger than its latency on average (half of it, for steady arrivals), so this changes
 /// nothing there; one that stalls looks slower with every millisecond, before any request completes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PeakEwma {
+pub struct PeakEwmaConfig {
     /// Time constant τ. Default 10 s.
     pub decay: Duration,
     /// Estimate of a new endpoint. Default: the pool median.
@@ -97,7 +97,7 @@ pub struct PeakEwma {
     pub penalty: Duration,
 }
 
-impl Default for PeakEwma {
+impl Default for PeakEwmaConfig {
     fn default() -> Self {
         Self {
             decay: Duration::from_secs(10),
@@ -346,7 +346,7 @@ mod tests {
         EndpointLoad::new(
             now,
             now,
-            &LoadMetric::PeakEwma(PeakEwma::default()),
+            &LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             initial,
         )
     }
@@ -456,7 +456,7 @@ mod tests {
     async fn load_is_estimate_times_in_flight_plus_one() {
         let now = Instant::now();
         let state = ewma_state(now, Duration::from_millis(10));
-        let metric = LoadMetric::PeakEwma(PeakEwma::default());
+        let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
         assert_eq!(metric.load(&state, now), 10_000_000.0);
         state.start();
         state.start();

@@ -46,6 +46,11 @@ pub struct PickStats {
     pub both_zero: u64,
     /// Requests refused because no endpoint was eligible.
     pub no_eligible: u64,
+    /// Endpoints removed because their service's `poll_ready` failed (tower's balancer evicts them too:
+    /// a service whose readiness fails is closed for good, e.g. a dropped connection).
+    pub evicted: u64,
+    /// Picks given up because the endpoint's service was not ready, and made again elsewhere.
+    pub repicks: u64,
 }
 
 /// One P2C comparison, as passed to an observer set with [`Balance::with_observer`].
@@ -91,7 +96,6 @@ enum Ready {
     /// request's start (one clock read saved per request).
     Endpoint(usize, Option<Instant>),
     NoEligible,
-    Failed(usize, BoxError),
 }
 
 /// A tower [`Service`] that sends each request to one of its endpoints, chosen by power of two choices.
@@ -262,6 +266,8 @@ where
     /// Removes an endpoint. Requests in flight to it complete normally; their guards hold its state.
     pub fn remove(&mut self, key: &K) -> Option<S> {
         let at = self.index.remove(key)?;
+        // Positions move: a pick reserved by `poll_ready` is made again.
+        self.ready = Ready::None;
         let removed = self.endpoints.swap_remove(at);
         if let Some(moved) = self.endpoints.get(at) {
             self.index.insert(moved.key.clone(), at);
@@ -410,7 +416,7 @@ where
     {
         // A pick reserved by an earlier `poll_ready` that names an excluded endpoint is given up: the
         // caller asked for anything but it.
-        if let Ready::Endpoint(at, _) | Ready::Failed(at, _) = &self.ready {
+        if let Ready::Endpoint(at, _) = &self.ready {
             if self
                 .endpoints
                 .get(*at)
@@ -679,6 +685,44 @@ impl Weights {
     }
 }
 
+/// Picks one `poll_ready` makes before it waits on an endpoint that is not ready.
+pub const MAX_PICKS: u32 = 3;
+
+/// The balancer's load, so that a balancer can be an endpoint of another (zones of clusters): the mean
+/// over its eligible endpoints of the load it compares them on (weighted as in a pick), `f64::INFINITY`
+/// when none is eligible.
+///
+/// The mean, because a request sent to this balancer lands on one of two randomly drawn endpoints, not on
+/// its least loaded one: the minimum would make a pool with one idle endpoint look idle however busy the
+/// rest are. Not the sum, which would make a large pool look busier than a small one at the same load
+/// per endpoint. Reading it costs O(n).
+impl<K, S, C> tower::load::Load for Balance<K, S, C> {
+    type Metric = f64;
+
+    fn load(&self) -> f64 {
+        if self.eligible.is_empty() {
+            return f64::INFINITY;
+        }
+        let now = Instant::now();
+        let total: f64 = self
+            .eligible
+            .iter()
+            .enumerate()
+            .map(|(slot, &at)| {
+                let endpoint = &self.endpoints[at];
+                match &self.weighted {
+                    Some(weights) => {
+                        self.metric
+                            .weighted_load(&endpoint.load, now, weights.units[slot])
+                    }
+                    None => self.metric.load(&endpoint.load, now),
+                }
+            })
+            .sum();
+        total / self.eligible.len() as f64
+    }
+}
+
 /// How often ramping weights are recomputed during slow start.
 const RAMP_STEP: Duration = Duration::from_millis(250);
 
@@ -693,29 +737,51 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, C>;
 
+    /// Picks an endpoint and polls its service's readiness. One that is not ready is passed over for
+    /// another pick among the rest (up to [`MAX_PICKS`] picks per call, after which the last one's
+    /// readiness is awaited: its waker is registered). One whose readiness fails is evicted ([`PickStats::evicted`]) and
+    /// another is picked. With nothing eligible, `poll_ready` is ready and `call` fails with
+    /// [`NoEligibleEndpoint`].
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        let (at, picked_at) = match self.ready {
-            Ready::Endpoint(at, _) => (at, None),
-            Ready::NoEligible | Ready::Failed(..) => return Poll::Ready(Ok(())),
-            Ready::None => match self.select_at() {
-                Ok(picked) => picked,
-                Err(NoEligibleEndpoint) => {
-                    // Ready, so that `call` can answer this request with the error; the next request
-                    // picks again and may find an endpoint re-admitted.
-                    self.ready = Ready::NoEligible;
+        let mut picks = 0;
+        // Endpoints found not ready in this call, left out of the next pick (allocated only then).
+        let mut pending: Vec<K> = Vec::new();
+        loop {
+            let (at, picked_at) = match self.ready {
+                Ready::Endpoint(at, _) => (at, None),
+                Ready::NoEligible => return Poll::Ready(Ok(())),
+                Ready::None => match self.select_excluding(&pending) {
+                    Ok(picked) => picked,
+                    Err(NoEligibleEndpoint) => {
+                        // Ready, so that `call` can answer this request with the error; the next
+                        // request picks again and may find an endpoint re-admitted.
+                        self.ready = Ready::NoEligible;
+                        return Poll::Ready(Ok(()));
+                    }
+                },
+            };
+            picks += 1;
+            match self.endpoints[at].service.poll_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.ready = Ready::Endpoint(at, picked_at);
                     return Poll::Ready(Ok(()));
                 }
-            },
-        };
-        self.ready = match self.endpoints[at].service.poll_ready(cx) {
-            Poll::Pending => {
-                self.ready = Ready::Endpoint(at, None);
-                return Poll::Pending;
+                Poll::Pending if picks >= MAX_PICKS || self.eligible.len() <= pending.len() + 1 => {
+                    self.ready = Ready::Endpoint(at, None);
+                    return Poll::Pending;
+                }
+                Poll::Pending => {
+                    self.stats.repicks += 1;
+                    pending.push(self.endpoints[at].key.clone());
+                    self.ready = Ready::None;
+                }
+                Poll::Ready(Err(_)) => {
+                    self.stats.evicted += 1;
+                    let key = self.endpoints[at].key.clone();
+                    self.remove(&key);
+                }
             }
-            Poll::Ready(Ok(())) => Ready::Endpoint(at, picked_at),
-            Poll::Ready(Err(error)) => Ready::Failed(at, error.into()),
-        };
-        Poll::Ready(Ok(()))
+        }
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
@@ -733,11 +799,6 @@ where
                 let guard = LoadGuard::new(endpoint.load.clone(), started(picked_at));
                 let future = endpoint.service.call(request);
                 ResponseFuture::called(future, guard, self.completion.clone())
-            }
-            Ready::Failed(at, error) => {
-                let mut guard = LoadGuard::new(self.endpoints[at].load.clone(), started(None));
-                guard.on_failure();
-                ResponseFuture::failed(error, self.completion.clone())
             }
             Ready::NoEligible => {
                 ResponseFuture::failed(NoEligibleEndpoint.into(), self.completion.clone())

@@ -1,6 +1,8 @@
 //! Selection as a `Balance` makes it: read counts, draws, weights, ties, membership, PeakEWMA defaults.
 
-use duet_balance::{Balance, CompleteOnBodyEnd, DefaultRtt, Draws, LoadMetric, PeakEwma, Policy};
+use duet_balance::{
+    Balance, CompleteOnBodyEnd, DefaultRtt, Draws, LoadMetric, PeakEwmaConfig, Policy,
+};
 use std::{
     collections::HashMap,
     convert::Infallible,
@@ -271,7 +273,7 @@ async fn weight_zero_is_ineligible() {
 
 #[tokio::test(start_paused = true)]
 async fn a_new_endpoint_starts_at_the_pool_median() {
-    let metric = LoadMetric::PeakEwma(PeakEwma::default());
+    let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
     let mut balance = Balance::with_seed(metric, 1);
     let sleepy = |ms: u64| {
         service_fn(move |_: u32| async move {
@@ -327,9 +329,9 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
     );
 
     let mut fixed = Balance::<&str, _>::with_seed(
-        LoadMetric::PeakEwma(PeakEwma {
+        LoadMetric::PeakEwma(PeakEwmaConfig {
             default_rtt: DefaultRtt::Fixed(Duration::from_millis(7)),
-            ..PeakEwma::default()
+            ..PeakEwmaConfig::default()
         }),
         1,
     );
@@ -574,9 +576,9 @@ async fn slow_start_ramps_a_readmitted_share_up_gradually() {
 #[tokio::test(start_paused = true)]
 async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_completes() {
     let mut balance = Balance::<&str, _>::with_seed(
-        LoadMetric::PeakEwma(PeakEwma {
+        LoadMetric::PeakEwma(PeakEwmaConfig {
             default_rtt: DefaultRtt::Fixed(Duration::from_millis(10)),
-            ..PeakEwma::default()
+            ..PeakEwmaConfig::default()
         }),
         7,
     );

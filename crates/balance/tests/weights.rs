@@ -2,7 +2,7 @@
 //! share (w / Σw, ± 0.05) whether requests come one at a time or 16 at once; and a slow endpoint stays
 //! out under PeakEWMA whatever its weight. Virtual time: each request takes its endpoint's latency.
 
-use duet_balance::{Balance, LoadGuard, LoadMetric, PeakEwma, Policy};
+use duet_balance::{Balance, LoadGuard, LoadMetric, PeakEwmaConfig, Policy};
 use std::{cmp::Reverse, collections::BinaryHeap, time::Duration};
 use tokio::time::Instant;
 
@@ -72,7 +72,7 @@ fn policies() -> [(&'static str, Policy, LoadMetric); 4] {
         (
             "p2c_peak_ewma",
             Policy::P2c,
-            LoadMetric::PeakEwma(PeakEwma::default()),
+            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
         ),
     ]
 }
@@ -115,7 +115,7 @@ async fn a_slow_endpoint_stays_out_under_peak_ewma_whatever_its_weight() {
     for concurrency in [1, 4, 8] {
         let got = shares(
             Policy::P2c,
-            LoadMetric::PeakEwma(PeakEwma::default()),
+            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             &[3, 1],
             &latencies,
             concurrency,

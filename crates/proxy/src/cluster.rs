@@ -12,7 +12,7 @@ use crate::{
     view::{Endpoint, HealthView},
 };
 use duet_balance::{
-    Balance, LoadGuard, LoadMetric, NoEligibleEndpoint, PeakEwma, Policy as BalancePolicy,
+    Balance, LoadGuard, LoadMetric, NoEligibleEndpoint, PeakEwmaConfig, Policy as BalancePolicy,
     StatusSet,
 };
 use duet_config::{Policy, Timeouts};
@@ -323,7 +323,7 @@ fn new_balance(policy: Policy) -> ClusterBalance {
     let (metric, policy) = match policy {
         Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
         Policy::P2cPeakEwma => (
-            LoadMetric::PeakEwma(PeakEwma::default()),
+            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             BalancePolicy::P2c,
         ),
         Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),

@@ -68,7 +68,7 @@ impl fmt::Debug for UpstreamClient {
 ///
 /// Pooled connections idle for `timeouts.idle` (default 4 s, below the 5 s keep-alive of Node.js,
 /// uvicorn and Apache httpd) are closed, so duet usually closes first. When the backend closes first, a
-/// request may meet the close on the wire: [`UpstreamError::closed_when_reused`] tells that race from a
+/// request may meet the close on the wire: `UpstreamError::closed_when_reused` tells that race from a
 /// failing backend, and an idempotent request is then sent again.
 pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
     let mut handshake = http1::Builder::new();

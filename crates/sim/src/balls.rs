@@ -1,6 +1,6 @@
 //! Balls into bins: m balls, n bins, each ball to the emptier of d random bins.
 
-use duet_balance::P2c;
+use duet_balance::algo::P2c;
 use serde::Serialize;
 
 /// The outcome of one balls-into-bins run.

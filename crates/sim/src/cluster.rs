@@ -3,7 +3,7 @@
 //! degradation at a given time). Arrivals are Poisson and land on a random worker.
 
 use crate::random::Random;
-use duet_balance::{peak_ewma, AliasTable, P2c};
+use duet_balance::algo::{peak_ewma, AliasTable, P2c};
 use serde::Serialize;
 use std::{cmp::Reverse, collections::BinaryHeap};
 

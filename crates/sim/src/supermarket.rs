@@ -2,7 +2,7 @@
 //! each customer joins the shortest of d queues sampled at random.
 
 use crate::random::Random;
-use duet_balance::P2c;
+use duet_balance::algo::P2c;
 use serde::Serialize;
 use std::collections::VecDeque;
 

@@ -1,0 +1,240 @@
+//! Following a membership stream: tower's [`Discover`], applied inside `poll_ready`, plus a handle for
+//! what `Discover` cannot say (weights, eligibility).
+
+use crate::{
+    error::BoxError,
+    future::ResponseFuture,
+    guard::LoadGuard,
+    load::LoadMetric,
+    service::{Balance, PickStats},
+};
+use std::{
+    collections::VecDeque,
+    fmt,
+    hash::Hash,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+};
+use tower::{
+    discover::{Change, Discover},
+    load::{CompleteOnResponse, TrackCompletion},
+};
+use tower_service::Service;
+
+/// A [`Balance`] whose endpoints come from a [`Discover`] stream: each `poll_ready` first applies every
+/// change the stream has ready (`Change::Insert` adds an endpoint of weight 1, or replaces the service of
+/// an existing key, keeping its weight and load state; `Change::Remove` removes it), then picks. So a
+/// balancer behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) keeps following its membership: the buffer's worker polls it.
+///
+/// Weights and eligibility, which tower's `Change` cannot carry, go through a [`BalanceHandle`]: a
+/// cloneable handle, kept before the balancer is moved into a `Buffer`, whose updates are applied at the
+/// next `poll_ready`, in the order they were made, after the stream's changes.
+///
+/// A stream that ends leaves the last membership in place; a stream that fails makes `poll_ready` fail
+/// with its error (as tower's balancer does), and the next `poll_ready` polls the stream again.
+///
+/// ```
+/// use duet_balance::{DiscoverBalance, LoadMetric};
+/// use std::convert::Infallible;
+/// use tower::{buffer::Buffer, discover::Change, service_fn, Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), duet_balance::BoxError> {
+/// let backend = |name: &'static str| service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) });
+/// let (changes, mut announced) = tokio::sync::mpsc::unbounded_channel();
+/// let discover = futures_util::stream::poll_fn(move |cx| announced.poll_recv(cx));
+/// let balance = DiscoverBalance::new(discover, LoadMetric::InFlight);
+/// let handle = balance.handle();
+/// // Shared by every clone of the Buffer; the buffer's worker task drives the balancer.
+/// let mut shared = Buffer::new(balance, 64);
+///
+/// changes.send(Ok::<_, Infallible>(Change::Insert("a", backend("a"))))?;
+/// assert_eq!(shared.ready().await?.call(()).await?, "a");
+///
+/// changes.send(Ok(Change::Insert("b", backend("b"))))?;
+/// handle.set_eligible("a", false);
+/// assert_eq!(shared.ready().await?.call(()).await?, "b");
+/// # Ok(())
+/// # }
+/// ```
+pub struct DiscoverBalance<D, C = CompleteOnResponse>
+where
+    D: Discover,
+{
+    discover: D,
+    /// The stream ended: never polled again.
+    ended: bool,
+    balance: Balance<D::Key, D::Service, C>,
+    updates: Arc<Mutex<VecDeque<Update<D::Key>>>>,
+}
+
+/// Changes a [`DiscoverBalance`]'s endpoints where a [`Discover`] stream cannot: weight and eligibility.
+/// Cheap to clone and `Send`; updates apply at the balancer's next `poll_ready`.
+pub struct BalanceHandle<K> {
+    updates: Arc<Mutex<VecDeque<Update<K>>>>,
+}
+
+enum Update<K> {
+    Weight(K, u32),
+    Eligible(K, bool),
+}
+
+impl<K> Clone for BalanceHandle<K> {
+    fn clone(&self) -> Self {
+        Self {
+            updates: self.updates.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for BalanceHandle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BalanceHandle").finish_non_exhaustive()
+    }
+}
+
+impl<K> BalanceHandle<K> {
+    /// Sets an endpoint's weight (0 takes it out of rotation). Ignored if the key is unknown then.
+    pub fn set_weight(&self, key: K, weight: u32) {
+        self.push(Update::Weight(key, weight));
+    }
+
+    /// Marks an endpoint eligible or not, keeping its load state (see [`Balance::set_eligible`]).
+    /// Ignored if the key is unknown then.
+    pub fn set_eligible(&self, key: K, eligible: bool) {
+        self.push(Update::Eligible(key, eligible));
+    }
+
+    fn push(&self, update: Update<K>) {
+        // A poisoned queue means a panic while applying updates; the updates themselves are plain data.
+        let mut queue = self
+            .updates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        queue.push_back(update);
+    }
+}
+
+impl<D> DiscoverBalance<D, CompleteOnResponse>
+where
+    D: Discover + Unpin,
+    D::Key: Hash + Eq + Clone,
+{
+    /// A balancer over the endpoints `discover` announces, comparing them on `metric`.
+    pub fn new(discover: D, metric: LoadMetric) -> Self {
+        Self::from_balance(discover, Balance::new(metric))
+    }
+}
+
+impl<D, C> DiscoverBalance<D, C>
+where
+    D: Discover + Unpin,
+    D::Key: Hash + Eq + Clone,
+{
+    /// Follows `discover` with a balancer configured beforehand (completion, policy, slow start...); its
+    /// existing endpoints stay until the stream removes them.
+    pub fn from_balance(discover: D, balance: Balance<D::Key, D::Service, C>) -> Self {
+        Self {
+            discover,
+            ended: false,
+            balance,
+            updates: Arc::default(),
+        }
+    }
+
+    /// A handle for weight and eligibility changes.
+    pub fn handle(&self) -> BalanceHandle<D::Key> {
+        BalanceHandle {
+            updates: self.updates.clone(),
+        }
+    }
+
+    /// The balancer, as of the last `poll_ready`.
+    pub fn balance(&self) -> &Balance<D::Key, D::Service, C> {
+        &self.balance
+    }
+
+    /// The selection counters.
+    pub fn stats(&self) -> PickStats {
+        self.balance.stats()
+    }
+
+    /// Applies every change the stream has ready, then the handle's updates (so a handle may set the
+    /// weight of an endpoint the stream has just announced).
+    fn follow(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError>
+    where
+        D::Error: Into<BoxError>,
+    {
+        while !self.ended {
+            match Pin::new(&mut self.discover).poll_discover(cx) {
+                Poll::Ready(Some(Ok(Change::Insert(key, service)))) => {
+                    let weight = self
+                        .balance
+                        .endpoints()
+                        .find(|e| *e.key == key)
+                        .map_or(1, |e| e.weight);
+                    self.balance.insert(key, weight, service);
+                }
+                Poll::Ready(Some(Ok(Change::Remove(key)))) => {
+                    self.balance.remove(&key);
+                }
+                Poll::Ready(Some(Err(error))) => return Err(error.into()),
+                Poll::Ready(None) => self.ended = true,
+                Poll::Pending => break,
+            }
+        }
+        let updates: Vec<Update<D::Key>> = self
+            .updates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+            .collect();
+        for update in updates {
+            match update {
+                Update::Weight(key, weight) => {
+                    self.balance.set_weight(&key, weight);
+                }
+                Update::Eligible(key, eligible) => {
+                    self.balance.set_eligible(&key, eligible);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<D, C, Req> Service<Req> for DiscoverBalance<D, C>
+where
+    D: Discover + Unpin,
+    D::Key: Hash + Eq + Clone,
+    D::Error: Into<BoxError>,
+    D::Service: Service<Req>,
+    <D::Service as Service<Req>>::Error: Into<BoxError>,
+    C: TrackCompletion<LoadGuard, <D::Service as Service<Req>>::Response>,
+{
+    type Response = C::Output;
+    type Error = BoxError;
+    type Future = ResponseFuture<<D::Service as Service<Req>>::Future, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.follow(cx)?;
+        Service::<Req>::poll_ready(&mut self.balance, cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        self.balance.call(request)
+    }
+}
+
+impl<D> fmt::Debug for DiscoverBalance<D>
+where
+    D: Discover,
+    D::Key: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DiscoverBalance")
+            .field("balance", &self.balance)
+            .finish_non_exhaustive()
+    }
+}
