@@ -128,6 +128,9 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     epoch: Instant,
     stats: PickStats,
     observer: Option<Observer<K>>,
+    /// Set by [`Balance::with_service_load`]: P2C compares the endpoints' own `Load` instead of the
+    /// metric's.
+    service_load: Option<fn(&S) -> f64>,
     ready: Ready,
 }
 
@@ -166,6 +169,7 @@ where
             epoch: Instant::now(),
             stats: PickStats::default(),
             observer: None,
+            service_load: None,
             ready: Ready::None,
         }
     }
@@ -194,8 +198,24 @@ where
             epoch: self.epoch,
             stats: self.stats,
             observer: self.observer,
+            service_load: self.service_load,
             ready: Ready::None,
         }
+    }
+
+    /// Compares endpoints on their services' own [`tower::load::Load`] instead of the balancer's
+    /// [`LoadMetric`]: the open end of the metrics, for endpoints that know their load better (a
+    /// connection pool's queue, a server-reported utilisation, a nested balancer). Two loads are still
+    /// read per pick and the lighter wins; the balancer keeps counting in flight and latency (for
+    /// [`EndpointLoad`] readers) whatever it compares. Weights divide nothing here: a service's own load
+    /// is taken as already relative to its capacity.
+    pub fn with_service_load(mut self) -> Self
+    where
+        S: tower::load::Load,
+        S::Metric: Into<f64>,
+    {
+        self.service_load = Some(|service: &S| service.load().into());
+        self
     }
 
     /// Chooses with `policy` instead of P2C (baselines for comparison).
@@ -525,9 +545,25 @@ where
             metric,
             p2c,
             stats,
+            service_load,
             ..
         } = self;
         let reads = &mut stats.load_reads;
+        if let Some(service_load) = *service_load {
+            let load = |i: usize| {
+                *reads += 1;
+                service_load(&endpoints[eligible[i]].service)
+            };
+            let selection = match weighted {
+                Some(weights) => p2c.select_weighted(&weights.table, load),
+                None => p2c.select(n, load),
+            };
+            return selection.unwrap_or(Selection {
+                chosen: 0,
+                candidates: None,
+                tie: false,
+            });
+        }
         let selection = match weighted {
             Some(weights) => p2c.select_weighted(&weights.table, |i| {
                 *reads += 1;
@@ -689,8 +725,8 @@ impl Weights {
 pub const MAX_PICKS: u32 = 3;
 
 /// The balancer's load, so that a balancer can be an endpoint of another (zones of clusters): the mean
-/// over its eligible endpoints of the load it compares them on (weighted as in a pick), `f64::INFINITY`
-/// when none is eligible.
+/// over its eligible endpoints of the load it compares them on (weighted as in a pick, or their own
+/// [`Balance::with_service_load`]), `f64::INFINITY` when none is eligible.
 ///
 /// The mean, because a request sent to this balancer lands on one of two randomly drawn endpoints, not on
 /// its least loaded one: the minimum would make a pool with one idle endpoint look idle however busy the
@@ -710,6 +746,9 @@ impl<K, S, C> tower::load::Load for Balance<K, S, C> {
             .enumerate()
             .map(|(slot, &at)| {
                 let endpoint = &self.endpoints[at];
+                if let Some(service_load) = self.service_load {
+                    return service_load(&endpoint.service);
+                }
                 match &self.weighted {
                     Some(weights) => {
                         self.metric
