@@ -146,9 +146,9 @@ pub fn main(args: Vec<String>) -> i32 {
     }
 }
 
-/// Logs to stderr through a writer thread: a worker formats its line into a buffer and hands it over,
-/// rather than taking stderr's lock and making a write syscall per request (the access log writes one
-/// line per request). Lines are never dropped: past 128 Ki queued lines the workers wait. Whatever is
+/// Logs to stderr through a writer thread, rather than taking stderr's lock and making a write syscall
+/// per line. Workers gather their access-log lines (one per request) into chunks first
+/// (`log_buffer.rs`). Lines are never dropped: past 128 Ki queued chunks the workers wait. Whatever is
 /// queued is written when the returned guards drop. With `access_log`, the access log (target
 /// `duet::access`) goes to that file instead, through a writer thread of its own.
 fn init_logging(
@@ -156,7 +156,6 @@ fn init_logging(
     default: &str,
     access_log: Option<&crate::log_file::LogFile>,
 ) -> Vec<tracing_appender::non_blocking::WorkerGuard> {
-    use tracing_subscriber::fmt::writer::MakeWriterExt;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     use std::io::IsTerminal;
@@ -167,23 +166,21 @@ fn init_logging(
     };
     let (stderr, stderr_guard) = writer_thread("duet-log").finish(std::io::stderr());
     let mut guards = vec![stderr_guard];
-    let access = access_log.map(|file| {
-        let (writer, guard) = writer_thread("duet-access-log").finish(file.clone());
-        guards.push(guard);
-        writer
-    });
-    match access {
+    let access = match access_log {
         Some(file) => {
-            let is_access = |meta: &tracing::Metadata<'_>| meta.target() == "duet::access";
-            install(
-                json,
-                filter,
-                file.with_filter(is_access).or_else(stderr),
-                false,
-            );
+            let (writer, guard) = writer_thread("duet-access-log").finish(file.clone());
+            guards.push(guard);
+            writer
         }
-        None => install(json, filter, stderr, std::io::stderr().is_terminal()),
-    }
+        None => stderr.clone(),
+    };
+    let ansi = access_log.is_none() && std::io::stderr().is_terminal();
+    install(
+        json,
+        filter,
+        crate::log_buffer::AccessLogWriter::new(access, stderr),
+        ansi,
+    );
     guards
 }
 

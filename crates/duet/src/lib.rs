@@ -11,6 +11,7 @@
 
 mod control;
 mod listener;
+mod log_buffer;
 mod log_file;
 mod memory;
 mod probe;

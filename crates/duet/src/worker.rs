@@ -33,7 +33,18 @@ pub(crate) fn run(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    LocalSet::new().block_on(&runtime, serve_worker(index, listeners, channels))
+    crate::log_buffer::buffer_this_thread();
+    let local = LocalSet::new();
+    local.spawn_local(async {
+        let mut tick = tokio::time::interval(crate::log_buffer::FLUSH_EVERY);
+        loop {
+            tick.tick().await;
+            crate::log_buffer::flush();
+        }
+    });
+    let drained = local.block_on(&runtime, serve_worker(index, listeners, channels));
+    crate::log_buffer::flush();
+    drained
 }
 
 /// A connection accepted on a listener: the peer (trusted if the listener lists it in
