@@ -181,6 +181,9 @@ fn init_logging(
         crate::log_buffer::AccessLogWriter::new(access, stderr),
         ansi,
     );
+    // Access-log lines are formatted by duet itself (the same bytes, far cheaper than tracing's
+    // formatter for a line per request) and gathered per worker.
+    duet_proxy::set_access_log_sink(json, crate::log_buffer::write_access);
     guards
 }
 

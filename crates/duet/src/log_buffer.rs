@@ -49,6 +49,26 @@ pub(crate) fn flush() {
     });
 }
 
+/// Writes access-log bytes: into this thread's buffer if it has one, else straight to the writer thread.
+pub(crate) fn write_access(bytes: &[u8]) {
+    BUFFER.with(|buffer| {
+        let mut buffer = buffer.borrow_mut();
+        match buffer.as_mut() {
+            Some(lines) => {
+                lines.extend_from_slice(bytes);
+                if lines.len() >= CHUNK {
+                    hand_over(lines);
+                }
+            }
+            None => {
+                if let Some(sink) = ACCESS_SINK.get() {
+                    let _ = sink.clone().write_all(bytes);
+                }
+            }
+        }
+    });
+}
+
 fn hand_over(lines: &mut Vec<u8>) {
     if lines.is_empty() {
         return;
@@ -88,22 +108,7 @@ impl<W: Write> Write for EventWriter<W> {
         match self {
             Self::Direct(writer) => writer.write(bytes),
             Self::Buffered => {
-                BUFFER.with(|buffer| {
-                    let mut buffer = buffer.borrow_mut();
-                    match buffer.as_mut() {
-                        Some(lines) => {
-                            lines.extend_from_slice(bytes);
-                            if lines.len() >= CHUNK {
-                                hand_over(lines);
-                            }
-                        }
-                        None => {
-                            if let Some(sink) = ACCESS_SINK.get() {
-                                let _ = sink.clone().write_all(bytes);
-                            }
-                        }
-                    }
-                });
+                write_access(bytes);
                 Ok(bytes.len())
             }
         }

@@ -3,9 +3,11 @@
 use crate::{request_body::Received, server::Client};
 use http::{header, HeaderValue, Method, Request, StatusCode, Version};
 use std::{
+    cell::RefCell,
     fmt,
     net::{IpAddr, SocketAddr},
-    sync::Arc,
+    sync::{Arc, OnceLock},
+    time::{SystemTime, UNIX_EPOCH},
 };
 use tokio::time::Instant;
 
@@ -133,6 +135,16 @@ impl Drop for AccessLog {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
         let millis = |ms: f64| (ms * 1000.0).round() / 1000.0;
         let duration_ms = millis(self.started.elapsed().as_secs_f64() * 1000.0);
+        let upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis);
+        if let Some(sink) = SINK.get() {
+            LINE.with(|line| {
+                let mut line = line.borrow_mut();
+                line.clear();
+                self.format(&mut line, sink.json, duration_ms, upstream_head_ms);
+                (sink.write)(line.as_bytes());
+            });
+            return;
+        }
         tracing::info!(
             target: "duet::access",
             client = %self.client,
@@ -146,7 +158,7 @@ impl Drop for AccessLog {
             tried = %Joined(&self.tried),
             attempts = self.attempts,
             duration_ms,
-            upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis),
+            upstream_head_ms,
             bytes = self.bytes,
             bytes_received = self.received.bytes(),
             outcome = %self.outcome,
@@ -154,6 +166,167 @@ impl Drop for AccessLog {
             request_id = %text(Some(&self.request_id)),
         );
     }
+}
+
+/// Where access-log lines go when duet formats them itself, set once by the binary with
+/// [`set_access_log_sink`].
+struct Sink {
+    json: bool,
+    write: WriteLine,
+}
+
+type WriteLine = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+thread_local! {
+    /// The line being formatted, reused: no allocation per request once it has grown.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The formatted date and time of the current second, reused for every line within it.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Formats access-log lines in duet itself and hands each to `write` (one line, ending in `\n`),
+/// instead of going through `tracing`'s formatter: the same line, byte for byte (text: tracing-subscriber's
+/// default format without colours; `json`: its flattened JSON), at a fraction of the cost (a line is
+/// written per request). Whether the access log is on is still decided by the `duet::access` target's
+/// level (`RUST_LOG`). Returns false if a sink was already set.
+pub fn set_access_log_sink(json: bool, write: impl Fn(&[u8]) + Send + Sync + 'static) -> bool {
+    SINK.set(Sink {
+        json,
+        write: Box::new(write),
+    })
+    .is_ok()
+}
+
+impl AccessLog {
+    fn format(&self, line: &mut String, json: bool, duration_ms: f64, upstream_head_ms: f64) {
+        use fmt::Write as _;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let micros = now.subsec_micros();
+        SECOND.with(|second| {
+            let mut second = second.borrow_mut();
+            if second.0 != now.as_secs() {
+                let (date, time) = civil(now.as_secs());
+                second.1.clear();
+                let _ = write!(
+                    second.1,
+                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+                    date.0, date.1, date.2, time.0, time.1, time.2
+                );
+                second.0 = now.as_secs();
+            }
+            if json {
+                let _ = write!(
+                    line,
+                    "{{\"timestamp\":\"{}.{micros:06}Z\",\"level\":\"INFO\"",
+                    second.1
+                );
+            } else {
+                let _ = write!(line, "{}.{micros:06}Z  INFO duet::access:", second.1);
+            }
+        });
+        let mut field = |name: &str, value: fmt::Arguments<'_>, quoted: bool| {
+            if json {
+                let _ = write!(line, ",\"{name}\":");
+                if quoted {
+                    line.push('"');
+                    let _ = JsonEscaped(&mut *line).write_fmt(value);
+                    line.push('"');
+                } else {
+                    let _ = line.write_fmt(value);
+                }
+            } else {
+                let _ = write!(line, " {name}=");
+                let _ = line.write_fmt(value);
+            }
+        };
+        field("client", format_args!("{}", self.client), true);
+        field("method", format_args!("{}", self.method), true);
+        field("host", format_args!("{}", text(self.host.as_ref())), true);
+        field("path", format_args!("{}", self.path), true);
+        field("protocol", format_args!("{:?}", self.version), true);
+        field("status", format_args!("{}", self.status.as_u16()), false);
+        field(
+            "cluster",
+            format_args!("{}", self.cluster.as_deref().unwrap_or("-")),
+            true,
+        );
+        field("backend", format_args!("{}", OrDash(self.backend)), true);
+        field("tried", format_args!("{}", Joined(&self.tried)), true);
+        field("attempts", format_args!("{}", self.attempts), false);
+        field("duration_ms", format_args!("{duration_ms:?}"), false);
+        field(
+            "upstream_head_ms",
+            format_args!("{upstream_head_ms:?}"),
+            false,
+        );
+        field("bytes", format_args!("{}", self.bytes), false);
+        field(
+            "bytes_received",
+            format_args!("{}", self.received.bytes()),
+            false,
+        );
+        field("outcome", format_args!("{}", self.outcome), true);
+        field(
+            "user_agent",
+            format_args!("{}", text(self.user_agent.as_ref())),
+            true,
+        );
+        field(
+            "request_id",
+            format_args!("{}", text(Some(&self.request_id))),
+            true,
+        );
+        if json {
+            line.push_str(",\"target\":\"duet::access\"}");
+        }
+        line.push('\n');
+    }
+}
+
+/// Writes into a JSON string literal: quotes, backslashes and control characters escaped.
+struct JsonEscaped<'a>(&'a mut String);
+
+impl fmt::Write for JsonEscaped<'_> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        for c in text.chars() {
+            match c {
+                '"' => self.0.push_str("\\\""),
+                '\\' => self.0.push_str("\\\\"),
+                '\n' => self.0.push_str("\\n"),
+                '\r' => self.0.push_str("\\r"),
+                '\t' => self.0.push_str("\\t"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(self.0, "\\u{:04x}", c as u32);
+                }
+                c => self.0.push(c),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The UTC date and time of `seconds` since the Unix epoch: ((year, month, day), (hour, minute,
+/// second)), by Howard Hinnant's `civil_from_days`.
+fn civil(seconds: u64) -> ((i64, u32, u32), (u64, u64, u64)) {
+    let days = (seconds / 86_400) as i64;
+    let of_day = seconds % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        (year, month, day),
+        (of_day / 3_600, of_day % 3_600 / 60, of_day % 60),
+    )
 }
 
 /// The path for the access log, cut at 512 bytes so an oversized target cannot flood the log.
@@ -167,4 +340,25 @@ fn loggable_path(path: &str) -> String {
         end -= 1;
     }
     format!("{}...", &path[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_match_the_calendar() {
+        assert_eq!(civil(0), ((1970, 1, 1), (0, 0, 0)));
+        assert_eq!(civil(1_764_547_200), ((2025, 12, 1), (0, 0, 0)));
+        assert_eq!(civil(951_782_400), ((2000, 2, 29), (0, 0, 0)));
+        assert_eq!(civil(4_107_542_399), ((2100, 2, 28), (23, 59, 59)));
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        use fmt::Write as _;
+        let mut out = String::new();
+        let _ = write!(JsonEscaped(&mut out), "a\"b\\c\nd\u{1}");
+        assert_eq!(out, "a\\\"b\\\\c\\nd\\u0001");
+    }
 }

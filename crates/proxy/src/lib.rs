@@ -64,6 +64,7 @@ pub mod view;
 #[cfg(test)]
 mod tests;
 
+pub use access_log::set_access_log_sink;
 pub use body::{BodyError, ProxyBody};
 pub use cluster::{ClusterBalance, Upstream};
 pub use error::{ErrorKind, ProxyError};
