@@ -2,8 +2,9 @@
 //!
 //! `cargo run -p duet-balance --example hyper_client`
 //!
-//! The balancer runs on an ordinary multi-threaded tokio runtime: one task drives it as a tower service,
-//! and the responses (which carry their load guards) complete on whichever worker thread reads them.
+//! The balancer runs on an ordinary multi-threaded tokio runtime, shared by eight client tasks through
+//! `tower::buffer::Buffer` (whose worker task owns it), and the responses (which carry their load guards)
+//! complete on whichever thread reads them.
 
 use bytes::Bytes;
 use duet_balance::{BalanceLayer, BoxError, CompleteOnBodyEnd, LoadMetric, Picked};
@@ -15,7 +16,7 @@ use hyper_util::{
 };
 use std::{collections::HashMap, convert::Infallible, net::SocketAddr, time::Duration};
 use tokio::net::TcpListener;
-use tower::{service_fn, Layer, Service, ServiceExt};
+use tower::{buffer::Buffer, service_fn, Layer, Service, ServiceExt};
 
 /// Serves `name` after `delay`, on a port the OS chooses.
 async fn backend(name: &'static str, delay: Duration) -> Result<SocketAddr, BoxError> {
@@ -61,38 +62,39 @@ async fn main() -> Result<(), BoxError> {
     });
     let layer = BalanceLayer::new(LoadMetric::default(), addresses.iter().map(|&a| (a, 1)))
         .with_completion(CompleteOnBodyEnd::default());
-    let mut balance = layer.layer(dial);
+    // One balancer, shared: every clone of the buffer sends to the task that owns it.
+    let shared = Buffer::new(layer.layer(dial), 64);
 
-    let mut served: HashMap<String, u32> = HashMap::new();
-    let mut in_flight = tokio::task::JoinSet::new();
-    for _ in 0..400 {
-        let response = balance
-            .ready()
-            .await?
-            .call(hyper::Request::new(Empty::new()));
-        in_flight.spawn(async move {
-            // The balancer counts this request until its body has been read to the end.
-            let body = response.await?.into_body().collect().await?.to_bytes();
-            Ok::<_, BoxError>(String::from_utf8_lossy(&body).into_owned())
-        });
-        if in_flight.len() >= 8 {
-            if let Some(done) = in_flight.join_next().await {
-                *served.entry(done??).or_default() += 1;
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let mut balance = shared.clone();
+        clients.spawn(async move {
+            let mut served: HashMap<String, u32> = HashMap::new();
+            for _ in 0..50 {
+                let response = balance
+                    .ready()
+                    .await?
+                    .call(hyper::Request::new(Empty::new()))
+                    .await?;
+                // The balancer counts this request until its body has been read to the end.
+                let body = response.into_body().collect().await?.to_bytes();
+                *served
+                    .entry(String::from_utf8_lossy(&body).into_owned())
+                    .or_default() += 1;
             }
-        }
+            Ok::<_, BoxError>(served)
+        });
     }
-    while let Some(done) = in_flight.join_next().await {
-        *served.entry(done??).or_default() += 1;
+    let mut served: HashMap<String, u32> = HashMap::new();
+    while let Some(done) = clients.join_next().await {
+        for (name, count) in done?? {
+            *served.entry(name).or_default() += count;
+        }
     }
     let mut shares: Vec<_> = served.into_iter().collect();
     shares.sort();
     for (name, count) in shares {
         println!("{name:>7}: {count:>3} requests");
     }
-    let stats = balance.stats();
-    println!(
-        "picks {}, ties {}, both idle {}",
-        stats.picks, stats.ties, stats.both_zero
-    );
     Ok(())
 }

@@ -445,14 +445,70 @@ where
                 self.ready = Ready::None;
             }
         }
-        if exclude.is_empty() || !matches!(self.ready, Ready::None) {
-            return Service::<Req>::poll_ready(self, cx);
+        self.poll_pick::<Req>(cx, exclude)
+    }
+
+    /// Picks an endpoint not in `exclude` and polls its service's readiness. One that is not ready is
+    /// passed over for another pick among the rest (up to [`MAX_PICKS`] picks per call, after which, or
+    /// when no other candidate is left, the last one's readiness is awaited: its waker is registered).
+    /// One whose readiness fails is evicted ([`PickStats::evicted`]) and another is picked. With nothing
+    /// eligible it is ready, and `call` fails with [`NoEligibleEndpoint`].
+    fn poll_pick<Req>(&mut self, cx: &mut Context<'_>, exclude: &[K]) -> Poll<Result<(), BoxError>>
+    where
+        S: Service<Req>,
+        S::Error: Into<BoxError>,
+    {
+        // Endpoints found not ready in this call, left out of the next pick (allocated only then).
+        let mut pending: Vec<K> = Vec::new();
+        loop {
+            let (at, picked_at) = match self.ready {
+                Ready::Endpoint(at, _) => (at, None),
+                Ready::NoEligible => return Poll::Ready(Ok(())),
+                Ready::None => {
+                    let picked = if pending.is_empty() {
+                        self.select_excluding(exclude)
+                    } else {
+                        let skip: Vec<K> = exclude.iter().chain(&pending).cloned().collect();
+                        self.select_excluding(&skip)
+                    };
+                    match picked {
+                        Ok(picked) => picked,
+                        Err(NoEligibleEndpoint) => {
+                            // Every other candidate was passed over: wait for the last one not ready.
+                            let waiting = pending.last().and_then(|key| self.index.get(key));
+                            if let Some(&at) = waiting {
+                                self.ready = Ready::Endpoint(at, None);
+                                return Poll::Pending;
+                            }
+                            // Ready, so that `call` can answer this request with the error; the
+                            // next request picks again and may find an endpoint re-admitted.
+                            self.ready = Ready::NoEligible;
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
+                }
+            };
+            match self.endpoints[at].service.poll_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.ready = Ready::Endpoint(at, picked_at);
+                    return Poll::Ready(Ok(()));
+                }
+                Poll::Pending if pending.len() + 1 >= MAX_PICKS as usize => {
+                    self.ready = Ready::Endpoint(at, None);
+                    return Poll::Pending;
+                }
+                Poll::Pending => {
+                    self.stats.repicks += 1;
+                    pending.push(self.endpoints[at].key.clone());
+                    self.ready = Ready::None;
+                }
+                Poll::Ready(Err(_)) => {
+                    self.stats.evicted += 1;
+                    let key = self.endpoints[at].key.clone();
+                    self.remove(&key);
+                }
+            }
         }
-        self.ready = match self.select_excluding(exclude) {
-            Ok((at, picked_at)) => Ready::Endpoint(at, picked_at),
-            Err(NoEligibleEndpoint) => Ready::NoEligible,
-        };
-        Service::<Req>::poll_ready(self, cx)
     }
 
     fn select_excluding(
@@ -776,51 +832,10 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, C>;
 
-    /// Picks an endpoint and polls its service's readiness. One that is not ready is passed over for
-    /// another pick among the rest (up to [`MAX_PICKS`] picks per call, after which the last one's
-    /// readiness is awaited: its waker is registered). One whose readiness fails is evicted ([`PickStats::evicted`]) and
-    /// another is picked. With nothing eligible, `poll_ready` is ready and `call` fails with
-    /// [`NoEligibleEndpoint`].
+    /// See [`Balance::poll_ready_excluding`] with nothing excluded: a pending endpoint is passed over
+    /// for another pick (up to [`MAX_PICKS`]), a failed one evicted.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        let mut picks = 0;
-        // Endpoints found not ready in this call, left out of the next pick (allocated only then).
-        let mut pending: Vec<K> = Vec::new();
-        loop {
-            let (at, picked_at) = match self.ready {
-                Ready::Endpoint(at, _) => (at, None),
-                Ready::NoEligible => return Poll::Ready(Ok(())),
-                Ready::None => match self.select_excluding(&pending) {
-                    Ok(picked) => picked,
-                    Err(NoEligibleEndpoint) => {
-                        // Ready, so that `call` can answer this request with the error; the next
-                        // request picks again and may find an endpoint re-admitted.
-                        self.ready = Ready::NoEligible;
-                        return Poll::Ready(Ok(()));
-                    }
-                },
-            };
-            picks += 1;
-            match self.endpoints[at].service.poll_ready(cx) {
-                Poll::Ready(Ok(())) => {
-                    self.ready = Ready::Endpoint(at, picked_at);
-                    return Poll::Ready(Ok(()));
-                }
-                Poll::Pending if picks >= MAX_PICKS || self.eligible.len() <= pending.len() + 1 => {
-                    self.ready = Ready::Endpoint(at, None);
-                    return Poll::Pending;
-                }
-                Poll::Pending => {
-                    self.stats.repicks += 1;
-                    pending.push(self.endpoints[at].key.clone());
-                    self.ready = Ready::None;
-                }
-                Poll::Ready(Err(_)) => {
-                    self.stats.evicted += 1;
-                    let key = self.endpoints[at].key.clone();
-                    self.remove(&key);
-                }
-            }
-        }
+        self.poll_pick::<Req>(cx, &[])
     }
 
     fn call(&mut self, request: Req) -> Self::Future {

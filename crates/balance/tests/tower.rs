@@ -123,6 +123,22 @@ fn a_pending_endpoint_is_passed_over_and_a_failed_one_evicted() {
     drop(balance.call(()));
     balance.set_eligible(&"fine", true);
 
+    // A retry's pick excludes what it tried: passing over a pending endpoint never brings one back.
+    let (other, _) = Switch::new("other");
+    balance.insert("other", 1, other);
+    stuck_state.store(PENDING, Ordering::Relaxed);
+    for _ in 0..50 {
+        assert!(balance
+            .poll_ready_excluding::<()>(&mut cx, &["fine"])
+            .is_ready());
+        let answer = futures_util::FutureExt::now_or_never(balance.call(()))
+            .expect("answered at once")
+            .expect("served");
+        assert_eq!(answer, "other", "not the excluded one, not the pending one");
+    }
+    balance.remove(&"other");
+    stuck_state.store(READY, Ordering::Relaxed);
+
     balance.insert("broken", 1, broken);
     broken_state.store(FAILED, Ordering::Relaxed);
     let before = balance.len();
