@@ -58,7 +58,8 @@ const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive")
 
 impl WorkerProxy {
     /// Builds a worker's clients and balancers for `config`, with host names resolved as in `names`.
-    /// Must run inside the worker's tokio runtime (the clients use its timer).
+    /// Must run inside the worker's tokio runtime, and requests be handled inside a `tokio::task::LocalSet`
+    /// (the upstream pool drives its connections with `spawn_local`).
     pub fn new(config: Arc<Config>, names: &ResolvedNames) -> Self {
         Self::build(config, names, None)
     }

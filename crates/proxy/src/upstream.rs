@@ -37,7 +37,9 @@ pub(crate) const MAX_IDLE_PER_BACKEND: usize = 64;
 pub(crate) const MAX_RESPONSE_HEADERS: usize = 256;
 
 /// A worker's connections toward one cluster's backends (the cluster's timeouts apply). Cheap to clone:
-/// a cluster that keeps its timeouts across a reload keeps its pool.
+/// a cluster that keeps its timeouts across a reload keeps its pool. Not `Send`: it lives on its
+/// worker's thread, and sends from inside a `tokio::task::LocalSet` (connections and the sweeper are
+/// `spawn_local` tasks).
 #[derive(Clone)]
 pub struct UpstreamClient {
     pool: Rc<Pool>,
