@@ -21,7 +21,7 @@ fn check_accepts_the_example_and_summarises_it() {
     assert_eq!(code, 0);
     assert!(stdout.contains("config/duet.yaml: ok"), "{stdout}");
     assert!(
-        stdout.contains("route host api.example.com path /v1 -> api"),
+        stdout.contains("route api-v1 host api.example.com path /v1 -> api"),
         "{stdout}"
     );
     assert!(

@@ -287,8 +287,8 @@ fn summary(
         };
         let _ = writeln!(
             out,
-            "  route host {host} path {} -> {}",
-            route.path_prefix, config.clusters[route.cluster].name
+            "  route {} host {host} path {} -> {}",
+            route.name, route.path_prefix, config.clusters[route.cluster].name
         );
     }
     let mut unresolved = Vec::new();
