@@ -11,7 +11,7 @@
 use duet_sim::plot::{self, Axes, Series};
 use duet_testbed::{
     config::DuetConfig,
-    load::{closed_loop, open_loop},
+    load::{closed_loop, open_loop, Sample},
     Backend, BackendOptions,
 };
 use serde_json::json;
@@ -95,6 +95,20 @@ impl Drop for Duet {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// An open-loop run's success rate, and its latency quantiles in milliseconds (timed-out requests
+/// count at the timeout).
+fn summary(samples: &[Sample]) -> (f64, impl Fn(f64) -> f64) {
+    let ok = samples.iter().filter(|s| s.ok).count();
+    let success = ok as f64 / samples.len().max(1) as f64;
+    let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+    latencies.sort_unstable();
+    let quantile = move |x: f64| {
+        let at = ((latencies.len() as f64 * x) as usize).min(latencies.len().saturating_sub(1));
+        latencies.get(at).map_or(0.0, |d| ms(*d))
+    };
+    (success, quantile)
 }
 
 fn docs() -> PathBuf {
@@ -221,18 +235,7 @@ fn linkerd(seconds: u64, rate: f64) {
             let duet = Duet::start(workers, policy, &addresses);
             let uri = format!("http://{}/", duet.address).parse().expect("uri");
             let samples = runtime.block_on(open_loop(uri, rate, duration, Duration::from_secs(1)));
-            let ok = samples.iter().filter(|s| s.ok).count();
-            let success = ok as f64 / samples.len().max(1) as f64;
-            let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
-            latencies.sort_unstable();
-            let q = |x: f64| {
-                latencies
-                    .get(
-                        ((latencies.len() as f64 * x) as usize)
-                            .min(latencies.len().saturating_sub(1)),
-                    )
-                    .map_or(0.0, |d| ms(*d))
-            };
+            let (success, q) = summary(&samples);
             println!(
                 "{policy:<15} {workers:>7} {:>8.2}% {:>9.1} {:>9.1} {:>9.1}",
                 success * 100.0,
@@ -479,18 +482,7 @@ fn capacity(seconds: u64) {
                 Duration::from_secs(seconds),
                 Duration::from_secs(10),
             ));
-            let ok = samples.iter().filter(|s| s.ok).count();
-            let success = ok as f64 / samples.len().max(1) as f64;
-            let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
-            latencies.sort_unstable();
-            let q = |x: f64| {
-                latencies
-                    .get(
-                        ((latencies.len() as f64 * x) as usize)
-                            .min(latencies.len().saturating_sub(1)),
-                    )
-                    .map_or(0.0, |d| ms(*d))
-            };
+            let (success, q) = summary(&samples);
             let total: u64 = backends.iter().map(Backend::requests).sum();
             let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
             println!(

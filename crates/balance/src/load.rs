@@ -32,7 +32,10 @@ impl LoadMetric {
     pub(crate) fn load(&self, state: &EndpointLoad, now: Instant) -> f64 {
         match self {
             Self::InFlight => state.in_flight() as f64,
-            Self::PeakEwma(_) => peak_ewma::load(state.estimate_ns(now), state.in_flight()),
+            Self::PeakEwma(_) => {
+                let in_flight = state.in_flight();
+                peak_ewma::load(state.estimate_ns(now, in_flight), in_flight)
+            }
         }
     }
 
@@ -41,10 +44,11 @@ impl LoadMetric {
     /// is [`load`](Self::load) at weight 1. See the crate docs for why.
     #[inline]
     pub(crate) fn weighted_load(&self, state: &EndpointLoad, now: Instant, weight: f64) -> f64 {
-        let concurrency = state.in_flight() as f64 / weight;
+        let in_flight = state.in_flight();
+        let concurrency = in_flight as f64 / weight;
         match self {
             Self::InFlight => concurrency,
-            Self::PeakEwma(_) => state.estimate_ns(now) * (1.0 + concurrency),
+            Self::PeakEwma(_) => state.estimate_ns(now, in_flight) * (1.0 + concurrency),
         }
     }
 }
@@ -180,6 +184,11 @@ impl EndpointLoad {
         self.in_flight.load(Relaxed)
     }
 
+    /// Requests in flight whose latency sample is still to come (at most [`in_flight`](Self::in_flight)).
+    pub fn waiting(&self) -> u64 {
+        self.awaiting.load(Relaxed)
+    }
+
     /// How many times this endpoint was picked.
     pub fn picks(&self) -> u64 {
         self.picks.load(Relaxed)
@@ -188,15 +197,15 @@ impl EndpointLoad {
     /// The latency estimate as seen at `now`: decayed toward zero since the last sample, and never below
     /// the mean age of the requests still waiting for their sample. Computed, not stored.
     pub fn rtt_estimate(&self, now: Instant) -> Duration {
-        Duration::from_nanos(self.estimate_ns(now) as u64)
+        Duration::from_nanos(self.estimate_ns(now, self.in_flight()) as u64)
     }
 
+    /// The estimate at `now`, given the in-flight count the caller has read (once per load read).
     #[inline]
-    pub(crate) fn estimate_ns(&self, now: Instant) -> f64 {
+    pub(crate) fn estimate_ns(&self, now: Instant, in_flight: u64) -> f64 {
         let now_ns = since(self.epoch, now);
         let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
         let elapsed = now_ns.saturating_sub(self.stamp_ns.load(Relaxed));
-        let in_flight = self.in_flight();
         let projected = peak_ewma::project(ewma, elapsed as f64, self.tau_ns, in_flight);
         if in_flight == 0 {
             return projected;

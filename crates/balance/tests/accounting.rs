@@ -139,6 +139,11 @@ async fn run(ending: Ending, frames: usize, metric: LoadMetric) {
         }
     }
     assert_eq!(in_flight(&balance), 0, "{ending:?} with {frames} frames");
+    let waiting: u64 = balance.endpoints().map(|e| e.load.waiting()).sum();
+    assert_eq!(
+        waiting, 0,
+        "no sample still awaited: {ending:?} with {frames} frames"
+    );
 }
 
 #[tokio::test]

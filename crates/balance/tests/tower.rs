@@ -227,6 +227,7 @@ async fn counters_hold_when_guards_end_on_other_threads() {
     assert_eq!(picks, 8 * 500);
     for endpoint in balance.endpoints() {
         assert_eq!(endpoint.load.in_flight(), 0, "{}", endpoint.key);
+        assert_eq!(endpoint.load.waiting(), 0, "{}", endpoint.key);
         // Nothing is waiting for a sample any more: the estimate is the EWMA alone, a few µs at most.
         let estimate = endpoint.load.rtt_estimate(tokio::time::Instant::now());
         assert!(

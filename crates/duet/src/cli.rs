@@ -156,6 +156,7 @@ fn init_logging(
     default: &str,
     access_log: Option<&crate::log_file::LogFile>,
 ) -> Vec<tracing_appender::non_blocking::WorkerGuard> {
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     use std::io::IsTerminal;
@@ -166,23 +167,26 @@ fn init_logging(
     };
     let (stderr, stderr_guard) = writer_thread("duet-log").finish(std::io::stderr());
     let mut guards = vec![stderr_guard];
-    let access = match access_log {
+    match access_log {
         Some(file) => {
-            let (writer, guard) = writer_thread("duet-access-log").finish(file.clone());
+            let (access, guard) = writer_thread("duet-access-log").finish(file.clone());
             guards.push(guard);
-            writer
+            crate::log_buffer::set_sink(access.clone());
+            let is_access = |meta: &tracing::Metadata<'_>| meta.target() == "duet::access";
+            install(
+                json,
+                filter,
+                access.with_filter(is_access).or_else(stderr),
+                false,
+            );
         }
-        None => stderr.clone(),
-    };
-    let ansi = access_log.is_none() && std::io::stderr().is_terminal();
-    install(
-        json,
-        filter,
-        crate::log_buffer::AccessLogWriter::new(access, stderr),
-        ansi,
-    );
+        None => {
+            crate::log_buffer::set_sink(stderr.clone());
+            install(json, filter, stderr, std::io::stderr().is_terminal());
+        }
+    }
     // Access-log lines are formatted by duet itself (the same bytes, far cheaper than tracing's
-    // formatter for a line per request) and gathered per worker.
+    // formatter for a line per request) and gathered per worker (`log_buffer.rs`).
     duet_proxy::set_access_log_sink(json, crate::log_buffer::write_access);
     guards
 }

@@ -5,17 +5,11 @@
 //! duet's throughput under a closed-loop benchmark. A worker instead appends its access-log lines to a
 //! buffer of its own and hands the buffer over when it passes [`CHUNK`] bytes, and at least every
 //! [`FLUSH_EVERY`] (so a line reaches the log within a fraction of a second, as nginx's `access_log ...
-//! buffer= flush=` does). The writer thread then writes a chunk with one syscall. Other threads, and
-//! every other log line, write through at once.
+//! buffer= flush=` does). The writer thread then writes a chunk with one syscall. Other threads write
+//! through at once; every other log line goes through `tracing` as usual.
 
-use std::{
-    cell::RefCell,
-    io::{self, Write},
-    sync::OnceLock,
-    time::Duration,
-};
+use std::{cell::RefCell, io::Write, sync::OnceLock, time::Duration};
 use tracing_appender::non_blocking::NonBlocking;
-use tracing_subscriber::fmt::MakeWriter;
 
 /// A worker hands its buffer over past this many bytes.
 pub(crate) const CHUNK: usize = 32 * 1024;
@@ -81,88 +75,8 @@ fn hand_over(lines: &mut Vec<u8>) {
     lines.clear();
 }
 
-/// The log's writer: access-log lines (target `duet::access`) to `access`, buffered on threads that
-/// asked for it; everything else to `rest`, at once.
-#[derive(Clone)]
-pub(crate) struct AccessLogWriter<R> {
-    access: NonBlocking,
-    rest: R,
-}
-
-impl<R> AccessLogWriter<R> {
-    pub(crate) fn new(access: NonBlocking, rest: R) -> Self {
-        let _ = ACCESS_SINK.set(access.clone());
-        Self { access, rest }
-    }
-}
-
-/// One event's writer.
-pub(crate) enum EventWriter<W> {
-    /// Appends to this thread's buffer.
-    Buffered,
-    Direct(W),
-}
-
-impl<W: Write> Write for EventWriter<W> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self {
-            Self::Direct(writer) => writer.write(bytes),
-            Self::Buffered => {
-                write_access(bytes);
-                Ok(bytes.len())
-            }
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Self::Direct(writer) => writer.flush(),
-            Self::Buffered => Ok(()),
-        }
-    }
-}
-
-impl<'a, R> MakeWriter<'a> for AccessLogWriter<R>
-where
-    R: MakeWriter<'a>,
-{
-    type Writer = EventWriter<EitherWriter<NonBlocking, R::Writer>>;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        EventWriter::Direct(EitherWriter::Rest(self.rest.make_writer()))
-    }
-
-    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
-        if meta.target() != "duet::access" {
-            return EventWriter::Direct(EitherWriter::Rest(self.rest.make_writer_for(meta)));
-        }
-        let buffering = BUFFER.with(|buffer| buffer.borrow().is_some());
-        if buffering {
-            EventWriter::Buffered
-        } else {
-            EventWriter::Direct(EitherWriter::Access(self.access.clone()))
-        }
-    }
-}
-
-/// The access log's writer or the rest's.
-pub(crate) enum EitherWriter<A, B> {
-    Access(A),
-    Rest(B),
-}
-
-impl<A: Write, B: Write> Write for EitherWriter<A, B> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self {
-            Self::Access(writer) => writer.write(bytes),
-            Self::Rest(writer) => writer.write(bytes),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Self::Access(writer) => writer.flush(),
-            Self::Rest(writer) => writer.flush(),
-        }
-    }
+/// Sends access-log lines (from [`write_access`] and [`flush`]) to `sink`, the access log's writer
+/// thread. Set once, before the workers start.
+pub(crate) fn set_sink(sink: NonBlocking) {
+    let _ = ACCESS_SINK.set(sink);
 }
