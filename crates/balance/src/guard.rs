@@ -1,6 +1,5 @@
 use crate::load::{EndpointLoad, SampleAt};
 use std::sync::Arc;
-use tokio::time::Instant;
 
 /// One request's claim on an endpoint's load.
 ///
@@ -11,57 +10,56 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct LoadGuard {
     load: Arc<EndpointLoad>,
-    /// `Some` when the metric uses latency.
-    started: Option<Instant>,
-    sampled: bool,
-    /// While the sample is still to come: the start as the endpoint counts it among its waiting
-    /// requests (see [`PeakEwmaConfig`](crate::PeakEwma)).
-    awaiting: Option<u64>,
+    /// The clock reading at the request's start, when the metric uses latency.
+    started: u64,
+    /// The latency sample is still to come: the request counts among the endpoint's waiting ones
+    /// (see [`PeakEwmaConfig`](crate::PeakEwmaConfig)).
+    waiting: bool,
 }
 
 impl LoadGuard {
-    /// `started` is the request's start when the metric uses latency, `None` otherwise.
-    pub(crate) fn new(load: Arc<EndpointLoad>, started: Option<Instant>) -> Self {
-        load.start();
-        let awaiting = started.map(|at| load.await_sample(at));
+    /// `started` is the request's start (a reading of the endpoint's clock) when the metric uses
+    /// latency, `None` otherwise.
+    pub(crate) fn new(load: Arc<EndpointLoad>, started: Option<u64>) -> Self {
+        match started {
+            Some(at) => load.start_waiting(at),
+            None => load.start(),
+        }
         Self {
             load,
-            started,
-            sampled: false,
-            awaiting,
+            started: started.unwrap_or(0),
+            waiting: started.is_some(),
         }
     }
 
     /// The sample is taken (or will never be): the request no longer counts as waiting for it.
     fn settle(&mut self) {
-        self.sampled = true;
-        if let Some(started_ns) = self.awaiting.take() {
-            self.load.stop_awaiting(started_ns);
+        if self.waiting {
+            self.waiting = false;
+            self.load.stop_waiting(self.started);
         }
     }
 
     /// The response head arrived. Records the latency sample now if samples are taken at headers, or a
     /// penalty if the response status is one the caller counts as a failure.
     pub fn on_response_head(&mut self, penalised: bool) {
-        if self.sampled {
+        if !self.waiting {
             return;
         }
-        let Some(started) = self.started else { return };
-        let now = Instant::now();
         if penalised {
-            self.load.record_penalty(now);
+            self.load.record_penalty(self.load.clock().now());
             self.settle();
         } else if self.load.sample_at() == SampleAt::ResponseHeaders {
             self.load
-                .record(now.saturating_duration_since(started), now);
+                .record_since(self.started, self.load.clock().now());
             self.settle();
         }
     }
 
     /// The attempt failed before a response (e.g. the connection was refused): record the penalty.
     pub fn on_failure(&mut self) {
-        if self.started.is_some() && !self.sampled {
-            self.load.record_penalty(Instant::now());
+        if self.waiting {
+            self.load.record_penalty(self.load.clock().now());
             self.settle();
         }
     }
@@ -80,12 +78,12 @@ impl LoadGuard {
 
 impl Drop for LoadGuard {
     fn drop(&mut self) {
-        if let (Some(started), false) = (self.started, self.sampled) {
-            let now = Instant::now();
+        if self.waiting {
             self.load
-                .record(now.saturating_duration_since(started), now);
+                .record_since(self.started, self.load.clock().now());
+            self.load.finish_waiting(self.started);
+        } else {
+            self.load.finish();
         }
-        self.settle();
-        self.load.finish();
     }
 }

@@ -151,6 +151,7 @@
 #![warn(missing_docs)]
 
 mod alias;
+mod clock;
 mod completion;
 mod discover;
 mod draw;
@@ -171,6 +172,7 @@ pub mod algo {
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
 }
 
+pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};
 pub use discover::{BalanceHandle, DiscoverBalance};
 pub use draw::{DrawSource, Draws};

@@ -1,10 +1,13 @@
 //! Load metrics and the per-endpoint state they read.
 
+use crate::clock::Clock;
 use std::{
-    sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    sync::atomic::{
+        AtomicBool, AtomicU64,
+        Ordering::{Acquire, Relaxed, Release},
+    },
     time::Duration,
 };
-use tokio::time::Instant;
 
 /// What "lighter" means when two candidates are compared.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,12 +32,13 @@ impl LoadMetric {
 
     /// The load of `state` at `now`. Reading never changes the state.
     #[inline]
-    pub(crate) fn load(&self, state: &EndpointLoad, now: Instant) -> f64 {
+    pub(crate) fn load(&self, state: &EndpointLoad, now: u64) -> f64 {
         match self {
             Self::InFlight => state.in_flight() as f64,
             Self::PeakEwma(_) => {
-                let in_flight = state.in_flight();
-                peak_ewma::load(state.estimate_ns(now, in_flight), in_flight)
+                let counts = state.counts();
+                let in_flight = EndpointLoad::in_flight_of(counts);
+                peak_ewma::load(state.estimate_ns(now, counts), in_flight)
             }
         }
     }
@@ -43,12 +47,12 @@ impl LoadMetric {
     /// the latency. In flight: `in_flight / weight`. PeakEWMA: `estimate × (1 + in_flight / weight)`, which
     /// is [`load`](Self::load) at weight 1. See the crate docs for why.
     #[inline]
-    pub(crate) fn weighted_load(&self, state: &EndpointLoad, now: Instant, weight: f64) -> f64 {
-        let in_flight = state.in_flight();
-        let concurrency = in_flight as f64 / weight;
+    pub(crate) fn weighted_load(&self, state: &EndpointLoad, now: u64, weight: f64) -> f64 {
+        let counts = state.counts();
+        let concurrency = EndpointLoad::in_flight_of(counts) as f64 / weight;
         match self {
             Self::InFlight => concurrency,
-            Self::PeakEwma(_) => state.estimate_ns(now, in_flight) * (1.0 + concurrency),
+            Self::PeakEwma(_) => state.estimate_ns(now, counts) * (1.0 + concurrency),
         }
     }
 }
@@ -121,31 +125,33 @@ pub(crate) const FALLBACK_RTT: Duration = Duration::from_millis(30);
 /// duet's workers. A control plane may hold the `Arc` to read it for metrics.
 #[derive(Debug)]
 pub struct EndpointLoad {
-    in_flight: AtomicU64,
+    /// Requests in flight (low 32 bits) and, of those, the ones whose latency sample is still to come
+    /// (high 32 bits): one atomic, so a request's start is one update, and a reader sees both counts
+    /// of one moment.
+    counts: AtomicU64,
     /// Whether the balancer may pick it: the one copy of that flag, kept by the balancer.
     eligible: AtomicBool,
+    /// Only the balancer that owns this state counts picks (under `&mut`): a load and a store, not a
+    /// read-modify-write.
     picks: AtomicU64,
-    /// Requests whose latency sample is still to come, and the sum of their start times (nanoseconds
-    /// since `epoch`): their mean age is a lower bound on the latency now.
-    awaiting: AtomicU64,
-    awaiting_since_ns: AtomicU64,
+    /// Sum of the clock readings at which the waiting requests started (wrapping): with their count,
+    /// their mean age, a lower bound on the latency now.
+    waiting_since: AtomicU64,
     /// f64 bits of the estimate in nanoseconds.
     ewma_ns: AtomicU64,
-    /// Nanoseconds since `epoch` of the last sample.
-    stamp_ns: AtomicU64,
-    epoch: Instant,
+    /// Clock reading of the last sample.
+    stamp: AtomicU64,
+    clock: Clock,
     tau_ns: f64,
     penalty_ns: f64,
     sample_at: SampleAt,
 }
 
+const ONE_IN_FLIGHT: u64 = 1;
+const ONE_WAITING: u64 = 1 << 32;
+
 impl EndpointLoad {
-    pub(crate) fn new(
-        epoch: Instant,
-        now: Instant,
-        metric: &LoadMetric,
-        initial_rtt: Duration,
-    ) -> Self {
+    pub(crate) fn new(clock: Clock, metric: &LoadMetric, initial_rtt: Duration) -> Self {
         let (tau, penalty, sample_at) = match metric {
             LoadMetric::PeakEwma(cfg) => (cfg.decay, cfg.penalty, cfg.sample_at),
             LoadMetric::InFlight => (
@@ -155,14 +161,13 @@ impl EndpointLoad {
             ),
         };
         Self {
-            in_flight: AtomicU64::new(0),
+            counts: AtomicU64::new(0),
             eligible: AtomicBool::new(true),
             picks: AtomicU64::new(0),
-            awaiting: AtomicU64::new(0),
-            awaiting_since_ns: AtomicU64::new(0),
+            waiting_since: AtomicU64::new(0),
             ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
-            stamp_ns: AtomicU64::new(since(epoch, now)),
-            epoch,
+            stamp: AtomicU64::new(clock.now()),
+            clock,
             tau_ns: (tau.as_nanos() as u64 as f64).max(1.0),
             penalty_ns: penalty.as_nanos() as u64 as f64,
             sample_at,
@@ -181,12 +186,12 @@ impl EndpointLoad {
 
     /// Requests in flight to this endpoint through this balancer.
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Relaxed)
+        self.counts.load(Relaxed) & u64::from(u32::MAX)
     }
 
     /// Requests in flight whose latency sample is still to come (at most [`in_flight`](Self::in_flight)).
     pub fn waiting(&self) -> u64 {
-        self.awaiting.load(Relaxed)
+        self.counts.load(Relaxed) >> 32
     }
 
     /// How many times this endpoint was picked.
@@ -194,60 +199,98 @@ impl EndpointLoad {
         self.picks.load(Relaxed)
     }
 
-    /// The latency estimate as seen at `now`: decayed toward zero since the last sample, and never below
+    /// The latency estimate as seen now: decayed toward zero since the last sample, and never below
     /// the mean age of the requests still waiting for their sample. Computed, not stored.
-    pub fn rtt_estimate(&self, now: Instant) -> Duration {
-        Duration::from_nanos(self.estimate_ns(now, self.in_flight()) as u64)
+    pub fn rtt_estimate(&self) -> Duration {
+        let counts = self.counts.load(Acquire);
+        Duration::from_nanos(self.estimate_ns(self.clock.now(), counts) as u64)
     }
 
-    /// The estimate at `now`, given the in-flight count the caller has read (once per load read).
+    /// The in-flight count and the word the estimate needs, read once per load read.
     #[inline]
-    pub(crate) fn estimate_ns(&self, now: Instant, in_flight: u64) -> f64 {
-        let now_ns = since(self.epoch, now);
+    pub(crate) fn counts(&self) -> u64 {
+        self.counts.load(Acquire)
+    }
+
+    /// The in-flight part of [`counts`](Self::counts).
+    #[inline]
+    pub(crate) fn in_flight_of(counts: u64) -> u64 {
+        counts & u64::from(u32::MAX)
+    }
+
+    /// The estimate at the reading `now`, given the counts the caller has read.
+    #[inline]
+    pub(crate) fn estimate_ns(&self, now: u64, counts: u64) -> f64 {
         let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
-        let elapsed = now_ns.saturating_sub(self.stamp_ns.load(Relaxed));
+        let in_flight = Self::in_flight_of(counts);
+        let elapsed = self.clock.nanos(self.stamp.load(Relaxed), now);
         let projected = peak_ewma::project(ewma, elapsed as f64, self.tau_ns, in_flight);
-        if in_flight == 0 {
+        let waiting = counts >> 32;
+        if waiting == 0 {
             return projected;
         }
-        projected.max(self.awaiting_age_ns(now_ns))
+        projected.max(self.waiting_age_ns(now, counts, waiting))
     }
 
-    /// The mean age of the requests waiting for their sample; 0 when there are none.
+    /// The mean age of the `waiting` requests (read in `counts`); 0 if the sum cannot be trusted.
     #[inline]
-    fn awaiting_age_ns(&self, now_ns: u64) -> f64 {
-        // The count and the sum are two atomics: a read between a guard's two updates (only possible
-        // when guards settle on other threads) sees one request more or less in one of them, an error
-        // that lasts one update and is bounded by one request's share of the mean.
-        let waiting = self.awaiting.load(Relaxed);
-        if waiting == 0 {
+    fn waiting_age_ns(&self, now: u64, counts: u64, waiting: u64) -> f64 {
+        // A guard adds its start to the sum before it counts itself (release on the count), and stops
+        // counting itself before it takes its start back out (release on the sum): a sum read after the
+        // counts holds the start of every request counted, unless one finished between the two reads,
+        // which the second read of the counts catches. The rest of what a read can meet between updates
+        // on other threads (a start in the sum whose count is not seen yet) only makes the age smaller.
+        let since = self.waiting_since.load(Acquire);
+        if self.counts.load(Relaxed) != counts {
             return 0.0;
         }
-        let mean_start = self.awaiting_since_ns.load(Relaxed) / waiting;
-        now_ns.saturating_sub(mean_start) as f64
+        // Wrapping: n·now − Σ starts is the sum of the ages whatever the readings' magnitude.
+        let age_sum = waiting.wrapping_mul(now).wrapping_sub(since);
+        if age_sum > i64::MAX as u64 {
+            return 0.0;
+        }
+        let mean_age = age_sum / waiting;
+        self.clock.nanos(0, mean_age) as f64
     }
 
-    /// A request started at `started` waits for its sample; returns its start as the guard keeps it.
-    pub(crate) fn await_sample(&self, started: Instant) -> u64 {
-        let started_ns = since(self.epoch, started);
-        self.awaiting_since_ns.fetch_add(started_ns, Relaxed);
-        self.awaiting.fetch_add(1, Relaxed);
-        started_ns
-    }
-
-    /// The request that [`await_sample`](Self::await_sample) returned `started_ns` for no longer waits.
-    pub(crate) fn stop_awaiting(&self, started_ns: u64) {
-        self.awaiting.fetch_sub(1, Relaxed);
-        self.awaiting_since_ns.fetch_sub(started_ns, Relaxed);
-    }
-
+    /// Counts a request that does not wait for a latency sample (the metric needs none).
     pub(crate) fn start(&self) {
-        self.in_flight.fetch_add(1, Relaxed);
-        self.picks.fetch_add(1, Relaxed);
+        self.counts.fetch_add(ONE_IN_FLIGHT, Relaxed);
+        self.count_pick();
     }
 
+    /// Counts a request started at the reading `started`, waiting for its latency sample.
+    pub(crate) fn start_waiting(&self, started: u64) {
+        self.waiting_since.fetch_add(started, Relaxed);
+        self.counts.fetch_add(ONE_IN_FLIGHT | ONE_WAITING, Release);
+        self.count_pick();
+    }
+
+    fn count_pick(&self) {
+        self.picks.store(self.picks.load(Relaxed) + 1, Relaxed);
+    }
+
+    /// The request [`start_waiting`](Self::start_waiting) counted at `started` has its sample (or
+    /// never will): it stays in flight, no longer waiting.
+    pub(crate) fn stop_waiting(&self, started: u64) {
+        self.counts.fetch_sub(ONE_WAITING, Relaxed);
+        self.waiting_since.fetch_sub(started, Release);
+    }
+
+    /// A request counted by [`start`](Self::start), or one no longer waiting, ends.
     pub(crate) fn finish(&self) {
-        self.in_flight.fetch_sub(1, Relaxed);
+        self.counts.fetch_sub(ONE_IN_FLIGHT, Relaxed);
+    }
+
+    /// A request still waiting for its sample ends (the sample was just recorded): one update of the
+    /// counts for both.
+    pub(crate) fn finish_waiting(&self, started: u64) {
+        self.counts.fetch_sub(ONE_IN_FLIGHT | ONE_WAITING, Relaxed);
+        self.waiting_since.fetch_sub(started, Release);
+    }
+
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     pub(crate) fn sample_at(&self) -> SampleAt {
@@ -255,23 +298,24 @@ impl EndpointLoad {
     }
 
     /// Replaces the estimate (re-admission after ejection or failed health checks).
-    pub(crate) fn reset_estimate(&self, rtt: Duration, now: Instant) {
+    pub(crate) fn reset_estimate(&self, rtt: Duration) {
         self.ewma_ns
             .store((rtt.as_nanos() as u64 as f64).to_bits(), Relaxed);
-        self.stamp_ns.store(since(self.epoch, now), Relaxed);
+        self.stamp.store(self.clock.now(), Relaxed);
     }
 
-    pub(crate) fn record_penalty(&self, now: Instant) {
+    pub(crate) fn record_penalty(&self, now: u64) {
         self.record_ns(self.penalty_ns, now);
     }
 
-    pub(crate) fn record(&self, rtt: Duration, now: Instant) {
-        self.record_ns(rtt.as_nanos() as u64 as f64, now);
+    /// Records the latency of a request that started at the reading `started`, sampled at `now`.
+    pub(crate) fn record_since(&self, started: u64, now: u64) {
+        self.record_ns(self.clock.nanos(started, now) as f64, now);
     }
 
-    fn record_ns(&self, rtt_ns: f64, now: Instant) {
-        let now_ns = since(self.epoch, now);
-        let elapsed = now_ns.saturating_sub(self.stamp_ns.load(Relaxed)) as f64;
+    fn record_ns(&self, rtt_ns: f64, now: u64) {
+        let stamp = self.stamp.load(Relaxed);
+        let elapsed = self.clock.nanos(stamp, now) as f64;
         let tau = self.tau_ns;
         // The pair (estimate, stamp) is not updated as one: two samples completing at the same instant on
         // two threads may each decay from the other's stamp. The error is bounded by one sample's weight
@@ -279,8 +323,8 @@ impl EndpointLoad {
         let _ = self.ewma_ns.fetch_update(Relaxed, Relaxed, |bits| {
             Some(peak_ewma::update(f64::from_bits(bits), rtt_ns, elapsed, tau).to_bits())
         });
-        if now_ns > self.stamp_ns.load(Relaxed) {
-            self.stamp_ns.store(now_ns, Relaxed);
+        if now > stamp {
+            self.stamp.store(now, Relaxed);
         }
     }
 }
@@ -342,106 +386,108 @@ pub mod peak_ewma {
     }
 }
 
-fn since(epoch: Instant, now: Instant) -> u64 {
-    let elapsed = now.saturating_duration_since(epoch);
-    elapsed.as_secs() * 1_000_000_000 + u64::from(elapsed.subsec_nanos())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::MockTime;
 
-    fn ewma_state(now: Instant, initial: Duration) -> EndpointLoad {
-        EndpointLoad::new(
-            now,
-            now,
-            &LoadMetric::PeakEwma(PeakEwmaConfig::default()),
-            initial,
-        )
+    fn ewma_state(initial: Duration) -> (EndpointLoad, MockTime) {
+        let (clock, time) = Clock::mock();
+        // Readings of 0 mean "never" to nothing here, but start the mock away from it anyway.
+        time.advance(Duration::from_secs(1));
+        let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
+        (EndpointLoad::new(clock, &metric, initial), time)
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_higher_sample_is_taken_at_once() {
-        let now = Instant::now();
-        let state = ewma_state(now, Duration::from_millis(10));
-        state.record(Duration::from_millis(500), now);
-        assert_eq!(state.rtt_estimate(now), Duration::from_millis(500));
+    fn now(state: &EndpointLoad) -> u64 {
+        state.clock().now()
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn lower_samples_pull_the_estimate_down_with_time_constant() {
-        let start = Instant::now();
-        let state = ewma_state(start, Duration::from_millis(100));
-        tokio::time::advance(Duration::from_secs(10)).await;
-        let now = Instant::now();
-        state.record(Duration::from_millis(10), now);
-        // w = e^-1: 100·0.3679 + 10·0.6321 = 43.11 ms
-        let got = state.rtt_estimate(now).as_secs_f64() * 1000.0;
-        assert!((got - 43.11).abs() < 0.05, "{got}");
+    #[test]
+    fn a_higher_sample_is_taken_at_once() {
+        let (state, time) = ewma_state(Duration::from_millis(10));
+        let started = now(&state);
+        time.advance(Duration::from_millis(500));
+        state.record_since(started, now(&state));
+        assert_eq!(state.rtt_estimate(), Duration::from_millis(500));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn reading_does_not_change_the_estimate() {
-        let start = Instant::now();
-        let a = ewma_state(start, Duration::from_millis(100));
-        let b = ewma_state(start, Duration::from_millis(100));
+    #[test]
+    fn lower_samples_pull_the_estimate_down_with_time_constant() {
+        let (state, time) = ewma_state(Duration::from_millis(100));
+        time.advance(Duration::from_secs(10));
+        let started = now(&state);
+        time.advance(Duration::from_millis(10));
+        state.record_since(started, now(&state));
+        // w = e^-1.001: 100·0.3675 + 10·0.6325 = 43.07 ms
+        let got = state.rtt_estimate().as_secs_f64() * 1000.0;
+        assert!((got - 43.07).abs() < 0.05, "{got}");
+    }
+
+    #[test]
+    fn reading_does_not_change_the_estimate() {
+        let (clock, time) = Clock::mock();
+        let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
+        let a = EndpointLoad::new(clock.clone(), &metric, Duration::from_millis(100));
+        let b = EndpointLoad::new(clock.clone(), &metric, Duration::from_millis(100));
         for _ in 0..100 {
-            tokio::time::advance(Duration::from_millis(50)).await;
-            let _ = a.rtt_estimate(Instant::now());
+            time.advance(Duration::from_millis(50));
+            let _ = a.rtt_estimate();
         }
-        let now = Instant::now();
-        assert_eq!(a.rtt_estimate(now), b.rtt_estimate(now));
+        assert_eq!(a.rtt_estimate(), b.rtt_estimate());
         // Idle decay is projected: 5 s at τ = 10 s leaves e^-0.5 of the estimate.
-        let got = a.rtt_estimate(now).as_secs_f64() * 1000.0;
+        let got = a.rtt_estimate().as_secs_f64() * 1000.0;
         assert!((got - 100.0 * (-0.5f64).exp()).abs() < 0.01, "{got}");
-        a.record(Duration::from_millis(20), now);
-        b.record(Duration::from_millis(20), now);
-        assert_eq!(a.rtt_estimate(now), b.rtt_estimate(now));
+        let started = clock.now();
+        time.advance(Duration::from_millis(20));
+        a.record_since(started, clock.now());
+        b.record_since(started, clock.now());
+        assert_eq!(a.rtt_estimate(), b.rtt_estimate());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn no_idle_decay_while_requests_are_in_flight() {
-        let start = Instant::now();
-        let state = ewma_state(start, Duration::from_millis(100));
+    #[test]
+    fn no_idle_decay_while_requests_are_in_flight() {
+        let (state, time) = ewma_state(Duration::from_millis(100));
         state.start();
-        tokio::time::advance(Duration::from_secs(30)).await;
+        time.advance(Duration::from_secs(30));
         assert_eq!(
-            state.rtt_estimate(Instant::now()),
+            state.rtt_estimate(),
             Duration::from_millis(100),
             "a stuck request is no idleness"
         );
         state.finish();
-        let decayed = state.rtt_estimate(Instant::now()).as_secs_f64() * 1000.0;
+        let decayed = state.rtt_estimate().as_secs_f64() * 1000.0;
         assert!(
             (decayed - 100.0 * (-3.0f64).exp()).abs() < 0.01,
             "{decayed}"
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn requests_waiting_longer_than_the_estimate_raise_it_before_any_completes() {
-        let ms = |state: &EndpointLoad| state.rtt_estimate(Instant::now()).as_secs_f64() * 1e3;
-        let start = Instant::now();
-        let state = ewma_state(start, Duration::from_millis(100));
-        state.start();
-        let first = state.await_sample(start);
-        tokio::time::advance(Duration::from_millis(50)).await;
-        state.start();
-        let second = state.await_sample(Instant::now());
+    #[test]
+    fn requests_waiting_longer_than_the_estimate_raise_it_before_any_completes() {
+        let ms = |state: &EndpointLoad| state.rtt_estimate().as_secs_f64() * 1e3;
+        let (state, time) = ewma_state(Duration::from_millis(100));
+        let first = now(&state);
+        state.start_waiting(first);
+        time.advance(Duration::from_millis(50));
+        let second = now(&state);
+        state.start_waiting(second);
+        assert_eq!((state.in_flight(), state.waiting()), (2, 2));
         assert_eq!(
             ms(&state),
             100.0,
             "ages 50 and 0 ms: younger than the estimate"
         );
-        tokio::time::advance(Duration::from_millis(250)).await;
+        time.advance(Duration::from_millis(250));
         assert_eq!(
             ms(&state),
             275.0,
             "ages 300 and 250 ms: their mean is a lower bound"
         );
-        state.stop_awaiting(first);
+        state.stop_waiting(first);
+        assert_eq!((state.in_flight(), state.waiting()), (2, 1));
         assert_eq!(ms(&state), 250.0, "the one still waiting");
-        state.stop_awaiting(second);
+        state.stop_waiting(second);
         assert_eq!(
             ms(&state),
             100.0,
@@ -449,27 +495,40 @@ mod tests {
         );
         state.finish();
         state.finish();
+        assert_eq!((state.in_flight(), state.waiting()), (0, 0));
         let idle = ms(&state);
         assert!((idle - 100.0 * (-0.03f64).exp()).abs() < 1e-6, "{idle}");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_penalty_counts_as_a_peak() {
-        let now = Instant::now();
-        let state = ewma_state(now, Duration::from_millis(10));
-        state.record_penalty(now);
-        assert_eq!(state.rtt_estimate(now), Duration::from_secs(1));
+    #[test]
+    fn the_waiting_age_holds_when_the_sum_of_start_readings_wraps() {
+        let (state, _time) = ewma_state(Duration::from_millis(1));
+        // Starts near the top of u64 (the mock reads in nanoseconds): their sum wraps, the ages do not.
+        state.start_waiting(u64::MAX - 10);
+        state.start_waiting(u64::MAX - 30);
+        let now = (u64::MAX - 10).wrapping_add(20_000_000);
+        assert_eq!(state.waiting_age_ns(now, state.counts(), 2), 20_000_010.0);
+        state.finish_waiting(u64::MAX - 10);
+        state.finish_waiting(u64::MAX - 30);
+        assert_eq!((state.in_flight(), state.waiting()), (0, 0));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn load_is_estimate_times_in_flight_plus_one() {
-        let now = Instant::now();
-        let state = ewma_state(now, Duration::from_millis(10));
+    #[test]
+    fn a_penalty_counts_as_a_peak() {
+        let (state, _time) = ewma_state(Duration::from_millis(10));
+        state.record_penalty(now(&state));
+        assert_eq!(state.rtt_estimate(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn load_is_estimate_times_in_flight_plus_one() {
+        let (state, _time) = ewma_state(Duration::from_millis(10));
         let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
-        assert_eq!(metric.load(&state, now), 10_000_000.0);
+        let at = now(&state);
+        assert_eq!(metric.load(&state, at), 10_000_000.0);
         state.start();
         state.start();
-        assert_eq!(metric.load(&state, now), 30_000_000.0);
-        assert_eq!(LoadMetric::InFlight.load(&state, now), 2.0);
+        assert_eq!(metric.load(&state, at), 30_000_000.0);
+        assert_eq!(LoadMetric::InFlight.load(&state, at), 2.0);
     }
 }

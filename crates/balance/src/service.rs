@@ -1,5 +1,6 @@
 use crate::{
     alias::AliasTable,
+    clock::Clock,
     draw::Draws,
     error::{BoxError, NoEligibleEndpoint, NotReady},
     future::ResponseFuture,
@@ -94,7 +95,7 @@ enum Ready {
     None,
     /// Picked and ready; with the pick's clock reading when the metric uses latency, reused as the
     /// request's start (one clock read saved per request).
-    Endpoint(usize, Option<Instant>),
+    Endpoint(usize, Option<u64>),
     NoEligible,
 }
 
@@ -125,7 +126,8 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     p2c: P2c,
     next_in_turn: usize,
     completion: C,
-    epoch: Instant,
+    /// Latency is measured on it; slow start follows tokio's clock (`admitted`, `next_ramp_step`).
+    clock: Clock,
     stats: PickStats,
     observer: Option<Observer<K>>,
     /// Set by [`Balance::with_service_load`]: P2C compares the endpoints' own `Load` instead of the
@@ -166,7 +168,7 @@ where
             p2c: P2c::with_draws(draws),
             next_in_turn: 0,
             completion: CompleteOnResponse::default(),
-            epoch: Instant::now(),
+            clock: Clock::new(),
             stats: PickStats::default(),
             observer: None,
             service_load: None,
@@ -195,7 +197,7 @@ where
             p2c: self.p2c,
             next_in_turn: self.next_in_turn,
             completion,
-            epoch: self.epoch,
+            clock: self.clock,
             stats: self.stats,
             observer: self.observer,
             service_load: self.service_load,
@@ -243,6 +245,20 @@ where
         self
     }
 
+    /// Measures latency on `clock` (a [`Clock::mock`] in tests and simulations). Endpoints already
+    /// added move to it keeping their estimates.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        for endpoint in &mut self.endpoints {
+            let estimate = endpoint.load.rtt_estimate();
+            let load = EndpointLoad::new(clock.clone(), &self.metric, estimate);
+            load.set_eligible(endpoint.load.is_eligible());
+            endpoint.load = Arc::new(load);
+        }
+        self.ready = Ready::None;
+        self.clock = clock;
+        self
+    }
+
     /// Whether the balancer is in panic mode (see [`with_panic_threshold`](Self::with_panic_threshold)).
     pub fn is_panicking(&self) -> bool {
         self.panicking
@@ -269,8 +285,8 @@ where
             return Some(old);
         }
         let now = Instant::now();
-        let initial = self.initial_rtt(now);
-        let load = Arc::new(EndpointLoad::new(self.epoch, now, &self.metric, initial));
+        let initial = self.initial_rtt();
+        let load = Arc::new(EndpointLoad::new(self.clock.clone(), &self.metric, initial));
         self.index.insert(key.clone(), self.endpoints.len());
         self.endpoints.push(Endpoint {
             key,
@@ -322,11 +338,11 @@ where
                 // Re-admitted: start from the pool's median estimate, neither the stale penalty that
                 // would starve it nor an idle-looking zero that would stampede it.
                 let now = Instant::now();
-                let median = self.median_rtt(now, Some(at));
+                let median = self.median_rtt(Some(at));
                 let endpoint = &mut self.endpoints[at];
                 endpoint.admitted = now;
                 if let (LoadMetric::PeakEwma(_), Some(median)) = (&self.metric, median) {
-                    endpoint.load.reset_estimate(median, now);
+                    endpoint.load.reset_estimate(median);
                 }
             }
             self.endpoints[at].load.set_eligible(eligible);
@@ -412,9 +428,10 @@ where
         Ok(self.claim(picked))
     }
 
-    fn claim(&mut self, (at, picked_at): (usize, Option<Instant>)) -> (&K, &mut S, LoadGuard) {
+    fn claim(&mut self, (at, picked_at): (usize, Option<u64>)) -> (&K, &mut S, LoadGuard) {
         // The pick's clock reading is the request's start: one clock read per request, not two.
-        let started = picked_at.or_else(|| self.metric.uses_clock().then(Instant::now));
+        let clock = &self.clock;
+        let started = picked_at.or_else(|| self.metric.uses_clock().then(|| clock.now()));
         let endpoint = &mut self.endpoints[at];
         let guard = LoadGuard::new(endpoint.load.clone(), started);
         (&endpoint.key, &mut endpoint.service, guard)
@@ -514,7 +531,7 @@ where
     fn select_excluding(
         &mut self,
         exclude: &[K],
-    ) -> Result<(usize, Option<Instant>), NoEligibleEndpoint> {
+    ) -> Result<(usize, Option<u64>), NoEligibleEndpoint> {
         if exclude.is_empty() {
             return self.select_at();
         }
@@ -547,7 +564,7 @@ where
         self.select_at().map(|(at, _)| at)
     }
 
-    fn select_at(&mut self) -> Result<(usize, Option<Instant>), NoEligibleEndpoint> {
+    fn select_at(&mut self) -> Result<(usize, Option<u64>), NoEligibleEndpoint> {
         if let Some(step) = self.next_ramp_step {
             if Instant::now() >= step {
                 self.rebuild();
@@ -574,9 +591,9 @@ where
                 None => (self.p2c.draw() % n as u64) as usize,
             },
             Policy::P2c => {
-                let now = self.metric.uses_clock().then(Instant::now);
+                let now = self.metric.uses_clock().then(|| self.clock.now());
                 picked_at = now;
-                let selection = self.select_p2c(n, now.unwrap_or(self.epoch));
+                let selection = self.select_p2c(n, now.unwrap_or(0));
                 if let Some(observer) = &self.observer {
                     self.notify(observer.clone(), &selection);
                 }
@@ -593,7 +610,7 @@ where
     }
 
     #[inline]
-    fn select_p2c(&mut self, n: usize, now: Instant) -> Selection {
+    fn select_p2c(&mut self, n: usize, now: u64) -> Selection {
         let Self {
             endpoints,
             eligible,
@@ -650,19 +667,19 @@ where
         }
     }
 
-    fn initial_rtt(&self, now: Instant) -> Duration {
+    fn initial_rtt(&self) -> Duration {
         let LoadMetric::PeakEwma(config) = &self.metric else {
             return FALLBACK_RTT;
         };
         match config.default_rtt {
             DefaultRtt::Fixed(rtt) => rtt,
-            DefaultRtt::PoolMedian => self.median_rtt(now, None).unwrap_or(FALLBACK_RTT),
+            DefaultRtt::PoolMedian => self.median_rtt(None).unwrap_or(FALLBACK_RTT),
         }
     }
 
     /// The median latency estimate of the eligible endpoints (all endpoints if none is eligible),
     /// leaving out `except`.
-    fn median_rtt(&self, now: Instant, except: Option<usize>) -> Option<Duration> {
+    fn median_rtt(&self, except: Option<usize>) -> Option<Duration> {
         let others = || {
             self.endpoints
                 .iter()
@@ -671,10 +688,10 @@ where
         };
         let mut estimates: Vec<Duration> = others()
             .filter(|(_, e)| e.load.is_eligible())
-            .map(|(_, e)| e.load.rtt_estimate(now))
+            .map(|(_, e)| e.load.rtt_estimate())
             .collect();
         if estimates.is_empty() {
-            estimates = others().map(|(_, e)| e.load.rtt_estimate(now)).collect();
+            estimates = others().map(|(_, e)| e.load.rtt_estimate()).collect();
         }
         if estimates.is_empty() {
             return None;
@@ -795,7 +812,7 @@ impl<K, S, C> tower::load::Load for Balance<K, S, C> {
         if self.eligible.is_empty() {
             return f64::INFINITY;
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let total: f64 = self
             .eligible
             .iter()
@@ -840,9 +857,10 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         let uses_clock = self.metric.uses_clock();
-        let started = |picked_at: Option<Instant>| {
+        let clock = &self.clock;
+        let started = |picked_at: Option<u64>| {
             if uses_clock {
-                picked_at.or_else(|| Some(Instant::now()))
+                picked_at.or_else(|| Some(clock.now()))
             } else {
                 None
             }

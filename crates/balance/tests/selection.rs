@@ -1,7 +1,7 @@
 //! Selection as a `Balance` makes it: read counts, draws, weights, ties, membership, PeakEWMA defaults.
 
 use duet_balance::{
-    Balance, CompleteOnBodyEnd, DefaultRtt, Draws, LoadMetric, PeakEwmaConfig, Policy,
+    Balance, Clock, CompleteOnBodyEnd, DefaultRtt, Draws, LoadMetric, PeakEwmaConfig, Policy,
 };
 use std::{
     collections::HashMap,
@@ -274,7 +274,7 @@ async fn weight_zero_is_ineligible() {
 #[tokio::test(start_paused = true)]
 async fn a_new_endpoint_starts_at_the_pool_median() {
     let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
-    let mut balance = Balance::with_seed(metric, 1);
+    let mut balance = Balance::with_seed(metric, 1).with_clock(Clock::tokio());
     let sleepy = |ms: u64| {
         service_fn(move |_: u32| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -282,9 +282,8 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
         })
     };
     balance.insert("first", 1, sleepy(0));
-    let now = tokio::time::Instant::now();
     assert_eq!(
-        balance.endpoint_load(&"first").map(|l| l.rtt_estimate(now)),
+        balance.endpoint_load(&"first").map(|l| l.rtt_estimate()),
         Some(Duration::from_millis(30))
     );
     balance.insert("slow", 1, sleepy(0));
@@ -303,13 +302,12 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
     for key in ["first", "slow", "fast"] {
         balance.set_weight(&key, 1);
     }
-    let now = tokio::time::Instant::now();
     let estimates: Vec<Duration> = ["first", "slow", "fast"]
         .iter()
         .map(|k| {
             balance
                 .endpoint_load(k)
-                .map(|l| l.rtt_estimate(now))
+                .map(|l| l.rtt_estimate())
                 .unwrap_or_default()
         })
         .collect();
@@ -317,9 +315,7 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
     sorted.sort();
     balance.insert("newcomer", 1, sleepy(0));
     assert_eq!(
-        balance
-            .endpoint_load(&"newcomer")
-            .map(|l| l.rtt_estimate(now)),
+        balance.endpoint_load(&"newcomer").map(|l| l.rtt_estimate()),
         Some(sorted[1]),
         "median of {estimates:?}"
     );
@@ -334,18 +330,20 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
             ..PeakEwmaConfig::default()
         }),
         1,
-    );
+    )
+    .with_clock(Clock::tokio());
     fixed.insert("x", 1, sleepy(0));
     assert_eq!(
-        fixed.endpoint_load(&"x").map(|l| l.rtt_estimate(now)),
+        fixed.endpoint_load(&"x").map(|l| l.rtt_estimate()),
         Some(Duration::from_millis(7))
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_penalised_status_records_the_penalty() {
-    let mut balance =
-        Balance::with_seed(LoadMetric::default(), 1).with_completion(CompleteOnBodyEnd::default());
+    let mut balance = Balance::with_seed(LoadMetric::default(), 1)
+        .with_clock(Clock::tokio())
+        .with_completion(CompleteOnBodyEnd::default());
     let status = |code: u16| {
         service_fn(move |_: u32| async move {
             let mut response = http::Response::new(http_body_util::Empty::<bytes::Bytes>::new());
@@ -356,11 +354,8 @@ async fn a_penalised_status_records_the_penalty() {
     balance.insert("shedding", 1, status(503));
     let response = serve_one(&mut balance).await;
     assert_eq!(response.status(), 503);
-    let now = tokio::time::Instant::now();
     assert_eq!(
-        balance
-            .endpoint_load(&"shedding")
-            .map(|l| l.rtt_estimate(now)),
+        balance.endpoint_load(&"shedding").map(|l| l.rtt_estimate()),
         Some(Duration::from_secs(1))
     );
     // A connect failure is penalised the same way.
@@ -369,9 +364,7 @@ async fn a_penalised_status_records_the_penalty() {
     balance.set_eligible(&"shedding", false);
     assert!(balance.ready().await.expect("ready").call(0).await.is_err());
     assert_eq!(
-        balance
-            .endpoint_load(&"refusing")
-            .map(|l| l.rtt_estimate(now)),
+        balance.endpoint_load(&"refusing").map(|l| l.rtt_estimate()),
         Some(Duration::from_secs(1))
     );
     assert_eq!(
@@ -498,7 +491,7 @@ async fn a_retry_never_picks_an_excluded_endpoint() {
 
 #[tokio::test(start_paused = true)]
 async fn a_readmitted_endpoint_restarts_at_the_median_estimate() {
-    let mut balance = Balance::with_seed(LoadMetric::default(), 12);
+    let mut balance = Balance::with_seed(LoadMetric::default(), 12).with_clock(Clock::tokio());
     let sleepy = |ms: u64| {
         service_fn(move |_: u32| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -518,20 +511,19 @@ async fn a_readmitted_endpoint_restarts_at_the_median_estimate() {
     for k in 0..4u32 {
         balance.set_weight(&k, 1);
     }
-    let now = tokio::time::Instant::now();
     let before = balance
         .endpoint_load(&3)
-        .map(|l| l.rtt_estimate(now))
+        .map(|l| l.rtt_estimate())
         .expect("3");
     assert!(before > Duration::from_millis(800), "{before:?}");
     balance.set_eligible(&3, false);
     balance.set_eligible(&3, true);
     let median = balance
         .endpoint_load(&1)
-        .map(|l| l.rtt_estimate(now))
+        .map(|l| l.rtt_estimate())
         .expect("1");
     assert_eq!(
-        balance.endpoint_load(&3).map(|l| l.rtt_estimate(now)),
+        balance.endpoint_load(&3).map(|l| l.rtt_estimate()),
         Some(median),
         "median of 10, 20, 40 ms"
     );
@@ -581,7 +573,8 @@ async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_comp
             ..PeakEwmaConfig::default()
         }),
         7,
-    );
+    )
+    .with_clock(Clock::tokio());
     balance.insert("stalled", 1, echo());
     balance.insert("healthy", 1, echo());
     // One request outstanding on each, as at any moment under steady load; the healthy one's is recent.
@@ -602,9 +595,7 @@ async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_comp
         .collect();
     assert!(picks.iter().all(|k| *k == "healthy"), "{picks:?}");
     assert_eq!(
-        balance
-            .endpoint_load(&"stalled")
-            .map(|l| l.rtt_estimate(tokio::time::Instant::now())),
+        balance.endpoint_load(&"stalled").map(|l| l.rtt_estimate()),
         Some(Duration::from_millis(100)),
         "its waiting request's age is its estimate's floor"
     );

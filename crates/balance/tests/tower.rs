@@ -200,6 +200,27 @@ async fn counters_hold_when_guards_end_on_other_threads() {
         let mut balance = balance.lock().expect("lock");
         balance.insert(name, 1, Switch::new(name).0);
     }
+    // A reader on its own thread, as a metrics scrape would be, sees every estimate in range while
+    // guards start and end everywhere: counts and the sum of start times are read as one moment.
+    let loads: Vec<_> = {
+        let balance = balance.lock().expect("lock");
+        balance.endpoints().map(|e| e.load.clone()).collect()
+    };
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut worst = std::time::Duration::ZERO;
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && reads < 50_000_000 {
+                for load in &loads {
+                    worst = worst.max(load.rtt_estimate());
+                    reads += 1;
+                }
+            }
+            (worst, reads)
+        })
+    };
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let balance = balance.clone();
@@ -222,6 +243,13 @@ async fn counters_hold_when_guards_end_on_other_threads() {
     for task in tasks {
         task.await.expect("task");
     }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (worst, reads) = reader.join().expect("reader");
+    // 30 ms is the starting estimate; nothing here takes longer than a scheduling hiccup.
+    assert!(
+        worst < std::time::Duration::from_millis(200),
+        "{worst:?} over {reads} reads"
+    );
     let balance = balance.lock().expect("lock");
     let picks: u64 = balance.endpoints().map(|e| e.load.picks()).sum();
     assert_eq!(picks, 8 * 500);
@@ -229,7 +257,7 @@ async fn counters_hold_when_guards_end_on_other_threads() {
         assert_eq!(endpoint.load.in_flight(), 0, "{}", endpoint.key);
         assert_eq!(endpoint.load.waiting(), 0, "{}", endpoint.key);
         // Nothing is waiting for a sample any more: the estimate is the EWMA alone, a few µs at most.
-        let estimate = endpoint.load.rtt_estimate(tokio::time::Instant::now());
+        let estimate = endpoint.load.rtt_estimate();
         assert!(
             estimate < std::time::Duration::from_millis(50),
             "{}: {estimate:?}",

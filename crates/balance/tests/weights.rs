@@ -2,7 +2,7 @@
 //! share (w / Σw, ± 0.05) whether requests come one at a time or 16 at once; and a slow endpoint stays
 //! out under PeakEWMA whatever its weight. Virtual time: each request takes its endpoint's latency.
 
-use duet_balance::{Balance, LoadGuard, LoadMetric, PeakEwmaConfig, Policy};
+use duet_balance::{Balance, Clock, LoadGuard, LoadMetric, PeakEwmaConfig, Policy};
 use std::{cmp::Reverse, collections::BinaryHeap, time::Duration};
 use tokio::time::Instant;
 
@@ -30,7 +30,9 @@ async fn shares(
     concurrency: usize,
     requests: usize,
 ) -> Vec<f64> {
-    let mut balance: Balance<usize, ()> = Balance::with_seed(metric, 11).with_policy(policy);
+    let mut balance: Balance<usize, ()> = Balance::with_seed(metric, 11)
+        .with_policy(policy)
+        .with_clock(Clock::tokio());
     for (key, &weight) in weights.iter().enumerate() {
         balance.insert(key, weight, ());
     }

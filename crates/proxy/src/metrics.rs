@@ -16,7 +16,6 @@ use std::{
         Arc, Mutex,
     },
 };
-use tokio::time::Instant;
 
 /// Counters of one cluster in one worker.
 #[derive(Debug, Default)]
@@ -370,7 +369,6 @@ impl Registry {
             .workers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = Instant::now();
         let mut out = String::new();
         let mut family =
             |name: &str, kind: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
@@ -766,7 +764,7 @@ impl Registry {
                     "duet_backend_rtt_estimate_seconds{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {:.6}",
                     LabelValue(&c.name),
                     b.address,
-                    b.load.rtt_estimate(now).as_secs_f64()
+                    b.load.rtt_estimate().as_secs_f64()
                 );
                 }
             },
@@ -868,7 +866,6 @@ impl Registry {
             .workers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = Instant::now();
         let mut out = format!(
             "duet {}: {} workers\n",
             env!("CARGO_PKG_VERSION"),
@@ -895,7 +892,7 @@ impl Registry {
                 let in_flight: u64 = cells().map(|b| b.load.in_flight()).sum();
                 let picks: u64 = cells().map(|b| b.load.picks()).sum();
                 let rtt: f64 = cells()
-                    .map(|b| b.load.rtt_estimate(now).as_secs_f64())
+                    .map(|b| b.load.rtt_estimate().as_secs_f64())
                     .sum::<f64>()
                     / workers.len().max(1) as f64;
                 let _ = writeln!(

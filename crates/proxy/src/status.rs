@@ -14,7 +14,6 @@ use std::{
     sync::atomic::Ordering::Relaxed,
     time::Duration,
 };
-use tokio::time::Instant;
 
 /// What the status page shows, summed over workers.
 #[derive(Debug, Serialize)]
@@ -204,7 +203,6 @@ impl Registry {
     /// A snapshot for the status page: `health` is the control plane's current health-check view;
     /// counts and rates cover `window` (the last minute), or everything since start without one.
     pub fn status(&self, health: &HealthView, window: Option<&StatusWindow>) -> Status {
-        let now = Instant::now();
         let totals = self.totals();
         let empty = Totals::default();
         // Without a reading the figures run from the start, and so does the window.
@@ -230,7 +228,6 @@ impl Registry {
                             let view = View {
                                 health,
                                 workers: worker_count,
-                                now,
                                 totals: &totals,
                                 baseline,
                             };
@@ -264,7 +261,6 @@ impl Registry {
 struct View<'a> {
     health: &'a HealthView,
     workers: usize,
-    now: Instant,
     totals: &'a Totals,
     baseline: &'a Totals,
 }
@@ -334,7 +330,7 @@ fn cluster_status(
                 in_flight: cells.iter().map(|b| b.load.in_flight()).sum(),
                 rtt_estimate_ms: cells
                     .iter()
-                    .map(|b| b.load.rtt_estimate(view.now).as_secs_f64() * 1000.0)
+                    .map(|b| b.load.rtt_estimate().as_secs_f64() * 1000.0)
                     .sum::<f64>()
                     / cells.len().max(1) as f64,
                 picks: counts.picks,
