@@ -42,12 +42,27 @@ struct Duet {
 
 impl Duet {
     fn start(workers: usize, policy: &str, backends: &[SocketAddr]) -> Self {
-        // Balancing alone: no retries, no ejection, so each policy is measured by its choices.
+        Self::start_checked(workers, policy, backends, None)
+    }
+
+    /// Balancing alone: no retries, no ejection, so each policy is measured by its choices; with
+    /// `health_check` (the YAML of one), active checks as an operator would run them.
+    fn start_checked(
+        workers: usize,
+        policy: &str,
+        backends: &[SocketAddr],
+        health_check: Option<&str>,
+    ) -> Self {
         let yaml = DuetConfig::single(policy, backends)
             .workers(workers)
             .with_cluster("app", |c| {
-                c.set("retries", "{ attempts: 1 }")
-                    .set("outlier_detection", "{ consecutive_failures: 0 }")
+                let c = c
+                    .set("retries", "{ attempts: 1 }")
+                    .set("outlier_detection", "{ consecutive_failures: 0 }");
+                match health_check {
+                    Some(check) => c.set("health_check", check),
+                    None => c,
+                }
             })
             .to_yaml();
         let config = std::env::temp_dir().join(format!(
@@ -197,13 +212,18 @@ fn tower(requests: usize) {
     }
 }
 
+/// Health checks for the `+hc` run of the Linkerd experiment: `/`, the path clients use (the testbed's
+/// `/healthz` answers at once whatever the backend's delay), every 500 ms, failing past 1 s.
+const LINKERD_CHECK: &str =
+    "{ path: /, interval: 500ms, timeout: 1s, unhealthy_threshold: 2, healthy_threshold: 1 }";
+
 /// Linkerd "beyond round robin", scaled to a 2-core machine: 11 backends around 167 ms, one held at 2 s
 /// for the middle half of the run, open-loop fixed rate, 1 s client timeout.
 fn linkerd(seconds: u64, rate: f64) {
     let duration = Duration::from_secs(seconds);
     println!("\nLinkerd setup: 11 backends ~167 ms (117-217), b0 at 2 s from {}s to {}s; {rate} req/s open loop for {seconds} s; 1 s timeout", seconds / 4, 3 * seconds / 4);
     println!(
-        "{:<15} {:>7} {:>9} {:>9} {:>9} {:>9}",
+        "{:<17} {:>7} {:>9} {:>9} {:>9} {:>9}",
         "policy", "workers", "success", "p50 ms", "p99 ms", "p99.9 ms"
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -215,8 +235,22 @@ fn linkerd(seconds: u64, rate: f64) {
     let mut shares = Vec::new();
     let mut every_backend: Vec<Series> = Vec::new();
     let mut recovery = Vec::new();
+    // The same runs for the recommended policy with active health checks on the path clients use:
+    // probes that cost no client request are what can see a starved backend recover.
+    let mut variants: Vec<(String, &str, Option<&str>)> = policies()
+        .into_iter()
+        .map(|p| (p.to_owned(), p, None))
+        .collect();
+    if policies().contains(&"p2c_peak_ewma") {
+        variants.push((
+            "p2c_peak_ewma+hc".to_owned(),
+            "p2c_peak_ewma",
+            Some(LINKERD_CHECK),
+        ));
+    }
     for workers in [1usize, 2, 4] {
-        for policy in policies() {
+        for (label, policy, check) in &variants {
+            let (label, policy) = (label.as_str(), *policy);
             let backends: Vec<Backend> = (0..11)
                 .map(|i| {
                     let mut options = BackendOptions::named(&format!("b{i}"))
@@ -232,12 +266,12 @@ fn linkerd(seconds: u64, rate: f64) {
                 })
                 .collect();
             let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
-            let duet = Duet::start(workers, policy, &addresses);
+            let duet = Duet::start_checked(workers, policy, &addresses, *check);
             let uri = format!("http://{}/", duet.address).parse().expect("uri");
             let samples = runtime.block_on(open_loop(uri, rate, duration, Duration::from_secs(1)));
             let (success, q) = summary(&samples);
             println!(
-                "{policy:<15} {workers:>7} {:>8.2}% {:>9.1} {:>9.1} {:>9.1}",
+                "{label:<17} {workers:>7} {:>8.2}% {:>9.1} {:>9.1} {:>9.1}",
                 success * 100.0,
                 q(0.5),
                 q(0.99),
@@ -253,7 +287,7 @@ fn linkerd(seconds: u64, rate: f64) {
                 println!("{:>23} failed requests sent at (s): {failed_at:?}", "");
             }
             results.push(json!({
-                "policy": policy, "workers": workers, "requests": samples.len(), "success_rate": success,
+                "policy": label, "workers": workers, "requests": samples.len(), "success_rate": success,
                 "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "failed_sent_at_s": failed_at,
             }));
             let slow = backends[0].requests_per_second();
@@ -266,7 +300,7 @@ fn linkerd(seconds: u64, rate: f64) {
             });
             let back_in = back.map(|t| (t - recovered_at) as f64);
             recovery.push(format!(
-                "{policy} ({workers} worker{}): {}",
+                "{label} ({workers} worker{}): {}",
                 if workers == 1 { "" } else { "s" },
                 back_in.map_or("not within the run".to_owned(), |s| format!("{s} s"))
             ));
@@ -285,10 +319,10 @@ fn linkerd(seconds: u64, rate: f64) {
                     })
                     .collect();
                 shares.push(Series {
-                    name: policy.to_owned(),
+                    name: label.to_owned(),
                     points,
                 });
-                if policy == "p2c_peak_ewma" {
+                if label == "p2c_peak_ewma" {
                     // Every backend's share, second by second, for the policy duet recommends.
                     let share = |counts: &Vec<u64>, t: usize| {
                         let total: u64 = all.iter().map(|b| b.get(t).copied().unwrap_or(0)).sum();
