@@ -142,7 +142,8 @@ pub struct EndpointLoad {
     /// Clock reading of the last sample.
     stamp: AtomicU64,
     clock: Clock,
-    tau_ns: f64,
+    /// Clock ticks divided by τ: a span in ticks times this is the span over τ, with no division.
+    decay_per_tick: f64,
     penalty_ns: f64,
     sample_at: SampleAt,
 }
@@ -167,8 +168,8 @@ impl EndpointLoad {
             waiting_since: AtomicU64::new(0),
             ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
             stamp: AtomicU64::new(clock.now()),
+            decay_per_tick: clock.ns_per_tick() / (tau.as_nanos() as u64 as f64).max(1.0),
             clock,
-            tau_ns: (tau.as_nanos() as u64 as f64).max(1.0),
             penalty_ns: penalty.as_nanos() as u64 as f64,
             sample_at,
         }
@@ -223,8 +224,8 @@ impl EndpointLoad {
     pub(crate) fn estimate_ns(&self, now: u64, counts: u64) -> f64 {
         let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
         let in_flight = Self::in_flight_of(counts);
-        let elapsed = self.clock.nanos(self.stamp.load(Relaxed), now);
-        let projected = peak_ewma::project(ewma, elapsed as f64, self.tau_ns, in_flight);
+        let elapsed = now.saturating_sub(self.stamp.load(Relaxed)) as f64;
+        let projected = peak_ewma::project_scaled(ewma, elapsed * self.decay_per_tick, in_flight);
         let waiting = counts >> 32;
         if waiting == 0 {
             return projected;
@@ -249,8 +250,7 @@ impl EndpointLoad {
         if age_sum > i64::MAX as u64 {
             return 0.0;
         }
-        let mean_age = age_sum / waiting;
-        self.clock.nanos(0, mean_age) as f64
+        self.clock.ticks_as_nanos(age_sum) / waiting as f64
     }
 
     /// Counts a request that does not wait for a latency sample (the metric needs none).
@@ -310,18 +310,17 @@ impl EndpointLoad {
 
     /// Records the latency of a request that started at the reading `started`, sampled at `now`.
     pub(crate) fn record_since(&self, started: u64, now: u64) {
-        self.record_ns(self.clock.nanos(started, now) as f64, now);
+        self.record_ns(self.clock.nanos(started, now), now);
     }
 
     fn record_ns(&self, rtt_ns: f64, now: u64) {
         let stamp = self.stamp.load(Relaxed);
-        let elapsed = self.clock.nanos(stamp, now) as f64;
-        let tau = self.tau_ns;
+        let weight = peak_ewma::decay(now.saturating_sub(stamp) as f64 * self.decay_per_tick);
         // The pair (estimate, stamp) is not updated as one: two samples completing at the same instant on
         // two threads may each decay from the other's stamp. The error is bounded by one sample's weight
         // and cannot happen in duet's single-threaded workers.
         let _ = self.ewma_ns.fetch_update(Relaxed, Relaxed, |bits| {
-            Some(peak_ewma::update(f64::from_bits(bits), rtt_ns, elapsed, tau).to_bits())
+            Some(peak_ewma::blend(f64::from_bits(bits), rtt_ns, weight).to_bits())
         });
         if now > stamp {
             self.stamp.store(now, Relaxed);
@@ -336,10 +335,15 @@ pub mod peak_ewma {
     /// it (peak); otherwise `ewma·w + rtt·(1 − w)` with `w = exp(−elapsed/τ)`.
     #[inline]
     pub fn update(ewma: f64, rtt: f64, elapsed: f64, tau: f64) -> f64 {
+        blend(ewma, rtt, decay(elapsed / tau))
+    }
+
+    /// [`update`] with the weight `w = exp(−elapsed/τ)` computed by the caller.
+    #[inline]
+    pub(crate) fn blend(ewma: f64, rtt: f64, w: f64) -> f64 {
         if rtt > ewma {
             rtt
         } else {
-            let w = decay(elapsed / tau);
             ewma * w + rtt * (1.0 - w)
         }
     }
@@ -348,7 +352,7 @@ pub mod peak_ewma {
     /// in seconds are the common case, and the polynomial's error there (below x³/6 < 2·10⁻¹⁰) is far
     /// under anything a load comparison can notice, at a fraction of `exp`'s cost.
     #[inline]
-    fn decay(x: f64) -> f64 {
+    pub(crate) fn decay(x: f64) -> f64 {
         if x < 1e-3 {
             1.0 - x + 0.5 * x * x
         } else {
@@ -362,10 +366,16 @@ pub mod peak_ewma {
     /// fade would make a black hole look idle and attract ever more traffic.
     #[inline]
     pub fn project(ewma: f64, elapsed: f64, tau: f64, in_flight: u64) -> f64 {
-        if elapsed <= 0.0 || in_flight > 0 {
+        project_scaled(ewma, elapsed / tau, in_flight)
+    }
+
+    /// [`project`] with the time since the last sample given in units of τ.
+    #[inline]
+    pub(crate) fn project_scaled(ewma: f64, elapsed_over_tau: f64, in_flight: u64) -> f64 {
+        if elapsed_over_tau <= 0.0 || in_flight > 0 {
             ewma
         } else {
-            ewma * decay(elapsed / tau)
+            ewma * decay(elapsed_over_tau)
         }
     }
 
