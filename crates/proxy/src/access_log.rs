@@ -200,15 +200,16 @@ pub fn set_access_log_sink(json: bool, write: impl Fn(&[u8]) + Send + Sync + 'st
 }
 
 impl AccessLog {
+    /// The line, written field by field without the formatting machinery (a line per request is the
+    /// default, and `write!` per field cost more than the rest of the request's handling in duet).
     fn format(&self, line: &mut String, json: bool, duration_ms: f64, upstream_head_ms: f64) {
-        use fmt::Write as _;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let micros = now.subsec_micros();
         SECOND.with(|second| {
             let mut second = second.borrow_mut();
             if second.0 != now.as_secs() {
+                use fmt::Write as _;
                 let (date, time) = civil(now.as_secs());
                 second.1.clear();
                 let _ = write!(
@@ -219,71 +220,192 @@ impl AccessLog {
                 second.0 = now.as_secs();
             }
             if json {
-                let _ = write!(
-                    line,
-                    "{{\"timestamp\":\"{}.{micros:06}Z\",\"level\":\"INFO\"",
-                    second.1
-                );
-            } else {
-                let _ = write!(line, "{}.{micros:06}Z  INFO duet::access:", second.1);
+                line.push_str("{\"timestamp\":\"");
             }
+            line.push_str(&second.1);
+            line.push('.');
+            push_padded(line, u64::from(now.subsec_micros()), 6);
+            line.push_str(if json {
+                "Z\",\"level\":\"INFO\""
+            } else {
+                "Z  INFO duet::access:"
+            });
         });
-        let mut field = |name: &str, value: fmt::Arguments<'_>, quoted: bool| {
-            if json {
-                let _ = write!(line, ",\"{name}\":");
-                if quoted {
-                    line.push('"');
-                    let _ = JsonEscaped(&mut *line).write_fmt(value);
-                    line.push('"');
-                } else {
-                    let _ = line.write_fmt(value);
+        let mut fields = Fields { line, json };
+        fields.address("client", |line| push_ip(line, self.client));
+        fields.text("method", self.method.as_str());
+        fields.text("host", text(self.host.as_ref()));
+        fields.text("path", &self.path);
+        fields.text("protocol", protocol(self.version));
+        fields.number("status", u64::from(self.status.as_u16()));
+        fields.text("cluster", self.cluster.as_deref().unwrap_or("-"));
+        match self.backend {
+            Some(backend) => fields.address("backend", |line| push_socket(line, backend)),
+            None => fields.text("backend", "-"),
+        }
+        if self.tried.is_empty() {
+            fields.text("tried", "-");
+        } else {
+            fields.address("tried", |line| {
+                for (i, backend) in self.tried.iter().enumerate() {
+                    if i > 0 {
+                        line.push(',');
+                    }
+                    push_socket(line, *backend);
                 }
-            } else {
-                let _ = write!(line, " {name}=");
-                let _ = line.write_fmt(value);
-            }
-        };
-        field("client", format_args!("{}", self.client), true);
-        field("method", format_args!("{}", self.method), true);
-        field("host", format_args!("{}", text(self.host.as_ref())), true);
-        field("path", format_args!("{}", self.path), true);
-        field("protocol", format_args!("{:?}", self.version), true);
-        field("status", format_args!("{}", self.status.as_u16()), false);
-        field(
-            "cluster",
-            format_args!("{}", self.cluster.as_deref().unwrap_or("-")),
-            true,
-        );
-        field("backend", format_args!("{}", OrDash(self.backend)), true);
-        field("tried", format_args!("{}", Joined(&self.tried)), true);
-        field("attempts", format_args!("{}", self.attempts), false);
-        field("duration_ms", format_args!("{duration_ms:?}"), false);
-        field(
-            "upstream_head_ms",
-            format_args!("{upstream_head_ms:?}"),
-            false,
-        );
-        field("bytes", format_args!("{}", self.bytes), false);
-        field(
-            "bytes_received",
-            format_args!("{}", self.received.bytes()),
-            false,
-        );
-        field("outcome", format_args!("{}", self.outcome), true);
-        field(
-            "user_agent",
-            format_args!("{}", text(self.user_agent.as_ref())),
-            true,
-        );
-        field(
-            "request_id",
-            format_args!("{}", text(Some(&self.request_id))),
-            true,
-        );
+            });
+        }
+        fields.number("attempts", u64::from(self.attempts));
+        fields.millis("duration_ms", duration_ms);
+        fields.millis("upstream_head_ms", upstream_head_ms);
+        fields.number("bytes", self.bytes);
+        fields.number("bytes_received", self.received.bytes());
+        fields.text("outcome", self.outcome);
+        fields.text("user_agent", text(self.user_agent.as_ref()));
+        fields.text("request_id", text(Some(&self.request_id)));
         if json {
             line.push_str(",\"target\":\"duet::access\"}");
         }
         line.push('\n');
+    }
+}
+
+/// Fields appended to a line: ` name=value` in text, `,"name":value` in JSON.
+struct Fields<'a> {
+    line: &'a mut String,
+    json: bool,
+}
+
+impl Fields<'_> {
+    fn name(&mut self, name: &str) {
+        if self.json {
+            self.line.push_str(",\"");
+            self.line.push_str(name);
+            self.line.push_str("\":");
+        } else {
+            self.line.push(' ');
+            self.line.push_str(name);
+            self.line.push('=');
+        }
+    }
+
+    /// A string: quoted and escaped in JSON.
+    fn text(&mut self, name: &str, value: &str) {
+        self.name(name);
+        if !self.json {
+            self.line.push_str(value);
+        } else if value
+            .bytes()
+            .any(|b| b == b'"' || b == b'\\' || b < 0x20)
+        {
+            use fmt::Write as _;
+            self.line.push('"');
+            let _ = JsonEscaped(&mut *self.line).write_str(value);
+            self.line.push('"');
+        } else {
+            self.line.push('"');
+            self.line.push_str(value);
+            self.line.push('"');
+        }
+    }
+
+    /// Text that never needs escaping (addresses), written by `write`: quoted in JSON.
+    fn address(&mut self, name: &str, write: impl FnOnce(&mut String)) {
+        self.name(name);
+        if self.json {
+            self.line.push('"');
+        }
+        write(self.line);
+        if self.json {
+            self.line.push('"');
+        }
+    }
+
+    fn number(&mut self, name: &str, value: u64) {
+        self.name(name);
+        self.line.push_str(itoa::Buffer::new().format(value));
+    }
+
+    /// Milliseconds rounded to the microsecond, written as `{:?}` writes them (`2.0`, `1.25`, `-1.0`).
+    fn millis(&mut self, name: &str, ms: f64) {
+        self.name(name);
+        let micros = (ms * 1000.0).round();
+        if !micros.is_finite() || micros.abs() >= 1e15 {
+            use fmt::Write as _;
+            let _ = write!(self.line, "{ms:?}");
+            return;
+        }
+        let micros = micros as i64;
+        if micros < 0 {
+            self.line.push('-');
+        }
+        let micros = micros.unsigned_abs();
+        self.line.push_str(itoa::Buffer::new().format(micros / 1000));
+        self.line.push('.');
+        let mut fraction = micros % 1000;
+        if fraction == 0 {
+            self.line.push('0');
+            return;
+        }
+        let mut width = 3;
+        while fraction % 10 == 0 {
+            fraction /= 10;
+            width -= 1;
+        }
+        push_padded(self.line, fraction, width);
+    }
+}
+
+/// `value` in decimal, left-padded with zeros to `width` digits.
+fn push_padded(line: &mut String, value: u64, width: usize) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(value);
+    for _ in digits.len()..width {
+        line.push('0');
+    }
+    line.push_str(digits);
+}
+
+fn push_ip(line: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(ip) => {
+            for (i, octet) in ip.octets().into_iter().enumerate() {
+                if i > 0 {
+                    line.push('.');
+                }
+                line.push_str(itoa::Buffer::new().format(octet));
+            }
+        }
+        IpAddr::V6(ip) => {
+            use fmt::Write as _;
+            let _ = write!(line, "{ip}");
+        }
+    }
+}
+
+fn push_socket(line: &mut String, address: SocketAddr) {
+    match address {
+        SocketAddr::V4(address) => {
+            push_ip(line, IpAddr::V4(*address.ip()));
+            line.push(':');
+            line.push_str(itoa::Buffer::new().format(address.port()));
+        }
+        SocketAddr::V6(address) => {
+            use fmt::Write as _;
+            let _ = write!(line, "{address}");
+        }
+    }
+}
+
+/// The protocol as `{:?}` of [`Version`] writes it.
+fn protocol(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_11 => "HTTP/1.1",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "-",
     }
 }
 
@@ -345,6 +467,38 @@ fn loggable_path(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_and_addresses_are_written_as_the_formatting_machinery_writes_them() {
+        let millis = |ms: f64| {
+            let mut line = String::new();
+            Fields {
+                line: &mut line,
+                json: false,
+            }
+            .millis("m", ms);
+            line
+        };
+        for ms in [0.0, 2.0, 1.25, 0.001, 1.23, 17.5, 999.999, 1234.5, -1.0, 60_000.0] {
+            let rounded = (ms * 1000.0f64).round() / 1000.0;
+            assert_eq!(millis(rounded), format!(" m={rounded:?}"), "{ms}");
+        }
+        for address in ["127.0.0.1:8080", "10.0.0.255:1", "[::1]:443", "[2001:db8::7]:80"] {
+            let address: SocketAddr = address.parse().expect("address");
+            let mut line = String::new();
+            push_socket(&mut line, address);
+            assert_eq!(line, address.to_string());
+            let mut line = String::new();
+            push_ip(&mut line, address.ip());
+            assert_eq!(line, address.ip().to_string());
+        }
+        let mut line = String::new();
+        push_padded(&mut line, 42, 6);
+        assert_eq!(line, "000042");
+        for version in [Version::HTTP_09, Version::HTTP_10, Version::HTTP_11, Version::HTTP_2] {
+            assert_eq!(protocol(version), format!("{version:?}"));
+        }
+    }
 
     #[test]
     fn civil_dates_match_the_calendar() {

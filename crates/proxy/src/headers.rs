@@ -2,13 +2,13 @@
 //! are added.
 
 use http::{header, HeaderMap, HeaderName, HeaderValue, Version};
-use std::{fmt::Write, net::IpAddr};
+use std::{cell::RefCell, fmt::Write, net::IpAddr};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// The protocols duet tunnels after a `101 Switching Protocols`. HTTP/2 over cleartext (`h2c`) is never
 /// one of them: a request offering it is forwarded as plain HTTP/1.1.
@@ -63,6 +63,9 @@ fn has_token(value: &HeaderValue, token: &str) -> bool {
 /// `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` (the message is re-framed) and `Upgrade`.
 /// With `upgrade`, the next hop is asked for that protocol alone (`Connection: upgrade`).
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderValue>) {
+    if upgrade.is_none() && !any_of(headers, &HOP_BY_HOP) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -77,15 +80,30 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderV
         }
         headers.remove(header::CONNECTION);
     }
-    headers.remove(&KEEP_ALIVE);
-    headers.remove(&PROXY_CONNECTION);
-    headers.remove(header::TE);
-    headers.remove(header::TRANSFER_ENCODING);
-    headers.remove(header::UPGRADE);
+    for name in &HOP_BY_HOP[1..] {
+        headers.remove(name);
+    }
     if let Some(protocol) = upgrade {
         headers.insert(header::UPGRADE, protocol);
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
+}
+
+/// The hop-by-hop fields every message loses (`Connection` first: the fields it names go too).
+static HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Whether `headers` holds any field of `names`. Most messages hold none of the fields a proxy strips,
+/// and one pass over the few names present (an enum comparison each, for standard names) costs less
+/// than a hashed look-up per name stripped.
+fn any_of(headers: &HeaderMap, names: &[HeaderName]) -> bool {
+    headers.keys().any(|present| names.contains(present))
 }
 
 /// Why a message's `Transfer-Encoding` cannot be relayed: duet decodes `chunked` and nothing else.
@@ -111,6 +129,28 @@ static FORWARDING: [HeaderName; 6] = [
     header::FORWARDED,
 ];
 
+thread_local! {
+    /// The last client address this worker formatted, and its text: a keep-alive connection's requests
+    /// all come from one address, so formatting it once per run of requests is enough.
+    static LAST_ADDRESS: RefCell<Option<(IpAddr, HeaderValue)>> = const { RefCell::new(None) };
+}
+
+/// `client` as a field value (its text; a clone of the last one made when the address repeats).
+fn address_value(client: IpAddr) -> HeaderValue {
+    LAST_ADDRESS.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((address, value)) = last.as_ref() {
+            if *address == client {
+                return value.clone();
+            }
+        }
+        let value = HeaderValue::from_maybe_shared(bytes::Bytes::from(client.to_string()))
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        *last = Some((client, value.clone()));
+        value
+    })
+}
+
 /// Sets `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host`. From a `trusted` peer (another
 /// proxy listed in the listener's `trusted_proxies`) the `X-Forwarded-For` chain is kept and this client
 /// appended; from anyone else every forwarding field the client sent (`X-Forwarded-*`, `Forwarded`,
@@ -122,9 +162,9 @@ pub(crate) fn add_forwarding(
     secure: bool,
     trusted: bool,
 ) {
-    // One string for the whole chain: earlier hops as they came, then this client.
-    let mut chain = String::with_capacity(48);
     if trusted {
+        // One string for the whole chain: earlier hops as they came, then this client.
+        let mut chain = String::with_capacity(48);
         for earlier in headers
             .get_all(&X_FORWARDED_FOR)
             .iter()
@@ -133,14 +173,17 @@ pub(crate) fn add_forwarding(
             chain.push_str(earlier);
             chain.push_str(", ");
         }
-    } else {
-        for name in &FORWARDING {
-            headers.remove(name);
+        let _ = write!(chain, "{client}");
+        if let Ok(value) = HeaderValue::from_str(&chain) {
+            headers.insert(X_FORWARDED_FOR, value);
         }
-    }
-    let _ = write!(chain, "{client}");
-    if let Ok(value) = HeaderValue::from_str(&chain) {
-        headers.insert(X_FORWARDED_FOR, value);
+    } else {
+        if any_of(headers, &FORWARDING) {
+            for name in &FORWARDING {
+                headers.remove(name);
+            }
+        }
+        headers.insert(X_FORWARDED_FOR, address_value(client));
     }
     let proto = if secure { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));

@@ -54,17 +54,22 @@ pub(crate) async fn send(
             cluster.counters.retries.fetch_add(1, Relaxed);
         }
         let last = tried.len() + 1 >= attempts;
-        let attempt = forward(cluster, prepared, &tried, last);
+        // Each arm builds its own attempt: a future built once and then moved into the timeout would
+        // take its size twice in this one, and a copy per attempt.
         let result = match deadline {
-            None => attempt.await,
+            None => forward(cluster, prepared, &tried, last).await,
             // Past the route's timeout the attempt in flight is dropped (its load released).
-            Some(deadline) => match tokio::time::timeout_at(deadline, attempt).await {
-                Ok(result) => result,
-                Err(_) => {
-                    let error = ProxyError::new(ErrorKind::RouteTimeout);
-                    return Err(failed(cluster, error, log, &tried));
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline, forward(cluster, prepared, &tried, last))
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(_) => {
+                        let error = ProxyError::new(ErrorKind::RouteTimeout);
+                        return Err(failed(cluster, error, log, &tried));
+                    }
                 }
-            },
+            }
         };
         let error = match result {
             Ok((response, mut completion)) => {

@@ -32,9 +32,10 @@ use tokio::{net::TcpStream, time::Instant};
 pub(crate) const MAX_IDLE_PER_BACKEND: usize = 64;
 
 /// The most header fields a backend's response may carry: real responses carry more than hyper's
-/// default 100 (one `Set-Cookie` each); HAProxy allows 101. Past this the response is refused (502),
-/// never held against the backend.
-pub(crate) const MAX_RESPONSE_HEADERS: usize = 256;
+/// default 100 (one `Set-Cookie` each); HAProxy allows 101, Envoy 100. Past this the response is refused
+/// (502), never held against the backend. hyper sizes two parse arrays by it for every response, so it
+/// is no larger than it needs to be.
+pub(crate) const MAX_RESPONSE_HEADERS: usize = 128;
 
 /// A worker's connections toward one cluster's backends (the cluster's timeouts apply). Cheap to clone:
 /// a cluster that keeps its timeouts across a reload keeps its pool. Not `Send`: it lives on its
@@ -194,12 +195,30 @@ impl UpstreamClient {
                 },
             }
         }
+        // Connecting is the rare path (a burst, or a pool emptied by the backend) and its futures are
+        // large: boxed, so every request's future, which holds this one, stays small and cheap to move.
+        let mut sender = Box::pin(self.connect(backend)).await?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| UpstreamError::Http {
+                error,
+                reused: false,
+            })?;
+        Ok((response, self.lease(backend, sender)))
+    }
+
+    /// A new connection to `backend`, its handshake done and its connection task spawned.
+    async fn connect(
+        &self,
+        backend: SocketAddr,
+    ) -> Result<SendRequest<UpstreamBody>, UpstreamError> {
         let stream = tokio::time::timeout(self.pool.connect_timeout, TcpStream::connect(backend))
             .await
             .map_err(|_| UpstreamError::ConnectTimeout(self.pool.connect_timeout))?
             .map_err(UpstreamError::Connect)?;
         let _ = stream.set_nodelay(true);
-        let (mut sender, connection) = self
+        let (sender, connection) = self
             .pool
             .handshake
             .handshake(TokioIo::new(stream))
@@ -214,14 +233,7 @@ impl UpstreamClient {
                 tracing::trace!(%backend, "upstream connection ended: {error}");
             }
         });
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|error| UpstreamError::Http {
-                error,
-                reused: false,
-            })?;
-        Ok((response, self.lease(backend, sender)))
+        Ok(sender)
     }
 
     fn lease(&self, backend: SocketAddr, sender: SendRequest<UpstreamBody>) -> Lease {
