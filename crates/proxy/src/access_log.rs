@@ -294,10 +294,7 @@ impl Fields<'_> {
         self.name(name);
         if !self.json {
             self.line.push_str(value);
-        } else if value
-            .bytes()
-            .any(|b| b == b'"' || b == b'\\' || b < 0x20)
-        {
+        } else if value.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
             use fmt::Write as _;
             self.line.push('"');
             let _ = JsonEscaped(&mut *self.line).write_str(value);
@@ -340,7 +337,8 @@ impl Fields<'_> {
             self.line.push('-');
         }
         let micros = micros.unsigned_abs();
-        self.line.push_str(itoa::Buffer::new().format(micros / 1000));
+        self.line
+            .push_str(itoa::Buffer::new().format(micros / 1000));
         self.line.push('.');
         let mut fraction = micros % 1000;
         if fraction == 0 {
@@ -348,7 +346,7 @@ impl Fields<'_> {
             return;
         }
         let mut width = 3;
-        while fraction % 10 == 0 {
+        while fraction.is_multiple_of(10) {
             fraction /= 10;
             width -= 1;
         }
@@ -479,11 +477,18 @@ mod tests {
             .millis("m", ms);
             line
         };
-        for ms in [0.0, 2.0, 1.25, 0.001, 1.23, 17.5, 999.999, 1234.5, -1.0, 60_000.0] {
+        for ms in [
+            0.0, 2.0, 1.25, 0.001, 1.23, 17.5, 999.999, 1234.5, -1.0, 60_000.0,
+        ] {
             let rounded = (ms * 1000.0f64).round() / 1000.0;
             assert_eq!(millis(rounded), format!(" m={rounded:?}"), "{ms}");
         }
-        for address in ["127.0.0.1:8080", "10.0.0.255:1", "[::1]:443", "[2001:db8::7]:80"] {
+        for address in [
+            "127.0.0.1:8080",
+            "10.0.0.255:1",
+            "[::1]:443",
+            "[2001:db8::7]:80",
+        ] {
             let address: SocketAddr = address.parse().expect("address");
             let mut line = String::new();
             push_socket(&mut line, address);
@@ -495,7 +500,12 @@ mod tests {
         let mut line = String::new();
         push_padded(&mut line, 42, 6);
         assert_eq!(line, "000042");
-        for version in [Version::HTTP_09, Version::HTTP_10, Version::HTTP_11, Version::HTTP_2] {
+        for version in [
+            Version::HTTP_09,
+            Version::HTTP_10,
+            Version::HTTP_11,
+            Version::HTTP_2,
+        ] {
             assert_eq!(protocol(version), format!("{version:?}"));
         }
     }
