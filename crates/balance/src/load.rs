@@ -187,7 +187,7 @@ impl EndpointLoad {
 
     /// Requests in flight to this endpoint through this balancer.
     pub fn in_flight(&self) -> u64 {
-        self.counts.load(Relaxed) & u64::from(u32::MAX)
+        Self::in_flight_of(self.counts.load(Relaxed))
     }
 
     /// Requests in flight whose latency sample is still to come (at most [`in_flight`](Self::in_flight)).

@@ -1,0 +1,92 @@
+# The anchors of the benchmarks of record, sourced by benches/record.sh and benches/instructions.sh:
+# duet, HAProxy and nginx at their best settings over four loopback backends (ports 19301-19304), with
+# every proxy's access log off or on. Needs WORK (a scratch directory). LAUNCH prefixes each proxy's
+# command, split into words (default: pinned to CPU 0); DUET names the duet binary (default: this build).
+#   duet     p2c_peak_ewma, routing, retries (3 attempts, budget), the admin listener (metrics) on;
+#            log "on" is its default (RUST_LOG=info: one access-log line per request, to a file)
+#   HAProxy  balance leastconn, http-reuse always; log "on": option httplog to a file (log stdout)
+#   nginx    least_conn, upstream keepalive 64; log "on": its default combined access_log to a file
+LAUNCH=${LAUNCH:-taskset -c 0}
+
+write_configs() { # log: on|off
+  local log=$1
+  cat >"$WORK/duet.yaml" <<YAML
+workers: 1
+listeners: [ { address: 127.0.0.1:18400 } ]
+admin: { address: 127.0.0.1:18409 }
+routes:
+  - match: { path_prefix: /api }
+    cluster: app
+  - match: { path_prefix: / }
+    cluster: app
+clusters:
+  - name: app
+    policy: p2c_peak_ewma
+    backends: [ { address: 127.0.0.1:19301 }, { address: 127.0.0.1:19302 }, { address: 127.0.0.1:19303 }, { address: 127.0.0.1:19304 } ]
+    retries: { attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }
+YAML
+  mkdir -p "$WORK/nginx/logs"
+  local nginx_log="access_log off;"
+  [ "$log" = on ] && nginx_log="access_log $WORK/nginx/logs/access.log;"
+  cat >"$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  $nginx_log
+  upstream app {
+    least_conn;
+    server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; server 127.0.0.1:19304;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:18410;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+  local haproxy_log=""
+  [ "$log" = on ] && haproxy_log="  log stdout format raw local0 info
+  option httplog"
+  cat >"$WORK/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+$haproxy_log
+frontend app
+  bind 127.0.0.1:18420
+  default_backend app
+backend app
+  balance leastconn
+  server b1 127.0.0.1:19301
+  server b2 127.0.0.1:19302
+  server b3 127.0.0.1:19303
+  server b4 127.0.0.1:19304
+CONF
+}
+
+start() { # proxy log -> pid of the process whose tree is measured (its output never to our stdout, which
+         # a command substitution would wait on)
+  case $1 in
+    duet)
+      local level=warn
+      [ "$2" = on ] && level=info
+      RUST_LOG=$level $LAUNCH "${DUET:-target/release/duet}" run --config "$WORK/duet.yaml" >/dev/null 2>"$WORK/duet.log" &
+      echo $! ;;
+    nginx)
+      $LAUNCH /usr/sbin/nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" >/dev/null 2>"$WORK/nginx.err" &
+      echo $! ;;
+    haproxy)
+      $LAUNCH /usr/sbin/haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
+      echo $! ;;
+  esac
+}
+port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; esac; }
