@@ -13,6 +13,7 @@ mod failures;
 mod framing;
 mod lifecycle;
 mod limits;
+mod readme;
 mod reload;
 mod resilience;
 mod routing;

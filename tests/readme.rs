@@ -1,0 +1,50 @@
+//! The README's first lines are what a newcomer runs: they must stay there and stay true.
+
+const README: &str = include_str!("../README.md");
+const CI: &str = include_str!("../.ci/run");
+
+fn opening() -> String {
+    README.lines().take(15).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn the_readme_opens_with_the_run_and_test_commands() {
+    assert!(
+        README.starts_with("# duet\n"),
+        "README.md must open with its title"
+    );
+    let opening = opening();
+    for command in ["cargo run --release -- demo", "cargo test --workspace"] {
+        assert!(
+            opening.contains(command),
+            "README.md's first lines must show `{command}`:\n{opening}"
+        );
+    }
+}
+
+#[test]
+fn ci_runs_the_readme_test_command() {
+    assert!(
+        CI.lines()
+            .any(|line| line.trim_start().starts_with("cargo test --workspace")),
+        ".ci/run must run the README's test command"
+    );
+}
+
+#[test]
+fn no_readme_line_is_repeated_by_a_broken_edit() {
+    // A scripted edit once wrote the same block between every character of the file (135k lines).
+    let mut seen = std::collections::HashMap::new();
+    for line in README.lines().filter(|line| line.trim().len() > 40) {
+        *seen.entry(line).or_insert(0) += 1;
+    }
+    let worst = seen.into_iter().max_by_key(|(_, count)| *count);
+    if let Some((line, count)) = worst {
+        assert!(count <= 3, "README.md repeats {count} times: {line}");
+    }
+    assert!(
+        README.lines().count() < 2_000,
+        "README.md is {} lines",
+        README.lines().count()
+    );
+}
