@@ -145,19 +145,21 @@
 //! the response body's end; reads are pure; weights, eligibility, slow start and panic threshold are
 //! built in; PeakEWMA sees requests still waiting. `cargo bench --bench balance` in the duet repository
 //! measures pick + complete against tower's balancer, every inner service answering at once (criterion
-//! medians in nanoseconds on a 2-core virtual machine, one run; expect ±15% between runs):
+//! medians in nanoseconds on a 2-core AMD EPYC virtual machine, one run; expect ±15% between runs):
 //!
 //! | endpoints | duet in flight | tower pending requests | | duet PeakEWMA | tower PeakEWMA | |
 //! |---:|---:|---:|---:|---:|---:|---:|
-//! | 2 | 78 | 265 | 3.4× | 155 | 583 | 3.8× |
-//! | 16 | 65 | 248 | 3.8× | 186 | 624 | 3.4× |
-//! | 256 | 83 | 347 | 4.2× | 160 | 819 | 5.1× |
-//! | 4096 | 73 | 368 | 5.0× | 204 | 858 | 4.2× |
+//! | 2 | 36 | 214 | 5.9× | 68 | 487 | 7.1× |
+//! | 16 | 44 | 230 | 5.3× | 73 | 502 | 6.8× |
+//! | 256 | 43 | 244 | 5.6× | 94 | 622 | 6.6× |
+//! | 4096 | 70 | 312 | 4.4× | 103 | 897 | 8.7× |
 //!
-//! Most of what PeakEWMA costs here is the hardware's floor for a load that is correct across threads:
+//! What PeakEWMA costs here is mostly the hardware's floor for a load that is correct across threads:
 //! seven atomic read-modify-writes per request (the guard's `Arc`, the in-flight and waiting counts and
-//! their start times, the estimate) at ~9 ns each on that machine, and two reads of the time-stamp
-//! counter at ~14 ns (see [`Clock`]).
+//! their start times, the estimate) and two reads of the time-stamp counter (see [`Clock`]). How much
+//! that is depends on the machine: on an Intel virtual machine where a locked add cost ~9 ns and a
+//! counter read ~14 ns, the same bench gave 155–204 ns for PeakEWMA, 3.4–5.1× under tower. At 4096
+//! endpoints the pool outgrows the cache: a candidate's load state is laid out to cost one cache line.
 //!
 //! [tower]: https://docs.rs/tower
 
