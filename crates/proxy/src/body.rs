@@ -38,7 +38,7 @@ pin_project! {
             completion: Option<Completion>,
             stall: Stall,
         },
-        Local { data: Option<Bytes>, log: Option<AccessLog> },
+        Local { data: Option<Bytes>, log: Option<Box<AccessLog>> },
     }
 }
 
@@ -73,12 +73,16 @@ impl ProxyBody {
         }
     }
 
-    pub(crate) fn local(data: Bytes, log: Option<AccessLog>) -> Self {
+    pub(crate) fn local(data: Bytes, log: Option<Box<AccessLog>>) -> Self {
         Self::error(data, log, "complete")
     }
 
     /// A response duet made itself, the access log's `outcome` saying why.
-    pub(crate) fn error(data: Bytes, mut log: Option<AccessLog>, outcome: &'static str) -> Self {
+    pub(crate) fn error(
+        data: Bytes,
+        mut log: Option<Box<AccessLog>>,
+        outcome: &'static str,
+    ) -> Self {
         if let Some(log) = log.as_mut() {
             log.bytes = data.len() as u64;
             log.outcome = outcome;

@@ -78,7 +78,7 @@ pub(crate) struct Completion {
     request: Option<(Instant, Arc<RouteTimings>)>,
     status: Option<StatusCode>,
     ended: Option<Ended>,
-    log: Option<AccessLog>,
+    log: Option<Box<AccessLog>>,
     /// The connection the response comes on, pooled again if its body ends cleanly (unless upgraded:
     /// then kept, unpooled, until the attempt settles).
     lease: Option<Lease>,
@@ -126,7 +126,7 @@ impl Completion {
         &mut self,
         started: Instant,
         timings: Arc<RouteTimings>,
-        mut log: Option<AccessLog>,
+        mut log: Option<Box<AccessLog>>,
     ) {
         if let Some(log) = log.as_mut() {
             log.backend = Some(self.backend);
@@ -214,7 +214,7 @@ impl Completion {
 
     /// The response cannot be passed on (say, a `101` to a request that asked for no upgrade): the
     /// backend's fault. Settles now and hands back the access-log record for the error response.
-    pub(crate) fn reject(mut self) -> Option<AccessLog> {
+    pub(crate) fn reject(mut self) -> Option<Box<AccessLog>> {
         self.ended = Some(Ended::Refused);
         self.log.take()
     }

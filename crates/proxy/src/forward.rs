@@ -30,7 +30,7 @@ const MAX_RESENDS: u32 = 3;
 /// An attempt (or a request's attempts) that got no usable response, with the access-log record.
 pub(crate) struct Failed {
     pub(crate) error: ProxyError,
-    pub(crate) log: Option<AccessLog>,
+    pub(crate) log: Option<Box<AccessLog>>,
 }
 
 /// Sends `prepared` to a backend of `cluster` not in `tried`, counted as that backend's load until the

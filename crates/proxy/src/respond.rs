@@ -132,7 +132,10 @@ fn single_content_length(headers: &mut HeaderMap) {
 
 /// `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7): duet answers it, listing the methods it
 /// forwards. Any other method with the asterisk target is 400.
-pub(crate) fn asterisk<B>(request: &Request<B>, mut log: Option<AccessLog>) -> Response<ProxyBody> {
+pub(crate) fn asterisk<B>(
+    request: &Request<B>,
+    mut log: Option<Box<AccessLog>>,
+) -> Response<ProxyBody> {
     if request.method() != Method::OPTIONS {
         return local_error(&ProxyError::new(ErrorKind::InvalidPath), log);
     }
@@ -148,7 +151,10 @@ pub(crate) fn asterisk<B>(request: &Request<B>, mut log: Option<AccessLog>) -> R
 }
 
 /// A short text response for a request duet could not proxy.
-pub(crate) fn local_error(error: &ProxyError, mut log: Option<AccessLog>) -> Response<ProxyBody> {
+pub(crate) fn local_error(
+    error: &ProxyError,
+    mut log: Option<Box<AccessLog>>,
+) -> Response<ProxyBody> {
     if let Some(log) = log.as_mut() {
         log.status = error.status();
         if log.backend.is_none() {

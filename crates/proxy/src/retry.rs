@@ -33,7 +33,7 @@ pub(crate) async fn send(
     timings: &Arc<RouteTimings>,
     prepared: &mut Prepared,
     started: Instant,
-    log: Option<AccessLog>,
+    log: Option<Box<AccessLog>>,
 ) -> Result<(Response<Incoming>, Completion), Failed> {
     let mut log = log;
     if let Some(log) = log.as_mut() {
@@ -113,10 +113,10 @@ pub(crate) async fn send(
 /// The access-log record told which backends were tried: `last` (if any) answered or failed last, the
 /// others failed before it.
 fn noted(
-    mut log: Option<AccessLog>,
+    mut log: Option<Box<AccessLog>>,
     tried: &[SocketAddr],
     last: Option<SocketAddr>,
-) -> Option<AccessLog> {
+) -> Option<Box<AccessLog>> {
     if let Some(log) = log.as_mut() {
         log.tried = tried.iter().copied().filter(|b| Some(*b) != last).collect();
         log.attempts = (log.tried.len() + usize::from(last.is_some())) as u32;
@@ -133,7 +133,7 @@ fn attempts_sent(tried: &[SocketAddr], last: Option<SocketAddr>) -> usize {
 fn failed(
     cluster: &Cluster,
     error: ProxyError,
-    log: Option<AccessLog>,
+    log: Option<Box<AccessLog>>,
     tried: &[SocketAddr],
 ) -> Failed {
     let last = error.backend().or(tried.last().copied());
