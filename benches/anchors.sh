@@ -75,6 +75,12 @@ CONF
 
 start() { # proxy log -> pid of the process whose tree is measured (its output never to our stdout, which
          # a command substitution would wait on)
+  # duet listens with SO_REUSEPORT, so a stale duet left on the port would silently take part of the
+  # traffic and the figures would belong to it: refuse to measure on a port something already holds.
+  if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$1")") 2>/dev/null; then
+    echo "port $(port "$1") is already taken (a stale $1 from an earlier run?): stop it first" >&2
+    return 1
+  fi
   case $1 in
     duet)
       local level=warn

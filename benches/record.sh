@@ -14,8 +14,10 @@
 #   closed   wrk -t1 -c64 for SECONDS: requests/s, p99, CPU µs per request
 #   fixed    1,500 requests/s (wrk, 16 connections, each waiting 10.7 ms between requests): CPU µs per
 #            request at equal load
-# CPU is the proxy's own (utime + stime of all its processes, from /proc). Reported: the medians, and the
-# median of per-repetition ratios of duet to the better of the other two.
+# CPU is the proxy's own (utime + stime of all its processes, from /proc), reported whole and split into
+# user space (what the proxy's own code costs) and kernel (the TCP work of a request, about the same for
+# every proxy since all make the same system calls). Reported: the medians, and the median of
+# per-repetition ratios of duet to the better of the other two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-5}
@@ -36,14 +38,14 @@ done
 # The three proxies, their configurations and how each is started: shared with benches/instructions.sh.
 source "$(dirname "$0")/anchors.sh"
 
-cpu_ticks() { # pid: utime + stime of it and its children
+cpu_ticks() { # pid: "utime stime" of it and its children
   python3 - "$1" <<'PY'
 import os, sys
 root = int(sys.argv[1])
 def stat(pid):
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
-total = 0
+user = kernel = 0
 for entry in os.listdir("/proc"):
     if entry.isdigit():
         try:
@@ -51,8 +53,9 @@ for entry in os.listdir("/proc"):
         except OSError:
             continue
         if int(entry) == root or int(fields[1]) == root:
-            total += int(fields[11]) + int(fields[12])
-print(total)
+            user += int(fields[11])
+            kernel += int(fields[12])
+print(user, kernel)
 PY
 }
 
@@ -61,7 +64,7 @@ cat >"$WORK/fixed.lua" <<'LUA'
 function delay() return 10.667 end
 LUA
 
-measure() { # proxy mode(closed|fixed) pid -> "rps p99_ms cpu_us_per_request non2xx"
+measure() { # proxy mode(closed|fixed) pid -> "rps p99_ms cpu_us_per_request non2xx user_us kernel_us"
   local url="http://127.0.0.1:$(port "$1")/api/x" before after out
   before=$(cpu_ticks "$3")
   if [ "$2" = closed ]; then
@@ -72,18 +75,20 @@ measure() { # proxy mode(closed|fixed) pid -> "rps p99_ms cpu_us_per_request non
   after=$(cpu_ticks "$3")
   python3 -c '
 import re, sys
-text, ticks = sys.stdin.read(), int(sys.argv[1])
+text = sys.stdin.read()
+before, after = [int(x) for x in sys.argv[1].split()], [int(x) for x in sys.argv[2].split()]
+user, kernel = after[0] - before[0], after[1] - before[1]
 total = int(re.search(r"(\d+) requests in", text).group(1))
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", text)
 p99 = float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
 bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-hz = 100
-print(rps, p99, ticks / hz * 1e6 / max(total, 1), bad.group(1) if bad else 0)' "$((after - before))" <<<"$out"
+us = lambda ticks: ticks / 100 * 1e6 / max(total, 1)  # clock ticks are 1/100 s
+print(rps, p99, us(user + kernel), bad.group(1) if bad else 0, us(user), us(kernel))' "$before" "$after" <<<"$out"
 }
 
 RESULTS="$WORK/results.txt"
-printf "%-4s %-4s %-7s %-7s %10s %9s %12s\n" rep log proxy run req/s p99 "CPU us/req"
+printf "%-4s %-4s %-7s %-7s %10s %9s %12s %9s %9s\n" rep log proxy run req/s p99 "CPU us/req" user kernel
 for rep in $(seq 1 "$REPS"); do
   for log in off on; do
     write_configs "$log"
@@ -92,9 +97,9 @@ for rep in $(seq 1 "$REPS"); do
       sleep 1
       curl -sf "http://127.0.0.1:$(port "$proxy")/api/x" >/dev/null || { echo "$proxy is not answering"; cat "$WORK"/*.log "$WORK"/*.err 2>/dev/null | tail; exit 1; }
       for mode in closed fixed; do
-        read -r rps p99 cpu bad <<<"$(measure "$proxy" "$mode" "$pid")"
-        printf "%-4s %-4s %-7s %-7s %10.0f %7.2fms %12.1f\n" "$rep" "$log" "$proxy" "$mode" "$rps" "$p99" "$cpu"
-        echo "$rep $log $proxy $mode $rps $p99 $cpu $bad" >>"$RESULTS"
+        read -r rps p99 cpu bad user kernel <<<"$(measure "$proxy" "$mode" "$pid")"
+        printf "%-4s %-4s %-7s %-7s %10.0f %7.2fms %12.1f %9.1f %9.1f\n" "$rep" "$log" "$proxy" "$mode" "$rps" "$p99" "$cpu" "$user" "$kernel"
+        echo "$rep $log $proxy $mode $rps $p99 $cpu $bad $user $kernel" >>"$RESULTS"
       done
       kill "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -106,10 +111,10 @@ done
 python3 - "$RESULTS" <<'PY'
 import collections, statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
-data = collections.defaultdict(dict)  # (rep, log, mode) -> proxy -> (rps, p99, cpu)
+data = collections.defaultdict(dict)  # (rep, log, mode) -> proxy -> (rps, p99, cpu, user, kernel)
 bad = 0
-for rep, log, proxy, mode, rps, p99, cpu, b in rows:
-    data[(rep, log, mode)][proxy] = (float(rps), float(p99), float(cpu))
+for rep, log, proxy, mode, rps, p99, cpu, b, user, kernel in rows:
+    data[(rep, log, mode)][proxy] = (float(rps), float(p99), float(cpu), float(user), float(kernel))
     bad += int(float(b))
 def med(log, mode, proxy, i):
     return statistics.median(v[proxy][i] for (r, l, m), v in data.items() if l == log and m == mode)
@@ -120,9 +125,11 @@ for log in ("off", "on"):
     print(f"access log {log}:")
     for proxy in ("duet", "haproxy", "nginx"):
         print(f"  {proxy:<8} {med(log, 'closed', proxy, 0):>8.0f} req/s  p99 {med(log, 'closed', proxy, 1):5.2f} ms"
-              f"  {med(log, 'closed', proxy, 2):5.1f} us/req (closed loop)  {med(log, 'fixed', proxy, 2):5.1f} us/req at 1,500/s")
+              f"  {med(log, 'closed', proxy, 2):5.1f} us/req (closed loop: user {med(log, 'closed', proxy, 3):4.1f},"
+              f" kernel {med(log, 'closed', proxy, 4):4.1f})  {med(log, 'fixed', proxy, 2):5.1f} us/req at 1,500/s")
     print(f"  duet / better of HAProxy and nginx, req/s: {ratio(log, 'closed', lambda v: v['duet'][0] / max(v['haproxy'][0], v['nginx'][0])):.2f}"
-          f"   CPU per request at 1,500/s: {ratio(log, 'fixed', lambda v: v['duet'][2] / min(v['haproxy'][2], v['nginx'][2])):.2f}")
+          f"   CPU per request at 1,500/s: {ratio(log, 'fixed', lambda v: v['duet'][2] / min(v['haproxy'][2], v['nginx'][2])):.2f}"
+          f"   user-space CPU per request (closed loop): {ratio(log, 'closed', lambda v: v['duet'][3] / min(v['haproxy'][3], v['nginx'][3])):.2f}")
 cost = statistics.median(1 - data[(r, 'on', 'closed')]['duet'][0] / data[(r, 'off', 'closed')]['duet'][0]
                          for r in {k[0] for k in data})
 print(f"duet's access log costs {cost * 100:.1f}% of its throughput (median over repetitions)")
