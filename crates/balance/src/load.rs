@@ -124,9 +124,10 @@ pub(crate) const FALLBACK_RTT: Duration = Duration::from_millis(30);
 /// other threads; all fields are atomics. Each balancer has its own: nothing here is shared between
 /// duet's workers. A control plane may hold the `Arc` to read it for metrics.
 #[derive(Debug)]
-// Field order is layout: what a pick reads of a candidate (counts, estimate, stamp, decay) comes first,
-// so that with the `Arc`'s two counters it takes one cache line, not three, when the pool is too large
-// for the cache (n = 4096 in the bench).
+// Field order is layout: what a pick reads of a candidate (counts, estimate, stamp, decay: 32 bytes)
+// comes first, right after the `Arc`'s two counters, so that a candidate costs one cache line (two when
+// the allocation straddles a line) instead of reads spread over the whole 128 bytes, which matters once
+// the pool is too large for the cache (n = 4096 in the bench: 107 -> ~90 ns per pick + complete).
 #[repr(C)]
 pub struct EndpointLoad {
     /// Requests in flight (low 32 bits) and, of those, the ones whose latency sample is still to come
