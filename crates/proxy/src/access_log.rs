@@ -1,8 +1,9 @@
 //! The access-log record of one request, written once when its response is finished.
 
 use crate::{request_body::Received, server::Client};
-use http::{header, HeaderValue, Method, Request, StatusCode, Version};
+use http::{header, HeaderValue, Method, Request, StatusCode, Uri, Version};
 use std::{
+    borrow::Cow,
     cell::RefCell,
     fmt,
     net::{IpAddr, SocketAddr},
@@ -20,7 +21,8 @@ use tokio::time::Instant;
 /// attempts, duration, the backend's response-head time, bytes sent and received, outcome).
 pub(crate) struct AccessLog {
     method: Method,
-    path: String,
+    /// The request's target as received (a shared slice of it: no copy); the log shows its path.
+    target: Uri,
     version: Version,
     host: Option<HeaderValue>,
     user_agent: Option<HeaderValue>,
@@ -61,7 +63,7 @@ impl AccessLog {
         // and a pointer moves where 336 bytes would be copied at each step.
         Some(Box::new(Self {
             method: request.method().clone(),
-            path: loggable_path(request.uri().path()),
+            target: request.uri().clone(),
             version: request.version(),
             host: headers.get(header::HOST).cloned(),
             user_agent: headers.get(header::USER_AGENT).cloned(),
@@ -152,7 +154,7 @@ impl Drop for AccessLog {
             client = %self.client,
             method = %self.method,
             host = %text(self.host.as_ref()),
-            path = %self.path,
+            path = %loggable_path(self.target.path()),
             protocol = ?self.version,
             status = self.status.as_u16(),
             cluster = %self.cluster.as_deref().unwrap_or("-"),
@@ -237,7 +239,7 @@ impl AccessLog {
         fields.address("client", |line| push_ip(line, self.client));
         fields.text("method", self.method.as_str());
         fields.text("host", text(self.host.as_ref()));
-        fields.text("path", &self.path);
+        fields.text("path", &loggable_path(self.target.path()));
         fields.text("protocol", protocol(self.version));
         fields.number("status", u64::from(self.status.as_u16()));
         fields.text("cluster", self.cluster.as_deref().unwrap_or("-"));
@@ -452,21 +454,34 @@ fn civil(seconds: u64) -> ((i64, u32, u32), (u64, u64, u64)) {
 }
 
 /// The path for the access log, cut at 512 bytes so an oversized target cannot flood the log.
-fn loggable_path(path: &str) -> String {
+fn loggable_path(path: &str) -> Cow<'_, str> {
     const MAX: usize = 512;
     if path.len() <= MAX {
-        return path.to_owned();
+        return Cow::Borrowed(path);
     }
     let mut end = MAX;
     while !path.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...", &path[..end])
+    Cow::Owned(format!("{}...", &path[..end]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_path_is_cut_at_512_bytes_on_a_character_boundary() {
+        assert!(matches!(loggable_path("/short"), Cow::Borrowed("/short")));
+        let long = format!("/{}", "a".repeat(700));
+        assert_eq!(loggable_path(&long), format!("{}...", &long[..512]));
+        // 'é' is two bytes; one straddling byte 512 is left out whole.
+        let straddling = format!("/{}{}", "a".repeat(510), "é".repeat(10));
+        assert_eq!(
+            loggable_path(&straddling),
+            format!("{}...", &straddling[..511])
+        );
+    }
 
     #[test]
     fn numbers_and_addresses_are_written_as_the_formatting_machinery_writes_them() {

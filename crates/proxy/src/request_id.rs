@@ -5,20 +5,34 @@
 //! one id; anyone else's is replaced. A new id is 32 hex digits: a per-worker random prefix drawn from
 //! the operating system once, and the worker's request count. Unique across workers and processes with
 //! the odds of a 64-bit collision, and no random draw per request (Envoy draws a UUID v4 each time).
+//!
+//! Ids are written [`BLOCK`] at a time into one buffer and handed out as slices of it: a slice of a
+//! shared buffer costs a reference count, where a value of its own would cost an allocation, and
+//! another at its first clone (the access log keeps one).
 
+use bytes::{BufMut, Bytes, BytesMut};
 use duet_balance::Draws;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The longest id kept from a trusted peer.
 const MAX_LENGTH: usize = 128;
 
+/// Ids written at once (8 KiB).
+const BLOCK: usize = 256;
+
+/// Hex digits in an id.
+const ID_LENGTH: usize = 32;
+
 /// One worker's source of request ids.
 pub(crate) struct RequestIds {
     prefix: u64,
+    /// The count of the next block's first id.
     next: Cell<u64>,
+    /// The ids of the current block not handed out yet.
+    block: RefCell<Bytes>,
 }
 
 impl RequestIds {
@@ -26,7 +40,26 @@ impl RequestIds {
         Self {
             prefix: Draws::from_os().next_draw(),
             next: Cell::new(0),
+            block: RefCell::new(Bytes::new()),
         }
+    }
+
+    /// The next new id: a slice of the current block, a new block when it is used up.
+    fn next_id(&self) -> Bytes {
+        let mut block = self.block.borrow_mut();
+        if block.is_empty() {
+            let first = self.next.get();
+            self.next.set(first.wrapping_add(BLOCK as u64));
+            let mut ids = BytesMut::with_capacity(BLOCK * ID_LENGTH);
+            let mut digits = [0u8; ID_LENGTH];
+            hex(self.prefix, &mut digits[..ID_LENGTH / 2]);
+            for k in 0..BLOCK as u64 {
+                hex(first.wrapping_add(k), &mut digits[ID_LENGTH / 2..]);
+                ids.put_slice(&digits);
+            }
+            *block = ids.freeze();
+        }
+        block.split_to(ID_LENGTH)
     }
 
     /// Keeps a trusted peer's well-formed `X-Request-Id`, or sets a new one; returns it.
@@ -36,12 +69,8 @@ impl RequestIds {
                 return id.clone();
             }
         }
-        let count = self.next.get();
-        self.next.set(count.wrapping_add(1));
-        let mut digits = [0u8; 32];
-        hex(self.prefix, &mut digits[..16]);
-        hex(count, &mut digits[16..]);
-        let id = HeaderValue::from_bytes(&digits).unwrap_or(HeaderValue::from_static("-"));
+        let id =
+            HeaderValue::from_maybe_shared(self.next_id()).unwrap_or(HeaderValue::from_static("-"));
         headers.insert(X_REQUEST_ID, id.clone());
         id
     }
@@ -109,5 +138,21 @@ mod tests {
             32,
             "too long: replaced"
         );
+    }
+
+    #[test]
+    fn ids_stay_distinct_and_sequential_across_blocks() {
+        let ids = RequestIds::new();
+        let all: Vec<HeaderValue> = (0..3 * BLOCK + 7)
+            .map(|_| ids.assign(&mut HeaderMap::new(), false))
+            .collect();
+        let prefix = &all[0].as_bytes()[..ID_LENGTH / 2];
+        for (k, id) in all.iter().enumerate() {
+            let text = id.to_str().expect("hex digits are ASCII");
+            assert_eq!(text.len(), ID_LENGTH);
+            assert_eq!(&id.as_bytes()[..ID_LENGTH / 2], prefix, "one prefix");
+            let count = u64::from_str_radix(&text[ID_LENGTH / 2..], 16).expect("hex");
+            assert_eq!(count, k as u64, "the worker's request count, in order");
+        }
     }
 }
