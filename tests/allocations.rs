@@ -1,0 +1,183 @@
+//! Heap allocations per proxied request through duet's real server (`duet::Server`, in this process, one
+//! worker), counted by a counting global allocator: the request path's allocation budget, pinned so that a
+//! change adding an allocation per request is seen.
+//!
+//! Kept alone in its own test binary, since the allocator counts every thread of the process. The backend
+//! and the client are this test's own threads and mark themselves uncounted: what is counted is duet's
+//! (its worker, its control plane). No tracing subscriber is installed, so the access log is off.
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    cell::Cell,
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static UNCOUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted() -> bool {
+    // A const-initialised thread local without a destructor: reading it never allocates.
+    UNCOUNTED
+        .try_with(|uncounted| !uncounted.get())
+        .unwrap_or(true)
+}
+
+fn uncount_this_thread() {
+    UNCOUNTED.with(|uncounted| uncounted.set(true));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `Counting` upholds
+// exactly the contract `System` does; the counter update has no effect on memory handed out.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if counted() {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded verbatim; see the impl comment.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` via `alloc` above, with this `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if counted() {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded verbatim; see the impl comment.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+/// A keep-alive HTTP/1.1 backend answering every request head with `RESPONSE`, on uncounted threads.
+fn backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the backend");
+    let address = listener.local_addr().expect("backend address");
+    std::thread::spawn(move || {
+        uncount_this_thread();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                uncount_this_thread();
+                let mut pending = Vec::new();
+                let mut buffer = [0u8; 4096];
+                loop {
+                    let Ok(n) = stream.read(&mut buffer) else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    pending.extend_from_slice(&buffer[..n]);
+                    while let Some(end) = head_end(&pending) {
+                        pending.drain(..end);
+                        if stream.write_all(RESPONSE).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// Where the first complete head in `bytes` ends.
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4)
+}
+
+/// One request on `stream` and its whole response (head and a `Content-Length` body).
+fn exchange(stream: &mut TcpStream, pending: &mut Vec<u8>) {
+    stream
+        .write_all(b"GET /api/x HTTP/1.1\r\nHost: example.test\r\n\r\n")
+        .expect("send the request");
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(end) = head_end(pending) {
+            let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "{head}");
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse().ok())
+                .expect("a Content-Length");
+            if pending.len() >= end + length {
+                pending.drain(..end + length);
+                return;
+            }
+        }
+        let n = stream.read(&mut buffer).expect("read the response");
+        assert!(n > 0, "duet closed the connection");
+        pending.extend_from_slice(&buffer[..n]);
+    }
+}
+
+/// Allocations per proxied request, measured after a warm-up, over `requests` keep-alive requests.
+fn allocations_per_request(requests: u64) -> f64 {
+    uncount_this_thread();
+    let backends = [backend(), backend()];
+    let yaml = format!(
+        "workers: 1\n\
+         listeners: [ {{ address: 127.0.0.1:0 }} ]\n\
+         routes: [ {{ match: {{ path_prefix: / }}, cluster: app }} ]\n\
+         clusters:\n  - name: app\n    policy: p2c_peak_ewma\n    backends: [ {{ address: {} }}, {{ address: {} }} ]\n    \
+         retries: {{ attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }}\n\
+         limits: {{ keepalive_requests: 100000 }}\n",
+        backends[0], backends[1]
+    );
+    let config = duet_config::parse(&yaml, "allocations test").expect("a valid config");
+    let server = duet::Server::start(config).expect("duet starts");
+    let mut stream = TcpStream::connect(server.local_addrs()[0]).expect("connect to duet");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let mut pending = Vec::new();
+    // Warm-up: connections to both backends, buffers grown, lazily initialised state.
+    for _ in 0..500 {
+        exchange(&mut stream, &mut pending);
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..requests {
+        exchange(&mut stream, &mut pending);
+    }
+    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    drop(stream);
+    server.shutdown().expect("shutdown");
+    (after - before) as f64 / requests as f64
+}
+
+#[test]
+fn a_proxied_request_stays_within_its_allocation_budget() {
+    // 11.03 measured (13.00 before request ids were cut from shared blocks). Most of them are hyper's:
+    // two parse arrays sized for 128 response headers, the response body's channel, the client
+    // dispatch's callback, the header-read timer, buffer splits; then the service future's box and the
+    // copy of a GET's headers kept for a resend or a retry.
+    const BUDGET: f64 = 11.5;
+    let per_request = allocations_per_request(2_000);
+    println!("allocations per proxied request: {per_request:.2}");
+    assert!(
+        per_request <= BUDGET,
+        "{per_request:.2} allocations per proxied request, over the budget of {BUDGET}: find the new one \
+         (valgrind --tool=callgrind, callers of __rust_alloc) or raise the budget with a reason"
+    );
+}
