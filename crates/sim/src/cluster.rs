@@ -1,6 +1,7 @@
 //! The general model: K balancer instances of W workers each, every worker a selector with its own
-//! local view, in front of n FIFO backends with exponential service (heterogeneous capacity, optional
-//! degradation at a given time). Arrivals are Poisson and land on a random worker.
+//! local view, in front of n FIFO backends with exponential service (heterogeneous capacity, one or more
+//! request slots sharing each backend's queue, optional degradation at a given time). Arrivals are
+//! Poisson and land on a random worker.
 
 use crate::random::Random;
 use duet_balance::algo::{peak_ewma, AliasTable, P2c};
@@ -52,8 +53,11 @@ pub struct Scenario {
     pub balancers: usize,
     /// Workers per instance, each with its own view.
     pub workers: usize,
-    /// Service rate of each backend (1.0 = mean service time 1). Also its weight when `weighted`.
+    /// Service rate of each of a backend's slots (1.0 = mean service time 1). Also its weight when
+    /// `weighted`.
     pub capacities: Vec<f64>,
+    /// Requests each backend serves at once; the rest wait in its FIFO queue (M/M/k per backend).
+    pub slots: usize,
     /// Offered load as a fraction of total capacity.
     pub utilisation: f64,
     /// Requests to simulate (the first 20% are warm-up).
@@ -80,6 +84,7 @@ impl Default for Scenario {
             balancers: 1,
             workers: 1,
             capacities: vec![1.0; 10],
+            slots: 1,
             utilisation: 0.8,
             arrivals: 200_000,
             staleness: 0.0,
@@ -141,8 +146,8 @@ struct Selector {
 /// PeakEWMA, its `peak_ewma` arithmetic.
 pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
     let n = scenario.capacities.len();
-    if n < 2 || scenario.balancers == 0 || scenario.workers == 0 {
-        return Err("need at least 2 backends, 1 balancer and 1 worker".into());
+    if n < 2 || scenario.balancers == 0 || scenario.workers == 0 || scenario.slots == 0 {
+        return Err("need at least 2 backends, 1 balancer, 1 worker and 1 slot".into());
     }
     if !(0.0..1.5).contains(&scenario.utilisation) || scenario.capacities.iter().any(|&c| c <= 0.0)
     {
@@ -167,11 +172,13 @@ pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
         .map(|&c| (c * 1000.0).round().max(1.0) as u32)
         .collect();
     let table = scenario.weighted.then(|| AliasTable::new(&weights));
-    let total_capacity: f64 = scenario.capacities.iter().sum();
+    let total_capacity = scenario.capacities.iter().sum::<f64>() * scenario.slots as f64;
     let arrival_rate = scenario.utilisation * total_capacity;
 
     let mut queue = vec![0u32; n];
-    let mut free_at = vec![0.0f64; n];
+    // When each slot of each backend is next free. FIFO with k slots: an arrival starts on the slot
+    // that frees first, never before the arrivals queued ahead of it.
+    let mut free_at = vec![vec![0.0f64; scenario.slots]; n];
     let mut view = vec![0u32; n];
     let mut next_refresh = 0.0f64;
     let mut served = vec![0u64; n];
@@ -261,9 +268,13 @@ pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
             Some(at) if backend == 0 && now >= at => scenario.degrade_factor,
             _ => 1.0,
         };
-        let start = free_at[backend].max(now);
+        let slot = free_at[backend]
+            .iter_mut()
+            .min_by(|a, b| a.total_cmp(b))
+            .ok_or("a backend without slots")?;
+        let start = slot.max(now);
         let departure = start + random.exponential(scenario.capacities[backend]) * slow;
-        free_at[backend] = departure;
+        *slot = departure;
         departures.push(Reverse((Time(departure), s, backend, now.to_bits())));
         if k >= warmup {
             times.push(departure - now);

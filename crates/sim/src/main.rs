@@ -17,7 +17,7 @@ duet-sim: simulations that run duet-balance's own P2C code on virtual time (dete
   duet-sim herd [--balancers 8] [--workers 4] [--backends 20] [--utilisation 0.9]
                 [--staleness 0,0.25,0.5,1,2,4,8] [--arrivals 400000] [--seed 1] [--json] [--svg FILE]
   duet-sim run --policy P [--balancers 1] [--workers 1] [--backends 10 | --capacities 1,1,2]
-               [--utilisation 0.8] [--staleness 0] [--degrade-at T] [--degrade-factor 10] [--weighted]
+               [--slots 1] [--utilisation 0.8] [--staleness 0] [--degrade-at T] [--degrade-factor 10] [--weighted]
                [--arrivals 200000] [--seed 1] [--json]
   policies: random round_robin least_loaded_stale p2c_stale p2c_inflight p2c_peak_ewma";
 
@@ -32,6 +32,7 @@ const SCENARIO_FLAGS: &[&str] = &[
     "workers",
     "backends",
     "capacities",
+    "slots",
     "utilisation",
     "arrivals",
     "staleness",
@@ -246,6 +247,7 @@ fn base_scenario(args: &Args) -> Result<Scenario, String> {
         balancers: args.get("balancers", 1)?,
         workers: args.get("workers", 1)?,
         capacities,
+        slots: args.get("slots", 1)?,
         utilisation: args.get("utilisation", 0.8)?,
         arrivals: args.get("arrivals", 200_000)?,
         // `herd` takes a list here; a single scenario uses the first value.

@@ -148,3 +148,61 @@ fn weights_follow_capacity() {
     .expect("run");
     assert!((report.shares[0] - 0.5).abs() < 0.03, "{:?}", report.shares);
 }
+
+/// Erlang's C formula: mean time in an M/M/k system with arrival rate `lambda` and per-slot rate 1.
+fn erlang_c_time_in_system(k: u32, lambda: f64) -> f64 {
+    let a = lambda;
+    let rho = a / f64::from(k);
+    let term = |i: u32| a.powi(i as i32) / (1..=i).map(f64::from).product::<f64>();
+    let queued = term(k) / (1.0 - rho);
+    let waits = queued / ((0..k).map(term).sum::<f64>() + queued);
+    waits / (f64::from(k) - lambda) + 1.0
+}
+
+#[test]
+fn backends_with_several_slots_queue_as_erlang_c_predicts() {
+    // Random routing splits Poisson arrivals into independent Poisson streams: each backend is M/M/4.
+    let scenario = Scenario {
+        capacities: vec![1.0; 4],
+        slots: 4,
+        utilisation: 0.8,
+        arrivals: 800_000,
+        policy: SimPolicy::Random,
+        ..Scenario::default()
+    };
+    let report = cluster::run(&scenario).expect("run");
+    let theory = erlang_c_time_in_system(4, 3.2);
+    assert!((theory - 1.7455).abs() < 0.001, "{theory}");
+    assert!(
+        (report.mean - theory).abs() < 0.04,
+        "{report:?} vs {theory}"
+    );
+}
+
+#[test]
+fn near_saturation_two_samples_trail_a_full_scan_by_the_gap_the_capacity_experiment_shows() {
+    // The capacity experiment's backends (4 slots, one at half speed) at 95%: a full scan of in-flight
+    // counts (least_loaded on a fresh view: nginx's and HAProxy's least-connections) against P2C.
+    let at = |policy| {
+        cluster::run(&Scenario {
+            capacities: [0.5].into_iter().chain([1.0; 9]).collect(),
+            slots: 4,
+            utilisation: 0.95,
+            arrivals: 300_000,
+            policy,
+            ..Scenario::default()
+        })
+        .expect("run")
+    };
+    let scan = at(SimPolicy::LeastLoadedStale);
+    let p2c = at(SimPolicy::P2cInflight);
+    let random = at(SimPolicy::Random);
+    assert!(scan.p50 < p2c.p50 && scan.p99 < p2c.p99, "{scan:?} {p2c:?}");
+    let p99_gap = p2c.p99 / scan.p99;
+    assert!(
+        (1.05..1.2).contains(&p99_gap),
+        "P2C p99 / scan p99 = {p99_gap}"
+    );
+    // Random sends the half-speed backend a tenth of the traffic, more than it can serve: its queue grows.
+    assert!(random.p99 > 20.0 * p2c.p99, "{random:?}");
+}
