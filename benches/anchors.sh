@@ -6,6 +6,9 @@
 #            log "on" is its default (RUST_LOG=info: one access-log line per request, to a file)
 #   HAProxy  balance leastconn, http-reuse always; log "on": option httplog to a file (log stdout)
 #   nginx    least_conn, upstream keepalive 64; log "on": its default combined access_log to a file
+#   bare     (only when asked for, e.g. PROXIES="duet bare haproxy nginx") the calibration proxy of #11:
+#            hyper 1.x and nothing else (crates/proxy/examples/bare_hyper.rs: round robin, no header
+#            rules, limits, retries, metrics or log): what hyper and the kernel cost before duet adds anything
 LAUNCH=${LAUNCH:-taskset -c 0}
 
 write_configs() { # log: on|off
@@ -93,6 +96,10 @@ start() { # proxy log -> pid of the process whose tree is measured (its output n
     haproxy)
       $LAUNCH /usr/sbin/haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
       echo $! ;;
+    bare)
+      $LAUNCH target/release/examples/bare_hyper 127.0.0.1:18430 127.0.0.1:19301 127.0.0.1:19302 \
+        127.0.0.1:19303 127.0.0.1:19304 >/dev/null 2>"$WORK/bare.err" &
+      echo $! ;;
   esac
 }
-port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; esac; }
+port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; bare) echo 18430 ;; esac; }

@@ -26,6 +26,8 @@ if ! command -v valgrind >/dev/null 2>&1 || [ ! -x /usr/sbin/haproxy ] || [ ! -x
 fi
 echo "== building duet (release)"
 cargo build --release -q --bin duet --bin duet-backend
+PROXIES=${PROXIES:-duet haproxy nginx}
+case " $PROXIES " in *" bare "*) cargo build --release -q -p duet-proxy --example bare_hyper ;; esac
 for port in 19301 19302 19303 19304; do
   target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
 done
@@ -65,7 +67,7 @@ for log in off on; do
   # nginx serves in its master process (the same request path as its worker): callgrind_control cannot
   # reach a worker that has dropped to another user.
   sed -i '1i master_process off;' "$WORK/nginx/nginx.conf"
-  for proxy in duet haproxy nginx; do
+  for proxy in $PROXIES; do
     count "$proxy" "$log"
   done
   rm -f "$WORK/nginx/logs/access.log" "$WORK/duet.log" "$WORK/haproxy.log"

@@ -31,6 +31,8 @@ if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ] || ! command -v wrk >/
 fi
 echo "== building duet (release)"
 cargo build --release -q --bin duet --bin duet-backend
+PROXIES=${PROXIES:-duet haproxy nginx}
+case " $PROXIES " in *" bare "*) cargo build --release -q -p duet-proxy --example bare_hyper ;; esac
 for port in 19301 19302 19303 19304; do
   taskset -c 1 target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
 done
@@ -92,7 +94,7 @@ printf "%-4s %-4s %-7s %-7s %10s %9s %12s %9s %9s\n" rep log proxy run req/s p99
 for rep in $(seq 1 "$REPS"); do
   for log in off on; do
     write_configs "$log"
-    for proxy in duet haproxy nginx; do
+    for proxy in $PROXIES; do
       pid=$(start "$proxy" "$log")
       sleep 1
       curl -sf "http://127.0.0.1:$(port "$proxy")/api/x" >/dev/null || { echo "$proxy is not answering"; cat "$WORK"/*.log "$WORK"/*.err 2>/dev/null | tail; exit 1; }
