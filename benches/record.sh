@@ -3,6 +3,8 @@
 # on loopback, with every proxy's access log off and then on.
 #
 #   benches/record.sh [REPETITIONS] [SECONDS]      (defaults: 5 repetitions of 8 s per proxy and run)
+#   PROXIES="duet bare haproxy nginx" benches/record.sh
+#                                                  adds the calibration proxy (hyper alone, see anchors.sh)
 #
 # Installs nginx-light, haproxy and wrk with apt if missing and builds duet in release mode. Each proxy
 # gets one worker pinned to CPU 0; four instant loopback backends and wrk share CPU 1.
@@ -125,13 +127,17 @@ def ratio(log, mode, f):
 print()
 for log in ("off", "on"):
     print(f"access log {log}:")
-    for proxy in ("duet", "haproxy", "nginx"):
+    for proxy in [p for p in ("duet", "bare", "haproxy", "nginx") if any(p in v for v in data.values())]:
         print(f"  {proxy:<8} {med(log, 'closed', proxy, 0):>8.0f} req/s  p99 {med(log, 'closed', proxy, 1):5.2f} ms"
               f"  {med(log, 'closed', proxy, 2):5.1f} us/req (closed loop: user {med(log, 'closed', proxy, 3):4.1f},"
               f" kernel {med(log, 'closed', proxy, 4):4.1f})  {med(log, 'fixed', proxy, 2):5.1f} us/req at 1,500/s")
     print(f"  duet / better of HAProxy and nginx, req/s: {ratio(log, 'closed', lambda v: v['duet'][0] / max(v['haproxy'][0], v['nginx'][0])):.2f}"
           f"   CPU per request at 1,500/s: {ratio(log, 'fixed', lambda v: v['duet'][2] / min(v['haproxy'][2], v['nginx'][2])):.2f}"
           f"   user-space CPU per request (closed loop): {ratio(log, 'closed', lambda v: v['duet'][3] / min(v['haproxy'][3], v['nginx'][3])):.2f}")
+    if any("bare" in v for v in data.values()):
+        print(f"  bare hyper / better of HAProxy and nginx, req/s: {ratio(log, 'closed', lambda v: v['bare'][0] / max(v['haproxy'][0], v['nginx'][0])):.2f}"
+              f"   CPU per request at 1,500/s: {ratio(log, 'fixed', lambda v: v['bare'][2] / min(v['haproxy'][2], v['nginx'][2])):.2f}"
+              f"   (the calibration: what hyper and the kernel cost before duet adds anything)")
 cost = statistics.median(1 - data[(r, 'on', 'closed')]['duet'][0] / data[(r, 'off', 'closed')]['duet'][0]
                          for r in {k[0] for k in data})
 print(f"duet's access log costs {cost * 100:.1f}% of its throughput (median over repetitions)")

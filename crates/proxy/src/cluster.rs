@@ -17,6 +17,7 @@ use duet_balance::{
 };
 use duet_config::{Policy, Timeouts};
 use http::{uri::Authority, StatusCode};
+use rustc_hash::FxBuildHasher;
 use std::{
     cell::RefCell, collections::HashMap, net::SocketAddr, rc::Rc, sync::Arc, time::Duration,
 };
@@ -55,7 +56,7 @@ pub(crate) struct Cluster {
     pub(crate) penalised: StatusSet,
     pub(crate) counters: Arc<ClusterCounters>,
     /// What this worker saw of each backend, by address (kept for the backends in the balancer).
-    backend_stats: RefCell<HashMap<SocketAddr, Arc<BackendStats>>>,
+    backend_stats: RefCell<HashMap<SocketAddr, Arc<BackendStats>, FxBuildHasher>>,
 }
 
 impl Cluster {
@@ -107,7 +108,7 @@ impl Cluster {
             // A reload keeps a cluster's counters and histograms: its series never reset.
             counters: previous.map_or_else(Arc::default, |p| p.counters.clone()),
             backend_stats: RefCell::new(
-                previous.map_or_else(HashMap::new, |p| p.backend_stats.borrow().clone()),
+                previous.map_or_else(HashMap::default, |p| p.backend_stats.borrow().clone()),
             ),
         };
         cluster.set_endpoints(endpoints);

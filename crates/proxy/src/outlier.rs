@@ -1,6 +1,7 @@
 //! Passive outlier ejection: each worker ejects the backends that keep failing its own requests.
 
 use duet_config::OutlierDetection;
+use rustc_hash::FxBuildHasher;
 use std::{collections::HashMap, net::SocketAddr, time::Duration};
 use tokio::time::Instant;
 
@@ -17,7 +18,7 @@ struct State {
 pub(crate) struct Outliers {
     config: OutlierDetection,
     backends: usize,
-    states: HashMap<SocketAddr, State>,
+    states: HashMap<SocketAddr, State, FxBuildHasher>,
 }
 
 impl Outliers {
@@ -25,7 +26,7 @@ impl Outliers {
         Self {
             config,
             backends,
-            states: HashMap::new(),
+            states: HashMap::default(),
         }
     }
 

@@ -163,7 +163,9 @@ fn normalise_path(uri: &mut Uri) -> Result<(), ErrorKind> {
 }
 
 fn has_dot_segment(path: &str) -> bool {
-    path.split('/').any(|s| dot_segment(s).is_some())
+    // Most paths hold neither `.` nor `%`, and one byte scan tells so; only the others are split.
+    path.bytes().any(|b| b == b'.' || b == b'%')
+        && path.split('/').any(|s| dot_segment(s).is_some())
 }
 
 /// 1 for `.`, 2 for `..` (each dot possibly written `%2e`), `None` for any other segment.

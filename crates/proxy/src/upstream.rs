@@ -17,6 +17,7 @@ use hyper::{
     client::conn::http1::{self, SendRequest},
 };
 use hyper_util::rt::TokioIo;
+use rustc_hash::FxBuildHasher;
 use std::{
     cell::{Cell, RefCell},
     collections::{HashMap, VecDeque},
@@ -41,7 +42,7 @@ pub struct UpstreamClient {
 }
 
 struct Pool {
-    idle: RefCell<HashMap<SocketAddr, VecDeque<Idle>>>,
+    idle: RefCell<HashMap<SocketAddr, VecDeque<Idle>, FxBuildHasher>>,
     connect_timeout: Duration,
     idle_timeout: Duration,
     handshake: http1::Builder,
