@@ -127,26 +127,23 @@ fn a_repeated_content_length_goes_on_as_one() {
 
 #[test]
 fn a_response_with_up_to_100_fields_is_relayed_and_one_with_more_is_a_local_502() {
+    let response_with_cookies = |count| {
+        let raw = RawBackend::start(Misbehaviour::Cookies(count)).expect("backend");
+        let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
+        exchange(
+            &duet,
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+    };
     // 99 `Set-Cookie` and a `Content-Length`: 100 fields, hyper's (and Envoy's) limit.
-    let raw = RawBackend::start(Misbehaviour::Cookies(99)).expect("backend");
-    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
-    let response = exchange(
-        &duet,
-        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-    );
+    let response = response_with_cookies(99);
     assert_eq!(status(&response), "200", "{response}");
     let cookies = response
         .lines()
         .filter(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
         .count();
     assert_eq!(cookies, 99);
-
-    let raw = RawBackend::start(Misbehaviour::Cookies(100)).expect("backend");
-    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
-    let response = exchange(
-        &duet,
-        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-    );
+    let response = response_with_cookies(100);
     assert_eq!(status(&response), "502", "{response}");
     assert!(!response.contains("c99=v"), "{response}");
 }
