@@ -67,13 +67,18 @@ impl ConnectionState {
 }
 
 /// Counts a request as in service until its response head is out (or it is cancelled).
-struct InService(Rc<ConnectionState>);
+pub(crate) struct InService(Rc<ConnectionState>);
 
 impl InService {
     fn new(state: Rc<ConnectionState>) -> Self {
         state.requests.set(state.requests.get() + 1);
         state.in_service.set(state.in_service.get() + 1);
         Self(state)
+    }
+
+    /// The connection the request came on.
+    pub(crate) fn connection(&self) -> &ConnectionState {
+        &self.0
     }
 }
 
@@ -316,10 +321,8 @@ where
         let (proxy, state) = (proxy.clone(), state.clone());
         service_fn(move |request| {
             let (proxy, state) = (proxy.clone(), state.clone());
-            Box::pin(async move {
-                let _in_service = InService::new(state.clone());
-                Ok::<_, Infallible>(proxy.handle(request, client, &state).await)
-            }) as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
+            Box::pin(proxy.handle(request, client, InService::new(state)))
+                as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
         })
     };
     let http = builder.serve_connection(
