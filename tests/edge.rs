@@ -1,7 +1,10 @@
 //! What duet does at the edge with exactly these bytes: Host, framing, limits, paths, upgrades and
 //! forwarding fields, each rule against the real binary through a raw socket.
 
-use crate::support::{raw_exchange, Duet};
+use crate::{
+    admin,
+    support::{raw_exchange, Duet},
+};
 use duet_testbed::{
     config::{Cluster, DuetConfig},
     Backend, BackendOptions, Misbehaviour, RawBackend,
@@ -127,25 +130,41 @@ fn a_repeated_content_length_goes_on_as_one() {
 
 #[test]
 fn a_response_with_up_to_100_fields_is_relayed_and_one_with_more_is_a_local_502() {
+    // The response, and duet's metrics after it.
     let response_with_cookies = |count| {
         let raw = RawBackend::start(Misbehaviour::Cookies(count)).expect("backend");
-        let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[raw.address()]).to_yaml());
-        exchange(
+        let duet = Duet::start(
+            &DuetConfig::single("p2c_inflight", &[raw.address()])
+                .admin()
+                .to_yaml(),
+        );
+        let response = exchange(
             &duet,
             b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
-        )
+        );
+        (response, admin::get(duet.admin_address(), "/metrics"))
     };
     // 99 `Set-Cookie` and a `Content-Length`: 100 fields, hyper's (and Envoy's) limit.
-    let response = response_with_cookies(99);
+    let (response, _) = response_with_cookies(99);
     assert_eq!(status(&response), "200", "{response}");
     let cookies = response
         .lines()
         .filter(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
         .count();
     assert_eq!(cookies, 99);
-    let response = response_with_cookies(100);
+    // One more is over duet's own limit: a 502 that is not the backend's failure.
+    let (response, metrics) = response_with_cookies(100);
     assert_eq!(status(&response), "502", "{response}");
     assert!(!response.contains("c99=v"), "{response}");
+    let failures = |kind: &str| {
+        admin::sum(
+            &metrics,
+            "duet_backend_failures_total",
+            &format!("kind=\"{kind}\""),
+        )
+    };
+    assert_eq!(failures("local"), 1.0, "{metrics}");
+    assert_eq!(failures("protocol"), 0.0, "{metrics}");
 }
 
 #[test]
