@@ -16,7 +16,11 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Empty};
 use hyper::{body::Incoming, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
-use std::{cell::RefCell, net::SocketAddr, rc::Rc};
+use std::{
+    cell::{Cell, RefCell},
+    net::SocketAddr,
+    rc::Rc,
+};
 use tokio::net::{TcpListener, TcpStream};
 
 type Body = UnsyncBoxBody<Bytes, hyper::Error>;
@@ -25,16 +29,13 @@ struct Backends {
     addresses: Vec<SocketAddr>,
     /// Idle senders per backend, most recently used last (warm sockets first).
     idle: RefCell<Vec<Vec<SendRequest<Incoming>>>>,
-    next: RefCell<usize>,
+    next: Cell<usize>,
 }
 
 impl Backends {
     async fn forward(&self, request: Request<Incoming>) -> Response<Body> {
-        let backend = {
-            let mut next = self.next.borrow_mut();
-            *next = (*next + 1) % self.addresses.len();
-            *next
-        };
+        let backend = (self.next.get() + 1) % self.addresses.len();
+        self.next.set(backend);
         let pooled = {
             let mut idle = self.idle.borrow_mut();
             let list = &mut idle[backend];
@@ -102,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backends = Rc::new(Backends {
         idle: RefCell::new(addresses.iter().map(|_| Vec::new()).collect()),
         addresses,
-        next: RefCell::new(0),
+        next: Cell::new(0),
     });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
