@@ -11,6 +11,7 @@ mod discovery;
 mod edge;
 mod failures;
 mod framing;
+mod layering;
 mod lifecycle;
 mod limits;
 mod readme;

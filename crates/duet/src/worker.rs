@@ -1,13 +1,13 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
 use crate::memory;
-use duet_config::{Config, Limits};
-use duet_proxy::{serve_connection, Client, HealthView, Registry, ResolvedNames, WorkerProxy};
-use std::{rc::Rc, sync::Arc, time::Duration};
+use duet_config::Config;
+use duet_proxy::{Accepted, Client, Connections, HealthView, Registry, ResolvedNames, WorkerProxy};
+use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore},
-    task::{JoinSet, LocalSet},
+    task::LocalSet,
 };
 use tokio_rustls::TlsAcceptor;
 
@@ -47,60 +47,13 @@ pub(crate) fn run(
     drained
 }
 
-/// A connection accepted on a listener: the peer (trusted if the listener lists it in
-/// `trusted_proxies`), and the listener's TLS acceptor if it terminates TLS.
-/// The permit is its place under the worker's share of `limits.max_connections`, held while it is open.
-type Accepted = (TcpStream, Client, Option<TlsAcceptor>, OwnedSemaphorePermit);
-
-/// Serves one connection, after its TLS handshake (bounded by the header read timeout) if any.
-///
-/// Plain and TLS connections are separate tasks of their own sizes: a parked plain connection's task
-/// holds neither a TLS session nor the handshake's state.
-fn serve(
-    connections: &mut JoinSet<()>,
-    proxy: Rc<WorkerProxy>,
-    limits: Limits,
-    (stream, client, tls, permit): Accepted,
-    shutdown: watch::Receiver<bool>,
-) {
-    let _ = stream.set_nodelay(true);
-    match tls {
-        None => connections.spawn_local(serve_connection(
-            proxy,
-            limits,
-            stream,
-            client,
-            shutdown,
-            Some(permit),
-        )),
-        Some(acceptor) => connections.spawn_local(async move {
-            let peer = client.address;
-            let handshake = Box::pin(acceptor.accept(stream));
-            match tokio::time::timeout(limits.header_read_timeout, handshake).await {
-                Ok(Ok(tls_stream)) => {
-                    let client = Client {
-                        tls: true,
-                        ..client
-                    };
-                    serve_connection(proxy, limits, tls_stream, client, shutdown, Some(permit))
-                        .await
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
-                }
-                Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
-            }
-        }),
-    };
-}
-
 async fn serve_worker(
     index: usize,
     listeners: Vec<(std::net::TcpListener, usize)>,
     channels: Channels,
 ) -> std::io::Result<bool> {
     let Channels {
-        mut shutdown,
+        shutdown,
         mut health,
         config: mut reloads,
         mut names,
@@ -108,168 +61,182 @@ async fn serve_worker(
         tls,
         connection_share,
     } = channels;
-    let mut config = reloads.borrow_and_update().clone();
+    let config = reloads.borrow_and_update().clone();
     let resolved = names.borrow_and_update().clone();
     let proxy = Rc::new(WorkerProxy::with_registry(
-        config.clone(),
-        &resolved,
-        index,
-        registry,
+        config, &resolved, index, registry,
     ));
     proxy.apply_health(health.borrow_and_update().clone());
-    let mut limits = config.limits;
-    let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
-    let mut acceptors = JoinSet::new();
+    let connections = Connections::new(proxy.clone(), shutdown.clone());
+    let (accepted_tx, accepted) = mpsc::channel::<Accepted>(64);
     // Past its share of `limits.max_connections` a worker stops accepting: new connections wait in the
     // kernel's accept queue (or go to another worker) while established ones keep their latency.
     let capacity = Arc::new(Semaphore::new(connection_share));
     for (listener, position) in listeners {
-        let listener = TcpListener::from_std(listener)?;
-        let accepted_tx = accepted_tx.clone();
-        let tls = tls.clone();
-        let config = reloads.clone();
-        let capacity = capacity.clone();
-        let proxy = proxy.clone();
-        acceptors.spawn_local(async move {
-            loop {
-                let permit = match capacity.clone().try_acquire_owned() {
-                    Ok(permit) => permit,
-                    Err(_) => {
-                        proxy.note_at_capacity();
-                        tracing::debug!(worker = index, "at max_connections: not accepting");
-                        match capacity.clone().acquire_owned().await {
-                            Ok(permit) => permit,
-                            Err(_) => return,
-                        }
-                    }
-                };
-                match listener.accept().await {
-                    Ok((stream, peer)) => {
-                        // The acceptor and trust list current now: a reload may have changed them.
-                        let acceptor = tls.borrow().get(position).cloned().flatten();
-                        let trusted = config
-                            .borrow()
-                            .listeners
-                            .get(position)
-                            .is_some_and(|l| l.trusts(peer.ip()));
-                        let client = Client {
-                            address: peer,
-                            tls: false,
-                            trusted,
-                        };
-                        if accepted_tx
-                            .send((stream, client, acceptor, permit))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    Err(error) => {
-                        tracing::warn!(worker = index, "accept failed: {error}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        });
+        let listener = Listener {
+            index,
+            position,
+            listener: TcpListener::from_std(listener)?,
+            tls: tls.clone(),
+            config: reloads.clone(),
+            capacity: capacity.clone(),
+            connections: connections.clone(),
+        };
+        tokio::task::spawn_local(listener.accept(accepted_tx.clone(), shutdown.clone()));
     }
     drop(accepted_tx);
+    tokio::task::spawn_local(follow_control_plane(index, proxy, health, reloads, names));
+    tokio::task::spawn_local(trim_memory(index, connections.clone()));
 
-    let mut connections = JoinSet::new();
-    let mut trim = tokio::time::interval(memory::TRIM_EVERY);
-    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The most connections served in tasks at once (not parked) since memory was last trimmed.
-    let mut busy_high = 0;
-    // Trims still to do after a drop: one now and one a tick later, for the upstream connections the
-    // crowd opened, which the pool closes after `timeouts.idle` (4 s by default).
-    let mut trims_due = 0u8;
-    loop {
-        busy_high = busy_high.max(connections.len());
+    let drained = connections.run(accepted).await;
+    if drained.clean {
+        tracing::debug!(worker = index, open = drained.open, "drained");
+    } else {
+        tracing::warn!(
+            worker = index,
+            remaining = drained.cut,
+            tunnels = drained.tunnels,
+            "drain deadline passed; closing connections"
+        );
+    }
+    Ok(drained.clean)
+}
+
+/// One of the worker's listening sockets, with what it needs to hand each accepted connection on.
+struct Listener {
+    index: usize,
+    /// The listener's place in `config.listeners` (its TLS acceptor and trust list).
+    position: usize,
+    listener: TcpListener,
+    tls: watch::Receiver<Arc<Vec<Option<TlsAcceptor>>>>,
+    config: watch::Receiver<Arc<Config>>,
+    capacity: Arc<Semaphore>,
+    connections: Connections,
+}
+
+impl Listener {
+    /// Accepts while the worker has room under its connection share, until the drain starts: then the
+    /// listening socket closes, so the kernel sends new connections to workers still accepting.
+    async fn accept(self, accepted: mpsc::Sender<Accepted>, mut shutdown: watch::Receiver<bool>) {
         tokio::select! {
-            _ = trim.tick() => {
-                if memory::worth_trimming(busy_high, connections.len()) {
-                    busy_high = connections.len();
-                    trims_due = 2;
-                }
-                if trims_due > 0 {
-                    trims_due -= 1;
-                    let started = tokio::time::Instant::now();
-                    if memory::trim() {
-                        tracing::debug!(target: "duet::memory", worker = index, took = ?started.elapsed(), "returned free memory to the system");
+            () = self.accept_until_closed(accepted) => {}
+            _ = shutdown.wait_for(|stop| *stop) => {}
+        }
+    }
+
+    async fn accept_until_closed(&self, accepted: mpsc::Sender<Accepted>) {
+        loop {
+            let permit = match self.capacity.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    self.connections.note_at_capacity();
+                    tracing::debug!(worker = self.index, "at max_connections: not accepting");
+                    match self.capacity.clone().acquire_owned().await {
+                        Ok(permit) => permit,
+                        Err(_) => return,
                     }
                 }
+            };
+            match self.listener.accept().await {
+                Ok((stream, peer)) => {
+                    if accepted
+                        .send(self.accepted(stream, peer, permit))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(error) => {
+                    tracing::warn!(worker = self.index, "accept failed: {error}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
             }
-            Some(connection) = accepted.recv() => {
-                serve(&mut connections, proxy.clone(), limits, connection, shutdown.clone());
-            }
-            // A parked keep-alive connection's next request: back into a task of its own.
-            resumed = proxy.next_resumed() => {
-                connections.spawn_local(resumed.serve(proxy.clone(), limits, shutdown.clone()));
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+
+    /// The connection with its listener's TLS acceptor and trust list as they are now: a reload may
+    /// have changed them.
+    fn accepted(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+    ) -> Accepted {
+        let tls = self.tls.borrow().get(self.position).cloned().flatten();
+        let trusted = self
+            .config
+            .borrow()
+            .listeners
+            .get(self.position)
+            .is_some_and(|l| l.trusts(peer.ip()));
+        let client = Client {
+            address: peer,
+            tls: false,
+            trusted,
+        };
+        Accepted {
+            stream,
+            client,
+            tls,
+            permit: Some(permit),
+        }
+    }
+}
+
+/// How long a listener waits after a failed accept (out of file descriptors, say).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Applies what the control plane publishes, between requests: health, reloaded configs, resolved
+/// names.
+async fn follow_control_plane(
+    index: usize,
+    proxy: Rc<WorkerProxy>,
+    mut health: watch::Receiver<Arc<HealthView>>,
+    mut reloads: watch::Receiver<Arc<Config>>,
+    mut names: watch::Receiver<Arc<ResolvedNames>>,
+) {
+    loop {
+        tokio::select! {
             Ok(()) = health.changed() => {
                 let view = health.borrow_and_update().clone();
                 proxy.apply_health(view);
             }
             Ok(()) = reloads.changed() => {
-                config = reloads.borrow_and_update().clone();
-                limits = config.limits;
-                proxy.reload(config.clone(), &names.borrow_and_update());
+                let config = reloads.borrow_and_update().clone();
+                proxy.reload(config, &names.borrow_and_update());
                 tracing::info!(worker = index, "configuration reloaded");
             }
             Ok(()) = names.changed() => {
                 let resolved = names.borrow_and_update().clone();
                 proxy.apply_names(&resolved);
             }
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    break;
-                }
-            }
+            else => return,
         }
     }
+}
 
-    // Stop accepting: the listening sockets close with their tasks. Connections already accepted but
-    // not yet served are served (and drained) too.
-    acceptors.abort_all();
-    while let Ok(connection) = accepted.try_recv() {
-        serve(
-            &mut connections,
-            proxy.clone(),
-            limits,
-            connection,
-            shutdown.clone(),
-        );
-    }
-    // Parked connections close now (they have been idle for seconds), except those whose next request
-    // is already on its way: those are served, with `Connection: close`.
-    for resumed in proxy.close_parked() {
-        connections.spawn_local(resumed.serve(proxy.clone(), limits, shutdown.clone()));
-    }
-    let open = connections.len();
-    // Requests in flight and upgraded tunnels both finish, up to the drain deadline.
-    let drained = tokio::time::timeout(config.shutdown.drain_timeout, async {
-        while connections.join_next().await.is_some() {}
-        while proxy.open_tunnels() > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// Gives memory back to the system after a crowd of connections has gone.
+async fn trim_memory(index: usize, connections: Connections) {
+    let mut trim = tokio::time::interval(memory::TRIM_EVERY);
+    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Trims still to do after a drop: one now and one a tick later, for the upstream connections the
+    // crowd opened, which the pool closes after `timeouts.idle` (4 s by default).
+    let mut trims_due = 0u8;
+    loop {
+        trim.tick().await;
+        let (now, high) = connections.tasks();
+        if memory::worth_trimming(high, now) {
+            connections.reset_tasks_high();
+            trims_due = 2;
         }
-    })
-    .await;
-    match drained {
-        Ok(()) => {
-            tracing::debug!(worker = index, open, "drained");
-            Ok(true)
-        }
-        Err(_) => {
-            tracing::warn!(
-                worker = index,
-                remaining = connections.len(),
-                tunnels = proxy.open_tunnels(),
-                "drain deadline passed; closing connections"
-            );
-            connections.abort_all();
-            Ok(false)
+        if trims_due > 0 {
+            trims_due -= 1;
+            let started = tokio::time::Instant::now();
+            if memory::trim() {
+                tracing::debug!(target: "duet::memory", worker = index, took = ?started.elapsed(), "returned free memory to the system");
+            }
         }
     }
 }

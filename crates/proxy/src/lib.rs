@@ -36,43 +36,42 @@
 
 #![warn(missing_docs)]
 
-mod completion;
-mod forward;
-mod prepare;
-mod proxy;
-mod respond;
-mod retry;
-mod route;
-mod server;
+// Top layer first: each module imports only modules declared after it (tests/layering.rs checks).
+mod conn;
+mod handler;
+mod stage;
+mod exchange;
+mod attempt;
+mod backend;
+mod telemetry;
 
-mod access_log;
-mod body;
-mod cluster;
 mod error;
 mod headers;
-mod histogram;
-mod metrics;
-mod outlier;
-mod parking;
-mod request_body;
+mod peer;
 mod request_id;
 mod stall;
-mod status;
-mod upstream;
+mod tunnel;
 pub mod view;
 
 #[cfg(test)]
 mod tests;
 
-pub use access_log::set_access_log_sink;
-pub use body::{BodyError, ProxyBody};
-pub use cluster::{ClusterBalance, Upstream};
+pub use attempt::body::{BodyError, ProxyBody};
+pub use backend::cluster::{ClusterBalance, Upstream};
+pub use backend::pool::{upstream_client, UpstreamClient, UpstreamError};
+pub use backend::request_body::UpstreamBody;
+pub use conn::parking::Resumed;
+pub use conn::{
+    accept::{Accepted, Drained},
+    connections::Connections,
+    io::ClientIo,
+};
 pub use error::{ErrorKind, ProxyError};
-pub use metrics::{config_hash, DiscoveryCounters, Registry};
-pub use parking::Resumed;
-pub use proxy::WorkerProxy;
-pub use request_body::UpstreamBody;
-pub use server::{serve_connection, Client};
-pub use status::{BackendStatus, ClusterStatus, ConfigStatus, Status, StatusWindow, Totals};
-pub use upstream::{upstream_client, UpstreamClient, UpstreamError};
+pub use handler::WorkerProxy;
+pub use peer::Client;
+pub use telemetry::access_log::set_access_log_sink;
+pub use telemetry::metrics::{config_hash, DiscoveryCounters, Registry};
+pub use telemetry::status::{
+    BackendStatus, ClusterStatus, ConfigStatus, Status, StatusWindow, Totals,
+};
 pub use view::{Endpoint, HealthView, ResolvedNames};

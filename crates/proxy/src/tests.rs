@@ -2,7 +2,7 @@
 //! backends from duet-testbed, a real hyper client. What only the binary does (CLI, signals, several
 //! workers) is tested in the repository's `tests/`.
 
-use crate::{serve_connection, view::ResolvedNames, Client, HealthView, WorkerProxy};
+use crate::{view::ResolvedNames, Accepted, Client, Connections, HealthView, WorkerProxy};
 use bytes::Bytes;
 use duet_testbed::{
     config::{Cluster, DuetConfig},
@@ -12,23 +12,24 @@ use http_body_util::{BodyExt, Empty};
 use std::{net::SocketAddr, rc::Rc, sync::Arc};
 use tokio::{net::TcpListener, sync::watch};
 
-/// One worker's proxy serving a loopback listener on the current `LocalSet`.
+/// One worker's proxy serving a loopback listener on the current `LocalSet`, through the worker's
+/// accept loop (`Connections::run`).
 struct Harness {
     proxy: Rc<WorkerProxy>,
+    connections: Connections,
     address: SocketAddr,
     shutdown: watch::Sender<bool>,
-    /// Whether the harness takes parked connections back when their next request arrives (as a
-    /// worker does until it drains).
-    resuming: Rc<std::cell::Cell<bool>>,
 }
 
 impl Harness {
     async fn start(yaml: &str) -> Self {
-        Self::start_with(yaml, None).await
+        Self::start_with(yaml, None, true).await
     }
 
-    /// Like `start`, publishing the worker's metric cells in `registry` (as worker 0).
-    async fn start_with(yaml: &str, registry: Option<crate::Registry>) -> Self {
+    /// Like `start`, publishing the worker's metric cells in `registry` (as worker 0). Without
+    /// `resuming`, connections are served but parked ones are not taken back (as in a worker whose
+    /// drain has begun), so a test can hand them back itself.
+    async fn start_with(yaml: &str, registry: Option<crate::Registry>, resuming: bool) -> Self {
         let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid config"));
         let proxy = Rc::new(match registry {
             Some(registry) => {
@@ -39,39 +40,22 @@ impl Harness {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
         let (shutdown, watch) = watch::channel(false);
-        let serving = proxy.clone();
-        let resuming = Rc::new(std::cell::Cell::new(true));
-        let resume = resuming.clone();
+        let connections = Connections::new(proxy.clone(), watch);
+        let (accepted_tx, accepted) = tokio::sync::mpsc::channel(64);
+        tokio::task::spawn_local(feed(listener, accepted_tx));
+        let serving = connections.clone();
         tokio::task::spawn_local(async move {
-            loop {
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((stream, peer)) = accepted else { return };
-                        let client = Client {
-                            address: peer,
-                            tls: false,
-                            trusted: false,
-                        };
-                        tokio::task::spawn_local(serve_connection(
-                            serving.clone(),
-                            config.limits,
-                            stream,
-                            client,
-                            watch.clone(),
-                            None,
-                        ));
-                    }
-                    resumed = serving.next_resumed(), if resume.get() => {
-                        tokio::task::spawn_local(resumed.serve(serving.clone(), config.limits, watch.clone()));
-                    }
-                }
+            if resuming {
+                serving.run(accepted).await;
+            } else {
+                serve_without_resuming(&serving, accepted).await;
             }
         });
         Self {
             proxy,
+            connections,
             address,
             shutdown,
-            resuming,
         }
     }
 
@@ -117,6 +101,36 @@ impl Harness {
     }
 }
 
+/// Hands each connection `listener` accepts to the worker's loop, as a worker's listener does.
+async fn feed(listener: TcpListener, accepted: tokio::sync::mpsc::Sender<Accepted>) {
+    while let Ok((stream, peer)) = listener.accept().await {
+        let client = Client {
+            address: peer,
+            tls: false,
+            trusted: false,
+        };
+        let connection = Accepted {
+            stream,
+            client,
+            tls: None,
+            permit: None,
+        };
+        if accepted.send(connection).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Serves accepted connections, leaving parked ones in the lot.
+async fn serve_without_resuming(
+    connections: &Connections,
+    mut accepted: tokio::sync::mpsc::Receiver<Accepted>,
+) {
+    while let Some(Accepted { stream, client, .. }) = accepted.recv().await {
+        tokio::task::spawn_local(connections.serve(stream, client, None));
+    }
+}
+
 /// One cluster `app` over `backends`, with `settings` (field, YAML value).
 fn cluster(backends: &[SocketAddr], policy: &str, settings: &[(&str, &str)]) -> String {
     DuetConfig::single(policy, backends)
@@ -146,7 +160,7 @@ async fn a_backend_that_dies_mid_body_is_counted_as_a_failure_and_ejected() {
         ];
         let registry = crate::Registry::new();
         let yaml = cluster(&[a.address(), b.address()], "round_robin", &extra);
-        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        let harness = Harness::start_with(&yaml, Some(registry.clone()), true).await;
         // Complete responses are successes: nothing is ejected.
         for _ in 0..6 {
             let (status, _, body) = harness.get("/").await;
@@ -253,7 +267,7 @@ async fn a_refused_attempt_is_retried_on_another_backend_and_counted_as_its_load
         ];
         let registry = crate::Registry::new();
         let yaml = cluster(&[refused, good.address()], "p2c_inflight", &extra);
-        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        let harness = Harness::start_with(&yaml, Some(registry.clone()), true).await;
         for _ in 0..20 {
             let (status, backend, _) = harness.get("/").await;
             assert_eq!((status, backend.as_str()), (200, "good"));
@@ -494,9 +508,10 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
         let harness = Harness::start(&parking_soon(backend.address())).await;
         let parked = || {
             harness
-                .proxy
+                .connections
+                .shared()
                 .parking_lot()
-                .map_or(0, super::parking::ParkingLot::len)
+                .map_or(0, crate::conn::parking::ParkingLot::len)
         };
         let counters = harness.proxy.counters_handle();
         let gauge =
@@ -530,7 +545,7 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
         assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (1, 1));
 
         // At the drain, the parked connections close (and nothing parks any more).
-        let handed_back = harness.proxy.close_parked();
+        let handed_back = harness.connections.close_parked();
         assert!(handed_back.is_empty(), "no request was waiting");
         assert_eq!(parked(), 0);
         let mut byte = [0u8; 1];
@@ -549,10 +564,8 @@ async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_an
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     local(async {
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
-        let harness = Harness::start(&parking_soon(backend.address())).await;
-        // As a worker that has begun its drain: no longer taking parked connections back (the
-        // harness's loop reads this when it next accepts).
-        harness.resuming.set(false);
+        // As a worker that has begun its drain: no longer taking parked connections back.
+        let harness = Harness::start_with(&parking_soon(backend.address()), None, false).await;
         let mut idle = tokio::net::TcpStream::connect(harness.address)
             .await
             .expect("connect");
@@ -569,19 +582,14 @@ async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_an
             .expect("request");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let _ = harness.shutdown.send(true);
-        let handed_back = harness.proxy.close_parked();
+        let handed_back = harness.connections.close_parked();
         assert_eq!(
             handed_back.len(),
             1,
             "the connection with a request waiting"
         );
         for resumed in handed_back {
-            let limits = duet_config::Limits::default();
-            tokio::task::spawn_local(resumed.serve(
-                harness.proxy.clone(),
-                limits,
-                harness.shutdown.subscribe(),
-            ));
+            tokio::task::spawn_local(harness.connections.resume(resumed));
         }
         let mut response = Vec::new();
         let read = tokio::time::timeout(
@@ -634,7 +642,7 @@ async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_
             .route(None, "/", "app")
             .cluster(app)
             .to_yaml();
-        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        let harness = Harness::start_with(&yaml, Some(registry.clone()), true).await;
         let mut body_bytes = 0;
         for i in 0..10 {
             let (status, _, body) = harness.get(if i < 4 { "/api/x" } else { "/" }).await;
@@ -691,7 +699,7 @@ async fn latency_histograms_and_per_backend_counters_tell_a_slow_backend_from_a_
         let gone = refused.local_addr().expect("address");
         drop(refused);
         let registry = crate::Registry::new();
-        let harness = Harness::start_with(&cluster(&[gone], "round_robin", &[]), Some(registry.clone())).await;
+        let harness = Harness::start_with(&cluster(&[gone], "round_robin", &[]), Some(registry.clone()), true).await;
         assert_eq!(harness.get("/").await.0, 502);
         let text = registry.render_prometheus();
         assert_eq!(
@@ -722,7 +730,7 @@ async fn the_status_page_counts_over_its_window_not_since_start() {
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
         let registry = crate::Registry::new();
         let yaml = cluster(&[backend.address()], "p2c_inflight", &[]);
-        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        let harness = Harness::start_with(&yaml, Some(registry.clone()), true).await;
         for _ in 0..10 {
             assert_eq!(harness.get("/").await.0, 200);
         }
@@ -755,7 +763,7 @@ async fn request_body_bytes_are_counted_whether_buffered_for_replay_or_streamed(
         let backend = Backend::start(BackendOptions::named("sink")).expect("backend");
         let registry = crate::Registry::new();
         let yaml = cluster(&[backend.address()], "round_robin", &[]);
-        let harness = Harness::start_with(&yaml, Some(registry.clone())).await;
+        let harness = Harness::start_with(&yaml, Some(registry.clone()), true).await;
         // 100 bytes with a length (small enough to be kept for a retry), then 500 chunked (streamed).
         // To `/upload`, where the backend reads the whole body (it answers with the count).
         let mut buffered =

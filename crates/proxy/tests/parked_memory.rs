@@ -4,7 +4,7 @@
 //!
 //! Kept alone in its own test binary: the allocator counts every thread of the process.
 
-use duet_proxy::{serve_connection, Client, ResolvedNames, WorkerProxy};
+use duet_proxy::{Accepted, Client, Connections, ResolvedNames, WorkerProxy};
 use duet_testbed::config::DuetConfig;
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -78,32 +78,30 @@ fn start_worker(backend: SocketAddr) -> SocketAddr {
             .build()
             .expect("runtime");
         tokio::task::LocalSet::new().block_on(&runtime, async move {
-            let proxy = Rc::new(WorkerProxy::new(config.clone(), &ResolvedNames::new()));
+            let proxy = Rc::new(WorkerProxy::new(config, &ResolvedNames::new()));
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
-            loop {
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((stream, peer)) = accepted else { return };
-                        let client = Client {
-                            address: peer,
-                            tls: false,
-                            trusted: false,
-                        };
-                        tokio::task::spawn_local(serve_connection(
-                            proxy.clone(),
-                            config.limits,
-                            stream,
-                            client,
-                            shutdown.clone(),
-                            None,
-                        ));
-                    }
-                    resumed = proxy.next_resumed() => {
-                        tokio::task::spawn_local(resumed.serve(proxy.clone(), config.limits, shutdown.clone()));
+            let connections = Connections::new(proxy, shutdown);
+            let (accepted_tx, accepted) = tokio::sync::mpsc::channel(64);
+            tokio::task::spawn_local(async move {
+                while let Ok((stream, peer)) = listener.accept().await {
+                    let client = Client {
+                        address: peer,
+                        tls: false,
+                        trusted: false,
+                    };
+                    let connection = Accepted {
+                        stream,
+                        client,
+                        tls: None,
+                        permit: None,
+                    };
+                    if accepted_tx.send(connection).await.is_err() {
+                        return;
                     }
                 }
-            }
+            });
+            connections.run(accepted).await;
         });
     });
     address

@@ -1,12 +1,18 @@
 //! Serving client connections on a worker.
 
 use crate::{
-    body::ProxyBody,
-    metrics::WorkerCounters,
-    parking::{Parked, Resumed},
-    proxy::WorkerProxy,
-    respond::{tunnel, PendingTunnel},
+    attempt::body::ProxyBody,
+    conn::{
+        active::Active,
+        io::{ClientIo, Prefixed, SendTimeout},
+        parking::Parked,
+        shared::Shared,
+    },
+    exchange::{ConnectionState, InService},
+    peer::Client,
     stall::Stall,
+    telemetry::metrics::WorkerCounters,
+    tunnel::tunnel,
 };
 use bytes::Bytes;
 use duet_config::Limits;
@@ -14,157 +20,22 @@ use http::Response;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::{
-    any::Any,
-    cell::{Cell, RefCell},
-    convert::Infallible,
-    future::Future,
-    io,
-    net::SocketAddr,
-    pin::Pin,
-    rc::Rc,
-    sync::{atomic::Ordering::Relaxed, Arc},
-    task::{Context, Poll},
+    cell::Cell, convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc,
     time::Duration,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
-    net::TcpStream,
     sync::{watch, OwnedSemaphorePermit},
     time::Instant,
 };
 
-/// Who is at the other end of a client connection, as its listener saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Client {
-    /// The peer's address.
-    pub address: SocketAddr,
-    /// Whether the connection is TLS (`X-Forwarded-Proto: https`).
-    pub tls: bool,
-    /// Whether the peer is one of the listener's `trusted_proxies`, whose forwarding fields are kept.
-    pub trusted: bool,
-}
-
-/// What a connection's requests tell the loop that serves it.
-#[derive(Default)]
-pub(crate) struct ConnectionState {
-    /// Requests started on this connection.
-    requests: Cell<u64>,
-    /// Requests whose response head is not yet out.
-    in_service: Cell<u32>,
-    /// A `101` went out: the connection becomes a tunnel to this backend once hyper hands it back.
-    tunnel: RefCell<Option<PendingTunnel>>,
-}
-
-impl ConnectionState {
-    pub(crate) fn expect_tunnel(&self, pending: PendingTunnel) {
-        *self.tunnel.borrow_mut() = Some(pending);
-    }
-
-    /// How many requests this connection has carried (the current one included).
-    pub(crate) fn requests(&self) -> u64 {
-        self.requests.get()
-    }
-}
-
-/// Counts a request as in service until its response head is out (or it is cancelled).
-pub(crate) struct InService(Rc<ConnectionState>);
-
-impl InService {
-    fn new(state: Rc<ConnectionState>) -> Self {
-        state.requests.set(state.requests.get() + 1);
-        state.in_service.set(state.in_service.get() + 1);
-        Self(state)
-    }
-
-    /// The connection the request came on.
-    pub(crate) fn connection(&self) -> &ConnectionState {
-        &self.0
-    }
-}
-
-impl Drop for InService {
-    fn drop(&mut self) {
-        self.0.in_service.set(self.0.in_service.get() - 1);
-    }
-}
-
-/// Serves one client connection until it closes, or until `shutdown` turns true: then the request in
-/// progress (if any) finishes, and the connection closes instead of waiting for another. `permit`, if
-/// any, is the connection's place under `limits.max_connections`, held until it closes.
-///
-/// A keep-alive connection that has been idle for a moment is **parked**: hyper's state for it (read
-/// and write buffers, parser, timers: most of a connection's memory) is given back, and only the socket
-/// waits for the next request's first byte, for up to `limits.keepalive_timeout`. A plain TCP
-/// connection leaves its task to wait in the worker's parking lot (about 80 bytes a connection), from
-/// which [`WorkerProxy::next_resumed`] hands it back; a TLS connection waits in its task. That byte
-/// starts a fresh hyper connection, so `limits.header_read_timeout` times the head from its first byte,
-/// never the idle wait. `io` is the client connection (TCP, or TLS over TCP).
-pub fn serve_connection<IO>(
-    proxy: Rc<WorkerProxy>,
-    limits: Limits,
-    io: IO,
-    client: Client,
-    shutdown: watch::Receiver<bool>,
-    permit: Option<OwnedSemaphorePermit>,
-) -> impl Future<Output = ()>
-where
-    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let active = Active::new(proxy.counters_handle());
-    let io = Prefixed {
-        prefix: Bytes::new(),
-        io,
-    };
-    run(
-        Connection::new(proxy, limits, client, Some(io), 0, active, permit),
-        shutdown,
-    )
-}
-
-impl Resumed {
-    /// Serves a connection taken out of the parking lot, its next request's first byte already read:
-    /// as [`serve_connection`] would have, had it never parked.
-    pub fn serve(
-        self,
-        proxy: Rc<WorkerProxy>,
-        limits: Limits,
-        shutdown: watch::Receiver<bool>,
-    ) -> impl Future<Output = ()> {
-        let Resumed {
-            stream,
-            first_byte,
-            parked:
-                Parked {
-                    client,
-                    requests,
-                    active,
-                    permit,
-                },
-        } = self;
-        let io = match TcpStream::from_std(stream) {
-            Ok(io) => Some(Prefixed {
-                prefix: Bytes::copy_from_slice(&[first_byte]),
-                io,
-            }),
-            Err(error) => {
-                tracing::debug!(target: "duet::conn", peer = %client.address, "closing a resumed connection: {error}");
-                None
-            }
-        };
-        run(
-            Connection::new(proxy, limits, client, io, requests, active, permit),
-            shutdown,
-        )
-    }
-}
-
 /// Turns of hyper, and parking between them, until the connection ends or leaves for the parking lot.
 /// Nothing is held across an await but the connection and `shutdown`: every byte of this future counts
 /// for every connection parked in its task.
-async fn run<IO>(mut connection: Connection<IO>, mut shutdown: watch::Receiver<bool>)
-where
-    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
+pub(crate) async fn serve<IO: ClientIo>(
+    mut connection: Connection<IO>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         // Boxed, and freed before the connection parks: hyper's buffers and parser, the service and this
         // turn's timers are most of a connection's memory; a parked connection keeps none of them.
@@ -183,7 +54,7 @@ where
 
 /// Hands an idle plain TCP connection (nothing of its next request read yet) to the worker's parking
 /// lot; `true` if it left (or was closed on the way), `false` if it parks in its task instead.
-fn leave_for_the_lot<IO: 'static>(connection: &mut Connection<IO>) -> bool {
+fn leave_for_the_lot<IO: ClientIo>(connection: &mut Connection<IO>) -> bool {
     if connection
         .io
         .as_ref()
@@ -191,24 +62,22 @@ fn leave_for_the_lot<IO: 'static>(connection: &mut Connection<IO>) -> bool {
     {
         return false;
     }
-    let proxy = connection.proxy.clone();
-    let Some(lot) = proxy.parking_lot() else {
+    let connections = connection.connections.clone();
+    let Some(lot) = connections.parking_lot() else {
         return false;
     };
-    // Only a plain TCP socket can leave its task (a TLS session cannot): the one `IO` type that
-    // parks in the lot is told apart from the others by its type id, at no cost per connection.
-    let io: &mut dyn Any = &mut connection.io;
-    let Some(io) = io.downcast_mut::<Option<Prefixed<TcpStream>>>() else {
-        return false;
-    };
-    let Some(Prefixed { io: stream, .. }) = io.take() else {
+    let Some(Prefixed { prefix, io }) = connection.io.take() else {
         return true;
     };
-    let stream = match stream.into_std() {
-        Ok(stream) => stream,
-        Err(error) => {
+    let stream = match io.into_parkable() {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
             tracing::debug!(target: "duet::conn", peer = %connection.client.address, "closing instead of parking: {error}");
             return true;
+        }
+        Err(io) => {
+            connection.io = Some(Prefixed { prefix, io });
+            return false;
         }
     };
     let (Some(active), permit) = (connection.active.take(), connection.permit.take()) else {
@@ -231,8 +100,8 @@ fn leave_for_the_lot<IO: 'static>(connection: &mut Connection<IO>) -> bool {
 }
 
 /// What a connection keeps from one turn of hyper to the next.
-struct Connection<IO> {
-    proxy: Rc<WorkerProxy>,
+pub(crate) struct Connection<IO> {
+    connections: Rc<Shared>,
     limits: Limits,
     client: Client,
     /// How long a keep-alive connection idles with hyper before it is parked.
@@ -248,22 +117,23 @@ struct Connection<IO> {
 }
 
 impl<IO> Connection<IO> {
-    fn new(
-        proxy: Rc<WorkerProxy>,
-        limits: Limits,
+    pub(crate) fn new(
+        connections: Rc<Shared>,
         client: Client,
         io: Option<Prefixed<IO>>,
         requests: u64,
         active: Active,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
+        // The limits current when the connection (or its next turn after parking) starts.
+        let limits = connections.proxy().limits();
         // Park before hyper's header timer (which also runs while a kept-alive connection waits) could
         // fire.
         let park_after = PARK_AFTER
             .min(limits.header_read_timeout / 2)
             .min(limits.keepalive_timeout / 2);
         Self {
-            proxy,
+            connections,
             limits,
             client,
             park_after,
@@ -278,13 +148,10 @@ impl<IO> Connection<IO> {
 /// Serves requests with a fresh hyper connection until the connection ends (`false`) or has idled
 /// long enough to park (`true`, the connection back in `connection.io`). A connection upgraded by a
 /// `101` becomes a tunnel here, and ends with it.
-async fn hyper_turn<IO>(
+async fn hyper_turn<IO: ClientIo>(
     connection: &mut Connection<IO>,
     shutdown: &mut watch::Receiver<bool>,
-) -> bool
-where
-    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
+) -> bool {
     let Some(io) = connection.io.take() else {
         return false;
     };
@@ -292,7 +159,7 @@ where
     // even when the drain has begun; its response says `Connection: close`.
     let request_waiting = !io.prefix.is_empty();
     let Connection {
-        ref proxy,
+        ref connections,
         ref limits,
         client,
         park_after,
@@ -303,6 +170,50 @@ where
         requests: Cell::new(requests),
         ..ConnectionState::default()
     });
+    let service = {
+        let (proxy, state) = (connections.proxy().clone(), state.clone());
+        service_fn(move |request| {
+            let (proxy, state) = (proxy.clone(), state.clone());
+            Box::pin(proxy.handle(request, client, InService::new(state)))
+                as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
+        })
+    };
+    let io = TokioIo::new(SendTimeout {
+        io,
+        stall: Stall::new(limits.send_timeout),
+    });
+    let http = server_builder(limits).serve_connection(io, service);
+    let turn = Turn {
+        state: &state,
+        park_after,
+        request_waiting,
+        connections,
+        client,
+    };
+    let parts = match drive(http, turn, shutdown).await {
+        Finished::Handed(parts) => parts,
+        Finished::Done(parts) => {
+            // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
+            let mut io = parts.io.into_inner();
+            let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
+            return false;
+        }
+        Finished::Failed => return false,
+    };
+    let io = unread(parts);
+    let pending = state.tunnel.borrow_mut().take();
+    if let Some(pending) = pending {
+        let _open = connections.tunnel_opened();
+        tunnel(io, pending).await;
+        return false;
+    }
+    connection.requests = state.requests.get();
+    connection.io = Some(io);
+    true
+}
+
+/// hyper's HTTP/1.1 server with duet's limits.
+fn server_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -317,43 +228,13 @@ where
         .half_close(true)
         .writev(false)
         .keep_alive(true);
-    let service = {
-        let (proxy, state) = (proxy.clone(), state.clone());
-        service_fn(move |request| {
-            let (proxy, state) = (proxy.clone(), state.clone());
-            Box::pin(proxy.handle(request, client, InService::new(state)))
-                as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
-        })
-    };
-    let http = builder.serve_connection(
-        TokioIo::new(SendTimeout {
-            io,
-            stall: Stall::new(limits.send_timeout),
-        }),
-        service,
-    );
-    let parts = match drive(
-        http,
-        &state,
-        shutdown,
-        park_after,
-        request_waiting,
-        proxy,
-        client,
-    )
-    .await
-    {
-        Finished::Handed(parts) => parts,
-        Finished::Done(parts) => {
-            // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
-            let mut io = parts.io.into_inner();
-            let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
-            return false;
-        }
-        Finished::Failed => return false,
-    };
-    // What hyper read but did not use comes first, then whatever of our prefix it never read. Copied
-    // out, and `read_buf` dropped here: even empty, it is a view that keeps hyper's whole read buffer.
+    builder
+}
+
+/// The connection hyper handed back, with what hyper read but did not use in front of it, then
+/// whatever of our prefix it never read. Copied out, and `read_buf` dropped here: even empty, it is a
+/// view that keeps hyper's whole read buffer.
+fn unread<IO, S>(parts: http1::Parts<TokioIo<SendTimeout<Prefixed<IO>>>, S>) -> Prefixed<IO> {
     let http1::Parts { io, read_buf, .. } = parts;
     let rest = io.into_inner().io;
     let prefix = if read_buf.is_empty() && rest.prefix.is_empty() {
@@ -361,19 +242,19 @@ where
     } else {
         [read_buf, rest.prefix].concat().into()
     };
-    let io = Prefixed {
+    Prefixed {
         prefix,
         io: rest.io,
-    };
-    let pending = state.tunnel.borrow_mut().take();
-    if let Some(pending) = pending {
-        let _open = proxy.tunnel_opened();
-        tunnel(io, pending).await;
-        return false;
     }
-    connection.requests = state.requests.get();
-    connection.io = Some(io);
-    true
+}
+
+/// What [`drive`] watches on one turn of hyper.
+struct Turn<'a> {
+    state: &'a ConnectionState,
+    park_after: Duration,
+    request_waiting: bool,
+    connections: &'a Shared,
+    client: Client,
 }
 
 /// How long a keep-alive connection stays idle with its hyper state before it is parked (at most; less
@@ -397,12 +278,8 @@ enum Finished<P> {
 /// has gone out.
 async fn drive<IO, S>(
     mut connection: http1::Connection<TokioIo<SendTimeout<Prefixed<IO>>>, S>,
-    state: &ConnectionState,
+    turn: Turn<'_>,
     shutdown: &mut watch::Receiver<bool>,
-    park_after: Duration,
-    request_waiting: bool,
-    proxy: &WorkerProxy,
-    client: Client,
 ) -> Finished<http1::Parts<TokioIo<SendTimeout<Prefixed<IO>>>, S>>
 where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -410,6 +287,13 @@ where
     S::Future: Unpin,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let Turn {
+        state,
+        park_after,
+        request_waiting,
+        connections,
+        client,
+    } = turn;
     let mut draining = *shutdown.borrow();
     if draining && !request_waiting {
         Pin::new(&mut connection).graceful_shutdown();
@@ -456,7 +340,7 @@ where
                 };
             }
             Some(Err(error)) => {
-                log_connection_error(&error, client.address, proxy.counters());
+                log_connection_error(&error, client.address, connections.counters());
                 return Finished::Failed;
             }
             None => {
@@ -502,122 +386,6 @@ async fn park<IO: AsyncRead + Unpin>(
         },
         () = tokio::time::sleep(wait) => false,
         _ = shutdown.wait_for(|stop| *stop) => false,
-    }
-}
-
-/// A connection with bytes already read from it in front.
-struct Prefixed<IO> {
-    prefix: Bytes,
-    io: IO,
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.prefix.is_empty() {
-            let n = this.prefix.len().min(buf.remaining());
-            buf.put_slice(&this.prefix.split_to(n));
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-/// Counts a connection as open (and accepted) while it lives, parked or not.
-pub(crate) struct Active(Arc<WorkerCounters>);
-
-impl Active {
-    fn new(counters: Arc<WorkerCounters>) -> Self {
-        counters.connections.fetch_add(1, Relaxed);
-        counters.active.fetch_add(1, Relaxed);
-        Self(counters)
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Relaxed);
-    }
-}
-
-/// A client connection whose writes may make no progress for at most `limits.send_timeout`: a client
-/// that stops reading would otherwise hold its connection, and the backend's (counted as load), forever.
-struct SendTimeout<IO> {
-    io: IO,
-    stall: Stall,
-}
-
-impl<IO> SendTimeout<IO> {
-    fn check<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        match polled {
-            Poll::Pending if self.stall.expired(cx) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the client read nothing for {:?}", self.stall.limit()),
-            ))),
-            Poll::Pending => Poll::Pending,
-            ready => {
-                self.stall.progressed();
-                ready
-            }
-        }
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for SendTimeout<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for SendTimeout<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.check(cx, polled)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_flush(cx);
-        this.check(cx, polled)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

@@ -1,6 +1,9 @@
 //! The body sent to a backend, kept so that a failed attempt can be retried elsewhere when that is safe.
 
-use crate::metrics::ClusterCounters;
+use crate::telemetry::{
+    metrics::ClusterCounters,
+    upload::{Received, Upload},
+};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -9,7 +12,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering},
+        atomic::{AtomicU8, Ordering},
         Arc, Mutex,
     },
     task::{Context, Poll},
@@ -98,51 +101,6 @@ impl BodySource {
             Self::Buffered(bytes) => Received::Known(bytes.len() as u64),
             Self::Streaming(shared) => Received::Streamed(shared.upload.clone()),
         }
-    }
-}
-
-/// Request body bytes received from the client: known at once, or counted while they stream.
-#[derive(Debug, Clone)]
-pub(crate) enum Received {
-    Known(u64),
-    Streamed(Arc<Upload>),
-}
-
-impl Received {
-    pub(crate) fn bytes(&self) -> u64 {
-        match self {
-            Self::Known(bytes) => *bytes,
-            Self::Streamed(upload) => upload.bytes(),
-        }
-    }
-}
-
-/// How a streamed upload is going: frames and bytes passed on, and whether it is waiting for the client
-/// now.
-#[derive(Debug, Default)]
-pub(crate) struct Upload {
-    frames: AtomicU64,
-    bytes: AtomicU64,
-    waiting_for_client: AtomicBool,
-    /// The cluster's `duet_request_body_bytes_total`, counted as the bytes pass.
-    counters: Option<Arc<ClusterCounters>>,
-}
-
-impl Upload {
-    /// Body bytes passed to the backend so far.
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-
-    /// Frames passed to the backend so far.
-    pub(crate) fn frames(&self) -> u64 {
-        self.frames.load(Ordering::Relaxed)
-    }
-
-    /// Whether the upload is held up by the client (whose pace `body_read_timeout` bounds), not by the
-    /// backend.
-    pub(crate) fn waiting_for_client(&self) -> bool {
-        self.waiting_for_client.load(Ordering::Relaxed)
     }
 }
 

@@ -2,13 +2,13 @@
 //! where what went wrong becomes an [`ErrorKind`].
 
 use crate::{
-    access_log::AccessLog,
-    cluster::{Cluster, Upstream},
-    completion::{Completion, Fault},
+    attempt::completion::{Completion, Fault},
+    backend::cluster::{Cluster, Upstream},
+    backend::request_body::{ClientFailure, UpstreamBody},
     error::{ErrorKind, ProxyError},
-    metrics::BackendFailure,
-    prepare::Prepared,
-    request_body::{ClientFailure, Upload, UpstreamBody},
+    exchange::Prepared,
+    telemetry::metrics::BackendFailure,
+    telemetry::upload::Upload,
 };
 use http::{header, request::Parts, uri::Authority, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
@@ -26,12 +26,6 @@ use tokio::time::{Instant, Sleep};
 /// How many times one attempt is sent again after meeting pooled connections that the backend closed
 /// (each resend takes another pooled connection, or a new one).
 const MAX_RESENDS: u32 = 3;
-
-/// An attempt (or a request's attempts) that got no usable response, with the access-log record.
-pub(crate) struct Failed {
-    pub(crate) error: ProxyError,
-    pub(crate) log: Option<Box<AccessLog>>,
-}
 
 /// Sends `prepared` to a backend of `cluster` not in `tried`, counted as that backend's load until the
 /// returned [`Completion`] settles. `last` says this is the last attempt, so the headers can be moved

@@ -17,10 +17,10 @@
 //! | no response: client's fault (its body broke or stalled) or duet's | none | none |
 
 use crate::{
-    access_log::AccessLog,
-    cluster::Cluster,
-    metrics::{BackendFailure, BackendStats, RouteTimings},
-    upstream::Lease,
+    backend::cluster::Cluster,
+    backend::pool::Lease,
+    telemetry::access_log::AccessLog,
+    telemetry::metrics::{BackendFailure, BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
 use http::{header, response::Parts, StatusCode};

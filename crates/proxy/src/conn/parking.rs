@@ -6,16 +6,18 @@
 //! of about 80 bytes: the socket, the client, its request count and its place under
 //! `limits.max_connections`. No task, no reactor registration, no timer each: one task-free wait and
 //! one deadline heap for all of them. The next request's first byte takes the connection out again,
-//! into a new task (`Resumed::serve`); a client that closes, or stays quiet past
+//! into a new task (`Connections::resume`); a client that closes, or stays quiet past
 //! `limits.keepalive_timeout`, is closed from here.
 //!
 //! Only plain TCP connections are parked here: a TLS connection's session state cannot leave its
-//! task, so TLS connections park in their own task (`server.rs`).
+//! task, so TLS connections park in their own task (`serve.rs`).
 
 use crate::{
-    metrics::WorkerCounters,
-    server::{Active, Client},
+    conn::{active::Active, io::Prefixed},
+    peer::Client,
+    telemetry::metrics::WorkerCounters,
 };
+use bytes::Bytes;
 use mio::{net::TcpStream as MioStream, Events, Interest, Poll, Token};
 use std::{
     cell::{Cell, RefCell},
@@ -28,6 +30,7 @@ use std::{
 };
 use tokio::{
     io::unix::AsyncFd,
+    net::TcpStream,
     sync::{Notify, OwnedSemaphorePermit},
     time::Instant,
 };
@@ -49,6 +52,22 @@ pub struct Resumed {
     pub(crate) stream: std::net::TcpStream,
     pub(crate) first_byte: u8,
     pub(crate) parked: Parked,
+}
+
+impl Resumed {
+    /// The connection, its first byte put back in front, and what it kept while parked.
+    pub(crate) fn into_parts(self) -> (io::Result<Prefixed<TcpStream>>, Parked) {
+        let Resumed {
+            stream,
+            first_byte,
+            parked,
+        } = self;
+        let io = TcpStream::from_std(stream).map(|io| Prefixed {
+            prefix: Bytes::copy_from_slice(&[first_byte]),
+            io,
+        });
+        (io, parked)
+    }
 }
 
 /// One worker's parked connections.

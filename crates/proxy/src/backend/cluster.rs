@@ -6,9 +6,9 @@
 //! outlier ejections.
 
 use crate::{
-    metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
-    outlier::Outliers,
-    upstream::{upstream_client, UpstreamClient},
+    backend::outlier::Outliers,
+    backend::pool::{upstream_client, UpstreamClient},
+    telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView},
 };
 use duet_balance::{

@@ -2,8 +2,8 @@
 //! admin port may have no internet) or JSON, from the same snapshot of the workers' cells.
 
 use crate::{
-    histogram::Summed,
-    metrics::{unix_seconds, ClusterCells, Registry},
+    telemetry::histogram::Summed,
+    telemetry::metrics::{unix_seconds, ClusterCells, Registry},
     view::HealthView,
 };
 use serde::Serialize;

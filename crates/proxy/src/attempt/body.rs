@@ -2,8 +2,8 @@
 
 use crate::stall::Stall;
 use crate::{
-    access_log::AccessLog,
-    completion::{BodyEnd, Completion},
+    attempt::completion::{BodyEnd, Completion},
+    telemetry::access_log::AccessLog,
 };
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};

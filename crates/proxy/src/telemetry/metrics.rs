@@ -5,7 +5,7 @@
 //! admin endpoint renders them. The Prometheus text format is written directly: the cells are plain
 //! atomics summed at scrape time, which a metrics library's registry would only wrap.
 
-use crate::histogram::{AttemptCounts, Histogram, Summed, SummedAttempts};
+use crate::telemetry::histogram::{AttemptCounts, Histogram, Summed, SummedAttempts};
 use duet_balance::EndpointLoad;
 use std::{
     collections::BTreeMap,

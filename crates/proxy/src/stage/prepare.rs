@@ -1,33 +1,18 @@
 //! Stage 2, prepare: the header rules of a forwarding proxy, and where the request body comes from.
 
 use crate::{
-    cluster::Cluster,
+    backend::cluster::Cluster,
+    backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
+    exchange::{Prepared, Upgrade},
     headers,
-    request_body::{BodySource, Reclaimable},
-    server::Client,
+    peer::Client,
 };
-use http::{header, request::Parts, HeaderValue, Request};
+use http::{header, HeaderValue, Request};
 use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::atomic::Ordering::Relaxed;
-
-/// A request ready to be sent to any backend of its cluster, as often as retries need.
-pub(crate) struct Prepared {
-    /// Method, target, version and the rewritten headers.
-    pub(crate) parts: Parts,
-    /// The body each attempt gets.
-    pub(crate) source: BodySource,
-    /// The protocol upgrade the request asks for, if duet tunnels it.
-    pub(crate) upgrade: Option<Upgrade>,
-}
-
-/// A protocol upgrade the request asks for. The client's side of the tunnel is the connection itself,
-/// taken back from hyper once the `101` is written (see `server.rs`).
-pub(crate) struct Upgrade {
-    pub(crate) protocol: HeaderValue,
-}
 
 /// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust) and decides
 /// how the body is sent: buffered when small and retries may need it again, streamed otherwise. A body

@@ -9,7 +9,7 @@
 //! its lease and with it the connection. Idle connections are closed after `timeouts.idle` by one
 //! sweeper task per pool, alive only while something is pooled.
 
-use crate::request_body::UpstreamBody;
+use crate::backend::request_body::UpstreamBody;
 use duet_config::Timeouts;
 use http::{Request, Response};
 use hyper::{

@@ -2,29 +2,25 @@
 //! in order.
 
 use crate::{
-    access_log::AccessLog,
-    body::ProxyBody,
-    cluster::{Cluster, ClusterBalance, SharedHealth},
+    attempt::body::ProxyBody,
+    backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::ErrorKind,
-    metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
-    parking::{ParkingLot, Resumed},
-    prepare,
+    exchange::InService,
+    peer::Client,
     request_id::RequestIds,
-    respond, retry, route,
-    server::{Client, InService},
+    stage::prepare,
+    stage::respond,
+    stage::retry,
+    stage::route,
+    telemetry::access_log::AccessLog,
+    telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     view::{HealthView, ResolvedNames},
 };
 use duet_config::Config;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use std::{
-    cell::{OnceCell, RefCell},
-    convert::Infallible,
-    rc::Rc,
-    sync::atomic::Ordering::Relaxed,
-    sync::Arc,
-};
-use tokio::{sync::Notify, time::Instant};
+use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
+use tokio::time::Instant;
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
 /// with another worker, and no borrow is held across an `.await`.
@@ -36,13 +32,7 @@ pub struct WorkerProxy {
     health: SharedHealth,
     counters: Arc<WorkerCounters>,
     registry: Option<(usize, Registry)>,
-    /// Held by every open tunnel: its strong count, less one, is how many are open.
-    tunnels: Rc<()>,
     readiness: Arc<Readiness>,
-    /// Idle keep-alive connections parked outside their tasks; made by the first connection to park
-    /// (it needs the worker's reactor), `None` if the system refused one.
-    parking: OnceCell<Option<ParkingLot>>,
-    parking_made: Notify,
     ids: RequestIds,
 }
 
@@ -95,79 +85,26 @@ impl WorkerProxy {
             health,
             counters,
             registry,
-            tunnels: Rc::new(()),
             readiness,
-            parking: OnceCell::new(),
-            parking_made: Notify::new(),
             ids: RequestIds::new(),
         };
         proxy.publish_cells();
         proxy
     }
 
-    /// Notes that this worker holds its share of `limits.max_connections` and stops accepting.
-    pub fn note_at_capacity(&self) {
-        self.counters.at_capacity.fetch_add(1, Relaxed);
+    /// The limits of the config in force now: a connection takes them when it starts, and again each
+    /// time it comes back from the parking lot.
+    pub fn limits(&self) -> duet_config::Limits {
+        self.table.borrow().config.limits
     }
 
-    /// Held while a tunnel is open.
-    pub(crate) fn tunnel_opened(&self) -> Rc<()> {
-        self.tunnels.clone()
-    }
-
-    /// Upgraded connections (WebSocket tunnels) open now; a drain waits for them.
-    pub fn open_tunnels(&self) -> usize {
-        Rc::strong_count(&self.tunnels) - 1
-    }
-
-    /// This worker's counters that belong to no cluster.
-    pub(crate) fn counters(&self) -> &WorkerCounters {
-        &self.counters
+    /// The drain deadline of the config in force now.
+    pub fn drain_timeout(&self) -> std::time::Duration {
+        self.table.borrow().config.shutdown.drain_timeout
     }
 
     pub(crate) fn counters_handle(&self) -> Arc<WorkerCounters> {
         self.counters.clone()
-    }
-
-    /// The worker's parking lot, made on first use; `None` when the system gives no epoll set (idle
-    /// connections then park in their tasks).
-    pub(crate) fn parking_lot(&self) -> Option<&ParkingLot> {
-        self.parking
-            .get_or_init(|| match ParkingLot::new(self.counters.clone()) {
-                Ok(lot) => {
-                    self.parking_made.notify_one();
-                    Some(lot)
-                }
-                Err(error) => {
-                    tracing::warn!("idle connections park in their tasks (more memory each): no epoll set: {error}");
-                    None
-                }
-            })
-            .as_ref()
-    }
-
-    /// Waits until a parked keep-alive connection's next request starts to arrive; serve it with
-    /// [`Resumed::serve`]. Parked connections whose client left or whose `limits.keepalive_timeout`
-    /// ran out are closed while this waits, so a worker polls it for as long as it serves. Cancel-safe.
-    pub async fn next_resumed(&self) -> Resumed {
-        loop {
-            match self.parking.get() {
-                Some(Some(lot)) => return lot.next().await,
-                Some(None) => std::future::pending::<()>().await,
-                None => self.parking_made.notified().await,
-            }
-        }
-    }
-
-    /// At the drain: closes every parked connection, except those whose next request has already
-    /// started to arrive, which are returned to be served (with `Connection: close`). Nothing parks
-    /// after this.
-    pub fn close_parked(&self) -> Vec<Resumed> {
-        self.parking
-            .get()
-            .and_then(Option::as_ref)
-            .map(ParkingLot::close_all)
-            .unwrap_or_default()
     }
 
     fn publish_cells(&self) {

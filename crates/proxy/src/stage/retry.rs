@@ -8,16 +8,15 @@
 //! the attempts together: past it the client gets 504.
 
 use crate::{
-    access_log::AccessLog,
-    cluster::Cluster,
-    completion::Completion,
+    backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
-    forward::{forward, Failed},
-    metrics::RouteTimings,
-    prepare::Prepared,
+    exchange::Prepared,
+    exchange::{Failed, Outcome},
+    stage::forward::forward,
+    telemetry::access_log::AccessLog,
+    telemetry::metrics::RouteTimings,
 };
 use duet_config::Route;
-use hyper::{body::Incoming, Response};
 use std::{
     net::SocketAddr,
     rc::Rc,
@@ -34,7 +33,7 @@ pub(crate) async fn send(
     prepared: &mut Prepared,
     started: Instant,
     log: Option<Box<AccessLog>>,
-) -> Result<(Response<Incoming>, Completion), Failed> {
+) -> Outcome {
     let mut log = log;
     if let Some(log) = log.as_mut() {
         log.received = prepared.source.received();

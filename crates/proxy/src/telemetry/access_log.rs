@@ -1,6 +1,6 @@
 //! The access-log record of one request, written once when its response is finished.
 
-use crate::{request_body::Received, server::Client};
+use crate::{peer::Client, telemetry::upload::Received};
 use http::{header, HeaderValue, Method, Request, StatusCode, Uri, Version};
 use std::{
     borrow::Cow,

@@ -1,0 +1,8 @@
+//! A cluster's backends as one worker sees them: the balancer, the connection pool, outlier ejection,
+//! and the request body each attempt sends.
+
+pub(crate) mod cluster;
+
+pub(crate) mod outlier;
+pub(crate) mod pool;
+pub(crate) mod request_body;

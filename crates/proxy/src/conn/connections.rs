@@ -1,0 +1,159 @@
+//! One worker's client connections: what every connection of the worker shares (the proxy that
+//! handles its requests, the parking lot, the count of open tunnels, the drain signal).
+
+use crate::{
+    conn::{
+        active::Active,
+        io::ClientIo,
+        io::Prefixed,
+        parking::{ParkingLot, Resumed},
+        serve::{serve, Connection},
+        shared::Shared,
+    },
+    handler::WorkerProxy,
+    peer::Client,
+};
+use bytes::Bytes;
+use std::{
+    cell::{Cell, OnceCell},
+    future::Future,
+    rc::Rc,
+    sync::atomic::Ordering::Relaxed,
+};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
+
+/// One worker's client connections. Cheap to clone (a reference count); lives on the worker's thread.
+///
+/// [`serve`](Self::serve) gives the future that serves one connection; [`run`](Self::run) is the
+/// worker's accept loop, which also takes parked connections back when their next request arrives.
+#[derive(Clone)]
+pub struct Connections(Rc<Shared>);
+
+impl Connections {
+    /// The connections of the worker whose requests `proxy` handles. `shutdown` turning true starts
+    /// the drain: requests in progress finish, idle connections close.
+    pub fn new(proxy: Rc<WorkerProxy>, shutdown: watch::Receiver<bool>) -> Self {
+        Self(Rc::new(Shared {
+            counters: proxy.counters_handle(),
+            proxy,
+            shutdown,
+            tunnels: Rc::new(()),
+            parking: OnceCell::new(),
+            parking_made: Notify::new(),
+            tasks: Cell::new(0),
+            tasks_high: Cell::new(0),
+        }))
+    }
+
+    /// Serves one client connection until it closes, or until the drain: then the request in progress
+    /// (if any) finishes, and the connection closes instead of waiting for another. `permit`, if any,
+    /// is the connection's place under `limits.max_connections`, held until it closes.
+    ///
+    /// A keep-alive connection that has been idle for a moment is **parked**: hyper's state for it
+    /// (read and write buffers, parser, timers: most of a connection's memory) is given back, and only
+    /// the socket waits for the next request's first byte, for up to `limits.keepalive_timeout`. A
+    /// plain TCP connection leaves its task to wait in the worker's parking lot, from which
+    /// [`next_resumed`](Self::next_resumed) hands it back; a TLS connection waits in its task. That
+    /// byte starts a fresh hyper connection, so `limits.header_read_timeout` times the head from its
+    /// first byte, never the idle wait.
+    pub fn serve<IO: ClientIo>(
+        &self,
+        io: IO,
+        client: Client,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> impl Future<Output = ()> {
+        let active = Active::new(self.0.counters.clone());
+        let io = Prefixed {
+            prefix: Bytes::new(),
+            io,
+        };
+        let connection = Connection::new(self.0.clone(), client, Some(io), 0, active, permit);
+        serve(connection, self.0.shutdown.clone())
+    }
+
+    /// Serves a connection taken out of the parking lot, its next request's first byte already read:
+    /// as [`serve`](Self::serve) would have, had it never parked.
+    pub fn resume(&self, resumed: Resumed) -> impl Future<Output = ()> {
+        let (io, parked) = resumed.into_parts();
+        let client = parked.client;
+        let io = match io {
+            Ok(io) => Some(io),
+            Err(error) => {
+                tracing::debug!(target: "duet::conn", peer = %client.address, "closing a resumed connection: {error}");
+                None
+            }
+        };
+        let connection = Connection::new(
+            self.0.clone(),
+            client,
+            io,
+            parked.requests,
+            parked.active,
+            parked.permit,
+        );
+        serve(connection, self.0.shutdown.clone())
+    }
+
+    /// Waits until a parked keep-alive connection's next request starts to arrive; serve it with
+    /// [`resume`](Self::resume). Parked connections whose client left or whose
+    /// `limits.keepalive_timeout` ran out are closed while this waits, so a worker polls it for as long
+    /// as it serves. Cancel-safe.
+    pub async fn next_resumed(&self) -> Resumed {
+        loop {
+            match self.0.parking.get() {
+                Some(Some(lot)) => return lot.next().await,
+                Some(None) => std::future::pending::<()>().await,
+                None => self.0.parking_made.notified().await,
+            }
+        }
+    }
+
+    /// At the drain: closes every parked connection, except those whose next request has already
+    /// started to arrive, which are returned to be served (with `Connection: close`). Nothing parks
+    /// after this.
+    pub fn close_parked(&self) -> Vec<Resumed> {
+        self.0
+            .parking
+            .get()
+            .and_then(Option::as_ref)
+            .map(ParkingLot::close_all)
+            .unwrap_or_default()
+    }
+
+    /// Upgraded connections (WebSocket tunnels) open now; a drain waits for them.
+    pub fn open_tunnels(&self) -> usize {
+        Rc::strong_count(&self.0.tunnels) - 1
+    }
+
+    /// Notes that this worker holds its share of `limits.max_connections` and stops accepting.
+    pub fn note_at_capacity(&self) {
+        self.0.counters.at_capacity.fetch_add(1, Relaxed);
+    }
+
+    /// The proxy that handles this worker's requests.
+    pub fn proxy(&self) -> &Rc<WorkerProxy> {
+        &self.0.proxy
+    }
+
+    /// Connections served in tasks now (parked ones aside), and the most there were at once since
+    /// [`reset_tasks_high`](Self::reset_tasks_high): what tells whether memory a crowd left behind is
+    /// worth giving back.
+    pub fn tasks(&self) -> (usize, usize) {
+        (self.0.tasks.get(), self.0.tasks_high.get())
+    }
+
+    /// Starts counting the most connections in tasks at once afresh (after a trim).
+    pub fn reset_tasks_high(&self) {
+        self.0.tasks_high.set(self.0.tasks.get());
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.0
+    }
+
+    /// Notes how many connections are served in tasks now.
+    pub(crate) fn note_tasks(&self, tasks: usize) {
+        self.0.tasks.set(tasks);
+        self.0.tasks_high.set(self.0.tasks_high.get().max(tasks));
+    }
+}

@@ -1,0 +1,135 @@
+//! Wrappers around a client connection's IO: bytes already read put back in front, and a bound on how
+//! long a write may make no progress.
+
+use crate::stall::Stall;
+use bytes::Bytes;
+use std::{
+    io,
+    pin::Pin,
+    task::{Context, Poll},
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
+
+/// A client connection's transport, and whether it can wait for its next request outside its task.
+///
+/// A plain TCP socket can: between requests it leaves its task for the worker's parking lot (about 80
+/// bytes a connection). A TLS session cannot (its state lives in the stream), so it parks in its task.
+pub trait ClientIo: AsyncRead + AsyncWrite + Send + Unpin + Sized + 'static {
+    /// The bare socket, for the parking lot; `Err(self)` when this transport parks in its task.
+    fn into_parkable(self) -> Result<io::Result<std::net::TcpStream>, Self> {
+        Err(self)
+    }
+}
+
+impl ClientIo for TcpStream {
+    fn into_parkable(self) -> Result<io::Result<std::net::TcpStream>, Self> {
+        Ok(self.into_std())
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Send + Unpin + 'static> ClientIo
+    for tokio_rustls::server::TlsStream<IO>
+{
+}
+
+/// A connection with bytes already read from it in front.
+pub(crate) struct Prefixed<IO> {
+    pub(crate) prefix: Bytes,
+    pub(crate) io: IO,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A client connection whose writes may make no progress for at most `limits.send_timeout`: a client
+/// that stops reading would otherwise hold its connection, and the backend's (counted as load), forever.
+pub(crate) struct SendTimeout<IO> {
+    pub(crate) io: IO,
+    pub(crate) stall: Stall,
+}
+
+impl<IO> SendTimeout<IO> {
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending if self.stall.expired(cx) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client read nothing for {:?}", self.stall.limit()),
+            ))),
+            Poll::Pending => Poll::Pending,
+            ready => {
+                self.stall.progressed();
+                ready
+            }
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for SendTimeout<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for SendTimeout<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.check(cx, polled)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.check(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,14 @@
+//! Who is at the other end of a client connection.
+
+use std::net::SocketAddr;
+
+/// Who is at the other end of a client connection, as its listener saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    /// The peer's address.
+    pub address: SocketAddr,
+    /// Whether the connection is TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
+    /// Whether the peer is one of the listener's `trusted_proxies`, whose forwarding fields are kept.
+    pub trusted: bool,
+}

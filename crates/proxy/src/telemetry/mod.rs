@@ -1,0 +1,11 @@
+//! What duet tells about itself: metric cells and their Prometheus text, the status page, the access
+//! log.
+
+pub(crate) mod status;
+
+pub(crate) mod access_log;
+pub(crate) mod upload;
+
+pub(crate) mod metrics;
+
+pub(crate) mod histogram;
