@@ -11,11 +11,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// A module of a crate: its path from the crate root, its file, and its children in declared order.
+/// A module of a crate: its path from the crate root, its file, its children in declared order, and
+/// what it re-exports (`pub use a::b::C` makes `C` stand for `a::b::C`, relative to the module).
 struct Module {
     path: Vec<String>,
     file: PathBuf,
     children: Vec<String>,
+    reexports: HashMap<String, Vec<String>>,
 }
 
 /// Every module of the crate whose root file is `root`, keyed by path (the root is `[]`).
@@ -42,16 +44,53 @@ fn modules(root: &Path) -> HashMap<Vec<String>, Module> {
             child_path.push(child.clone());
             pending.push((child_path, file));
         }
+        let reexports = reexports(&code_of(&source));
         found.insert(
             path.clone(),
             Module {
                 path,
                 file,
                 children,
+                reexports,
             },
         );
     }
     found
+}
+
+/// What `pub use` lines re-export: each name, and the path (from the module) it stands for.
+fn reexports(code: &str) -> HashMap<String, Vec<String>> {
+    let mut found = HashMap::new();
+    for (at, _) in code.match_indices("pub use ") {
+        let (paths, _) = use_tree(&code[at + "pub use ".len()..]);
+        for path in paths {
+            if let Some(name) = path.last() {
+                found.insert(name.clone(), path.clone());
+            }
+        }
+    }
+    found
+}
+
+/// The path an import really names: a name an ancestor re-exports is followed to where it comes from.
+fn followed(modules: &HashMap<Vec<String>, Module>, import: &[String]) -> Vec<String> {
+    let mut import = import.to_vec();
+    for _ in 0..8 {
+        let (module, name) = match import.split_last() {
+            Some((name, module)) => (module.to_vec(), name.clone()),
+            None => break,
+        };
+        let Some(path) = modules.get(&module).and_then(|m| m.reexports.get(&name)) else {
+            break;
+        };
+        let path = match path.first().map(String::as_str) {
+            Some("crate") => path[1..].to_vec(),
+            Some("self") => module.iter().chain(&path[1..]).cloned().collect(),
+            _ => module.iter().chain(path).cloned().collect(),
+        };
+        import = path;
+    }
+    import
 }
 
 /// The `mod name;` declarations of a file, in order, leaving out `#[cfg(test)]` ones and inline
@@ -129,7 +168,8 @@ fn skip_block<'a>(lines: &mut std::iter::Peekable<impl Iterator<Item = &'a str>>
 }
 
 /// Every path a module names from its crate: `use crate::{a::{b, c}, d}` gives `a::b`, `a::c`, `d`;
-/// `crate::x::y` in code gives `x::y`; `super::z` is resolved against `module`.
+/// `crate::x::y` in code gives `x::y`; `super::z` is resolved against `module`. A `pub use` line is
+/// left to [`reexports`].
 fn imports(code: &str, module: &[String]) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     for (anchor, base) in [
@@ -204,6 +244,7 @@ fn upward_imports(root: &Path) -> Vec<String> {
     for module in modules.values() {
         let source = std::fs::read_to_string(&module.file).expect("a readable source file");
         for import in imports(&code_of(&source), &module.path) {
+            let import = followed(&modules, &import);
             // The longest prefix of the import that names a module.
             let mut target: &[String] = &[];
             for end in 1..=import.len() {
@@ -236,14 +277,9 @@ fn upward(
         return None; // itself or its own children
     }
     if common == to.len() {
-        return Some(format!(
-            "`{}` is an ancestor: import the item from the module that defines it",
-            if to.is_empty() {
-                "crate".into()
-            } else {
-                to.join("::")
-            }
-        ));
+        // An item an ancestor defines itself (re-exports were followed to their source): the crate's
+        // own vocabulary, which its children build on.
+        return None;
     }
     let parent = &modules[&from[..common]];
     let position = |name: &String| parent.children.iter().position(|c| c == name);
@@ -294,7 +330,10 @@ fn the_layering_check_catches_an_upward_import() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("stage")).expect("temp dir");
     let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).expect("write");
-    write("lib.rs", "mod handler;\nmod stage;\nmod leaf;\n");
+    write(
+        "lib.rs",
+        "mod handler;\nmod stage;\nmod leaf;\npub use handler::Handler;\npub struct Vocabulary;\n",
+    );
     write(
         "handler.rs",
         "use crate::{stage::route::Routed, leaf::X};\n",
@@ -303,7 +342,7 @@ fn the_layering_check_catches_an_upward_import() {
         "stage/mod.rs",
         "pub(crate) mod route;\npub(crate) mod respond;\n",
     );
-    write("stage/respond.rs", "use crate::leaf::X;\n");
+    write("stage/respond.rs", "use crate::{leaf::X, Vocabulary};\n");
     write(
         "leaf.rs",
         "pub struct X;\n#[cfg(test)]\nmod tests {\n    use crate::handler::Y;\n}\n",

@@ -300,9 +300,7 @@ where
     }
     // Whether we asked hyper to stop (to park), as opposed to the client ending the connection.
     let mut parking = false;
-    // Idleness is checked twice per `park_after` without reading the clock per request: two quiet
-    // checks in a row park the connection, between 1 and 1.5 × `park_after` after its last request.
-    let (mut seen, mut quiet) = (state.requests.get(), 0);
+    let mut idleness = Idleness::new(state);
     // Draining already with a request waiting: it is served, then the connection is asked to close
     // as any other would be during the drain.
     let mut drain_grace =
@@ -344,19 +342,40 @@ where
                 return Finished::Failed;
             }
             None => {
-                let requests = state.requests.get();
-                quiet = if requests == seen && state.in_service.get() == 0 {
-                    quiet + 1
-                } else {
-                    0
-                };
-                seen = requests;
-                if quiet >= 2 && !draining && !parking {
+                if idleness.idle_again(state) && !draining && !parking {
                     parking = true;
                     Pin::new(&mut connection).graceful_shutdown();
                 }
             }
         }
+    }
+}
+
+/// Idleness, checked twice per `park_after` without reading the clock per request: two quiet checks in
+/// a row park the connection, between 1 and 1.5 × `park_after` after its last request.
+struct Idleness {
+    seen: u64,
+    quiet: u32,
+}
+
+impl Idleness {
+    fn new(state: &ConnectionState) -> Self {
+        Self {
+            seen: state.requests.get(),
+            quiet: 0,
+        }
+    }
+
+    /// Whether nothing has happened on the connection since the check before last.
+    fn idle_again(&mut self, state: &ConnectionState) -> bool {
+        let requests = state.requests.get();
+        self.quiet = if requests == self.seen && state.in_service.get() == 0 {
+            self.quiet + 1
+        } else {
+            0
+        };
+        self.seen = requests;
+        self.quiet >= 2
     }
 }
 

@@ -7,6 +7,7 @@
 //! fills, so retries stay a fraction of traffic when a whole cluster fails. A route's `timeout` bounds all
 //! the attempts together: past it the client gets 504.
 
+use crate::attempt::completion::Completion;
 use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
@@ -17,6 +18,8 @@ use crate::{
     telemetry::metrics::RouteTimings,
 };
 use duet_config::Route;
+use http::Response;
+use hyper::body::Incoming;
 use std::{
     net::SocketAddr,
     rc::Rc,
@@ -53,22 +56,9 @@ pub(crate) async fn send(
             cluster.counters.retries.fetch_add(1, Relaxed);
         }
         let last = tried.len() + 1 >= attempts;
-        // Each arm builds its own attempt: a future built once and then moved into the timeout would
-        // take its size twice in this one, and a copy per attempt.
-        let result = match deadline {
-            None => forward(cluster, prepared, &tried, last).await,
-            // Past the route's timeout the attempt in flight is dropped (its load released).
-            Some(deadline) => {
-                match tokio::time::timeout_at(deadline, forward(cluster, prepared, &tried, last))
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(_) => {
-                        let error = ProxyError::new(ErrorKind::RouteTimeout);
-                        return Err(failed(cluster, error, log, &tried));
-                    }
-                }
-            }
+        let Some(result) = attempt(cluster, prepared, &tried, last, deadline).await else {
+            let error = ProxyError::new(ErrorKind::RouteTimeout);
+            return Err(failed(cluster, error, log, &tried));
         };
         let error = match result {
             Ok((response, mut completion)) => {
@@ -92,21 +82,52 @@ pub(crate) async fn send(
             return Err(failed(cluster, error, log, &tried));
         };
         tried.push(backend);
-        let safe = match error.kind() {
-            ErrorKind::Connect => true,
-            ErrorKind::BadGateway | ErrorKind::Timeout => resendable,
-            _ => false,
-        };
-        if !safe || last || !prepared.source.can_attempt() {
-            return Err(failed(cluster, error, log, &tried));
-        }
-        if !cluster.budget.withdraw() {
-            tracing::debug!(cluster = %cluster.name, "retry budget exhausted");
+        if last || !may_retry(cluster, &error, resendable, prepared) {
             return Err(failed(cluster, error, log, &tried));
         }
         tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
         last_error = Some(error);
     }
+}
+
+/// One attempt, bounded by the route's deadline if it has one: `None` once the deadline has passed
+/// (the attempt in flight dropped, its load released).
+async fn attempt(
+    cluster: &Rc<Cluster>,
+    prepared: &mut Prepared,
+    tried: &[SocketAddr],
+    last: bool,
+    deadline: Option<Instant>,
+) -> Option<Result<(Response<Incoming>, Completion), ProxyError>> {
+    // Each arm builds its own attempt: a future built once and then moved into the timeout would
+    // take its size twice in this one, and a copy per attempt.
+    match deadline {
+        None => Some(forward(cluster, prepared, tried, last).await),
+        Some(deadline) => {
+            tokio::time::timeout_at(deadline, forward(cluster, prepared, tried, last))
+                .await
+                .ok()
+        }
+    }
+}
+
+/// Whether a failed attempt (not the last) may be tried again on another backend: when the request
+/// never reached the backend, or it is safe to send twice, and its body can be sent again, and the
+/// cluster's retry budget allows.
+fn may_retry(cluster: &Cluster, error: &ProxyError, resendable: bool, prepared: &Prepared) -> bool {
+    let safe = match error.kind() {
+        ErrorKind::Connect => true,
+        ErrorKind::BadGateway | ErrorKind::Timeout => resendable,
+        _ => false,
+    };
+    if !safe || !prepared.source.can_attempt() {
+        return false;
+    }
+    if !cluster.budget.withdraw() {
+        tracing::debug!(cluster = %cluster.name, "retry budget exhausted");
+        return false;
+    }
+    true
 }
 
 /// The access-log record told which backends were tried: `last` (if any) answered or failed last, the
