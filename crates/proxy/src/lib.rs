@@ -1,27 +1,34 @@
-//! duet's data plane: what one worker does with a request, in the order the request meets it.
+//! duet's data plane: what one worker does with a connection and its requests, in layers that each
+//! import only the layers below them (`tests/layering.rs` holds that):
 //!
-//! A [`WorkerProxy`] holds one worker's routing table and, for each cluster, that worker's own pooled
-//! client, [`duet_balance::Balance`] and outlier view: nothing is shared with another worker.
-//! [`serve_connection`] runs hyper's HTTP/1.1 server over a client connection with duet's limits and
-//! hands each request to `WorkerProxy::handle` (`proxy.rs`), which runs the stages below, one file each:
-//!
-//! 1. **route** (`route.rs`): a target over `limits.max_uri_length` gets 414; host and path prefix pick
-//!    the route, first match wins (404 if none).
-//! 2. **prepare** (`prepare.rs`): hop-by-hop headers out, `X-Forwarded-For`/`-Proto`/`-Host` in; the
-//!    request body is buffered when small and replayable, streamed otherwise (400 if malformed, 408 if
-//!    it stalls).
-//! 3. **retry** (`retry.rs`): attempts, each re-picked among backends not tried yet, while it is safe
-//!    and the cluster's retry budget allows.
-//! 4. **forward** (`forward.rs`): one attempt. The cluster's balancer picks a backend by power of two
-//!    choices and counts it as load; the request goes out on the worker's pool; every failure becomes
-//!    one [`ErrorKind`] (503 nothing eligible, 502 unreachable or not HTTP, 504 too slow).
-//! 5. **respond** (`respond.rs`): response headers cleaned, a `101` becomes a tunnel, the body streams
-//!    back.
-//!
-//! Each attempt's `Completion` (`completion.rs`) — the one hook for what happens when an attempt ends — owns
-//! its load guard, latency sample, outlier verdict and access-log record, and settles them exactly once
-//! when the response body ends, fails (a backend that dies mid-body counts as an outlier failure) or is
-//! dropped.
+//! - **`conn/`**: client connections. [`Connections::run`] is the worker's accept loop: each accepted
+//!   connection (plain TCP, or TLS after its handshake) is served by hyper with duet's limits, parked
+//!   while idle (a plain socket leaves its task for the parking lot: [`ClientIo`]), resumed on its next
+//!   request, turned into a tunnel by a `101`, and drained at shutdown.
+//! - **`handler.rs`**: [`WorkerProxy`], one worker's routing table (replaced by reloads) and
+//!   `WorkerProxy::handle`, which runs each request through the stages.
+//! - **`stage/`**, in the order a request meets them:
+//!   1. **route**: a target over `limits.max_uri_length` gets 414; host and path prefix pick the
+//!      route, first match wins (404 if none).
+//!   2. **prepare**: hop-by-hop headers out, `X-Forwarded-For`/`-Proto`/`-Host` in; the request body
+//!      is buffered when small and replayable, streamed otherwise (400 if malformed, 408 if it stalls).
+//!   3. **retry**: attempts, each re-picked among backends not tried yet, while it is safe and the
+//!      cluster's retry budget allows.
+//!   4. **forward**: one attempt. The cluster's balancer picks a backend by power of two choices and
+//!      counts it as load; the request goes out on the worker's pool; every failure becomes one
+//!      [`ErrorKind`] (503 nothing eligible, 502 unreachable or not HTTP, 504 too slow).
+//!   5. **respond**: response headers cleaned, a `101` becomes a tunnel, the body streams back.
+//! - **`exchange.rs`**: what passes between the stages (the prepared request, failed attempts, what
+//!   the connection needs to know).
+//! - **`attempt/`**: each attempt's `Completion`, the one hook for what happens when an attempt ends:
+//!   it owns its load guard, latency sample, outlier verdict and access-log record, and settles them
+//!   exactly once when the response body ([`ProxyBody`]) ends, fails (a backend that dies mid-body
+//!   counts as an outlier failure) or is dropped.
+//! - **`backend/`**: a cluster as one worker sees it: its [`duet_balance::Balance`], pooled client,
+//!   outlier ejection and request bodies. Nothing is shared with another worker.
+//! - **`telemetry/`**: metric cells and their Prometheus text, the status page, the access log.
+//! - leaves: errors, header rules, the peer, request ids, stall timers, tunnels, the control plane's
+//!   [`view`].
 //!
 //! Between requests the worker applies what its control plane publishes ([`view`]): a reloaded config
 //! ([`WorkerProxy::reload`]), host names resolved again ([`WorkerProxy::apply_names`]: membership changes

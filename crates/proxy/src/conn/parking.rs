@@ -47,7 +47,8 @@ pub(crate) struct Parked {
 }
 
 /// A parked connection whose next request has started to arrive: its socket, the request's first
-/// byte, and what it had when it parked. Serve it with [`Resumed::serve`].
+/// byte, and what it had when it parked. Serve it with
+/// [`Connections::resume`](crate::Connections::resume).
 pub struct Resumed {
     pub(crate) stream: std::net::TcpStream,
     pub(crate) first_byte: u8,
