@@ -53,15 +53,86 @@ use error::did_you_mean;
 use raw::RawConfig;
 use std::path::Path;
 
-/// Reads and checks the configuration file at `path`.
+/// Reads and checks the configuration file at `path`: a regular file of at most 16 MiB.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        let mut error = ConfigError::new("", format!("cannot read the configuration file: {e}"));
+    let text = read(path).map_err(|(message, hint)| {
+        let mut error =
+            ConfigError::new("", format!("cannot read the configuration file: {message}"));
         error.origin = origin.clone();
-        ConfigErrors::single(error.hint("pass an existing YAML file with --config FILE"))
+        ConfigErrors::single(error.hint(hint))
     })?;
     parse(&text, &origin)
+}
+
+/// The most of a configuration file duet reads: far above any real one (the examples are a few KiB),
+/// low enough that a wrong path (a log, a disk image) fails at once instead of filling memory.
+const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The file's text, or what is wrong and a hint. Only a regular file is opened: opening a FIFO
+/// blocks until something writes to it, and a device such as `/dev/zero` never ends.
+fn read(path: &Path) -> Result<String, (String, &'static str)> {
+    use std::io::Read;
+    let existing = "pass an existing YAML file with --config FILE";
+    let not_regular = |kind| {
+        (
+            format!("it is {kind}, not a regular file"),
+            "pass the YAML file itself with --config FILE",
+        )
+    };
+    let too_large = (
+        format!(
+            "it is larger than {} MiB, the most duet reads",
+            MAX_FILE_BYTES >> 20
+        ),
+        "a configuration is a few KiB: check the path",
+    );
+    let metadata = std::fs::metadata(path).map_err(|e| (e.to_string(), existing))?;
+    if let Some(kind) = special_kind(&metadata.file_type()) {
+        return Err(not_regular(kind));
+    }
+    let file = std::fs::File::open(path).map_err(|e| (e.to_string(), existing))?;
+    // Looked at again once open: the path may have been replaced in between.
+    let metadata = file.metadata().map_err(|e| (e.to_string(), existing))?;
+    if let Some(kind) = special_kind(&metadata.file_type()) {
+        return Err(not_regular(kind));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(too_large);
+    }
+    let mut text = String::new();
+    // One byte past the cap tells a file that grew since it was measured.
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| (e.to_string(), existing))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large);
+    }
+    Ok(text)
+}
+
+/// What a file that is not a regular file is, for the error; `None` for a regular file.
+fn special_kind(file_type: &std::fs::FileType) -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return Some("a FIFO (named pipe)");
+        }
+        if file_type.is_char_device() {
+            return Some("a character device");
+        }
+        if file_type.is_block_device() {
+            return Some("a block device");
+        }
+        if file_type.is_socket() {
+            return Some("a socket");
+        }
+    }
+    if file_type.is_dir() {
+        return Some("a directory");
+    }
+    (!file_type.is_file()).then_some("a special file")
 }
 
 /// Parses and checks configuration text; `origin` names it in errors (usually the file path) and
