@@ -27,3 +27,63 @@ fn a_cluster_setting_is_named_with_its_cluster() {
         found[0]
     );
 }
+
+/// Each timeout that 0 would make expire at once, written as 0 (in its three spellings).
+#[test]
+fn a_zero_timeout_is_refused_with_what_to_write_instead() {
+    let found = errors(
+        "\
+listeners: [ { address: 127.0.0.1:0 } ]
+routes: [ { cluster: web } ]
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:9001 } ]
+    timeouts: { connect: 0, response_headers: 0s, read: 0ms, tunnel_idle: 0 }
+    health_check: { interval: 0s, timeout: 0 }
+    outlier_detection: { base_ejection_time: 0s }
+limits: { header_read_timeout: 0, body_read_timeout: 0s, send_timeout: 0, keepalive_timeout: 0s }
+shutdown: { drain_timeout: 0s }
+",
+    );
+    let expect = [
+        ("6:26: clusters[0].timeouts.connect: `0` would give backends no time to accept a connection: expected a duration above 0", "hint: write a duration such as `1s` (the default)"),
+        ("6:47: clusters[0].timeouts.response_headers: `0s` would give backends no time to answer", "`15s` (the default)"),
+        ("6:57: clusters[0].timeouts.read: `0ms` would cut every response body that pauses", "`60s` (the default)"),
+        ("6:75: clusters[0].timeouts.tunnel_idle: `0` would close every WebSocket tunnel at once", "`1h` (the default)"),
+        ("7:31: clusters[0].health_check.interval: `0s` would check every backend without pause", "`2s` (the default)"),
+        ("7:44: clusters[0].health_check.timeout: `0` would fail every check", "hint: to stop checking, remove `health_check`; otherwise write a duration such as `1s` (the default)"),
+        ("8:46: clusters[0].outlier_detection.base_ejection_time: `0s` would eject failing backends for no time at all", "hint: to turn ejection off, set `consecutive_failures: 0`; otherwise write a duration such as `10s`"),
+        ("9:32: limits.header_read_timeout: `0` would give clients no time to send a request head", "`10s` (the default)"),
+        ("9:54: limits.body_read_timeout: `0s` would give clients no time to send a request body", "`60s` (the default)"),
+        ("9:72: limits.send_timeout: `0` would cut every response a client does not read at once", "`60s` (the default)"),
+        ("9:94: limits.keepalive_timeout: `0s` would close every kept-alive connection at once", "hint: to close each connection after one request, set `keepalive_requests: 1`; otherwise write a duration such as `75s`"),
+        ("10:28: shutdown.drain_timeout: `0s` would cut every request in flight at SIGTERM", "`30s` (the default)"),
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+    for (got, (start, hint)) in found.iter().zip(expect) {
+        let start = format!("bad.yaml:{start}");
+        assert!(got.starts_with(&start), "expected `{start}`, got:\n{got}");
+        assert!(got.contains(hint), "expected `{hint}` in:\n{got}");
+    }
+}
+
+/// Where 0 means "none" or "off", it stays allowed.
+#[test]
+fn zero_stays_allowed_where_it_means_off() {
+    let yaml = format!(
+        "{BASE}    timeouts: {{ idle: 0s }}\n    outlier_detection: {{ max_ejection_time: 0s }}\n    \
+         slow_start: 0s\n    dns_refresh: 0\nshutdown: {{ drain_delay: 0s }}\n"
+    )
+    .replace("routes: [ { cluster: web } ]", "routes: [ { cluster: web, timeout: 0s } ]");
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let cluster = &config.clusters[0];
+    assert!(
+        cluster.timeouts.idle.is_zero(),
+        "no pooled connection is reused"
+    );
+    assert!(cluster.outlier_detection.max_ejection_time.is_zero());
+    assert!(cluster.slow_start.is_zero(), "no ramp");
+    assert!(cluster.dns_refresh.is_zero(), "resolved at load only");
+    assert!(config.shutdown.drain_delay.is_zero());
+    assert_eq!(config.routes[0].timeout, None, "no route deadline");
+}

@@ -67,6 +67,38 @@ impl Checker {
         }
     }
 
+    /// A duration that must be above 0: for these fields 0 would not mean "no limit" but "at once".
+    /// `would` says what 0 would do; `instead`, when there is one, the setting that does what the
+    /// writer probably meant.
+    pub(super) fn timeout(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: Duration,
+        would: &str,
+        instead: Option<&str>,
+    ) -> Duration {
+        let duration = self.duration(value, field, default);
+        match value {
+            Some(value) if duration.is_zero() => {
+                let text = value.value.0.trim();
+                let message = format!("`{text}` would {would}: expected a duration above 0");
+                let such_as = format!(
+                    "write a duration such as `{}` (the default)",
+                    units::format_duration(default)
+                );
+                let hint = match instead {
+                    Some(instead) => format!("{instead}; otherwise {such_as}"),
+                    None => such_as,
+                };
+                let error = self.error(value, field, message).hint(hint);
+                self.push(error);
+                default
+            }
+            _ => duration,
+        }
+    }
+
     pub(super) fn size(
         &mut self,
         value: Option<&Spanned<Scalar>>,

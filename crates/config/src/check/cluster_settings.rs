@@ -15,30 +15,38 @@ pub(super) fn timeouts(
     let field = cluster.key("timeouts");
     let defaults = Timeouts::default();
     Timeouts {
-        connect: checker.duration(
+        connect: checker.timeout(
             raw.and_then(|t| t.connect.as_ref()),
             &field.key("connect"),
             defaults.connect,
+            "give backends no time to accept a connection",
+            None,
         ),
-        response_headers: checker.duration(
+        response_headers: checker.timeout(
             raw.and_then(|t| t.response_headers.as_ref()),
             &field.key("response_headers"),
             defaults.response_headers,
+            "give backends no time to answer",
+            None,
         ),
         idle: checker.duration(
             raw.and_then(|t| t.idle.as_ref()),
             &field.key("idle"),
             defaults.idle,
         ),
-        read: checker.duration(
+        read: checker.timeout(
             raw.and_then(|t| t.read.as_ref()),
             &field.key("read"),
             defaults.read,
+            "cut every response body that pauses",
+            None,
         ),
-        tunnel_idle: checker.duration(
+        tunnel_idle: checker.timeout(
             raw.and_then(|t| t.tunnel_idle.as_ref()),
             &field.key("tunnel_idle"),
             defaults.tunnel_idle,
+            "close every WebSocket tunnel at once",
+            None,
         ),
     }
 }
@@ -59,10 +67,22 @@ pub(super) fn health_check(
             d.path.clone()
         }
     };
-    let check = HealthCheck {
+    HealthCheck {
         path,
-        interval: checker.duration(h.interval.as_ref(), &field.key("interval"), d.interval),
-        timeout: checker.duration(h.timeout.as_ref(), &field.key("timeout"), d.timeout),
+        interval: checker.timeout(
+            h.interval.as_ref(),
+            &field.key("interval"),
+            d.interval,
+            "check every backend without pause",
+            None,
+        ),
+        timeout: checker.timeout(
+            h.timeout.as_ref(),
+            &field.key("timeout"),
+            d.timeout,
+            "fail every check",
+            Some("to stop checking, remove `health_check`"),
+        ),
         healthy_threshold: checker.count(
             h.healthy_threshold.as_ref(),
             &field.key("healthy_threshold"),
@@ -79,13 +99,7 @@ pub(super) fn health_check(
             Some(list) => checker.statuses(list, &field.key("expected_statuses")),
             None => d.expected_statuses.clone(),
         },
-    };
-    if check.interval.is_zero() {
-        if let Some(i) = &h.interval {
-            checker.reject(i, field.key("interval"), "the interval must be more than 0");
-        }
     }
-    check
 }
 
 pub(super) fn outlier_detection(
@@ -102,10 +116,12 @@ pub(super) fn outlier_detection(
             d.consecutive_failures,
             (0, 1000),
         ),
-        base_ejection_time: checker.duration(
+        base_ejection_time: checker.timeout(
             raw.and_then(|o| o.base_ejection_time.as_ref()),
             &field.key("base_ejection_time"),
             d.base_ejection_time,
+            "eject failing backends for no time at all",
+            Some("to turn ejection off, set `consecutive_failures: 0`"),
         ),
         max_ejection_time: checker.duration(
             raw.and_then(|o| o.max_ejection_time.as_ref()),

@@ -42,20 +42,26 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             d.max_uri_length,
             64,
         ),
-        header_read_timeout: checker.duration(
+        header_read_timeout: checker.timeout(
             raw.and_then(|l| l.header_read_timeout.as_ref()),
             &field.key("header_read_timeout"),
             d.header_read_timeout,
+            "give clients no time to send a request head",
+            None,
         ),
-        body_read_timeout: checker.duration(
+        body_read_timeout: checker.timeout(
             raw.and_then(|l| l.body_read_timeout.as_ref()),
             &field.key("body_read_timeout"),
             d.body_read_timeout,
+            "give clients no time to send a request body",
+            None,
         ),
-        send_timeout: checker.duration(
+        send_timeout: checker.timeout(
             raw.and_then(|l| l.send_timeout.as_ref()),
             &field.key("send_timeout"),
             d.send_timeout,
+            "cut every response a client does not read at once",
+            None,
         ),
         max_connections: checker.count(
             raw.and_then(|l| l.max_connections.as_ref()),
@@ -63,10 +69,12 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             d.max_connections as u32,
             (1, 10_000_000),
         ) as usize,
-        keepalive_timeout: checker.duration(
+        keepalive_timeout: checker.timeout(
             raw.and_then(|l| l.keepalive_timeout.as_ref()),
             &field.key("keepalive_timeout"),
             d.keepalive_timeout,
+            "close every kept-alive connection at once",
+            Some("to close each connection after one request, set `keepalive_requests: 1`"),
         ),
         keepalive_requests: u64::from(checker.count(
             raw.and_then(|l| l.keepalive_requests.as_ref()),
@@ -81,10 +89,12 @@ pub(super) fn shutdown(checker: &mut Checker, raw: Option<&RawShutdown>) -> Shut
     let field = Field::root("shutdown");
     let d = Shutdown::default();
     Shutdown {
-        drain_timeout: checker.duration(
+        drain_timeout: checker.timeout(
             raw.and_then(|s| s.drain_timeout.as_ref()),
             &field.key("drain_timeout"),
             d.drain_timeout,
+            "cut every request in flight at SIGTERM",
+            None,
         ),
         drain_delay: checker.duration(
             raw.and_then(|s| s.drain_delay.as_ref()),
