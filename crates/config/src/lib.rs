@@ -65,8 +65,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse(&text, &origin)
 }
 
-/// The most of a configuration file duet reads: far above any real one (the examples are a few KiB),
-/// low enough that a wrong path (a log, a disk image) fails at once instead of filling memory.
+/// The most of a configuration file duet reads: far above any real one (the examples are a few
+/// KiB), low enough that a wrong path (a log, a disk image) fails at once instead of filling memory.
 const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// The file's text, or what is wrong and a hint. Only a regular file is opened: opening a FIFO

@@ -1,5 +1,5 @@
-//! `load` reads only a regular file, and at most 16 MiB of it: a FIFO would block it and a device such
-//! as /dev/zero would fill memory.
+//! `load` reads only a regular file, and at most 16 MiB of it: a FIFO would block it and a device
+//! such as /dev/zero would fill memory.
 
 use std::{path::PathBuf, sync::mpsc, time::Duration};
 
@@ -36,7 +36,8 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
     let text = load_within_seconds(fifo.clone());
     assert!(
         text.starts_with(&format!(
-            "error: {}: cannot read the configuration file: it is a FIFO (named pipe), not a regular file",
+            "error: {}: cannot read the configuration file: \
+             it is a FIFO (named pipe), not a regular file",
             fifo.display()
         )),
         "{text}"
@@ -53,7 +54,8 @@ fn a_device_is_refused_before_reading_it() {
     let text = load_within_seconds(PathBuf::from("/dev/zero"));
     assert!(
         text.starts_with(
-            "error: /dev/zero: cannot read the configuration file: it is a character device, not a regular file"
+            "error: /dev/zero: cannot read the configuration file: \
+             it is a character device, not a regular file"
         ),
         "{text}"
     );
@@ -80,7 +82,8 @@ fn a_file_over_16_mib_is_refused_unread() {
     let text = load_within_seconds(path.clone());
     assert!(
         text.starts_with(&format!(
-            "error: {}: cannot read the configuration file: it is larger than 16 MiB, the most duet reads",
+            "error: {}: cannot read the configuration file: \
+             it is larger than 16 MiB, the most duet reads",
             path.display()
         )),
         "{text}"
@@ -93,7 +96,8 @@ fn a_file_of_exactly_16_mib_is_read() {
     let dir = temp_dir("limit");
     let path = dir.join("duet.yaml");
     // A valid config padded with a comment to the byte limit: read whole, and parsed.
-    let config = "listeners: [ { address: 127.0.0.1:0 } ]\nroutes: [ { cluster: web } ]\nclusters: [ { name: web, backends: [ { address: 127.0.0.1:9 } ] } ]\n#";
+    let config = "listeners: [ { address: 127.0.0.1:0 } ]\nroutes: [ { cluster: web } ]\n\
+                  clusters: [ { name: web, backends: [ { address: 127.0.0.1:9 } ] } ]\n#";
     let padding = "x".repeat((16 << 20) - config.len());
     std::fs::write(&path, format!("{config}{padding}")).expect("write");
     let config = duet_config::load(&path).unwrap_or_else(|e| panic!("{e}"));

@@ -126,17 +126,24 @@ fn backend(checker: &mut Checker, b: &RawBackend, field: &Field) -> Option<Backe
 
 /// `IP:PORT` or `HOST:PORT`, checked for form only: names are resolved by the binary's discovery.
 fn backend_address(text: &str) -> Result<BackendAddress, String> {
+    let no_valid_port = || {
+        format!(
+            "`{text}` has no valid port: expected IP:PORT or HOST:PORT with a port from 1 to 65535"
+        )
+    };
     if let Ok(address) = text.parse::<std::net::SocketAddr>() {
-        return Ok(BackendAddress::Ip(address));
+        // Port 0 means "any" only to bind: no backend can be reached on it.
+        return match address.port() {
+            0 => Err(no_valid_port()),
+            _ => Ok(BackendAddress::Ip(address)),
+        };
     }
     let expected = "expected IP:PORT or HOST:PORT such as 127.0.0.1:9001 or api.internal:80";
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err(format!("`{text}` is not a backend address: {expected}"));
     };
-    let Ok(port) = port.parse::<u16>() else {
-        return Err(format!(
-            "`{text}` has no valid port: expected IP:PORT or HOST:PORT with a port from 1 to 65535"
-        ));
+    let Some(port) = port.parse::<u16>().ok().filter(|&port| port != 0) else {
+        return Err(no_valid_port());
     };
     // RFC 1123 host names: letters, digits, hyphens and dots (and `_`, which DNS-SD names use).
     let valid_host = !host.is_empty()

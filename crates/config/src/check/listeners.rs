@@ -7,7 +7,7 @@ use crate::{
     raw::{RawAdmin, RawListener, Scalar},
 };
 use serde_saphyr::Spanned;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// The listeners, each bindable and none clashing with one before it.
 pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Listener> {
@@ -16,10 +16,7 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
     for (i, l) in raw.iter().enumerate() {
         let field = list.index(i);
         let Ok(address) = l.address.value.0.parse::<SocketAddr>() else {
-            let message = format!(
-                "`{}` is not a listen address: expected IP:PORT such as 0.0.0.0:8080",
-                l.address.value.0
-            );
+            let message = not_a_listen_address(&l.address.value.0, "0.0.0.0:8080");
             checker.reject(&l.address, field.key("address"), message);
             continue;
         };
@@ -99,10 +96,7 @@ pub(super) fn admin(
     let a = raw?;
     let field = Field::root("admin").key("address");
     let Ok(address) = a.address.value.0.parse::<SocketAddr>() else {
-        let message = format!(
-            "`{}` is not a listen address: expected IP:PORT such as 127.0.0.1:9901",
-            a.address.value.0
-        );
+        let message = not_a_listen_address(&a.address.value.0, "127.0.0.1:9901");
         checker.reject(&a.address, field, message);
         return None;
     };
@@ -116,6 +110,28 @@ pub(super) fn admin(
         checker.push(e.hint("the usual admin port is 9901"));
     }
     Some(address)
+}
+
+/// Why `text` is not a listen address: a port past 65535 is named as such.
+fn not_a_listen_address(text: &str, example: &str) -> String {
+    let port_too_large = text.rsplit_once(':').is_some_and(|(ip, port)| {
+        let ip = ip
+            .strip_prefix('[')
+            .and_then(|ip| ip.strip_suffix(']'))
+            .unwrap_or(ip);
+        ip.parse::<IpAddr>().is_ok()
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_err()
+    });
+    if port_too_large {
+        format!(
+            "`{text}` has no valid port: expected a port from 0 to 65535 (0 lets the system \
+             pick), such as {example}"
+        )
+    } else {
+        format!("`{text}` is not a listen address: expected IP:PORT such as {example}")
+    }
 }
 
 /// Whether two listen addresses would take the same port: the same port (not 0, which the system

@@ -1,6 +1,10 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field};
+use super::{
+    checker::Checker,
+    field::Field,
+    matching::{self, Refusal},
+};
 use crate::{
     error::{did_you_mean, ConfigError},
     model::{http_method, HostPattern, Route},
@@ -100,40 +104,35 @@ fn matcher(
         .and_then(|h| host(checker, h, &field.key("host")));
     let path_prefix = match raw.and_then(|m| m.path_prefix.as_ref()) {
         None => "/".to_owned(),
-        Some(p) if p.value.0.starts_with('/') => p.value.0.clone(),
-        Some(p) => {
-            let e = checker.error(
-                p,
-                field.key("path_prefix"),
-                format!("`{}` must start with `/`", p.value.0),
-            );
-            checker.push(e.hint(format!("did you mean `/{}`?", p.value.0)));
-            "/".to_owned()
-        }
+        Some(p) => path_prefix(checker, p, &field.key("path_prefix")),
     };
     (host, path_prefix)
 }
 
 fn host(checker: &mut Checker, h: &Spanned<Scalar>, field: &Field) -> Option<HostPattern> {
-    let text = h.value.0.trim().to_ascii_lowercase();
-    let pattern = match text.strip_prefix('*') {
-        Some(suffix) if suffix.starts_with('.') && suffix.len() > 1 && !suffix.contains('*') => {
-            Some(HostPattern::Wildcard(suffix.to_owned()))
-        }
-        None if !text.is_empty() && !text.contains('*') && !text.contains('/') => {
-            Some(HostPattern::Exact(text.clone()))
-        }
-        _ => None,
-    };
-    if pattern.is_none() {
-        let message = format!(
-            "`{}` is not a host pattern: expected a name such as api.example.com, \
-             or *.example.com for its subdomains",
-            h.value.0
-        );
-        checker.reject(h, field, message);
+    matching::host_pattern(&h.value.0)
+        .map_err(|refusal| refuse(checker, h, field, refusal))
+        .ok()
+}
+
+fn path_prefix(checker: &mut Checker, p: &Spanned<Scalar>, field: &Field) -> String {
+    let text = &p.value.0;
+    if !text.starts_with('/') {
+        let e = checker.error(p, field, format!("`{text}` must start with `/`"));
+        checker.push(e.hint(format!("did you mean `/{text}`?")));
+        return "/".to_owned();
     }
-    pattern
+    matching::path_prefix(text)
+        .map_err(|refusal| refuse(checker, p, field, refusal))
+        .unwrap_or_else(|()| "/".to_owned())
+}
+
+fn refuse(checker: &mut Checker, at: &Spanned<Scalar>, field: &Field, refusal: Refusal) {
+    let mut e = checker.error(at, field, refusal.message);
+    if let Some(hint) = refusal.hint {
+        e = e.hint(hint);
+    }
+    checker.push(e);
 }
 
 fn methods(checker: &mut Checker, raw: &[Spanned<Scalar>], route: &Field) -> Vec<String> {
