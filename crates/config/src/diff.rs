@@ -1,7 +1,7 @@
 //! What a reload from one configuration to another would change: `duet check --config NEW --diff OLD`,
 //! a plan to read before applying it.
 
-use crate::{Cluster, Config, HostPattern, Route, Workers};
+use crate::model::{http_method, Cluster, Config, HostPattern, Listener, Route, Workers};
 use std::fmt::{self, Debug};
 
 /// `~ prefix.field: old -> new` for each named field of `old` and `new` that differs: the model's field
@@ -41,32 +41,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             workers(new.workers)
         ));
     }
-    for listener in &new.listeners {
-        match old.listeners.iter().find(|l| l.address == listener.address) {
-            None => changes.restart(format!("+ listener {}", listener.address)),
-            Some(before) => {
-                let prefix = format!("listener {}", listener.address);
-                changes.field(
-                    &prefix,
-                    "tls",
-                    &before.tls.is_some(),
-                    &listener.tls.is_some(),
-                );
-                if before.tls != listener.tls && before.tls.is_some() && listener.tls.is_some() {
-                    changes.push(format!("~ {prefix}: certificate files"));
-                }
-                let nets = |l: &crate::Listener| -> Vec<String> {
-                    l.trusted_proxies.iter().map(ToString::to_string).collect()
-                };
-                changes.field(&prefix, "trusted_proxies", &nets(before), &nets(listener));
-            }
-        }
-    }
-    for listener in &old.listeners {
-        if !new.listeners.iter().any(|l| l.address == listener.address) {
-            changes.restart(format!("- listener {}", listener.address));
-        }
-    }
+    listeners(&mut changes, &old.listeners, &new.listeners);
     if old.admin != new.admin {
         let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
         changes.restart(format!(
@@ -76,23 +51,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ));
     }
     routes(&mut changes, old, new);
-    for cluster in &new.clusters {
-        match old.clusters.iter().find(|c| c.name == cluster.name) {
-            None => changes.push(format!(
-                "+ cluster {} ({}, {} backend{})",
-                cluster.name,
-                cluster.policy.name(),
-                cluster.backends.len(),
-                if cluster.backends.len() == 1 { "" } else { "s" }
-            )),
-            Some(before) => cluster_changes(&mut changes, before, cluster),
-        }
-    }
-    for cluster in &old.clusters {
-        if !new.clusters.iter().any(|c| c.name == cluster.name) {
-            changes.push(format!("- cluster {}", cluster.name));
-        }
-    }
+    clusters(&mut changes, &old.clusters, &new.clusters);
     changed!(
         changes,
         "limits",
@@ -117,6 +76,57 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         [drain_timeout, drain_delay]
     );
     changes.list
+}
+
+/// Listeners are matched by address: adding or removing one takes a restart, their settings do not.
+fn listeners(changes: &mut Changes, old: &[Listener], new: &[Listener]) {
+    for listener in new {
+        match old.iter().find(|l| l.address == listener.address) {
+            None => changes.restart(format!("+ listener {}", listener.address)),
+            Some(before) => {
+                let prefix = format!("listener {}", listener.address);
+                changes.field(
+                    &prefix,
+                    "tls",
+                    &before.tls.is_some(),
+                    &listener.tls.is_some(),
+                );
+                if before.tls != listener.tls && before.tls.is_some() && listener.tls.is_some() {
+                    changes.push(format!("~ {prefix}: certificate files"));
+                }
+                let nets = |l: &Listener| -> Vec<String> {
+                    l.trusted_proxies.iter().map(ToString::to_string).collect()
+                };
+                changes.field(&prefix, "trusted_proxies", &nets(before), &nets(listener));
+            }
+        }
+    }
+    for listener in old {
+        if !new.iter().any(|l| l.address == listener.address) {
+            changes.restart(format!("- listener {}", listener.address));
+        }
+    }
+}
+
+/// Clusters are matched by name.
+fn clusters(changes: &mut Changes, old: &[Cluster], new: &[Cluster]) {
+    for cluster in new {
+        match old.iter().find(|c| c.name == cluster.name) {
+            None => changes.push(format!(
+                "+ cluster {} ({}, {} backend{})",
+                cluster.name,
+                cluster.policy.name(),
+                cluster.backends.len(),
+                if cluster.backends.len() == 1 { "" } else { "s" }
+            )),
+            Some(before) => cluster_changes(changes, before, cluster),
+        }
+    }
+    for cluster in old {
+        if !new.iter().any(|c| c.name == cluster.name) {
+            changes.push(format!("- cluster {}", cluster.name));
+        }
+    }
 }
 
 #[derive(Default)]
@@ -173,7 +183,7 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
         if let Some(timeout) = route.timeout {
             line.push_str(&format!(" (timeout {timeout:?})"));
         }
-        if route.retry_methods != crate::http_method::idempotent() {
+        if route.retry_methods != http_method::idempotent() {
             line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
         }
         line
@@ -208,6 +218,34 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             new.policy.name()
         ));
     }
+    backends(changes, &prefix, old, new);
+    let timeouts = format!("{prefix}.timeouts");
+    changed!(
+        changes,
+        &timeouts,
+        old.timeouts,
+        new.timeouts,
+        [connect, response_headers, idle, read, tunnel_idle,]
+    );
+    health_check(changes, &prefix, old, new);
+    failure_handling(changes, &prefix, old, new);
+    changed!(
+        changes,
+        &prefix,
+        old,
+        new,
+        [slow_start, dns_refresh, penalty_statuses,]
+    );
+    changes.field(
+        &prefix,
+        "panic_threshold",
+        &Percent(old.panic_threshold),
+        &Percent(new.panic_threshold),
+    );
+}
+
+/// Backends are matched by address.
+fn backends(changes: &mut Changes, prefix: &str, old: &Cluster, new: &Cluster) {
     for backend in &new.backends {
         match old.backends.iter().find(|b| b.address == backend.address) {
             None => changes.push(format!(
@@ -226,14 +264,9 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             changes.push(format!("- {prefix}: backend {}", backend.address));
         }
     }
-    let timeouts = format!("{prefix}.timeouts");
-    changed!(
-        changes,
-        &timeouts,
-        old.timeouts,
-        new.timeouts,
-        [connect, response_headers, idle, read, tunnel_idle,]
-    );
+}
+
+fn health_check(changes: &mut Changes, prefix: &str, old: &Cluster, new: &Cluster) {
     match (&old.health_check, &new.health_check) {
         (None, Some(check)) => changes.push(format!(
             "+ {prefix}: health checks {} every {:?}",
@@ -259,6 +292,10 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         }
         (None, None) => {}
     }
+}
+
+/// `outlier_detection` and `retries`: what a cluster does about failed attempts.
+fn failure_handling(changes: &mut Changes, prefix: &str, old: &Cluster, new: &Cluster) {
     let outliers = format!("{prefix}.outlier_detection");
     changed!(
         changes,
@@ -286,19 +323,6 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         "budget_percent",
         &Percent(old.retries.budget_fraction),
         &Percent(new.retries.budget_fraction),
-    );
-    changed!(
-        changes,
-        &prefix,
-        old,
-        new,
-        [slow_start, dns_refresh, penalty_statuses,]
-    );
-    changes.field(
-        &prefix,
-        "panic_threshold",
-        &Percent(old.panic_threshold),
-        &Percent(new.panic_threshold),
     );
 }
 

@@ -47,6 +47,18 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// A duration as the file would write it: `1h`, `30s`, `250ms`.
+pub(crate) fn format_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    if duration.subsec_nanos() == 0 && seconds >= 3600 && seconds.is_multiple_of(3600) {
+        format!("{}h", seconds / 3600)
+    } else if duration.subsec_nanos() == 0 {
+        format!("{seconds}s")
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
 /// Parses `65536`, `64KiB`, `64k`, `1MiB`, `2MB`.
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -97,6 +109,13 @@ mod tests {
             .expect_err("bad unit")
             .contains("unknown unit `x`"));
         assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn durations_are_written_back_as_the_file_would() {
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(format_duration(Duration::from_secs(75)), "75s");
+        assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
     }
 
     #[test]

@@ -1,0 +1,239 @@
+//! What every section check shares: the errors found so far, and the readers of single values
+//! (durations, sizes, counts, percentages...) that record a located error and fall back to the
+//! default, so checking goes on past a bad value.
+
+use super::field::Field;
+use crate::{
+    error::{did_you_mean, ConfigError},
+    model::{Location, Policy},
+    raw::Scalar,
+    units,
+};
+use serde_saphyr::Spanned;
+use std::{path::PathBuf, time::Duration};
+
+pub(super) struct Checker {
+    pub(super) errors: Vec<ConfigError>,
+    /// The config file's folder, for relative paths.
+    base: PathBuf,
+}
+
+impl Checker {
+    pub(super) fn new(base: PathBuf) -> Self {
+        Self {
+            errors: Vec::new(),
+            base,
+        }
+    }
+
+    /// An error at `spanned`'s place in the file, for the caller to add a hint to and push.
+    pub(super) fn error<T>(
+        &self,
+        spanned: &Spanned<T>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError::new(field, message).at(spanned.referenced.line(), spanned.referenced.column())
+    }
+
+    pub(super) fn push(&mut self, error: ConfigError) {
+        self.errors.push(error);
+    }
+
+    /// Records an error at `spanned`'s place in the file.
+    pub(super) fn reject<T>(
+        &mut self,
+        spanned: &Spanned<T>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        let error = self.error(spanned, field, message);
+        self.push(error);
+    }
+
+    pub(super) fn duration(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: Duration,
+    ) -> Duration {
+        let Some(value) = value else { return default };
+        match units::parse_duration(&value.value.0) {
+            Ok(d) => d,
+            Err(message) => {
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
+    /// A duration that must be above 0: for these fields 0 would not mean "no limit" but "at once".
+    /// `would` says what 0 would do; `instead`, when there is one, the setting that does what the
+    /// writer probably meant.
+    pub(super) fn timeout(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: Duration,
+        would: &str,
+        instead: Option<&str>,
+    ) -> Duration {
+        let duration = self.duration(value, field, default);
+        match value {
+            Some(value) if duration.is_zero() => {
+                let text = value.value.0.trim();
+                let message = format!("`{text}` would {would}: expected a duration above 0");
+                let such_as = format!(
+                    "write a duration such as `{}` (the default)",
+                    units::format_duration(default)
+                );
+                let hint = match instead {
+                    Some(instead) => format!("{instead}; otherwise {such_as}"),
+                    None => such_as,
+                };
+                let error = self.error(value, field, message).hint(hint);
+                self.push(error);
+                default
+            }
+            _ => duration,
+        }
+    }
+
+    pub(super) fn size(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: usize,
+        min: usize,
+    ) -> usize {
+        let Some(value) = value else { return default };
+        match units::parse_size(&value.value.0).map(|s| usize::try_from(s).unwrap_or(usize::MAX)) {
+            Ok(s) if s >= min => s,
+            Ok(s) => {
+                let message = format!("{s} bytes is too small: the minimum is {min}");
+                self.reject(value, field, message);
+                default
+            }
+            Err(message) => {
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
+    /// `50%` or `50`: a percentage from 0 to 100, returned as a fraction.
+    pub(super) fn percent(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: f64,
+    ) -> f64 {
+        let Some(value) = value else { return default };
+        let text = value.value.0.trim();
+        match text.trim_end_matches('%').trim().parse::<f64>() {
+            Ok(p) if (0.0..=100.0).contains(&p) => p / 100.0,
+            _ => {
+                let message = format!(
+                    "`{text}` is not a percentage: expected a number from 0 to 100, such as `50%`"
+                );
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
+    pub(super) fn count(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: u32,
+        (min, max): (u32, u32),
+    ) -> u32 {
+        let Some(value) = value else { return default };
+        let text = value.value.0.trim();
+        match text.parse::<u32>() {
+            Ok(count) if (min..=max).contains(&count) => count,
+            Ok(_) => {
+                let message = format!("{text} is out of range: expected {min} to {max}");
+                self.reject(value, field, message);
+                default
+            }
+            Err(_) => {
+                let message = format!("`{text}` is not a whole number: expected {min} to {max}");
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
+    pub(super) fn policy(&mut self, value: Option<&Spanned<Scalar>>, field: &Field) -> Policy {
+        let Some(value) = value else {
+            return Policy::default();
+        };
+        let text = value.value.0.trim();
+        let all = [
+            Policy::P2cInflight,
+            Policy::P2cPeakEwma,
+            Policy::RoundRobin,
+            Policy::Random,
+        ];
+        if let Some(policy) = all.into_iter().find(|p| p.name() == text) {
+            return policy;
+        }
+        let names = all.map(Policy::name);
+        let message = format!(
+            "`{text}` is not a policy: expected one of {}",
+            names.join(", ")
+        );
+        let mut e = self.error(value, field, message);
+        if let Some(hint) = did_you_mean(text, names) {
+            e = e.hint(hint);
+        }
+        self.push(e);
+        Policy::default()
+    }
+
+    /// Status codes and inclusive ranges (`503`, `200-399`).
+    pub(super) fn statuses(
+        &mut self,
+        values: &[Spanned<Scalar>],
+        field: &Field,
+    ) -> Vec<(u16, u16)> {
+        let mut out = Vec::new();
+        for (i, value) in values.iter().enumerate() {
+            let text = value.value.0.trim();
+            let parsed = match text.split_once('-') {
+                Some((low, high)) => low
+                    .trim()
+                    .parse::<u16>()
+                    .ok()
+                    .zip(high.trim().parse::<u16>().ok()),
+                None => text.parse::<u16>().ok().map(|code| (code, code)),
+            };
+            match parsed {
+                Some((low, high))
+                    if (100..=599).contains(&low) && (100..=599).contains(&high) && low <= high =>
+                {
+                    out.push((low, high))
+                }
+                _ => {
+                    let message = format!(
+                        "`{text}` is not a status or range: expected a code from 100 to 599, \
+                         or a range such as `200-399`"
+                    );
+                    self.reject(value, field.index(i), message);
+                }
+            }
+        }
+        out
+    }
+
+    /// A path relative to the config file's folder (read when duet starts, not here).
+    pub(super) fn path(&self, value: &Spanned<Scalar>) -> (PathBuf, Location) {
+        let at = Location {
+            line: value.referenced.line(),
+            column: value.referenced.column(),
+        };
+        (self.base.join(&value.value.0), at)
+    }
+}

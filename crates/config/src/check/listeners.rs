@@ -1,0 +1,143 @@
+//! `listeners:` and `admin:`: addresses to bind, none of which may take another's port.
+
+use super::{checker::Checker, field::Field};
+use crate::{
+    error::ConfigError,
+    model::{Listener, TlsFiles},
+    raw::{RawAdmin, RawListener, Scalar},
+};
+use serde_saphyr::Spanned;
+use std::net::{IpAddr, SocketAddr};
+
+/// The listeners, each bindable and none clashing with one before it.
+pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Listener> {
+    let mut listeners: Vec<Listener> = Vec::new();
+    let list = Field::root("listeners");
+    for (i, l) in raw.iter().enumerate() {
+        let field = list.index(i);
+        let Ok(address) = l.address.value.0.parse::<SocketAddr>() else {
+            let message = not_a_listen_address(&l.address.value.0, "0.0.0.0:8080");
+            checker.reject(&l.address, field.key("address"), message);
+            continue;
+        };
+        let seen = listeners.iter().map(|l| l.address);
+        if let Some(other) = seen.into_iter().find(|other| clash(*other, address)) {
+            let message = if other == address {
+                format!("{address} is listed twice")
+            } else {
+                format!("{address} overlaps {other}: both would take the same port")
+            };
+            checker.reject(&l.address, field.key("address"), message);
+        }
+        let tls = l.tls.as_ref().map(|tls| {
+            let ((cert, cert_at), (key, key_at)) =
+                (checker.path(&tls.cert), checker.path(&tls.key));
+            TlsFiles {
+                cert,
+                key,
+                cert_at,
+                key_at,
+            }
+        });
+        let trusted_proxies = trusted_proxies(checker, &l.trusted_proxies, &field);
+        listeners.push(Listener {
+            address,
+            tls,
+            trusted_proxies,
+        });
+    }
+    if raw.is_empty() {
+        checker.push(
+            ConfigError::new(
+                "listeners",
+                "no listeners: duet would accept no connections",
+            )
+            .hint("add `listeners: [{ address: 0.0.0.0:8080 }]`"),
+        );
+    }
+    listeners
+}
+
+/// IPs and CIDR networks; a bare IP is a network of one.
+fn trusted_proxies(
+    checker: &mut Checker,
+    raw: &[Spanned<Scalar>],
+    listener: &Field,
+) -> Vec<ipnet::IpNet> {
+    let list = listener.key("trusted_proxies");
+    let mut nets = Vec::new();
+    for (i, net) in raw.iter().enumerate() {
+        let text = net.value.0.trim();
+        let parsed = text.parse::<ipnet::IpNet>().ok().or_else(|| {
+            text.parse::<std::net::IpAddr>()
+                .ok()
+                .map(ipnet::IpNet::from)
+        });
+        match parsed {
+            Some(parsed) => nets.push(parsed),
+            None => {
+                let message = format!(
+                    "`{text}` is not an address or network: expected an IP such as 10.0.0.7 \
+                     or a CIDR such as 10.0.0.0/8"
+                );
+                checker.reject(net, list.index(i), message);
+            }
+        }
+    }
+    nets
+}
+
+/// The admin address, which must not take a traffic listener's port.
+pub(super) fn admin(
+    checker: &mut Checker,
+    raw: Option<&RawAdmin>,
+    listeners: &[Listener],
+) -> Option<SocketAddr> {
+    let a = raw?;
+    let field = Field::root("admin").key("address");
+    let Ok(address) = a.address.value.0.parse::<SocketAddr>() else {
+        let message = not_a_listen_address(&a.address.value.0, "127.0.0.1:9901");
+        checker.reject(&a.address, field, message);
+        return None;
+    };
+    if let Some(listener) = listeners.iter().find(|l| clash(l.address, address)) {
+        let message = format!(
+            "{address} is also a traffic listener's ({}): \
+             the admin listener needs a port of its own",
+            listener.address
+        );
+        let e = checker.error(&a.address, field, message);
+        checker.push(e.hint("the usual admin port is 9901"));
+    }
+    Some(address)
+}
+
+/// Why `text` is not a listen address: a port past 65535 is named as such.
+fn not_a_listen_address(text: &str, example: &str) -> String {
+    let port_too_large = text.rsplit_once(':').is_some_and(|(ip, port)| {
+        let ip = ip
+            .strip_prefix('[')
+            .and_then(|ip| ip.strip_suffix(']'))
+            .unwrap_or(ip);
+        ip.parse::<IpAddr>().is_ok()
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_err()
+    });
+    if port_too_large {
+        format!(
+            "`{text}` has no valid port: expected a port from 0 to 65535 (0 lets the system \
+             pick), such as {example}"
+        )
+    } else {
+        format!("`{text}` is not a listen address: expected IP:PORT such as {example}")
+    }
+}
+
+/// Whether two listen addresses would take the same port: the same port (not 0, which the system
+/// picks) on the same IP, or on any IP when either is a wildcard (`0.0.0.0`, `[::]`).
+fn clash(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}

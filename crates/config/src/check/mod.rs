@@ -1,0 +1,43 @@
+//! The checks after parsing, one function per section of the file. Each returns its part of the
+//! model and records every problem it finds without stopping, so one run reports them all.
+
+// The sections: none uses another (clusters use their settings blocks, routes the matching rules).
+mod clusters;
+mod listeners;
+mod routes;
+mod settings;
+
+mod cluster_settings;
+mod matching;
+
+// What every section uses: the value readers, and the field paths they name.
+mod checker;
+
+mod field;
+
+use crate::{error::ConfigError, model::Config, raw::RawConfig};
+use checker::Checker;
+use std::path::PathBuf;
+
+/// The checked model, and every problem found (the model is meant to be used only when there are
+/// none). `base` is the config file's folder, which relative paths start from.
+pub(crate) fn check(raw: &RawConfig, base: PathBuf) -> (Config, Vec<ConfigError>) {
+    let mut checker = Checker::new(base);
+    let workers = settings::workers(&mut checker, raw.workers.as_ref());
+    let listeners = listeners::listeners(&mut checker, &raw.listeners);
+    let (clusters, names) = clusters::clusters(&mut checker, &raw.clusters);
+    let routes = routes::routes(&mut checker, &raw.routes, &names);
+    let limits = settings::limits(&mut checker, raw.limits.as_ref());
+    let shutdown = settings::shutdown(&mut checker, raw.shutdown.as_ref());
+    let admin = listeners::admin(&mut checker, raw.admin.as_ref(), &listeners);
+    let config = Config {
+        workers,
+        listeners,
+        routes,
+        clusters,
+        limits,
+        shutdown,
+        admin,
+    };
+    (config, checker.errors)
+}

@@ -1,0 +1,172 @@
+//! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
+
+use super::{
+    checker::Checker,
+    field::Field,
+    matching::{self, Refusal},
+};
+use crate::{
+    error::{did_you_mean, ConfigError},
+    model::{http_method, HostPattern, Route},
+    raw::{RawMatch, RawRoute, Scalar},
+};
+use serde_saphyr::Spanned;
+use std::time::Duration;
+
+/// The routes whose cluster exists; `clusters` are the cluster names in order.
+pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String]) -> Vec<Route> {
+    let mut routes = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    let list = Field::root("routes");
+    for (ri, r) in raw.iter().enumerate() {
+        let field = list.index(ri);
+        let cluster = cluster(checker, &r.cluster, &field, clusters);
+        let (host, path_prefix) = matcher(checker, r.matcher.as_ref(), &field);
+        let retry_methods = match &r.retry_methods {
+            None => http_method::idempotent(),
+            Some(list) => methods(checker, list, &field),
+        };
+        let timeout = r
+            .timeout
+            .as_ref()
+            .map(|t| checker.duration(Some(t), &field.key("timeout"), Duration::ZERO));
+        let name = match &r.name {
+            Some(given) => given_name(checker, given, &field, &names),
+            None => {
+                let host = match &host {
+                    None => "*".to_owned(),
+                    Some(HostPattern::Exact(h)) => h.clone(),
+                    Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+                };
+                let derived = format!("{host}{path_prefix}");
+                if names.contains(&derived) {
+                    format!("{derived}#{ri}")
+                } else {
+                    derived
+                }
+            }
+        };
+        names.push(name.clone());
+        if let Some(cluster) = cluster {
+            routes.push(Route {
+                name,
+                host,
+                path_prefix,
+                cluster,
+                retry_methods,
+                timeout: timeout.filter(|t| !t.is_zero()),
+            });
+        }
+    }
+    if raw.is_empty() {
+        checker.push(
+            ConfigError::new("routes", "no routes: every request would get 404")
+                .hint("add `routes: [{ match: { path_prefix: / }, cluster: NAME }]`"),
+        );
+    }
+    routes
+}
+
+/// The position of the cluster named `wanted`.
+fn cluster(
+    checker: &mut Checker,
+    wanted: &Spanned<Scalar>,
+    route: &Field,
+    names: &[String],
+) -> Option<usize> {
+    let text = &wanted.value.0;
+    let found = names.iter().position(|n| n == text);
+    if found.is_none() {
+        let e = checker.error(
+            wanted,
+            route.key("cluster"),
+            format!("no cluster is named `{text}`"),
+        );
+        let e = match did_you_mean(text, names.iter().map(String::as_str)) {
+            Some(hint) => e.hint(hint),
+            None if names.is_empty() => e.hint("define it under `clusters:`"),
+            None => e.hint(format!("defined clusters: {}", names.join(", "))),
+        };
+        checker.push(e);
+    }
+    found
+}
+
+/// The host pattern (any host when left out) and the path prefix (`/` when left out).
+fn matcher(
+    checker: &mut Checker,
+    raw: Option<&RawMatch>,
+    route: &Field,
+) -> (Option<HostPattern>, String) {
+    let field = route.key("match");
+    let host = raw
+        .and_then(|m| m.host.as_ref())
+        .and_then(|h| host(checker, h, &field.key("host")));
+    let path_prefix = match raw.and_then(|m| m.path_prefix.as_ref()) {
+        None => "/".to_owned(),
+        Some(p) => path_prefix(checker, p, &field.key("path_prefix")),
+    };
+    (host, path_prefix)
+}
+
+fn host(checker: &mut Checker, h: &Spanned<Scalar>, field: &Field) -> Option<HostPattern> {
+    matching::host_pattern(&h.value.0)
+        .map_err(|refusal| refuse(checker, h, field, refusal))
+        .ok()
+}
+
+fn path_prefix(checker: &mut Checker, p: &Spanned<Scalar>, field: &Field) -> String {
+    let text = &p.value.0;
+    if !text.starts_with('/') {
+        let e = checker.error(p, field, format!("`{text}` must start with `/`"));
+        checker.push(e.hint(format!("did you mean `/{text}`?")));
+        return "/".to_owned();
+    }
+    matching::path_prefix(text)
+        .map_err(|refusal| refuse(checker, p, field, refusal))
+        .unwrap_or_else(|()| "/".to_owned())
+}
+
+fn refuse(checker: &mut Checker, at: &Spanned<Scalar>, field: &Field, refusal: Refusal) {
+    let mut e = checker.error(at, field, refusal.message);
+    if let Some(hint) = refusal.hint {
+        e = e.hint(hint);
+    }
+    checker.push(e);
+}
+
+fn methods(checker: &mut Checker, raw: &[Spanned<Scalar>], route: &Field) -> Vec<String> {
+    let list = route.key("retry_methods");
+    let mut methods = Vec::new();
+    for (mi, m) in raw.iter().enumerate() {
+        let method = m.value.0.trim().to_ascii_uppercase();
+        if !method.is_empty() && method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
+            methods.push(method);
+        } else {
+            let message = format!("`{}` is not an HTTP method", m.value.0);
+            checker.reject(m, list.index(mi), message);
+        }
+    }
+    methods
+}
+
+/// A `name:` as given: not empty, and unique (it labels metrics).
+fn given_name(
+    checker: &mut Checker,
+    given: &Spanned<Scalar>,
+    route: &Field,
+    taken: &[String],
+) -> String {
+    let text = given.value.0.trim().to_owned();
+    if text.is_empty() {
+        checker.reject(given, route.key("name"), "a route name cannot be empty");
+    } else if taken.contains(&text) {
+        let e = checker.error(
+            given,
+            route.key("name"),
+            format!("route `{text}` is named twice"),
+        );
+        checker.push(e.hint("route names label metrics: make them unique"));
+    }
+    text
+}

@@ -1,0 +1,105 @@
+//! The process-wide sections: `workers`, `limits` and `shutdown`.
+
+use super::{checker::Checker, field::Field};
+use crate::{
+    model::{Limits, Shutdown, Workers},
+    raw::{RawLimits, RawShutdown, Scalar},
+};
+use serde_saphyr::Spanned;
+use std::num::NonZeroUsize;
+
+/// `auto` (the default) or a count of 1 or more.
+pub(super) fn workers(checker: &mut Checker, raw: Option<&Spanned<Scalar>>) -> Workers {
+    let Some(w) = raw.filter(|w| w.value.0 != "auto") else {
+        return Workers::Auto;
+    };
+    match w.value.0.parse::<usize>().ok().and_then(NonZeroUsize::new) {
+        Some(n) => Workers::Count(n),
+        None => {
+            let message = format!(
+                "`{}` is not a worker count: expected `auto` or a number of 1 or more",
+                w.value.0
+            );
+            checker.reject(w, "workers", message);
+            Workers::Auto
+        }
+    }
+}
+
+pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
+    let field = Field::root("limits");
+    let d = Limits::default();
+    Limits {
+        max_request_head: checker.size(
+            raw.and_then(|l| l.max_request_head.as_ref()),
+            &field.key("max_request_head"),
+            d.max_request_head,
+            8192,
+        ),
+        max_uri_length: checker.size(
+            raw.and_then(|l| l.max_uri_length.as_ref()),
+            &field.key("max_uri_length"),
+            d.max_uri_length,
+            64,
+        ),
+        header_read_timeout: checker.timeout(
+            raw.and_then(|l| l.header_read_timeout.as_ref()),
+            &field.key("header_read_timeout"),
+            d.header_read_timeout,
+            "give clients no time to send a request head",
+            None,
+        ),
+        body_read_timeout: checker.timeout(
+            raw.and_then(|l| l.body_read_timeout.as_ref()),
+            &field.key("body_read_timeout"),
+            d.body_read_timeout,
+            "give clients no time to send a request body",
+            None,
+        ),
+        send_timeout: checker.timeout(
+            raw.and_then(|l| l.send_timeout.as_ref()),
+            &field.key("send_timeout"),
+            d.send_timeout,
+            "cut every response a client does not read at once",
+            None,
+        ),
+        max_connections: checker.count(
+            raw.and_then(|l| l.max_connections.as_ref()),
+            &field.key("max_connections"),
+            d.max_connections as u32,
+            (1, 10_000_000),
+        ) as usize,
+        keepalive_timeout: checker.timeout(
+            raw.and_then(|l| l.keepalive_timeout.as_ref()),
+            &field.key("keepalive_timeout"),
+            d.keepalive_timeout,
+            "close every kept-alive connection at once",
+            Some("to close each connection after one request, set `keepalive_requests: 1`"),
+        ),
+        keepalive_requests: u64::from(checker.count(
+            raw.and_then(|l| l.keepalive_requests.as_ref()),
+            &field.key("keepalive_requests"),
+            d.keepalive_requests as u32,
+            (1, u32::MAX),
+        )),
+    }
+}
+
+pub(super) fn shutdown(checker: &mut Checker, raw: Option<&RawShutdown>) -> Shutdown {
+    let field = Field::root("shutdown");
+    let d = Shutdown::default();
+    Shutdown {
+        drain_timeout: checker.timeout(
+            raw.and_then(|s| s.drain_timeout.as_ref()),
+            &field.key("drain_timeout"),
+            d.drain_timeout,
+            "cut every request in flight at SIGTERM",
+            None,
+        ),
+        drain_delay: checker.duration(
+            raw.and_then(|s| s.drain_delay.as_ref()),
+            &field.key("drain_delay"),
+            d.drain_delay,
+        ),
+    }
+}

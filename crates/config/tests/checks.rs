@@ -1,0 +1,260 @@
+//! Checks added after the split into one function per section: each pins a located error.
+
+use duet_config::HostPattern;
+
+fn errors(yaml: &str) -> Vec<String> {
+    match duet_config::parse(yaml, "bad.yaml") {
+        Ok(_) => panic!("expected errors for:\n{yaml}"),
+        Err(errors) => errors.errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+const BASE: &str = "\
+listeners: [ { address: 127.0.0.1:0 } ]
+routes: [ { cluster: web } ]
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:9001 } ]
+";
+
+#[test]
+fn a_cluster_setting_is_named_with_its_cluster() {
+    let found = errors(&format!(
+        "{BASE}  - name: api\n    backends: [ {{ address: 127.0.0.1:9002 }} ]\n    \
+         retries: {{ replay_body_limit: 1 parsec }}\n"
+    ));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("bad.yaml:8:35: clusters[1].retries.replay_body_limit: `1 parsec`"),
+        "{}",
+        found[0]
+    );
+}
+
+/// Each timeout that 0 would make expire at once, written as 0 (in its three spellings).
+#[test]
+fn a_zero_timeout_is_refused_with_what_to_write_instead() {
+    let found = errors(
+        "\
+listeners: [ { address: 127.0.0.1:0 } ]
+routes: [ { cluster: web } ]
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:9001 } ]
+    timeouts: { connect: 0, response_headers: 0s, read: 0ms, tunnel_idle: 0 }
+    health_check: { interval: 0s, timeout: 0 }
+    outlier_detection: { base_ejection_time: 0s }
+limits: { header_read_timeout: 0, body_read_timeout: 0s, send_timeout: 0, keepalive_timeout: 0s }
+shutdown: { drain_timeout: 0s }
+",
+    );
+    let expect = [
+        (
+            "6:26: clusters[0].timeouts.connect",
+            "`0` would give backends no time to accept a connection",
+            "`1s` (the default)",
+        ),
+        (
+            "6:47: clusters[0].timeouts.response_headers",
+            "`0s` would give backends no time to answer",
+            "`15s` (the default)",
+        ),
+        (
+            "6:57: clusters[0].timeouts.read",
+            "`0ms` would cut every response body that pauses",
+            "`60s` (the default)",
+        ),
+        (
+            "6:75: clusters[0].timeouts.tunnel_idle",
+            "`0` would close every WebSocket tunnel at once",
+            "`1h` (the default)",
+        ),
+        (
+            "7:31: clusters[0].health_check.interval",
+            "`0s` would check every backend without pause",
+            "`2s` (the default)",
+        ),
+        (
+            "7:44: clusters[0].health_check.timeout",
+            "`0` would fail every check",
+            "to stop checking, remove `health_check`; otherwise",
+        ),
+        (
+            "8:46: clusters[0].outlier_detection.base_ejection_time",
+            "`0s` would eject failing backends for no time at all",
+            "to turn ejection off, set `consecutive_failures: 0`; otherwise",
+        ),
+        (
+            "9:32: limits.header_read_timeout",
+            "`0` would give clients no time to send a request head",
+            "`10s` (the default)",
+        ),
+        (
+            "9:54: limits.body_read_timeout",
+            "`0s` would give clients no time to send a request body",
+            "`60s` (the default)",
+        ),
+        (
+            "9:72: limits.send_timeout",
+            "`0` would cut every response a client does not read at once",
+            "`60s` (the default)",
+        ),
+        (
+            "9:94: limits.keepalive_timeout",
+            "`0s` would close every kept-alive connection at once",
+            "to close each connection after one request, set `keepalive_requests: 1`; otherwise",
+        ),
+        (
+            "10:28: shutdown.drain_timeout",
+            "`0s` would cut every request in flight at SIGTERM",
+            "`30s` (the default)",
+        ),
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+    for (got, (at, message, hint)) in found.iter().zip(expect) {
+        let start = format!("bad.yaml:{at}: {message}: expected a duration above 0");
+        assert!(got.starts_with(&start), "expected `{start}`, got:\n{got}");
+        assert!(got.contains(hint), "expected `{hint}` in:\n{got}");
+        assert!(got.contains("write a duration such as `"), "{got}");
+    }
+}
+
+/// Where 0 means "none" or "off", it stays allowed.
+#[test]
+fn zero_stays_allowed_where_it_means_off() {
+    let yaml = format!(
+        "{BASE}    timeouts: {{ idle: 0s }}\n    \
+         outlier_detection: {{ max_ejection_time: 0s }}\n    slow_start: 0s\n    \
+         dns_refresh: 0\nshutdown: {{ drain_delay: 0s }}\n"
+    )
+    .replace(
+        "routes: [ { cluster: web } ]",
+        "routes: [ { cluster: web, timeout: 0s } ]",
+    );
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let cluster = &config.clusters[0];
+    assert!(
+        cluster.timeouts.idle.is_zero(),
+        "no pooled connection is reused"
+    );
+    assert!(cluster.outlier_detection.max_ejection_time.is_zero());
+    assert!(cluster.slow_start.is_zero(), "no ramp");
+    assert!(cluster.dns_refresh.is_zero(), "resolved at load only");
+    assert!(config.shutdown.drain_delay.is_zero());
+    assert_eq!(config.routes[0].timeout, None, "no route deadline");
+}
+
+/// Host patterns and path prefixes no request could match, and ports no socket has, in one run.
+#[test]
+fn patterns_that_can_never_match_and_ports_past_65535_are_refused() {
+    let found = errors(
+        "\
+listeners: [ { address: 127.0.0.1:0 }, { address: '0.0.0.0:99999' } ]
+routes:
+  - { match: { host: 'api.example.com:8080' }, cluster: web }
+  - { match: { host: a b }, cluster: web }
+  - { match: { path_prefix: /api/../admin }, cluster: web }
+  - { match: { path_prefix: /api/./x }, cluster: web }
+  - { match: { path_prefix: //x }, cluster: web }
+  - { match: { path_prefix: /%61dmin }, cluster: web }
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:9001 }, { address: '127.0.0.1:0' }, { address: 'api.internal:70000' } ]
+admin: { address: '[::1]:65536' }
+",
+    );
+    let no_port = "has no valid port: expected a port from 0 to 65535 (0 lets the system pick)";
+    let no_backend_port =
+        "has no valid port: expected IP:PORT or HOST:PORT with a port from 1 to 65535";
+    let not_normalised = "is not a normalised path prefix: it";
+    let expect = [
+        (
+            "1:51: listeners[1].address",
+            "`0.0.0.0:99999`",
+            no_port,
+            None,
+        ),
+        (
+            "3:22: routes[0].match.host",
+            "`api.example.com:8080`",
+            "has a port: a route matches the host name alone",
+            Some("hint: write `api.example.com`"),
+        ),
+        (
+            "4:22: routes[1].match.host",
+            "`a b`",
+            "is not a host pattern: expected a name such as api.example.com",
+            Some("hint: a host name holds only letters, digits, `-`, `_` and dots"),
+        ),
+        (
+            "5:29: routes[2].match.path_prefix",
+            "`/api/../admin`",
+            not_normalised,
+            Some("hint: write `/admin`"),
+        ),
+        (
+            "6:29: routes[3].match.path_prefix",
+            "`/api/./x`",
+            not_normalised,
+            Some("hint: write `/api/x`"),
+        ),
+        (
+            "7:29: routes[4].match.path_prefix",
+            "`//x`",
+            not_normalised,
+            Some("hint: write `/x`"),
+        ),
+        (
+            "8:29: routes[5].match.path_prefix",
+            "`/%61dmin`",
+            "is not a normalised path prefix: it writes `a` as `%61`",
+            Some("hint: write `/admin`"),
+        ),
+        (
+            "11:57: clusters[0].backends[1].address",
+            "`127.0.0.1:0`",
+            no_backend_port,
+            None,
+        ),
+        (
+            "11:85: clusters[0].backends[2].address",
+            "`api.internal:70000`",
+            no_backend_port,
+            None,
+        ),
+        ("12:19: admin.address", "`[::1]:65536`", no_port, None),
+    ];
+    assert_eq!(found.len(), expect.len(), "{found:#?}");
+    for (got, (at, value, message, hint)) in found.iter().zip(expect) {
+        let start = format!("bad.yaml:{at}: {value} {message}");
+        assert!(got.starts_with(&start), "expected `{start}`, got:\n{got}");
+        if let Some(hint) = hint {
+            assert!(got.contains(hint), "expected `{hint}` in:\n{got}");
+        }
+    }
+}
+
+#[test]
+fn a_host_with_a_trailing_dot_is_the_same_host() {
+    let yaml = BASE.replace(
+        "routes: [ { cluster: web } ]",
+        "routes:\n  - { match: { host: API.Example.com. }, cluster: web }\n  \
+         - { match: { host: '*.Example.org.' }, cluster: web }\n  \
+         - { match: { host: '[::1]' }, cluster: web }",
+    );
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let hosts: Vec<_> = config.routes.iter().map(|r| r.host.clone()).collect();
+    assert_eq!(
+        hosts,
+        [
+            Some(HostPattern::Exact("api.example.com".into())),
+            Some(HostPattern::Wildcard(".example.org".into())),
+            // The proxy matches a request's `[::1]:8080` as `::1`.
+            Some(HostPattern::Exact("::1".into())),
+        ]
+    );
+    assert_eq!(
+        config.routes[0].name, "api.example.com/",
+        "the metrics label too"
+    );
+}
