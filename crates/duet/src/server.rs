@@ -55,7 +55,7 @@ impl Server {
     /// Like [`start`](Self::start), resolving backend host names with `resolver`. Names are resolved
     /// once before the workers start; one that does not resolve leaves its endpoints empty (503, and
     /// a warning) until a later refresh finds it: never a failed start.
-    pub fn start_with_resolver(config: Config, resolver: crate::Resolver) -> io::Result<Self> {
+    pub fn start_with_resolver(config: Config, resolver: discovery::Resolver) -> io::Result<Self> {
         let workers = worker_count(config.workers);
         let mut addresses = Vec::new();
         let mut per_worker: Vec<Vec<(std::net::TcpListener, usize)>> =
