@@ -45,6 +45,49 @@ pub fn worker_count(workers: Workers) -> usize {
     }
 }
 
+/// Each worker's sockets, one per configured listener (with the listener's index), and each
+/// listener's bound address.
+type WorkerSockets = Vec<Vec<(std::net::TcpListener, usize)>>;
+
+/// Binds `workers` `SO_REUSEPORT` sockets per listener.
+fn bind_listeners(config: &Config, workers: usize) -> io::Result<(Vec<SocketAddr>, WorkerSockets)> {
+    let mut addresses = Vec::new();
+    let mut per_worker: WorkerSockets = (0..workers).map(|_| Vec::new()).collect();
+    for (index, listener) in config.listeners.iter().enumerate() {
+        let (bound, sockets) = bind_reuseport(listener.address, workers)?;
+        addresses.push(bound);
+        for (worker, socket) in sockets.into_iter().enumerate() {
+            per_worker[worker].push((socket, index));
+        }
+    }
+    Ok((addresses, per_worker))
+}
+
+fn bind_admin(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address).map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot listen on {address} (admin): {e}"))
+    })?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Starts one worker thread per entry of `per_worker`, each with its own `channels()`.
+fn spawn_workers(
+    per_worker: WorkerSockets,
+    channels: impl Fn() -> worker::Channels,
+) -> io::Result<Vec<thread::JoinHandle<io::Result<bool>>>> {
+    let mut handles = Vec::with_capacity(per_worker.len());
+    for (index, listeners) in per_worker.into_iter().enumerate() {
+        let channels = channels();
+        handles.push(
+            thread::Builder::new()
+                .name(format!("duet-worker-{index}"))
+                .spawn(move || worker::run(index, listeners, channels))?,
+        );
+    }
+    Ok(handles)
+}
+
 impl Server {
     /// Binds every listener (port 0 picks a free port) and starts `config.workers` workers. Returns once
     /// the sockets are listening: connections made from then on are queued for the workers.
@@ -57,29 +100,11 @@ impl Server {
     /// a warning) until a later refresh finds it: never a failed start.
     pub fn start_with_resolver(config: Config, resolver: discovery::Resolver) -> io::Result<Self> {
         let workers = worker_count(config.workers);
-        let mut addresses = Vec::new();
-        let mut per_worker: Vec<Vec<(std::net::TcpListener, usize)>> =
-            (0..workers).map(|_| Vec::new()).collect();
         let acceptors = tls_acceptors(&config)?;
-        for (index, listener) in config.listeners.iter().enumerate() {
-            let (bound, sockets) = bind_reuseport(listener.address, workers)?;
-            addresses.push(bound);
-            for (worker, socket) in sockets.into_iter().enumerate() {
-                per_worker[worker].push((socket, index));
-            }
-        }
+        let (addresses, per_worker) = bind_listeners(&config, workers)?;
         let (tls, tls_rx) = watch::channel(Arc::new(acceptors));
         // The admin listener is bound here too, so a port conflict fails the start, not a thread later.
-        let admin_listener = config
-            .admin
-            .map(|address| {
-                let listener = std::net::TcpListener::bind(address).map_err(|e| {
-                    io::Error::new(e.kind(), format!("cannot listen on {address} (admin): {e}"))
-                })?;
-                listener.set_nonblocking(true)?;
-                Ok::<_, io::Error>(listener)
-            })
-            .transpose()?;
+        let admin_listener = config.admin.map(bind_admin).transpose()?;
         let admin = admin_listener
             .as_ref()
             .map(|l| l.local_addr())
@@ -109,23 +134,15 @@ impl Server {
             shutdown: shutdown_rx.clone(),
             admin_shutdown: admin_shutdown_rx,
         })?;
-        let mut handles = Vec::with_capacity(workers);
-        for (index, listeners) in per_worker.into_iter().enumerate() {
-            let channels = worker::Channels {
-                shutdown: shutdown_rx.clone(),
-                health: health_rx.clone(),
-                config: config_rx.clone(),
-                names: names_rx.clone(),
-                registry: registry.clone(),
-                tls: tls_rx.clone(),
-                connection_share: config.limits.max_connections.div_ceil(workers),
-            };
-            handles.push(
-                thread::Builder::new()
-                    .name(format!("duet-worker-{index}"))
-                    .spawn(move || worker::run(index, listeners, channels))?,
-            );
-        }
+        let handles = spawn_workers(per_worker, || worker::Channels {
+            shutdown: shutdown_rx.clone(),
+            health: health_rx.clone(),
+            config: config_rx.clone(),
+            names: names_rx.clone(),
+            registry: registry.clone(),
+            tls: tls_rx.clone(),
+            connection_share: config.limits.max_connections.div_ceil(workers),
+        })?;
         Ok(Self {
             addresses,
             admin,
