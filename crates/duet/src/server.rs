@@ -37,6 +37,21 @@ fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
         .collect()
 }
 
+/// A configuration to reload, with the certificate files it names read. Reading may block (a FIFO, a
+/// hung mount), so `duet run` does it on a thread of its own, never on the one that waits for SIGTERM.
+pub(crate) struct Reload {
+    config: Config,
+    tls: Result<Vec<Option<TlsAcceptor>>, String>,
+}
+
+impl Reload {
+    /// Reads the certificate files `config` names.
+    pub(crate) fn read(config: Config) -> Self {
+        let tls = tls_acceptors(&config).map_err(|e| e.to_string());
+        Self { config, tls }
+    }
+}
+
 /// How many workers `workers` means on this machine: `auto` is one per available core.
 pub fn worker_count(workers: Workers) -> usize {
     match workers {
@@ -161,6 +176,12 @@ impl Server {
     /// addresses and the worker count are fixed at start: a change to them is refused (restart duet to
     /// apply it), and nothing changes; so is a certificate that does not load.
     pub fn reload(&self, config: Config) -> Result<(), String> {
+        self.apply(Reload::read(config))
+    }
+
+    /// [`reload`](Self::reload) with the certificate files already read.
+    pub(crate) fn apply(&self, reload: Reload) -> Result<(), String> {
+        let config = reload.config;
         let current = self.config.borrow().clone();
         // A listener is unchanged if it names the address it was configured with or the one it bound
         // (port 0 resolved).
@@ -176,7 +197,7 @@ impl Server {
         if worker_count(config.workers) != self.workers.len() {
             return Err("the worker count changed: restart duet to apply it".into());
         }
-        let acceptors = tls_acceptors(&config).map_err(|e| e.to_string())?;
+        let acceptors = reload.tls?;
         self.tls.send_replace(Arc::new(acceptors));
         self.config.send_replace(Arc::new(config));
         Ok(())

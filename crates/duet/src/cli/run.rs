@@ -2,7 +2,7 @@
 
 use super::{
     logging::init_logging,
-    reload::{file_hash, reload},
+    reload::{file_hash, Reloader},
 };
 use crate::{log_file::LogFile, server::Server};
 
@@ -93,7 +93,8 @@ const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Waits for SIGTERM or SIGINT (returned) and reloads the config file on each SIGHUP, and with `watch`
 /// whenever its content changes. A config that does not load is reported with every error, and the
-/// running one stays.
+/// running one stays. The file is read on a thread of its own ([`Reloader`]): SIGTERM is heard even
+/// while a read hangs.
 ///
 /// `--watch` compares the file's content once a second rather than asking inotify (the `notify` crate):
 /// a Kubernetes ConfigMap volume changes by swapping a symlink two levels above the file, which a
@@ -112,31 +113,38 @@ async fn control_loop(
     let mut user1 = signal(SignalKind::user_defined1())?;
     let mut poll = tokio::time::interval(WATCH_EVERY);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The content last tried, applied or not: a broken file is reported once, not every second.
-    let mut seen = file_hash(path);
+    let mut reloader = Reloader::new(path, server);
     loop {
-        let why = tokio::select! {
+        // The reloader is used once the `select!` (whose `settle` borrows it) is over.
+        let event = tokio::select! {
             _ = terminate.recv() => return Ok("SIGTERM"),
             _ = interrupt.recv() => return Ok("SIGINT"),
-            _ = hangup.recv() => "SIGHUP",
-            _ = user1.recv() => {
-                // logrotate's postrotate: new lines go to a new file at the same path.
-                match access_log.map(|file| file.reopen().map(|()| file.path())) {
-                    Some(Ok(path)) => tracing::info!("SIGUSR1: reopened the access log {}", path.display()),
-                    Some(Err(error)) => tracing::error!("SIGUSR1: cannot reopen the access log, still writing the old file: {error}"),
-                    None => tracing::info!("SIGUSR1: no access log file to reopen (it goes to stderr)"),
-                }
-                continue;
-            }
-            _ = poll.tick(), if watch => {
-                let now = file_hash(path);
-                if now == seen {
-                    continue;
-                }
-                "the file changed"
-            }
+            _ = hangup.recv() => Event::Hangup,
+            _ = user1.recv() => Event::ReopenLog,
+            _ = poll.tick(), if watch => Event::Poll,
+            () = reloader.settle() => continue,
         };
-        seen = file_hash(path);
-        reload(path, server, why);
+        match event {
+            Event::Hangup => reloader.reload("SIGHUP"),
+            Event::Poll => reloader.poll(),
+            Event::ReopenLog => reopen(access_log),
+        }
+    }
+}
+
+enum Event {
+    Hangup,
+    Poll,
+    ReopenLog,
+}
+
+/// logrotate's postrotate: new lines go to a new file at the same path.
+fn reopen(access_log: Option<&LogFile>) {
+    match access_log.map(|file| file.reopen().map(|()| file.path())) {
+        Some(Ok(path)) => tracing::info!("SIGUSR1: reopened the access log {}", path.display()),
+        Some(Err(error)) => tracing::error!(
+            "SIGUSR1: cannot reopen the access log, still writing the old file: {error}"
+        ),
+        None => tracing::info!("SIGUSR1: no access log file to reopen (it goes to stderr)"),
     }
 }
