@@ -277,3 +277,50 @@ fn the_status_page_shows_every_backend_and_the_one_taken_down() {
     crate::browser::check_status_page(admin, &[a_address, b_address], b_address);
     drop(a);
 }
+
+/// The admin listener shares the control thread with health checks and DNS: connections that never
+/// send a request must neither hold `/healthz` up (they once took every slot until a 10 s header
+/// timeout) nor stay open past the header timeout (5 s).
+#[test]
+fn silent_connections_neither_delay_healthz_nor_outstay_the_header_timeout() {
+    use std::io::Read;
+    let backend = Backend::start(BackendOptions::named("a")).expect("backend");
+    let config = DuetConfig::new()
+        .admin()
+        .route(None, "/", "app")
+        .cluster(Cluster::new("app").backend(backend.address()));
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let opened = std::time::Instant::now();
+    let silent: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| std::net::TcpStream::connect(admin).expect("connect"))
+        .collect();
+    let asked = std::time::Instant::now();
+    let (response, _) = raw_exchange(
+        admin,
+        b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(15),
+    );
+    let took = asked.elapsed();
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    assert!(response.ends_with("\r\n\r\nok\n"), "{response}");
+    assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+    for mut stream in silent {
+        let left = Duration::from_secs(9).saturating_sub(opened.elapsed());
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .expect("timeout");
+        let mut byte = [0; 1];
+        let read = stream.read(&mut byte);
+        assert!(
+            matches!(read, Ok(0)),
+            "a silent connection still open {:?} after it opened: {read:?}",
+            opened.elapsed()
+        );
+    }
+    let closed = opened.elapsed();
+    assert!(
+        closed >= Duration::from_millis(4500),
+        "closed after {closed:?}, before the header timeout"
+    );
+}

@@ -104,10 +104,15 @@ fn watch_reloads_when_the_file_changes_without_a_signal() {
         "{:#?}",
         duet.log_lines()
     );
-    assert!(duet
-        .log_lines()
-        .iter()
-        .any(|l| l.contains("the file changed: reloaded")));
+    // The log line is written after the workers switch: wait for it too.
+    assert!(
+        support::eventually(Duration::from_secs(5), || duet
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("the file changed: reloaded"))),
+        "{:#?}",
+        duet.log_lines()
+    );
 
     // A broken version is reported once, and the running configuration stays.
     std::fs::write(&path, "listeners: [ oops").expect("break");
@@ -119,4 +124,86 @@ fn watch_reloads_when_the_file_changes_without_a_signal() {
         .count();
     assert_eq!(reports, 1, "{:#?}", duet.log_lines());
     assert_eq!(served_by(duet.address), "new");
+}
+
+/// Whether a thread of duet's is named `name` (`/proc/PID/task/*/comm`).
+fn has_thread(pid: u32, name: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+}
+
+/// Replaces the config file by a FIFO nobody writes to: opening it for reading blocks forever.
+fn make_fifo(path: &std::path::Path) {
+    std::fs::remove_file(path).expect("remove the config");
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+}
+
+#[test]
+fn sigterm_drains_and_exits_while_a_reload_read_hangs() {
+    let old = Backend::start(BackendOptions::named("old")).expect("old");
+    let mut duet = Duet::start(&yaml(old.address(), "127.0.0.1:0".parse().expect("addr")));
+    make_fifo(&duet.config_path());
+    duet.signal("HUP");
+    // The read starts on a thread of its own, and hangs there: duet serves on.
+    let reading = support::eventually(Duration::from_secs(5), || {
+        has_thread(duet.pid(), "duet-reload")
+    });
+    assert_eq!(served_by(duet.address), "old");
+    duet.signal("TERM");
+    let status = duet.wait_exit(Duration::from_secs(10));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "reading: {reading}, {:#?}",
+        duet.log_lines()
+    );
+    assert!(reading, "no reader thread: {:#?}", duet.log_lines());
+    assert!(duet
+        .log_lines()
+        .iter()
+        .any(|l| l.contains("SIGTERM: draining in-flight requests")));
+}
+
+#[test]
+fn a_hung_read_is_given_up_and_the_next_sighup_reloads() {
+    let old = Backend::start(BackendOptions::named("old")).expect("old");
+    let new = Backend::start(BackendOptions::named("new")).expect("new");
+    let duet = Duet::start(&yaml(old.address(), "127.0.0.1:0".parse().expect("addr")));
+    let path = duet.config_path();
+    let admin = duet.admin_address();
+    make_fifo(&path);
+    duet.signal("HUP");
+    let given_up = support::eventually(Duration::from_secs(10), || {
+        duet.log_lines().iter().any(|l| {
+            l.contains("SIGHUP: keeping the running configuration;")
+                && l.contains("reading it has not finished after 5s (a FIFO, a hung mount?)")
+        })
+    });
+    assert!(given_up, "{:#?}", duet.log_lines());
+    let metrics = crate::admin::get(admin, "/metrics");
+    assert_eq!(
+        crate::admin::sum(
+            &metrics,
+            "duet_config_reloads_total{result=\"failure\"}",
+            ""
+        ),
+        1.0
+    );
+    std::fs::remove_file(&path).expect("remove the FIFO");
+    std::fs::write(&path, yaml(new.address(), duet.address)).expect("rewrite");
+    duet.signal("HUP");
+    assert!(
+        support::eventually(Duration::from_secs(5), || served_by(duet.address) == "new"),
+        "{:#?}",
+        duet.log_lines()
+    );
 }

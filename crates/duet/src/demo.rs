@@ -1,7 +1,7 @@
 //! `duet demo`: three loopback backends (two fast, one ten times slower), duet in front of them, and a
 //! bounded burst of requests for each policy, with each backend's share and the latency percentiles.
 
-use crate::Server;
+use crate::server::Server;
 use duet_config::{Config, Policy};
 use duet_testbed::{config::DuetConfig, load::closed_loop, Backend as TestBackend, BackendOptions};
 use std::{error::Error, net::SocketAddr, time::Duration};

@@ -9,18 +9,22 @@
 //! health checks once per process, and serves the admin listener. It publishes what it learns on watch
 //! channels; workers apply it between requests. [`Server`] starts and stops all of them.
 
+// Top layer first (blank lines separate layers): each module uses only modules declared after it.
+pub mod cli;
+
+pub mod demo;
+mod probe;
+
+pub mod server;
+
 mod control;
 mod listener;
-mod log_buffer;
-mod log_file;
-mod memory;
-mod probe;
 mod tls;
 mod worker;
 
-pub mod cli;
-pub mod demo;
-pub mod server;
+mod log_buffer;
+mod log_file;
+mod memory;
 
 pub use control::discovery::{system_resolver, Resolver};
 pub use server::{worker_count, Server};

@@ -37,12 +37,70 @@ fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
         .collect()
 }
 
+/// A configuration to reload, with the certificate files it names read. Reading may block (a FIFO, a
+/// hung mount), so `duet run` does it on a thread of its own, never on the one that waits for SIGTERM.
+pub(crate) struct Reload {
+    config: Config,
+    tls: Result<Vec<Option<TlsAcceptor>>, String>,
+}
+
+impl Reload {
+    /// Reads the certificate files `config` names.
+    pub(crate) fn read(config: Config) -> Self {
+        let tls = tls_acceptors(&config).map_err(|e| e.to_string());
+        Self { config, tls }
+    }
+}
+
 /// How many workers `workers` means on this machine: `auto` is one per available core.
 pub fn worker_count(workers: Workers) -> usize {
     match workers {
         Workers::Auto => thread::available_parallelism().map_or(1, NonZeroUsize::get),
         Workers::Count(n) => n.get(),
     }
+}
+
+/// Each worker's sockets, one per configured listener (with the listener's index), and each
+/// listener's bound address.
+type WorkerSockets = Vec<Vec<(std::net::TcpListener, usize)>>;
+
+/// Binds `workers` `SO_REUSEPORT` sockets per listener.
+fn bind_listeners(config: &Config, workers: usize) -> io::Result<(Vec<SocketAddr>, WorkerSockets)> {
+    let mut addresses = Vec::new();
+    let mut per_worker: WorkerSockets = (0..workers).map(|_| Vec::new()).collect();
+    for (index, listener) in config.listeners.iter().enumerate() {
+        let (bound, sockets) = bind_reuseport(listener.address, workers)?;
+        addresses.push(bound);
+        for (worker, socket) in sockets.into_iter().enumerate() {
+            per_worker[worker].push((socket, index));
+        }
+    }
+    Ok((addresses, per_worker))
+}
+
+fn bind_admin(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address).map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot listen on {address} (admin): {e}"))
+    })?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Starts one worker thread per entry of `per_worker`, each with its own `channels()`.
+fn spawn_workers(
+    per_worker: WorkerSockets,
+    channels: impl Fn() -> worker::Channels,
+) -> io::Result<Vec<thread::JoinHandle<io::Result<bool>>>> {
+    let mut handles = Vec::with_capacity(per_worker.len());
+    for (index, listeners) in per_worker.into_iter().enumerate() {
+        let channels = channels();
+        handles.push(
+            thread::Builder::new()
+                .name(format!("duet-worker-{index}"))
+                .spawn(move || worker::run(index, listeners, channels))?,
+        );
+    }
+    Ok(handles)
 }
 
 impl Server {
@@ -55,31 +113,13 @@ impl Server {
     /// Like [`start`](Self::start), resolving backend host names with `resolver`. Names are resolved
     /// once before the workers start; one that does not resolve leaves its endpoints empty (503, and
     /// a warning) until a later refresh finds it: never a failed start.
-    pub fn start_with_resolver(config: Config, resolver: crate::Resolver) -> io::Result<Self> {
+    pub fn start_with_resolver(config: Config, resolver: discovery::Resolver) -> io::Result<Self> {
         let workers = worker_count(config.workers);
-        let mut addresses = Vec::new();
-        let mut per_worker: Vec<Vec<(std::net::TcpListener, usize)>> =
-            (0..workers).map(|_| Vec::new()).collect();
         let acceptors = tls_acceptors(&config)?;
-        for (index, listener) in config.listeners.iter().enumerate() {
-            let (bound, sockets) = bind_reuseport(listener.address, workers)?;
-            addresses.push(bound);
-            for (worker, socket) in sockets.into_iter().enumerate() {
-                per_worker[worker].push((socket, index));
-            }
-        }
+        let (addresses, per_worker) = bind_listeners(&config, workers)?;
         let (tls, tls_rx) = watch::channel(Arc::new(acceptors));
         // The admin listener is bound here too, so a port conflict fails the start, not a thread later.
-        let admin_listener = config
-            .admin
-            .map(|address| {
-                let listener = std::net::TcpListener::bind(address).map_err(|e| {
-                    io::Error::new(e.kind(), format!("cannot listen on {address} (admin): {e}"))
-                })?;
-                listener.set_nonblocking(true)?;
-                Ok::<_, io::Error>(listener)
-            })
-            .transpose()?;
+        let admin_listener = config.admin.map(bind_admin).transpose()?;
         let admin = admin_listener
             .as_ref()
             .map(|l| l.local_addr())
@@ -109,23 +149,15 @@ impl Server {
             shutdown: shutdown_rx.clone(),
             admin_shutdown: admin_shutdown_rx,
         })?;
-        let mut handles = Vec::with_capacity(workers);
-        for (index, listeners) in per_worker.into_iter().enumerate() {
-            let channels = worker::Channels {
-                shutdown: shutdown_rx.clone(),
-                health: health_rx.clone(),
-                config: config_rx.clone(),
-                names: names_rx.clone(),
-                registry: registry.clone(),
-                tls: tls_rx.clone(),
-                connection_share: config.limits.max_connections.div_ceil(workers),
-            };
-            handles.push(
-                thread::Builder::new()
-                    .name(format!("duet-worker-{index}"))
-                    .spawn(move || worker::run(index, listeners, channels))?,
-            );
-        }
+        let handles = spawn_workers(per_worker, || worker::Channels {
+            shutdown: shutdown_rx.clone(),
+            health: health_rx.clone(),
+            config: config_rx.clone(),
+            names: names_rx.clone(),
+            registry: registry.clone(),
+            tls: tls_rx.clone(),
+            connection_share: config.limits.max_connections.div_ceil(workers),
+        })?;
         Ok(Self {
             addresses,
             admin,
@@ -144,6 +176,12 @@ impl Server {
     /// addresses and the worker count are fixed at start: a change to them is refused (restart duet to
     /// apply it), and nothing changes; so is a certificate that does not load.
     pub fn reload(&self, config: Config) -> Result<(), String> {
+        self.apply(Reload::read(config))
+    }
+
+    /// [`reload`](Self::reload) with the certificate files already read.
+    pub(crate) fn apply(&self, reload: Reload) -> Result<(), String> {
+        let config = reload.config;
         let current = self.config.borrow().clone();
         // A listener is unchanged if it names the address it was configured with or the one it bound
         // (port 0 resolved).
@@ -159,7 +197,7 @@ impl Server {
         if worker_count(config.workers) != self.workers.len() {
             return Err("the worker count changed: restart duet to apply it".into());
         }
-        let acceptors = tls_acceptors(&config).map_err(|e| e.to_string())?;
+        let acceptors = reload.tls?;
         self.tls.send_replace(Arc::new(acceptors));
         self.config.send_replace(Arc::new(config));
         Ok(())

@@ -145,76 +145,149 @@ struct Selector {
 /// Runs a scenario. Every selection goes through duet-balance's `P2c` (seeded per worker) and, for
 /// PeakEWMA, its `peak_ewma` arithmetic.
 pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
-    let n = scenario.capacities.len();
-    if n < 2 || scenario.balancers == 0 || scenario.workers == 0 || scenario.slots == 0 {
+    check(scenario)?;
+    let mut sim = Sim::new(scenario);
+    let arrival_rate =
+        scenario.utilisation * scenario.capacities.iter().sum::<f64>() * scenario.slots as f64;
+    let mut times = Vec::with_capacity(scenario.arrivals);
+    let warmup = scenario.arrivals / 5;
+    let mut now = 0.0f64;
+    for k in 0..scenario.arrivals {
+        now += sim.random.exponential(arrival_rate);
+        sim.complete_departures(now);
+        sim.refresh_view(now);
+        let worker = sim.random.index(sim.selectors.len());
+        let backend = sim.pick(worker, now)?;
+        let departure = sim.admit(worker, backend, now)?;
+        if k >= warmup {
+            times.push(departure - now);
+        }
+    }
+    Ok(sim.report(times))
+}
+
+fn check(scenario: &Scenario) -> Result<(), String> {
+    if scenario.capacities.len() < 2
+        || scenario.balancers == 0
+        || scenario.workers == 0
+        || scenario.slots == 0
+    {
         return Err("need at least 2 backends, 1 balancer, 1 worker and 1 slot".into());
     }
     if !(0.0..1.5).contains(&scenario.utilisation) || scenario.capacities.iter().any(|&c| c <= 0.0)
     {
         return Err("utilisation must be in [0, 1.5) and capacities positive".into());
     }
-    let mut random = Random::new(scenario.seed);
-    let selectors_count = scenario.balancers * scenario.workers;
-    let mut draws: Vec<P2c> = (0..selectors_count)
-        .map(|s| P2c::with_seed(scenario.seed.wrapping_mul(1_000_003).wrapping_add(s as u64)))
-        .collect();
-    let mut selectors: Vec<Selector> = (0..selectors_count)
-        .map(|s| Selector {
-            in_flight: vec![0; n],
-            ewma: vec![1.0; n],
-            stamp: vec![0.0; n],
-            next_in_turn: s,
-        })
-        .collect();
-    let weights: Vec<u32> = scenario
-        .capacities
-        .iter()
-        .map(|&c| (c * 1000.0).round().max(1.0) as u32)
-        .collect();
-    let table = scenario.weighted.then(|| AliasTable::new(&weights));
-    let total_capacity = scenario.capacities.iter().sum::<f64>() * scenario.slots as f64;
-    let arrival_rate = scenario.utilisation * total_capacity;
+    Ok(())
+}
 
-    let mut queue = vec![0u32; n];
-    // When each slot of each backend is next free. FIFO with k slots: an arrival starts on the slot
-    // that frees first, never before the arrivals queued ahead of it.
-    let mut free_at = vec![vec![0.0f64; scenario.slots]; n];
-    let mut view = vec![0u32; n];
-    let mut next_refresh = 0.0f64;
-    let mut served = vec![0u64; n];
-    // (departure time, worker, backend, arrival time bits)
-    let mut departures: BinaryHeap<Reverse<(Time, usize, usize, u64)>> = BinaryHeap::new();
-    let mut times = Vec::with_capacity(scenario.arrivals);
-    let warmup = scenario.arrivals / 5;
-    let (mut now, mut max_queue) = (0.0f64, 0u32);
+/// A departure: (time, worker, backend, arrival time bits).
+type Departure = Reverse<(Time, usize, usize, u64)>;
 
-    for k in 0..scenario.arrivals {
-        now += random.exponential(arrival_rate);
-        while departures.peek().is_some_and(|Reverse((t, ..))| t.0 <= now) {
-            let Some(Reverse((Time(t), s, b, started_bits))) = departures.pop() else {
+/// A run's state: the backends' queues and slots, and each worker's selector and view.
+struct Sim<'a> {
+    scenario: &'a Scenario,
+    random: Random,
+    /// Each worker's P2C draws, seeded apart.
+    draws: Vec<P2c>,
+    selectors: Vec<Selector>,
+    /// The weights' alias table, when `weighted`.
+    table: Option<AliasTable>,
+    queue: Vec<u32>,
+    /// When each slot of each backend is next free. FIFO with k slots: an arrival starts on the slot
+    /// that frees first, never before the arrivals queued ahead of it.
+    free_at: Vec<Vec<f64>>,
+    /// The shared view of the stale policies: `queue` as of the last refresh.
+    view: Vec<u32>,
+    next_refresh: f64,
+    served: Vec<u64>,
+    departures: BinaryHeap<Departure>,
+    max_queue: u32,
+}
+
+impl<'a> Sim<'a> {
+    fn new(scenario: &'a Scenario) -> Self {
+        let n = scenario.capacities.len();
+        let selectors = scenario.balancers * scenario.workers;
+        let weights: Vec<u32> = scenario
+            .capacities
+            .iter()
+            .map(|&c| (c * 1000.0).round().max(1.0) as u32)
+            .collect();
+        Self {
+            scenario,
+            random: Random::new(scenario.seed),
+            draws: (0..selectors)
+                .map(|s| {
+                    P2c::with_seed(scenario.seed.wrapping_mul(1_000_003).wrapping_add(s as u64))
+                })
+                .collect(),
+            selectors: (0..selectors)
+                .map(|s| Selector {
+                    in_flight: vec![0; n],
+                    ewma: vec![1.0; n],
+                    stamp: vec![0.0; n],
+                    next_in_turn: s,
+                })
+                .collect(),
+            table: scenario.weighted.then(|| AliasTable::new(&weights)),
+            queue: vec![0; n],
+            free_at: vec![vec![0.0; scenario.slots]; n],
+            view: vec![0; n],
+            next_refresh: 0.0,
+            served: vec![0; n],
+            departures: BinaryHeap::new(),
+            max_queue: 0,
+        }
+    }
+
+    /// Completes every request that departs by `now`, feeding each worker's PeakEWMA.
+    fn complete_departures(&mut self, now: f64) {
+        while self
+            .departures
+            .peek()
+            .is_some_and(|Reverse((t, ..))| t.0 <= now)
+        {
+            let Some(Reverse((Time(t), s, b, started_bits))) = self.departures.pop() else {
                 break;
             };
-            queue[b] -= 1;
-            let selector = &mut selectors[s];
+            self.queue[b] -= 1;
+            let selector = &mut self.selectors[s];
             selector.in_flight[b] -= 1;
             let rtt = t - f64::from_bits(started_bits);
             selector.ewma[b] = peak_ewma::update(
                 selector.ewma[b],
                 rtt,
                 t - selector.stamp[b],
-                scenario.ewma_decay,
+                self.scenario.ewma_decay,
             );
             selector.stamp[b] = t;
         }
-        if now >= next_refresh {
-            view.copy_from_slice(&queue);
-            next_refresh = if scenario.staleness > 0.0 {
-                now + scenario.staleness
+    }
+
+    /// Copies the queues into the shared view once every `staleness`.
+    fn refresh_view(&mut self, now: f64) {
+        if now >= self.next_refresh {
+            self.view.copy_from_slice(&self.queue);
+            self.next_refresh = if self.scenario.staleness > 0.0 {
+                now + self.scenario.staleness
             } else {
                 now
             };
         }
-        let s = random.index(selectors_count);
+    }
+
+    /// The backend worker `s` picks under the scenario's policy.
+    fn pick(&mut self, s: usize, now: f64) -> Result<usize, String> {
+        let Self {
+            scenario,
+            draws,
+            selectors,
+            table,
+            view,
+            ..
+        } = self;
+        let n = scenario.capacities.len();
         let (p2c, selector) = (&mut draws[s], &mut selectors[s]);
         let weight_of = |i: usize| {
             if scenario.weighted {
@@ -224,14 +297,14 @@ pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
             }
         };
         let mut compare = |load: &dyn Fn(usize) -> f64| -> Result<usize, String> {
-            let selection = match &table {
+            let selection = match table {
                 Some(table) => p2c.select_weighted(table, |i| load(i) / weight_of(i)),
                 None => p2c.select(n, load),
             };
             selection.map(|s| s.chosen).map_err(|e| e.to_string())
         };
-        let backend = match scenario.policy {
-            SimPolicy::Random => match &table {
+        Ok(match scenario.policy {
+            SimPolicy::Random => match table {
                 Some(table) => table.sample(p2c.draw()),
                 None => (p2c.draw() % n as u64) as usize,
             },
@@ -248,57 +321,63 @@ pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
             SimPolicy::P2cStale => compare(&|i| f64::from(view[i]))?,
             SimPolicy::P2cInflight => compare(&|i| f64::from(selector.in_flight[i]))?,
             SimPolicy::P2cPeakEwma => compare(&|i| {
-                peak_ewma::load(
-                    peak_ewma::project(
-                        selector.ewma[i],
-                        now - selector.stamp[i],
-                        scenario.ewma_decay,
-                        u64::from(selector.in_flight[i]),
-                    ),
-                    u64::from(selector.in_flight[i]),
-                )
+                let in_flight = u64::from(selector.in_flight[i]);
+                let projected = peak_ewma::project(
+                    selector.ewma[i],
+                    now - selector.stamp[i],
+                    scenario.ewma_decay,
+                    in_flight,
+                );
+                peak_ewma::load(projected, in_flight)
             })?,
-        };
-        let selector = &mut selectors[s];
-        selector.in_flight[backend] += 1;
-        queue[backend] += 1;
-        served[backend] += 1;
-        max_queue = max_queue.max(queue[backend]);
-        let slow = match scenario.degrade_at {
-            Some(at) if backend == 0 && now >= at => scenario.degrade_factor,
+        })
+    }
+
+    /// Queues worker `s`'s request on `backend`; returns when it departs.
+    fn admit(&mut self, s: usize, backend: usize, now: f64) -> Result<f64, String> {
+        self.selectors[s].in_flight[backend] += 1;
+        self.queue[backend] += 1;
+        self.served[backend] += 1;
+        self.max_queue = self.max_queue.max(self.queue[backend]);
+        let slow = match self.scenario.degrade_at {
+            Some(at) if backend == 0 && now >= at => self.scenario.degrade_factor,
             _ => 1.0,
         };
-        let slot = free_at[backend]
+        let slot = self.free_at[backend]
             .iter_mut()
             .min_by(|a, b| a.total_cmp(b))
             .ok_or("a backend without slots")?;
         let start = slot.max(now);
-        let departure = start + random.exponential(scenario.capacities[backend]) * slow;
+        let departure = start + self.random.exponential(self.scenario.capacities[backend]) * slow;
         *slot = departure;
-        departures.push(Reverse((Time(departure), s, backend, now.to_bits())));
-        if k >= warmup {
-            times.push(departure - now);
+        self.departures
+            .push(Reverse((Time(departure), s, backend, now.to_bits())));
+        Ok(departure)
+    }
+
+    /// The report, from the times in system measured after the warm-up.
+    fn report(&self, mut times: Vec<f64>) -> RunReport {
+        times.sort_by(f64::total_cmp);
+        let quantile = |q: f64| {
+            times
+                .get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let total: u64 = self.served.iter().sum();
+        RunReport {
+            policy: self.scenario.policy,
+            staleness: self.scenario.staleness,
+            mean: times.iter().sum::<f64>() / times.len().max(1) as f64,
+            p50: quantile(0.5),
+            p99: quantile(0.99),
+            p999: quantile(0.999),
+            max_queue: self.max_queue,
+            shares: self
+                .served
+                .iter()
+                .map(|&s| s as f64 / total.max(1) as f64)
+                .collect(),
         }
     }
-    times.sort_by(f64::total_cmp);
-    let quantile = |q: f64| {
-        times
-            .get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let total: u64 = served.iter().sum();
-    Ok(RunReport {
-        policy: scenario.policy,
-        staleness: scenario.staleness,
-        mean: times.iter().sum::<f64>() / times.len().max(1) as f64,
-        p50: quantile(0.5),
-        p99: quantile(0.99),
-        p999: quantile(0.999),
-        max_queue,
-        shares: served
-            .iter()
-            .map(|&s| s as f64 / total.max(1) as f64)
-            .collect(),
-    })
 }

@@ -16,9 +16,12 @@
 
 #![warn(missing_docs)]
 
+// Top layer first (blank lines separate layers): each module uses only modules declared after it.
+pub mod herd;
+
 pub mod balls;
 pub mod cluster;
-pub mod herd;
 pub mod plot;
-mod random;
 pub mod supermarket;
+
+mod random;

@@ -1,7 +1,7 @@
 //! SVG line charts (plotters' SVG backend; no system fonts needed).
 
 use plotters::prelude::*;
-use std::path::Path;
+use std::{ops::Range, path::Path};
 
 /// One line of a chart.
 #[derive(Debug, Clone)]
@@ -30,15 +30,8 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Writes a line chart of `series` to `path` as SVG.
-pub fn line_chart(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-    axes: Axes,
-) -> Result<(), String> {
+/// The axes' ranges: every point shown, room above the highest, and what a log scale can draw.
+fn bounds(series: &[Series], axes: Axes) -> Result<(Range<f64>, Range<f64>), String> {
     let points = || series.iter().flat_map(|s| s.points.iter().copied());
     let (mut x_min, mut x_max, mut y_min, mut y_max) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for (x, y) in points() {
@@ -64,6 +57,20 @@ pub fn line_chart(
         y_max * 1.05
     };
     let x_max = if x_max <= x_min { x_min + 1.0 } else { x_max };
+    Ok((x_min..x_max, y_min..y_max))
+}
+
+/// Writes a line chart of `series` to `path` as SVG.
+pub fn line_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    axes: Axes,
+) -> Result<(), String> {
+    let (x, y) = bounds(series, axes)?;
+    let (x_min, x_max, y_min, y_max) = (x.start, x.end, y.start, y.end);
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut builder = ChartBuilder::on(&root);

@@ -355,58 +355,17 @@ async fn answer(
     shared: Arc<Shared>,
 ) -> Result<Response<Body>, Infallible> {
     let options = &behaviour.options;
-    shared.requests.fetch_add(1, Ordering::Relaxed);
-    let second = shared
-        .started
-        .lock()
-        .ok()
-        .and_then(|s| *s)
-        .map_or(0, |s| s.elapsed().as_secs() as usize);
-    if let Ok(mut buckets) = shared.per_second.lock() {
-        if buckets.len() <= second {
-            buckets.resize(second + 1, 0);
-        }
-        buckets[second] += 1;
-    }
-    if let Some(mut recorded) = options
-        .record_requests
-        .then(|| shared.recorded.lock().ok())
-        .flatten()
-    {
-        recorded.push(Recorded {
-            method: request.method().to_string(),
-            uri: request.uri().to_string(),
-            headers: request.headers().clone(),
-            version: request.version(),
-        });
+    count(&shared);
+    if options.record_requests {
+        record(&request, &shared);
     }
     let name = options.name.as_str();
     let path = request.uri().path().to_owned();
     let mut segments = path.trim_start_matches('/').splitn(2, '/');
     let response = match (segments.next(), segments.next()) {
-        (Some("bytes"), Some(n)) => {
-            let total: u64 = n.parse().unwrap_or(0);
-            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
-            let chunks = (0..total.div_ceil(64 * 1024)).map(move |i| {
-                let len = (total - i * 64 * 1024).min(64 * 1024) as usize;
-                Ok::<_, io::Error>(Frame::data(chunk.slice(..len)))
-            });
-            let body = StreamBody::new(futures_lite_iter(chunks)).boxed();
-            let mut response = Response::new(body);
-            response
-                .headers_mut()
-                .insert(hyper::header::CONTENT_LENGTH, total.into());
-            response
-        }
+        (Some("bytes"), Some(n)) => bytes(n.parse().unwrap_or(0)),
         (Some("upload"), _) => {
-            let mut total = 0u64;
-            let body = request.body_mut();
-            while let Some(frame) = body.frame().await {
-                match frame {
-                    Ok(frame) => total += frame.data_ref().map_or(0, |d| d.len() as u64),
-                    Err(_) => break,
-                }
-            }
+            let total = drain_body(&mut request).await;
             full(StatusCode::OK, total.to_string(), name)
         }
         (Some("healthz"), None) => full(StatusCode::OK, "ok", name),
@@ -422,41 +381,8 @@ async fn answer(
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
             full(StatusCode::OK, name.to_owned(), name)
         }
-        (Some("die"), _) => {
-            let body = DyingBody {
-                sent: false,
-                pause: Box::pin(tokio::time::sleep(Duration::from_millis(100))),
-            };
-            let mut response = Response::new(body.boxed());
-            response
-                .headers_mut()
-                .insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
-            response
-        }
-        (Some("upgrade"), _) => {
-            let upgrade = hyper::upgrade::on(&mut request);
-            tokio::task::spawn_local(async move {
-                if let Ok(upgraded) = upgrade.await {
-                    let mut io = TokioIo::new(upgraded);
-                    let mut buffer = [0u8; 4096];
-                    while let Ok(n) = io.read(&mut buffer).await {
-                        if n == 0 || io.write_all(&buffer[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            });
-            let mut response = full(StatusCode::SWITCHING_PROTOCOLS, Bytes::new(), name);
-            response.headers_mut().insert(
-                hyper::header::UPGRADE,
-                hyper::header::HeaderValue::from_static("websocket"),
-            );
-            response.headers_mut().insert(
-                hyper::header::CONNECTION,
-                hyper::header::HeaderValue::from_static("upgrade"),
-            );
-            response
-        }
+        (Some("die"), _) => die(),
+        (Some("upgrade"), _) => upgrade(&mut request, name),
         _ => {
             let _permit = match &behaviour.limit {
                 Some(limit) => limit.clone().acquire_owned().await.ok(),
@@ -470,6 +396,102 @@ async fn answer(
         }
     };
     Ok(response)
+}
+
+/// Counts a request, in total and in its second since the count started.
+fn count(shared: &Shared) {
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    let second = shared
+        .started
+        .lock()
+        .ok()
+        .and_then(|s| *s)
+        .map_or(0, |s| s.elapsed().as_secs() as usize);
+    if let Ok(mut buckets) = shared.per_second.lock() {
+        if buckets.len() <= second {
+            buckets.resize(second + 1, 0);
+        }
+        buckets[second] += 1;
+    }
+}
+
+/// Keeps the request's head for the test to read.
+fn record(request: &Request<Incoming>, shared: &Shared) {
+    if let Ok(mut recorded) = shared.recorded.lock() {
+        recorded.push(Recorded {
+            method: request.method().to_string(),
+            uri: request.uri().to_string(),
+            headers: request.headers().clone(),
+            version: request.version(),
+        });
+    }
+}
+
+/// `/bytes/N`: N bytes of `x`, streamed in 64 KiB frames.
+fn bytes(total: u64) -> Response<Body> {
+    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+    let chunks = (0..total.div_ceil(64 * 1024)).map(move |i| {
+        let len = (total - i * 64 * 1024).min(64 * 1024) as usize;
+        Ok::<_, io::Error>(Frame::data(chunk.slice(..len)))
+    });
+    let body = StreamBody::new(futures_lite_iter(chunks)).boxed();
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_LENGTH, total.into());
+    response
+}
+
+/// Reads the request body to its end (or its first error); returns how many bytes came.
+async fn drain_body(request: &mut Request<Incoming>) -> u64 {
+    let mut total = 0u64;
+    let body = request.body_mut();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => total += frame.data_ref().map_or(0, |d| d.len() as u64),
+            Err(_) => break,
+        }
+    }
+    total
+}
+
+/// `/die`: promises a megabyte, sends 64 KiB, then fails the body.
+fn die() -> Response<Body> {
+    let body = DyingBody {
+        sent: false,
+        pause: Box::pin(tokio::time::sleep(Duration::from_millis(100))),
+    };
+    let mut response = Response::new(body.boxed());
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_LENGTH, 1_000_000u64.into());
+    response
+}
+
+/// `/upgrade`: 101, then echoes whatever the upgraded connection carries.
+fn upgrade(request: &mut Request<Incoming>, name: &str) -> Response<Body> {
+    let upgrade = hyper::upgrade::on(request);
+    tokio::task::spawn_local(async move {
+        if let Ok(upgraded) = upgrade.await {
+            let mut io = TokioIo::new(upgraded);
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = io.read(&mut buffer).await {
+                if n == 0 || io.write_all(&buffer[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let mut response = full(StatusCode::SWITCHING_PROTOCOLS, Bytes::new(), name);
+    response.headers_mut().insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static("websocket"),
+    );
+    response.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("upgrade"),
+    );
+    response
 }
 
 /// An iterator as a stream.

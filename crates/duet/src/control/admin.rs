@@ -1,25 +1,131 @@
 //! The admin listener: `/metrics` (Prometheus text), `/status`, `/healthz`, `/ready`.
+//!
+//! It shares the control thread with health checks and DNS discovery, so nothing here may make them
+//! wait: each connection is a task of its own, bounded in time (a header timeout, a lifetime) and in
+//! number. At the cap a new connection closes the oldest one instead of waiting for a slot: a flood of
+//! silent connections costs tasks, never a liveness probe its answer.
 
 use bytes::Bytes;
 use duet_proxy::{HealthView, Registry, StatusWindow};
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::{server::conn::http1, service::service_fn};
+use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::Arc, time::Duration};
-use tokio::{
-    net::TcpListener,
-    sync::{watch, Semaphore},
+use std::{
+    cell::RefCell, collections::BTreeMap, convert::Infallible, future::ready, rc::Rc, sync::Arc,
+    time::Duration,
 };
-
-/// Admin connections served at once; more wait in the accept queue.
-const ADMIN_CONNECTIONS: usize = 32;
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::watch,
+    task::AbortHandle,
+};
 
 /// How often the status page's window takes a reading.
 const STATUS_READING_EVERY: Duration = Duration::from_secs(5);
 
-/// Time an admin client has to send a request head (and the longest an idle one stays).
-const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long and how many admin connections are served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Connections open at once; past it, the oldest is closed. Scrapers and probes need a handful;
+    /// the cap bounds what a flood can take of the control thread's memory and descriptors.
+    pub(crate) connections: usize,
+    /// Time a client has to send a request head, and the longest an idle connection stays. Probes
+    /// send theirs at once; a few seconds closes the silent and the half-sent.
+    pub(crate) header_timeout: Duration,
+    /// The longest a connection is served, whatever it does (a client that never reads a response
+    /// holds it no longer); then it closes after the request in flight, if any.
+    pub(crate) lifetime: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connections: 256,
+            header_timeout: Duration::from_secs(5),
+            lifetime: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a route reads.
+struct State {
+    registry: Registry,
+    health: watch::Receiver<Arc<HealthView>>,
+    /// The status page's last minute: a reading of the counts every few seconds.
+    window: RefCell<StatusWindow>,
+}
+
+/// A route's answer: status, content type, body.
+type Answer = (StatusCode, &'static str, String);
+
+/// What answers a path.
+type Handler = fn(&State, &Request<Incoming>) -> Answer;
+
+/// The admin endpoints, by path.
+const ROUTES: &[(&str, Handler)] = &[
+    ("/metrics", metrics),
+    ("/status", status),
+    ("/", status),
+    ("/healthz", healthz),
+    ("/ready", ready_probe),
+];
+
+fn route(state: &State, request: &Request<Incoming>) -> Answer {
+    match ROUTES
+        .iter()
+        .find(|(path, _)| *path == request.uri().path())
+    {
+        Some((_, handler)) => handler(state, request),
+        None => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics, /status, /healthz or /ready\n".to_owned(),
+        ),
+    }
+}
+
+fn metrics(state: &State, request: &Request<Incoming>) -> Answer {
+    let body = if request.uri().query() == Some("aggregate=worker") {
+        state.registry.render_prometheus_aggregated()
+    } else {
+        state.registry.render_prometheus()
+    };
+    (StatusCode::OK, "text/plain; version=0.0.4", body)
+}
+
+fn status(state: &State, request: &Request<Incoming>) -> Answer {
+    let page = || {
+        state
+            .registry
+            .status(&state.health.borrow(), Some(&state.window.borrow()))
+    };
+    match status_format(request) {
+        StatusFormat::Html => (StatusCode::OK, "text/html; charset=utf-8", page().to_html()),
+        StatusFormat::Json => (StatusCode::OK, "application/json", page().to_json()),
+        StatusFormat::Text => (
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            state.registry.render_status(),
+        ),
+    }
+}
+
+/// The process answers: that is all liveness asks.
+fn healthz(_: &State, _: &Request<Incoming>) -> Answer {
+    (StatusCode::OK, "text/plain", "ok\n".to_owned())
+}
+
+fn ready_probe(state: &State, _: &Request<Incoming>) -> Answer {
+    match state.registry.readiness() {
+        Ok(()) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!("not ready: {why}\n"),
+        ),
+    }
+}
 
 /// Serves the admin endpoints on `listener` until `shutdown` turns true. `/healthz` says the process
 /// answers; `/ready` is 200 once every worker serves and 503 while starting or draining, so a load
@@ -28,29 +134,25 @@ pub(crate) async fn serve(
     listener: TcpListener,
     registry: Registry,
     health: watch::Receiver<Arc<HealthView>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let state = Rc::new(State {
+        registry,
+        health,
+        window: RefCell::new(StatusWindow::new()),
+    });
+    serve_with(listener, state, Limits::default(), shutdown).await;
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    state: Rc<State>,
+    limits: Limits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // Scrapers and probes need a handful of connections; a cap keeps a flood from taking the control
-    // thread's memory, and the header timeout closes the idle and the half-sent.
-    let capacity = Arc::new(Semaphore::new(ADMIN_CONNECTIONS));
-    // The status page's last minute: a reading of the counts every few seconds.
-    let window = Rc::new(RefCell::new(StatusWindow::new()));
-    {
-        let (window, registry, mut shutdown) = (window.clone(), registry.clone(), shutdown.clone());
-        tokio::task::spawn_local(async move {
-            let mut every = tokio::time::interval(STATUS_READING_EVERY);
-            loop {
-                tokio::select! {
-                    _ = every.tick() => window.borrow_mut().record(&registry),
-                    _ = shutdown.wait_for(|stop| *stop) => return,
-                }
-            }
-        });
-    }
+    tokio::task::spawn_local(take_readings(state.clone(), shutdown.clone()));
+    let open = Rc::new(RefCell::new(Open::default()));
     loop {
-        let Ok(permit) = capacity.clone().acquire_owned().await else {
-            return;
-        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.wait_for(|stop| *stop) => return,
@@ -64,76 +166,95 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let registry = registry.clone();
-        let health = health.clone();
-        let window = window.clone();
-        tokio::task::spawn_local(async move {
-            let _permit = permit;
-            let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                let registry = registry.clone();
-                let health = health.clone();
-                let window = window.clone();
-                async move {
-                    let (status, content_type, body) = match request.uri().path() {
-                        "/metrics" => (
-                            StatusCode::OK,
-                            "text/plain; version=0.0.4",
-                            if request.uri().query() == Some("aggregate=worker") {
-                                registry.render_prometheus_aggregated()
-                            } else {
-                                registry.render_prometheus()
-                            },
-                        ),
-                        "/status" | "/" => match status_format(&request) {
-                            StatusFormat::Html => (
-                                StatusCode::OK,
-                                "text/html; charset=utf-8",
-                                registry
-                                    .status(&health.borrow(), Some(&window.borrow()))
-                                    .to_html(),
-                            ),
-                            StatusFormat::Json => (
-                                StatusCode::OK,
-                                "application/json",
-                                registry
-                                    .status(&health.borrow(), Some(&window.borrow()))
-                                    .to_json(),
-                            ),
-                            StatusFormat::Text => (
-                                StatusCode::OK,
-                                "text/plain; charset=utf-8",
-                                registry.render_status(),
-                            ),
-                        },
-                        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-                        "/ready" => match registry.readiness() {
-                            Ok(()) => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
-                            Err(why) => (
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "text/plain",
-                                format!("not ready: {why}\n"),
-                            ),
-                        },
-                        _ => (
-                            StatusCode::NOT_FOUND,
-                            "text/plain",
-                            "try /metrics, /status, /healthz or /ready\n".to_owned(),
-                        ),
-                    };
-                    let mut response = Response::new(Full::new(Bytes::from(body)));
-                    *response.status_mut() = status;
-                    response
-                        .headers_mut()
-                        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let _ = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        let oldest = open.borrow_mut().make_room(limits.connections);
+        if let Some(oldest) = oldest {
+            tracing::debug!(
+                connections = limits.connections,
+                "admin: too many connections, closing the oldest"
+            );
+            oldest.abort();
+        }
+        let id = open.borrow_mut().next_id();
+        let guard = Forget {
+            open: open.clone(),
+            id,
+        };
+        let task = tokio::task::spawn_local(connection(stream, state.clone(), limits, guard));
+        open.borrow_mut().tasks.insert(id, task.abort_handle());
+    }
+}
+
+/// Feeds the status page's window until `shutdown`.
+async fn take_readings(state: Rc<State>, mut shutdown: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(STATUS_READING_EVERY);
+    loop {
+        tokio::select! {
+            _ = every.tick() => state.window.borrow_mut().record(&state.registry),
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Serves one connection within `limits`; `_open` forgets it when it ends, however it ends.
+async fn connection(stream: TcpStream, state: Rc<State>, limits: Limits, _open: Forget) {
+    let service = service_fn(move |request: Request<Incoming>| {
+        let (status, content_type, body) = route(&state, &request);
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        ready(Ok::<_, Infallible>(response))
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    if tokio::time::timeout(limits.lifetime, connection.as_mut())
+        .await
+        .is_err()
+    {
+        connection.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(limits.header_timeout, connection).await;
+    }
+}
+
+/// The open admin connections by age (ids count up), so the oldest can be closed.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    tasks: BTreeMap<u64, AbortHandle>,
+}
+
+impl Open {
+    fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// The oldest connection's task, to abort, if `cap` are open.
+    fn make_room(&mut self, cap: usize) -> Option<AbortHandle> {
+        if self.tasks.len() < cap {
+            return None;
+        }
+        self.tasks.pop_first().map(|(_, task)| task)
+    }
+}
+
+/// Removes its connection from [`Open`] when the connection's task ends or is aborted.
+struct Forget {
+    open: Rc<RefCell<Open>>,
+    id: u64,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        // An abort drops the task's future on a later turn of the scheduler, never inside
+        // `make_room`'s borrow; `try_borrow_mut` guards it all the same.
+        if let Ok(mut open) = self.open.try_borrow_mut() {
+            open.tasks.remove(&self.id);
+        }
     }
 }
 
@@ -164,5 +285,79 @@ fn status_format<B>(request: &hyper::Request<B>) -> StatusFormat {
         StatusFormat::Json
     } else {
         StatusFormat::Html
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+
+    /// Serves the admin endpoints with `limits` on a loopback port, on the test's `LocalSet`.
+    async fn start(limits: Limits) -> (SocketAddr, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (stop, shutdown) = watch::channel(false);
+        let state = Rc::new(State {
+            registry: Registry::new(),
+            health: watch::channel(Arc::new(HealthView::default())).1,
+            window: RefCell::new(StatusWindow::new()),
+        });
+        tokio::task::spawn_local(serve_with(listener, state, limits, shutdown));
+        (address, stop)
+    }
+
+    async fn exchange(stream: &mut TcpStream, request: &[u8]) -> String {
+        stream.write_all(request).await.expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        answer
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_a_new_connection_closes_the_oldest_and_is_answered() {
+        let limits = Limits {
+            connections: 2,
+            header_timeout: Duration::from_secs(60),
+            lifetime: Duration::from_secs(60),
+        };
+        tokio::task::LocalSet::new()
+            .run_until(async {
+                let (address, _stop) = start(limits).await;
+                let mut oldest = TcpStream::connect(address).await.expect("connect");
+                let mut second = TcpStream::connect(address).await.expect("connect");
+                let mut probe = TcpStream::connect(address).await.expect("connect");
+                let answer = exchange(&mut probe, HEALTHZ).await;
+                assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+                assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
+                let mut byte = [0; 1];
+                assert_eq!(oldest.read(&mut byte).await.expect("read"), 0, "closed");
+                let answer = exchange(&mut second, HEALTHZ).await;
+                assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            })
+            .await;
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_list_the_routes() {
+        tokio::task::LocalSet::new()
+            .run_until(async {
+                let (address, _stop) = start(Limits::default()).await;
+                let mut client = TcpStream::connect(address).await.expect("connect");
+                let answer = exchange(
+                    &mut client,
+                    b"GET /nowhere HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+                assert!(answer.starts_with("HTTP/1.1 404 Not Found\r\n"), "{answer}");
+                assert!(
+                    answer.ends_with("\r\n\r\ntry /metrics, /status, /healthz or /ready\n"),
+                    "{answer}"
+                );
+            })
+            .await;
     }
 }

@@ -1,0 +1,151 @@
+//! `duet check`: validate a configuration file offline and print a summary.
+
+use crate::{
+    control::discovery::{system_resolver, Resolver},
+    server::worker_count,
+};
+
+/// Validates the file offline (nothing but the file and the certificates it names is read); with
+/// `resolve`, also looks up each backend host name and says which do not resolve from here.
+pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::path::Path>) -> i32 {
+    let config = match duet_config::load(path) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    // Certificates are parsed too, as `run` would.
+    let tls_errors: Vec<String> = config
+        .listeners
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| Some((i, crate::tls::acceptor(l.tls.as_ref()?).err()?)))
+        .map(|(i, e)| {
+            format!(
+                "{}:{}: listeners[{i}].tls.{}: {e}",
+                path.display(),
+                e.at,
+                e.field
+            )
+        })
+        .collect();
+    if !tls_errors.is_empty() {
+        eprintln!("{}", tls_errors.join("\n"));
+        return 1;
+    }
+    let resolver = resolve.then(system_resolver);
+    // A closed stdout (`duet check ... | head`) is not an error worth a panic.
+    use std::io::Write;
+    let mut out = summary(path, &config, resolver.as_ref());
+    if let Some(old_path) = old {
+        let old_config = match duet_config::load(old_path) {
+            Ok(config) => config,
+            Err(errors) => {
+                eprintln!("{errors}");
+                return 1;
+            }
+        };
+        let changes = duet_config::diff(&old_config, &config);
+        if changes.is_empty() {
+            out.push_str(&format!("no changes from {}\n", old_path.display()));
+        } else {
+            out.push_str(&format!(
+                "{} change{} from {} (a reload applies them between requests):\n",
+                changes.len(),
+                if changes.len() == 1 { "" } else { "s" },
+                old_path.display()
+            ));
+            for change in &changes {
+                out.push_str(&format!("  {change}\n"));
+            }
+        }
+    }
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    0
+}
+
+fn summary(
+    path: &std::path::Path,
+    config: &duet_config::Config,
+    resolver: Option<&Resolver>,
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: ok", path.display());
+    let workers = worker_count(config.workers);
+    let _ = match config.workers {
+        duet_config::Workers::Auto => writeln!(out, "  workers: {workers} (auto: one per CPU)"),
+        duet_config::Workers::Count(_) => writeln!(out, "  workers: {workers}"),
+    };
+    for listener in &config.listeners {
+        let _ = writeln!(out, "  listener {}", listener.address);
+    }
+    for route in &config.routes {
+        let host = match &route.host {
+            None => "*".to_owned(),
+            Some(duet_config::HostPattern::Exact(h)) => h.clone(),
+            Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
+        };
+        let _ = writeln!(
+            out,
+            "  route {} host {host} path {} -> {}",
+            route.name, route.path_prefix, config.clusters[route.cluster].name
+        );
+    }
+    let mut unresolved = Vec::new();
+    for cluster in &config.clusters {
+        let checks = match &cluster.health_check {
+            Some(check) => format!("health checks {} every {:?}", check.path, check.interval),
+            None => "no health checks".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "  cluster {} policy {} backends {}, {checks}, {} attempts",
+            cluster.name,
+            cluster.policy.name(),
+            cluster.backends.len(),
+            cluster.retries.attempts
+        );
+        for backend in &cluster.backends {
+            let (resolved, found) = lookup(&backend.address, resolver);
+            if !found {
+                unresolved.push(backend.address.to_string());
+            }
+            let _ = writeln!(
+                out,
+                "    {} weight {}{resolved}",
+                backend.address, backend.weight
+            );
+        }
+    }
+    if !unresolved.is_empty() {
+        let _ = writeln!(
+            out,
+            "  not resolved from here: {} (duet runs anyway: those endpoints stay empty, 503, until they resolve)",
+            unresolved.join(", ")
+        );
+    }
+    out
+}
+
+/// What `check` says about a backend's address, and whether it resolved (IP addresses and names not
+/// looked up count as found).
+fn lookup(address: &duet_config::BackendAddress, resolver: Option<&Resolver>) -> (String, bool) {
+    use duet_config::BackendAddress;
+    match (address, resolver) {
+        (BackendAddress::Ip(_), _) => (String::new(), true),
+        (BackendAddress::Name { .. }, None) => (
+            " (host name: resolved when duet runs; --resolve looks it up now)".to_owned(),
+            true,
+        ),
+        (BackendAddress::Name { .. }, Some(resolver)) => match resolver(&address.to_string()) {
+            Ok(addresses) if !addresses.is_empty() => {
+                let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+                (format!(" -> {}", list.join(", ")), true)
+            }
+            Ok(_) => (" -> does not resolve: no address".to_owned(), false),
+            Err(error) => (format!(" -> does not resolve: {error}"), false),
+        },
+    }
+}
