@@ -17,8 +17,11 @@
 //! Every request is counted, and its head recorded, so a test can assert which backend served what and
 //! which headers arrived.
 
+pub mod alloc;
 pub mod config;
 pub mod load;
+pub mod raw;
+pub mod wait;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
