@@ -6,62 +6,18 @@
 //! and the client are this test's own threads and mark themselves uncounted: what is counted is duet's
 //! (its worker, its control plane). No tracing subscriber is installed, so the access log is off.
 
+use duet_testbed::{
+    alloc::{allocations, uncount_this_thread, CountingAllocator},
+    raw::{head_end, read_response},
+};
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    cell::Cell,
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
-    sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static UNCOUNTED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn counted() -> bool {
-    // A const-initialised thread local without a destructor: reading it never allocates.
-    UNCOUNTED
-        .try_with(|uncounted| !uncounted.get())
-        .unwrap_or(true)
-}
-
-fn uncount_this_thread() {
-    UNCOUNTED.with(|uncounted| uncounted.set(true));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `Counting` upholds
-// exactly the contract `System` does; the counter update has no effect on memory handed out.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counted() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded verbatim; see the impl comment.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` via `alloc` above, with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if counted() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded verbatim; see the impl comment.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
@@ -98,38 +54,18 @@ fn backend() -> SocketAddr {
     address
 }
 
-/// Where the first complete head in `bytes` ends.
-fn head_end(bytes: &[u8]) -> Option<usize> {
-    bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4)
-}
-
 /// One request on `stream` and its whole response (head and a `Content-Length` body).
 fn exchange(stream: &mut TcpStream, pending: &mut Vec<u8>) {
     stream
         .write_all(b"GET /api/x HTTP/1.1\r\nHost: example.test\r\n\r\n")
         .expect("send the request");
-    let mut buffer = [0u8; 4096];
-    loop {
-        if let Some(end) = head_end(pending) {
-            let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
-            assert!(head.starts_with("http/1.1 200"), "{head}");
-            let length: usize = head
-                .lines()
-                .find_map(|line| line.strip_prefix("content-length:"))
-                .and_then(|value| value.trim().parse().ok())
-                .expect("a Content-Length");
-            if pending.len() >= end + length {
-                pending.drain(..end + length);
-                return;
-            }
-        }
-        let n = stream.read(&mut buffer).expect("read the response");
-        assert!(n > 0, "duet closed the connection");
-        pending.extend_from_slice(&buffer[..n]);
-    }
+    let response = read_response(stream, pending).expect("read the response");
+    assert!(
+        response.head.starts_with("HTTP/1.1 200"),
+        "{}",
+        response.head
+    );
+    assert_eq!(response.body, b"ok", "{}", response.head);
 }
 
 /// Allocations per proxied request, measured after a warm-up, over `requests` keep-alive requests.
@@ -156,11 +92,11 @@ fn allocations_per_request(requests: u64) -> f64 {
     for _ in 0..500 {
         exchange(&mut stream, &mut pending);
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..requests {
         exchange(&mut stream, &mut pending);
     }
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = allocations();
     drop(stream);
     server.shutdown().expect("shutdown");
     (after - before) as f64 / requests as f64

@@ -37,18 +37,12 @@ fn headless(browser: &str, args: &[&str], url: &str) -> String {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start chromium");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            _ => {
-                let _ = child.kill();
-                panic!("chromium did not finish within 60 s");
-            }
-        }
+    let finished = duet_testbed::wait::eventually(Duration::from_secs(60), || {
+        !matches!(child.try_wait(), Ok(None))
+    });
+    if !finished {
+        let _ = child.kill();
+        panic!("chromium did not finish within 60 s");
     }
     let output = child.wait_with_output().expect("chromium output");
     String::from_utf8_lossy(&output.stdout).into_owned()

@@ -130,7 +130,7 @@ def watch_ready():
             probe.close()
         except Exception:
             ready[0] = False
-        time.sleep(0.02)
+        time.sleep(0.02)  # the probe's pace: /ready is polled until the deadline or a failure
 threading.Thread(target=watch_ready, daemon=True).start()
 def client(n):
     conn = None
@@ -157,7 +157,7 @@ def client(n):
                 failed[0] += 1
                 reasons[type(error).__name__] = reasons.get(type(error).__name__, 0) + 1
             conn = None
-        time.sleep(0.005)
+        time.sleep(0.005)  # the clients' pace: a steady load, not a flood, across the kill or stop
 threads = [threading.Thread(target=client, args=(requests // clients,)) for _ in range(clients)]
 for t in threads: t.start()
 for t in threads: t.join()

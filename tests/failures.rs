@@ -124,8 +124,12 @@ fn a_pooled_connection_closed_by_the_backend_while_idle_is_not_a_502() {
             response.starts_with("HTTP/1.1 200"),
             "round {round}: {response}"
         );
-        // Longer than the backend keeps idle connections: duet's pooled one is closed under it.
-        std::thread::sleep(Duration::from_millis(400));
+        // The backend's idle timeout closes duet's pooled connection under it.
+        assert!(
+            support::eventually(Duration::from_secs(5), || backend.connections_closed()
+                > round),
+            "round {round}: the backend closed its idle connection"
+        );
     }
     assert_eq!(backend.requests(), 4);
     assert_eq!(
@@ -160,6 +164,8 @@ fn requests_racing_a_backend_that_closes_idle_connections_are_all_served_without
             ));
         }
         // 94 to 106 ms: on both sides of the backend's 100 ms.
+        // Wall-clock: the race is between this pause and the backend's idle timer; only real time
+        // spaced around that timer runs it.
         std::thread::sleep(Duration::from_millis(94 + (round % 5) * 3));
     }
     assert!(

@@ -113,6 +113,8 @@ fn a_client_trickling_its_head_is_cut_off() {
     let mut buffer = [0u8; 256];
     let mut cut_off = false;
     for _ in 0..40 {
+        // Wall-clock: the trickling client is what is tested; its pauses must pass in real time for
+        // duet's real header timer to run over them.
         std::thread::sleep(Duration::from_millis(100));
         if stream.write_all(b"X").is_err() {
             cut_off = true;

@@ -117,7 +117,7 @@ with tempfile.TemporaryDirectory() as work:
                         answers[name] = r.status
                 except (urllib.error.URLError, ConnectionError, OSError):
                     pass
-            time.sleep(0.1)
+            time.sleep(0.1)  # between polls of the probes, until each answers or the deadline
         for name, probe in probes.items():
             check(answers.get(name) == 200, f"{name} {probe['path']} answers {answers.get(name)} from a running duet")
     finally:

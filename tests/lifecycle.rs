@@ -4,7 +4,7 @@ use crate::support;
 
 use crate::support::{raw_exchange, Duet};
 use duet_testbed::config::DuetConfig;
-use duet_testbed::{Backend, BackendOptions};
+use duet_testbed::{raw::read_head, Backend, BackendOptions};
 use std::{
     io::{Read, Write},
     net::TcpStream,
@@ -121,13 +121,7 @@ fn an_upgraded_connection_is_tunnelled_both_ways() {
     stream
         .write_all(b"GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
         .expect("handshake");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).expect("101 head");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_lowercase();
+    let head = read_head(&mut stream).expect("101 head").to_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(
         head.contains("upgrade: websocket") && head.contains("connection: upgrade"),

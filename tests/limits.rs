@@ -3,35 +3,16 @@
 
 use crate::admin::{get, sum};
 use crate::support::{eventually, Duet};
-use duet_testbed::{config::DuetConfig, Backend, BackendOptions, Misbehaviour, RawBackend};
+use duet_testbed::{
+    config::DuetConfig,
+    raw::{read_response, read_until_closed},
+    Backend, BackendOptions, Misbehaviour, RawBackend,
+};
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
     time::{Duration, Instant},
 };
-
-/// Reads until the peer closes or `limit` passes; returns what arrived and whether it closed.
-fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(50)))
-        .expect("timeout");
-    let deadline = Instant::now() + limit;
-    let mut out = Vec::new();
-    let mut buffer = [0u8; 65536];
-    while Instant::now() < deadline {
-        match stream.read(&mut buffer) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&buffer[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return (out, true),
-        }
-    }
-    (out, false)
-}
 
 fn metric(admin: SocketAddr, name: &str, labels: &str) -> f64 {
     sum(&get(admin, "/metrics"), name, labels)
@@ -104,6 +85,8 @@ fn a_slow_upload_within_the_body_timeout_is_served_and_ejects_nobody() {
                     .expect("head");
                 // Four chunks, each after a pause longer than the response-headers timeout.
                 for _ in 0..4 {
+                    // Wall-clock: the slow client is what is tested; its pauses must pass in real
+                    // time for duet's real timers to run over them.
                     std::thread::sleep(Duration::from_millis(400));
                     stream.write_all(b"5\r\nhello\r\n").expect("chunk");
                 }
@@ -229,34 +212,39 @@ fn a_keep_alive_client_loses_no_request_during_the_drain() {
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
-        let (mut answered, mut told_to_close) = (0, false);
-        for _ in 0..400 {
-            if stream
-                .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-                .is_err()
+        // Requests back to back until the drain says to close: one is likely on the wire when the
+        // signal lands. Bounded by a count and a time far past what the drain takes.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut answered, mut told_to_close, mut pending) = (0, false, Vec::new());
+        for _ in 0..100_000 {
+            if Instant::now() > deadline
+                || stream
+                    .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .is_err()
             {
                 break;
             }
-            // The testbed answers with a fixed-size response: read exactly one.
-            let mut response = Vec::new();
-            let mut byte = [0u8; 1];
-            while !response.ends_with(b"\r\n\r\nb") {
-                match stream.read(&mut byte) {
-                    Ok(1) => response.push(byte[0]),
-                    _ => return (answered, told_to_close, Some(response)),
-                }
-            }
+            let Ok(response) = read_response(&mut stream, &mut pending) else {
+                return (answered, told_to_close, Some(pending));
+            };
             answered += 1;
-            let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
-            if text.contains("\r\nconnection: close\r\n") {
+            if response
+                .head
+                .to_ascii_lowercase()
+                .contains("\r\nconnection: close\r\n")
+            {
                 told_to_close = true;
                 break;
             }
-            std::thread::sleep(Duration::from_millis(10));
         }
         (answered, told_to_close, None)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Signalled once the client is in its stride.
+    assert!(
+        eventually(Duration::from_secs(5), || backend.requests() > 5),
+        "the client's first requests were served: {}",
+        backend.requests()
+    );
     duet.signal("TERM");
     let (answered, told_to_close, cut) = client.join().expect("client");
     assert!(cut.is_none(), "a request on the wire was cut: {cut:?}");
@@ -338,12 +326,8 @@ fn out_of_file_descriptors_is_a_local_503_that_ejects_nobody() {
     client
         .write_all(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
         .expect("write");
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        client.read_exact(&mut byte).expect("OPTIONS answered");
-        answer.push(byte[0]);
-    }
+    let mut pending = Vec::new();
+    read_response(&mut client, &mut pending).expect("OPTIONS answered");
     // Then take every remaining descriptor with idle connections (the rest wait in the backlog).
     let idle: Vec<TcpStream> = (0..80)
         .filter_map(|_| TcpStream::connect(duet.address).ok())
@@ -362,21 +346,14 @@ fn out_of_file_descriptors_is_a_local_503_that_ejects_nobody() {
         client
             .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
             .expect("write");
-        let mut response = [0u8; 12];
-        client.read_exact(&mut response).expect("a response");
-        statuses.push(String::from_utf8_lossy(&response[9..12]).into_owned());
-        // Drain the rest of the short response.
-        let mut rest = [0u8; 4096];
-        std::thread::sleep(Duration::from_millis(100));
-        let _ = client
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .map(|()| client.read(&mut rest));
-        client
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
+        let response = read_response(&mut client, &mut pending).expect("a response");
+        statuses.push(response.status());
     }
+    // Wall-clock: a thread spinning on a failed accept shows only as CPU time burnt over a stretch of
+    // real time; nothing can be awaited for something that must not happen.
+    std::thread::sleep(Duration::from_millis(800));
     assert!(
-        statuses.iter().all(|s| s == "503"),
+        statuses.iter().all(|&s| s == 503),
         "{statuses:?} {:#?}",
         duet.log_lines()
     );
@@ -414,15 +391,12 @@ fn exchange_on(stream: &mut TcpStream, request: &[u8]) -> String {
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    let mut response = Vec::new();
-    let mut byte = [0u8; 1];
-    while !response.ends_with(b"\r\n\r\nb") {
-        match stream.read(&mut byte) {
-            Ok(1) => response.push(byte[0]),
-            _ => break,
-        }
+    let mut pending = Vec::new();
+    match read_response(stream, &mut pending) {
+        Ok(response) => response.head + &String::from_utf8_lossy(&response.body),
+        // Cut short: what came, for the assertion's message.
+        Err(_) => String::from_utf8_lossy(&pending).into_owned(),
     }
-    String::from_utf8_lossy(&response).into_owned()
 }
 
 #[test]
@@ -443,8 +417,22 @@ fn keep_alive_is_timed_apart_from_the_header_timeout() {
             .contains("\r\nkeep-alive: timeout=2\r\n"),
         "clients are told when duet closes an idle connection: {first}"
     );
+    // A second connection goes idle at the same time, to start a head after the idle stretch, and a
+    // third to stay idle until duet closes it.
+    let mut slow = TcpStream::connect(duet.address).expect("connect");
+    assert!(exchange_on(&mut slow, request).starts_with("HTTP/1.1 200"));
+    let mut idle = TcpStream::connect(duet.address).expect("connect");
+    assert!(exchange_on(&mut idle, request).starts_with("HTTP/1.1 200"));
+    let idle_since = Instant::now();
     // Idle for three header timeouts: the connection is still there.
+    // Wall-clock: that duet does not close an idle connection at the header timeout shows only once
+    // the time has passed.
     std::thread::sleep(Duration::from_millis(900));
+    // A head that starts after the idle stretch and stalls is still cut at the header timeout, from
+    // its first byte (checked below).
+    slow.write_all(b"GET / HTTP/1.1\r\n")
+        .expect("a partial head");
+    let slow_started = Instant::now();
     let second = exchange_on(&mut stream, request);
     assert!(
         second.starts_with("HTTP/1.1 200"),
@@ -458,30 +446,19 @@ fn keep_alive_is_timed_apart_from_the_header_timeout() {
             .contains("\r\nconnection: close\r\n"),
         "keepalive_requests: {third}"
     );
+    let (_, closed) = read_until_closed(&mut slow, Duration::from_secs(5));
+    assert!(
+        closed && slow_started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        slow_started.elapsed()
+    );
 
     // An idle connection is closed after keepalive_timeout.
-    let mut idle = TcpStream::connect(duet.address).expect("connect");
-    assert!(exchange_on(&mut idle, request).starts_with("HTTP/1.1 200"));
-    let started = Instant::now();
     let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(5));
     assert!(closed, "closed when idle");
-    let took = started.elapsed();
+    let took = idle_since.elapsed();
     assert!(
         took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
         "after keepalive_timeout: {took:?}"
-    );
-
-    // A head that starts and stalls is still cut at the header timeout, from its first byte.
-    let mut slow = TcpStream::connect(duet.address).expect("connect");
-    assert!(exchange_on(&mut slow, request).starts_with("HTTP/1.1 200"));
-    std::thread::sleep(Duration::from_millis(600));
-    slow.write_all(b"GET / HTTP/1.1\r\n")
-        .expect("a partial head");
-    let started = Instant::now();
-    let (_, closed) = read_until_closed(&mut slow, Duration::from_secs(5));
-    assert!(
-        closed && started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
     );
 }

@@ -104,7 +104,7 @@ fn watch_reloads_when_the_file_changes_without_a_signal() {
         "{:#?}",
         duet.log_lines()
     );
-    // The log line is written after the workers switch: wait for it too.
+    // Logged once the new configuration is in place, so possibly after the first request it served.
     assert!(
         support::eventually(Duration::from_secs(5), || duet
             .log_lines()
@@ -115,8 +115,24 @@ fn watch_reloads_when_the_file_changes_without_a_signal() {
     );
 
     // A broken version is reported once, and the running configuration stays.
+    let admin = duet.admin_address();
+    let failures = || {
+        crate::admin::sum(
+            &crate::admin::get(admin, "/metrics"),
+            "duet_config_reloads_total",
+            "result=\"failure\"",
+        )
+    };
     std::fs::write(&path, "listeners: [ oops").expect("break");
-    std::thread::sleep(Duration::from_millis(3500));
+    assert!(
+        support::eventually(Duration::from_secs(5), || failures() >= 1.0),
+        "the broken file was tried: {:#?}",
+        duet.log_lines()
+    );
+    // Wall-clock: that the next look at the unchanged file (1 s later) reports nothing shows only once
+    // it has happened, and a look at an unchanged file leaves no trace to wait on.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(failures(), 1.0, "{:#?}", duet.log_lines());
     let reports = duet
         .log_lines()
         .iter()

@@ -96,14 +96,28 @@ fn killing_one_of_four_backends_under_load_loses_no_request() {
         .collect();
     let addresses: Vec<_> = backends.iter().map(|b| b.address).collect();
     let duet = Duet::start_with(
-        &cluster_yaml(2, "p2c_peak_ewma", &addresses, &[]),
+        &DuetConfig::single("p2c_peak_ewma", &addresses)
+            .workers(2)
+            .admin()
+            .to_yaml(),
         "warn,duet::cli=info",
     );
+    let admin = duet.admin_address();
     let uri = duet.url("/").parse().expect("uri");
     let load = std::thread::spawn(move || {
         runtime().block_on(closed_loop(uri, 3000, 16, Duration::from_secs(10)))
     });
-    std::thread::sleep(Duration::from_millis(400));
+    // Killed once the load is in its stride, well before its end: when b1 has answered 50 of it.
+    let b1_answered = format!("backend=\"{}\",class=\"2xx\"", addresses[1]);
+    assert!(
+        support::eventually(Duration::from_secs(10), || crate::admin::sum(
+            &crate::admin::get(admin, "/metrics"),
+            "duet_backend_responses_total",
+            &b1_answered
+        ) >= 50.0),
+        "b1 served under load: {}",
+        crate::admin::get(admin, "/metrics")
+    );
     backends[1].kill();
     let report = load.join().expect("load");
     eprintln!(
@@ -209,8 +223,9 @@ fn a_recovered_backend_is_readmitted_by_health_checks_and_ramps_up() {
         .filter(|l| l.contains("backend healthy"))
         .count()
         >= 3));
-    // Everyone ramps up after the first admission too: let that finish first.
-    std::thread::sleep(Duration::from_millis(4200));
+    // Everyone ramps up after the first admission too: b returns only once that is over (its outage
+    // meanwhile), so that its own ramp is measured against a1 and a2 at their full weight.
+    let everyone_ramped = Instant::now() + Duration::from_millis(4200);
 
     returning.kill();
     assert!(
@@ -224,6 +239,9 @@ fn a_recovered_backend_is_readmitted_by_health_checks_and_ramps_up() {
     assert_eq!(outage.errors, 0);
     assert_eq!(outage.share("b"), 0.0);
 
+    // Wall-clock: slow start is a real 4 s timer in duet, and how far into it a backend is shows
+    // nowhere to wait on.
+    std::thread::sleep(everyone_ramped.saturating_duration_since(Instant::now()));
     let _back = BackendProcess::start("b", &b_address.to_string(), 0);
     let readmitted = Instant::now();
     assert!(support::eventually(Duration::from_secs(5), || duet
@@ -239,6 +257,7 @@ fn a_recovered_backend_is_readmitted_by_health_checks_and_ramps_up() {
         let report = rt.block_on(closed_loop(uri.clone(), 300, 4, Duration::from_secs(5)));
         assert_eq!(report.errors, 0);
         shares.push(report.share("b"));
+        // Wall-clock: the shares are sampled along slow start's ramp, which follows real time.
         std::thread::sleep(Duration::from_millis(800).saturating_sub(window.elapsed()));
     }
     eprintln!("returning backend's share per ~0.8 s window: {shares:?}");
@@ -411,7 +430,10 @@ fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
         report.by_backend
     );
 
-    // With the threshold at 0 the same cluster answers 503: nothing is eligible.
+    // With the threshold at 0 the same cluster answers 503: nothing is eligible. Asked once the new
+    // duet's checks have failed on every backend, so not before it could have known.
+    drop(duet);
+    let checked: Vec<u64> = backends.iter().map(Backend::requests).collect();
     let strict = Duet::start_with(
         &cluster_yaml(
             2,
@@ -421,7 +443,13 @@ fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
         ),
         "error,duet::cli=info",
     );
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        support::eventually(Duration::from_secs(3), || backends
+            .iter()
+            .zip(&checked)
+            .all(|(b, &before)| b.requests() >= before + 2)),
+        "checks ran"
+    );
     let response = support::get_root(strict.address);
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
 }

@@ -127,17 +127,12 @@ async fn sighup_rotates_the_certificate() {
 
     write(&new);
     duet.signal("HUP");
-    let mut rotated = false;
-    for _ in 0..50 {
-        if fetch(duet.address, &new.cert)
+    let rotated = duet_testbed::wait::eventually_async(Duration::from_secs(5), || async {
+        fetch(duet.address, &new.cert)
             .await
             .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
-        {
-            rotated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     assert!(rotated, "{:#?}", duet.log_lines());
     for _ in 0..5 {
         assert!(

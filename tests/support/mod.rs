@@ -1,15 +1,17 @@
 //! Shared helpers: the real `duet` binary on a config with port 0, raw and hyper clients, waiting.
 
 use bytes::Bytes;
+pub(crate) use duet_testbed::wait::eventually;
+use duet_testbed::{raw::read_until_closed, wait::poll_until};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{BufRead, BufReader, Write},
     net::{SocketAddr, TcpStream},
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{mpsc, Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 /// The real `duet` binary, serving a config written to a temporary file.
@@ -160,14 +162,7 @@ impl Duet {
 
     /// Waits for the process to exit, up to `limit`.
     pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        poll_until(limit, || self.child.try_wait().ok().flatten())
     }
 
     /// Peak resident memory of the process, in KiB (VmHWM).
@@ -215,30 +210,8 @@ impl Drop for TempDir {
 /// the peer closed the connection.
 pub(crate) fn raw_exchange(address: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {
     let mut stream = TcpStream::connect(address).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .expect("timeout");
     stream.write_all(request).expect("write");
-    let deadline = Instant::now() + limit;
-    let mut out = Vec::new();
-    let mut buffer = [0u8; 65536];
-    let mut closed = false;
-    while Instant::now() < deadline {
-        match stream.read(&mut buffer) {
-            Ok(0) => {
-                closed = true;
-                break;
-            }
-            Ok(n) => out.extend_from_slice(&buffer[..n]),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut => {}
-            Err(_) => {
-                closed = true;
-                break;
-            }
-        }
-    }
+    let (out, closed) = read_until_closed(&mut stream, limit);
     (String::from_utf8_lossy(&out).into_owned(), closed)
 }
 
@@ -284,16 +257,4 @@ pub(crate) async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::Head
         .expect("body")
         .to_bytes();
     (status, headers, body)
-}
-
-/// Polls `condition` every 20 ms until it holds or `limit` passes.
-pub(crate) fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    condition()
 }

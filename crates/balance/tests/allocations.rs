@@ -3,43 +3,16 @@
 //! Kept alone in its own test binary: the allocator counts every thread of the process.
 
 use duet_balance::{Balance, LoadMetric};
+use duet_testbed::alloc::{allocations, CountingAllocator};
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
     convert::Infallible,
     future::Future,
-    sync::atomic::{AtomicU64, Ordering},
     task::{Context, Poll},
 };
 use tower::{service_fn, Service};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `Counting` upholds
-// exactly the contract `System` does; the counter update has no effect on memory handed out.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded verbatim; see the impl comment.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` via `alloc` above, with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded verbatim; see the impl comment.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 fn allocations_per_request(metric: LoadMetric, n: usize) -> u64 {
     let mut balance = Balance::with_seed(metric, 1);
@@ -61,12 +34,12 @@ fn allocations_per_request(metric: LoadMetric, n: usize) -> u64 {
     for _ in 0..10 {
         one_request(&mut balance);
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     let requests = 10_000;
     for _ in 0..requests {
         one_request(&mut balance);
     }
-    (ALLOCATIONS.load(Ordering::Relaxed) - before) / requests
+    (allocations() - before) / requests
 }
 
 #[test]

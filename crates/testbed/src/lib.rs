@@ -17,8 +17,11 @@
 //! Every request is counted, and its head recorded, so a test can assert which backend served what and
 //! which headers arrived.
 
+pub mod alloc;
 pub mod config;
 pub mod load;
+pub mod raw;
+pub mod wait;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -146,6 +149,8 @@ pub struct Recorded {
 struct Shared {
     requests: AtomicU64,
     connections: AtomicU64,
+    /// Connections that ended while the backend ran (closed by either side).
+    closed: AtomicU64,
     /// Requests received in each second since the backend started.
     per_second: Mutex<Vec<u64>>,
     started: Mutex<Option<std::time::Instant>>,
@@ -223,6 +228,12 @@ impl Backend {
         self.shared.connections.load(Ordering::Relaxed)
     }
 
+    /// Connections that have ended so far, closed by either side: with [`BackendOptions::idle_timeout`],
+    /// a test waits on this for the backend to have closed an idle connection.
+    pub fn connections_closed(&self) -> u64 {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
     /// The requests received so far, oldest first.
     pub fn recorded(&self) -> Vec<Recorded> {
         self.shared
@@ -289,6 +300,7 @@ async fn serve(
                 let shared = shared.clone();
                 connections.spawn_local(async move {
                     let idle_timeout = behaviour.options.idle_timeout;
+                    let ended = shared.clone();
                     let service = service_fn(move |request| answer(request, behaviour.clone(), shared.clone()));
                     let mut builder = http1::Builder::new();
                     builder.timer(TokioTimer::new()).writev(false);
@@ -296,6 +308,7 @@ async fn serve(
                         builder.header_read_timeout(idle);
                     }
                     let _ = builder.serve_connection(TokioIo::new(stream), service).with_upgrades().await;
+                    ended.closed.fetch_add(1, Ordering::Relaxed);
                 });
             }
         }
