@@ -991,3 +991,327 @@ impl std::fmt::Display for LabelValue<'_> {
         Ok(())
     }
 }
+
+/// The admin renderings of a fixed registry, compared byte for byte with captures in `golden/`: the
+/// families, their order, labels and number formatting are an interface (dashboards, alerts, the
+/// README's sample), so a refactor of the renderers must not move a byte. `DUET_BLESS_GOLDEN=1` rewrites
+/// the captures (then review their diff).
+#[cfg(test)]
+mod golden_tests {
+    use super::*;
+    use crate::{view::ResolvedNames, HealthView, Status};
+    use duet_balance::{
+        Balance, Clock, DefaultRtt, LoadGuard, LoadMetric, MockTime, PeakEwmaConfig,
+    };
+    use duet_testbed::config::DuetConfig;
+    use std::time::Duration;
+
+    /// One backend's balancer state, on a clock that never moves: what it reports is fixed.
+    struct Load {
+        load: Arc<EndpointLoad>,
+        _in_flight: Vec<LoadGuard>,
+        _balance: Balance<u8, ()>,
+        _time: MockTime,
+    }
+
+    fn load(rtt_micros: u64, picks: usize, in_flight: usize, eligible: bool) -> Load {
+        let (clock, time) = Clock::mock();
+        let metric = LoadMetric::PeakEwma(PeakEwmaConfig {
+            default_rtt: DefaultRtt::Fixed(Duration::from_micros(rtt_micros)),
+            ..PeakEwmaConfig::default()
+        });
+        let mut balance: Balance<u8, ()> = Balance::with_seed(metric, 7).with_clock(clock);
+        balance.insert(0, 1, ());
+        let mut held = Vec::new();
+        for pick in 0..picks {
+            let Ok((_, _, mut guard)) = balance.pick_and_claim() else {
+                panic!("the one endpoint is eligible");
+            };
+            if pick < in_flight {
+                held.push(guard);
+            } else {
+                guard.discard_sample();
+            }
+        }
+        balance.set_eligible(&0, eligible);
+        let load = balance.endpoint_load(&0).expect("inserted").clone();
+        Load {
+            load,
+            _in_flight: held,
+            _balance: balance,
+            _time: time,
+        }
+    }
+
+    fn add(cell: &AtomicU64, n: u64) {
+        cell.fetch_add(n, Relaxed);
+    }
+
+    fn backend(address: &str, weight: u32, load: &Load, seed: u64) -> BackendCell {
+        let stats = BackendStats::default();
+        for (i, cell) in stats.responses.iter().enumerate() {
+            add(cell, seed * 10 + i as u64);
+        }
+        for (i, cell) in stats.failures.iter().enumerate() {
+            add(cell, (seed + i as u64) % 4);
+        }
+        add(&stats.ejections, seed % 3);
+        add(&stats.admitted, seed);
+        add(&stats.removed, seed + 1);
+        for micros in [300, 800 * seed, 42_000, 70_000_000] {
+            stats.header_time.observe(Duration::from_micros(micros));
+        }
+        BackendCell {
+            address: address.parse().expect("address"),
+            weight,
+            load: load.load.clone(),
+            stats: Arc::new(stats),
+        }
+    }
+
+    fn cluster(
+        name: &str,
+        policy: &'static str,
+        seed: u64,
+        routes: &[&str],
+        backends: Vec<BackendCell>,
+    ) -> ClusterCells {
+        let counters = ClusterCounters::default();
+        for status in [200, 200, 204, 301, 404, 503, 101] {
+            counters.response(status);
+        }
+        for (i, cell) in [
+            &counters.retries,
+            &counters.ejections,
+            &counters.read_timeouts,
+            &counters.stale_resends,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            add(cell, seed + i as u64);
+        }
+        add(&counters.bytes_sent, 1_000_000 * seed + 17);
+        add(&counters.bytes_received, 4_096 * seed);
+        for attempts in [1, 1, 2, 3, 7] {
+            counters.attempts.observe(attempts);
+        }
+        let routes = routes
+            .iter()
+            .enumerate()
+            .map(|(i, route)| {
+                let timings = RouteTimings::new(route);
+                for micros in [450, 1_200 * (seed + i as u64), 260_000] {
+                    timings
+                        .request_duration
+                        .observe(Duration::from_micros(micros));
+                    timings
+                        .response_head
+                        .observe(Duration::from_micros(micros / 2));
+                }
+                Arc::new(timings)
+            })
+            .collect();
+        ClusterCells {
+            name: name.to_owned(),
+            policy,
+            counters: Arc::new(counters),
+            backends,
+            routes,
+        }
+    }
+
+    const WEIRD: &str = "we\"ird\\name\n<&>";
+
+    /// Two workers; `reloading`: worker 1 already has a third backend in `app`, listed before one it
+    /// shares with worker 0. Loads are returned so the in-flight guards live as long as the registry
+    /// is read.
+    fn fixture(reloading: bool) -> (Registry, Vec<Load>) {
+        let registry = Registry {
+            process: Arc::new(ProcessState {
+                started_unix_seconds: 1_700_000_000.123_456,
+                reloads_succeeded: AtomicU64::new(2),
+                reloads_failed: AtomicU64::new(1),
+                last_reload_ok: std::sync::atomic::AtomicBool::new(false),
+                last_applied_bits: AtomicU64::new(1_700_000_100.5_f64.to_bits()),
+                config_hash: AtomicU64::new(config_hash(b"clusters: []\n")),
+            }),
+            ..Registry::default()
+        };
+        add(&registry.discovery().unresolved, 1);
+        add(&registry.discovery().failures, 3);
+        let loads = vec![
+            load(100_000, 5, 1, true),
+            load(1_234, 3, 0, false),
+            load(250, 9, 2, true),
+            load(200_000, 4, 0, true),
+            load(1_234, 6, 1, true),
+            load(777, 1, 0, true),
+            load(250, 2, 0, false),
+        ];
+        for worker in [1, 0] {
+            let counters = registry.worker(worker);
+            let seed = worker as u64 + 1;
+            for (i, cell) in [
+                &counters.connections,
+                &counters.no_route,
+                &counters.uri_too_long,
+                &counters.head_too_large,
+                &counters.malformed,
+                &counters.header_timeout,
+                &counters.send_timeout,
+                &counters.active,
+                &counters.parked,
+                &counters.parks,
+                &counters.at_capacity,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                add(cell, seed * 100 + i as u64);
+            }
+        }
+        let l = &loads;
+        registry.publish(
+            0,
+            vec![
+                cluster(
+                    "app",
+                    "p2c_peak_ewma",
+                    1,
+                    &["*/", "api/"],
+                    vec![
+                        backend("127.0.0.1:8001", 1, &l[0], 1),
+                        backend("127.0.0.1:8002", 3, &l[1], 2),
+                    ],
+                ),
+                cluster(
+                    WEIRD,
+                    "round_robin",
+                    2,
+                    &["*/w"],
+                    vec![backend("[::1]:9000", 1, &l[2], 3)],
+                ),
+            ],
+        );
+        registry.publish(
+            1,
+            vec![
+                cluster("app", "p2c_peak_ewma", 3, &["*/", "api/"], {
+                    let mut backends = vec![
+                        backend("127.0.0.1:8001", 1, &l[3], 4),
+                        backend("127.0.0.1:8003", 1, &l[4], 5),
+                        backend("127.0.0.1:8002", 3, &l[5], 6),
+                    ];
+                    if !reloading {
+                        backends.remove(1);
+                    }
+                    backends
+                }),
+                cluster(
+                    WEIRD,
+                    "round_robin",
+                    4,
+                    &["*/w"],
+                    vec![backend("[::1]:9000", 1, &l[6], 7)],
+                ),
+            ],
+        );
+        (registry, loads)
+    }
+
+    /// `app` is health-checked: 8001 passes, 8002 and 8003 fail their checks.
+    fn health() -> HealthView {
+        let backends: Vec<SocketAddr> = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"]
+            .iter()
+            .map(|a| a.parse().expect("address"))
+            .collect();
+        let yaml = DuetConfig::single("p2c_peak_ewma", &backends)
+            .with_cluster("app", |c| {
+                c.set("health_check", "{ path: /healthz, interval: 1s }")
+            })
+            .to_yaml();
+        let config = duet_config::parse(&yaml, "golden.yaml").expect("valid config");
+        let mut health =
+            HealthView::for_config(&config, &ResolvedNames::new(), &HealthView::default());
+        health.set("app", backends[0], true);
+        health
+    }
+
+    /// The status snapshot with its clock-dependent figures pinned.
+    fn status(registry: &Registry) -> Status {
+        let mut status = registry.status(&health(), None);
+        status.uptime_seconds = 9_000.0;
+        status.window_seconds = 61.5;
+        status.config.applied_seconds_ago = 130.0;
+        status
+    }
+
+    fn check(name: &str, expected: &str, actual: &str) {
+        let path = format!("{}/src/golden/{name}", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("DUET_BLESS_GOLDEN").is_some() {
+            std::fs::write(&path, actual).expect("write the golden capture");
+            return;
+        }
+        if expected != actual {
+            let first = expected
+                .lines()
+                .zip(actual.lines())
+                .position(|(e, a)| e != a)
+                .unwrap_or(expected.lines().count().min(actual.lines().count()));
+            panic!(
+                "{name} differs from its capture from line {}:\nexpected: {:?}\nactual:   {:?}\n\
+                 whole output:\n{actual}",
+                first + 1,
+                expected.lines().nth(first),
+                actual.lines().nth(first),
+            );
+        }
+    }
+
+    #[test]
+    fn prometheus_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(true);
+        check(
+            "metrics.prom",
+            include_str!("golden/metrics.prom"),
+            &registry.render_prometheus(),
+        );
+    }
+
+    #[test]
+    fn aggregated_prometheus_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(true);
+        check(
+            "metrics_aggregated.prom",
+            include_str!("golden/metrics_aggregated.prom"),
+            &registry.render_prometheus_aggregated(),
+        );
+    }
+
+    #[test]
+    fn status_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(false);
+        check(
+            "status.txt",
+            include_str!("golden/status.txt"),
+            &registry.render_status(),
+        );
+    }
+
+    #[test]
+    fn status_json_and_html_are_byte_identical_to_their_captures() {
+        let (registry, _loads) = fixture(true);
+        let status = status(&registry);
+        check(
+            "status.json",
+            include_str!("golden/status.json"),
+            &status.to_json(),
+        );
+        check(
+            "status.html",
+            include_str!("golden/status.html"),
+            &status.to_html(),
+        );
+    }
+}
