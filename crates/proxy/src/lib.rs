@@ -52,6 +52,7 @@ mod error;
 mod headers;
 mod histogram;
 mod metrics;
+mod metrics_families;
 mod outlier;
 mod parking;
 mod request_body;
