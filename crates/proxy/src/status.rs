@@ -106,6 +106,27 @@ pub struct Totals {
     backends: HashMap<(String, SocketAddr), Counts>,
 }
 
+impl Totals {
+    /// The growing counts of `workers`, added up.
+    fn of<'a>(workers: impl IntoIterator<Item = &'a WorkerEntry>) -> Self {
+        let mut totals = Totals::default();
+        for cluster in workers.into_iter().flat_map(|entry| &entry.clusters) {
+            let summed = totals.clusters.entry(cluster.name.clone()).or_default();
+            for route in &cluster.routes {
+                summed.add(&route.request_duration);
+            }
+            for backend in &cluster.backends {
+                let counts = totals
+                    .backends
+                    .entry((cluster.name.clone(), backend.address))
+                    .or_default();
+                counts.add(backend);
+            }
+        }
+        totals
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Counts {
     picks: u64,
@@ -115,6 +136,29 @@ struct Counts {
 }
 
 impl Counts {
+    fn add(&mut self, backend: &BackendCell) {
+        self.picks += backend.load.picks();
+        for (total, cell) in self.responses.iter_mut().zip(&backend.stats.responses) {
+            *total += cell.load(Relaxed);
+        }
+        self.failures += backend
+            .stats
+            .failures
+            .iter()
+            .map(|f| f.load(Relaxed))
+            .sum::<u64>();
+        self.head_time.add(&backend.stats.header_time);
+    }
+
+    /// (5xx + failures) / (responses + failures), 0 without any.
+    fn error_rate(&self) -> f64 {
+        let attempts = self.responses.iter().sum::<u64>() + self.failures;
+        if attempts == 0 {
+            return 0.0;
+        }
+        (self.responses[4] + self.failures) as f64 / attempts as f64
+    }
+
     fn since(&self, earlier: &Counts) -> Counts {
         let mut responses = self.responses;
         for (now, then) in responses.iter_mut().zip(earlier.responses) {
@@ -162,52 +206,6 @@ impl StatusWindow {
     /// The oldest reading kept (about a minute old once the window has filled).
     fn baseline(&self) -> Option<&(std::time::Instant, Totals)> {
         self.readings.front()
-    }
-}
-
-impl Totals {
-    /// The growing counts of `workers`, added up.
-    fn of<'a>(workers: impl IntoIterator<Item = &'a WorkerEntry>) -> Self {
-        let mut totals = Totals::default();
-        for cluster in workers.into_iter().flat_map(|entry| &entry.clusters) {
-            let summed = totals.clusters.entry(cluster.name.clone()).or_default();
-            for route in &cluster.routes {
-                summed.add(&route.request_duration);
-            }
-            for backend in &cluster.backends {
-                let counts = totals
-                    .backends
-                    .entry((cluster.name.clone(), backend.address))
-                    .or_default();
-                counts.add(backend);
-            }
-        }
-        totals
-    }
-}
-
-impl Counts {
-    fn add(&mut self, backend: &BackendCell) {
-        self.picks += backend.load.picks();
-        for (total, cell) in self.responses.iter_mut().zip(&backend.stats.responses) {
-            *total += cell.load(Relaxed);
-        }
-        self.failures += backend
-            .stats
-            .failures
-            .iter()
-            .map(|f| f.load(Relaxed))
-            .sum::<u64>();
-        self.head_time.add(&backend.stats.header_time);
-    }
-
-    /// (5xx + failures) / (responses + failures), 0 without any.
-    fn error_rate(&self) -> f64 {
-        let attempts = self.responses.iter().sum::<u64>() + self.failures;
-        if attempts == 0 {
-            return 0.0;
-        }
-        (self.responses[4] + self.failures) as f64 / attempts as f64
     }
 }
 
@@ -394,7 +392,7 @@ impl Status {
     }
 
     /// The plain-text page (`/status?format=text`): per backend its weight, the workers that may
-    /// pick it, in flight, picks and the latency estimate.
+    /// pick it, in flight, picks (over the snapshot's window) and the latency estimate.
     pub fn to_text(&self) -> String {
         let mut out = format!("duet {}: {} workers\n", self.version, self.workers);
         for cluster in &self.clusters {
