@@ -43,21 +43,54 @@ impl Histogram {
     }
 }
 
-/// Several workers' cells of one series, added together.
+/// Several workers' cells of one series, added together and written as a Prometheus histogram.
+pub(crate) trait Sum: Default {
+    /// One worker's cell.
+    type Cell;
+
+    /// Adds one worker's cell.
+    fn add(&mut self, cell: &Self::Cell);
+
+    /// Writes the series `name{labels}` (labels already escaped, without braces) in the Prometheus
+    /// text format: cumulative `_bucket`s, `_sum`, `_count`.
+    fn write(&self, out: &mut String, name: &str, labels: &str);
+}
+
+/// Several workers' [`Histogram`]s of one series, added together.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Summed {
     buckets: [u64; BOUNDS_MICROS.len() + 1],
     sum_micros: u64,
 }
 
-impl Summed {
-    pub(crate) fn add(&mut self, cell: &Histogram) {
+impl Sum for Summed {
+    type Cell = Histogram;
+
+    fn add(&mut self, cell: &Histogram) {
         for (total, bucket) in self.buckets.iter_mut().zip(&cell.buckets) {
             *total += bucket.load(Relaxed);
         }
         self.sum_micros += cell.sum_micros.load(Relaxed);
     }
 
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (bound, count) in BOUNDS_SECONDS.iter().zip(&self.buckets) {
+            cumulative += count;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.buckets[BOUNDS_SECONDS.len()];
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{labels}}} {}",
+            self.sum_micros as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+impl Summed {
     /// What was observed since `earlier` (an older reading of the same series).
     pub(crate) fn since(&self, earlier: &Summed) -> Summed {
         let mut buckets = self.buckets;
@@ -92,22 +125,54 @@ impl Summed {
         }
         Some(f64::INFINITY)
     }
+}
 
-    /// Writes the series `name{labels}` (labels already escaped, without braces) in the Prometheus
-    /// text format.
-    pub(crate) fn write(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cumulative = 0;
-        for (bound, count) in BOUNDS_SECONDS.iter().zip(&self.buckets) {
-            cumulative += count;
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+/// Attempts per request (1: no retry), one worker's cells: counts for 1 to 5 attempts and above.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptCounts {
+    /// Requests by attempts: 1, 2, 3, 4, 5, more.
+    buckets: [AtomicU64; 6],
+}
+
+impl AttemptCounts {
+    pub(crate) fn observe(&self, attempts: usize) {
+        let bucket = attempts.clamp(1, 6) - 1;
+        self.buckets[bucket].fetch_add(1, Relaxed);
+    }
+}
+
+/// Several workers' [`AttemptCounts`] added together.
+#[derive(Debug, Default)]
+pub(crate) struct SummedAttempts {
+    buckets: [u64; 6],
+}
+
+/// Written with buckets `le` 1 to 5 (the sum counts six for the few above five: a lower bound).
+impl Sum for SummedAttempts {
+    type Cell = AttemptCounts;
+
+    fn add(&mut self, cell: &AttemptCounts) {
+        for (total, bucket) in self.buckets.iter_mut().zip(&cell.buckets) {
+            *total += bucket.load(Relaxed);
         }
-        cumulative += self.buckets[BOUNDS_SECONDS.len()];
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let mut sum = 0;
+        for (i, count) in self.buckets.iter().enumerate() {
+            cumulative += count;
+            sum += count * (i as u64 + 1);
+            if i < 5 {
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                    i + 1
+                );
+            }
+        }
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{labels}}} {}",
-            self.sum_micros as f64 / 1e6
-        );
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
         let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
     }
 }
@@ -141,54 +206,5 @@ mod tests {
         assert_eq!(line("+Inf"), Some(4));
         assert!(out.contains("t_count{cluster=\"c\"} 4\n"), "{out}");
         assert!(out.contains("t_sum{cluster=\"c\"} 90.0039\n"), "{out}");
-    }
-}
-
-/// Attempts per request (1: no retry), one worker's cells: counts for 1 to 5 attempts and above.
-#[derive(Debug, Default)]
-pub(crate) struct AttemptCounts {
-    /// Requests by attempts: 1, 2, 3, 4, 5, more.
-    buckets: [AtomicU64; 6],
-}
-
-impl AttemptCounts {
-    pub(crate) fn observe(&self, attempts: usize) {
-        let bucket = attempts.clamp(1, 6) - 1;
-        self.buckets[bucket].fetch_add(1, Relaxed);
-    }
-}
-
-/// Several workers' [`AttemptCounts`] added together.
-#[derive(Debug, Default)]
-pub(crate) struct SummedAttempts {
-    buckets: [u64; 6],
-}
-
-impl SummedAttempts {
-    pub(crate) fn add(&mut self, cell: &AttemptCounts) {
-        for (total, bucket) in self.buckets.iter_mut().zip(&cell.buckets) {
-            *total += bucket.load(Relaxed);
-        }
-    }
-
-    /// Writes `name{labels}` as a Prometheus histogram with buckets `le` 1 to 5 (the sum counts six
-    /// for the few above five: a lower bound).
-    pub(crate) fn write(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cumulative = 0;
-        let mut sum = 0;
-        for (i, count) in self.buckets.iter().enumerate() {
-            cumulative += count;
-            sum += count * (i as u64 + 1);
-            if i < 5 {
-                let _ = writeln!(
-                    out,
-                    "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
-                    i + 1
-                );
-            }
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
     }
 }

@@ -1,15 +1,15 @@
-//! Per-worker metric cells and the admin endpoints that read them.
+//! Per-worker metric cells and the [`Registry`] the admin endpoints read them from.
 //!
 //! Workers only touch their own atomics on the request path (no lock, nothing shared with another
 //! worker); the registry's lock is taken when a worker publishes its cells (start, reload) and when the
-//! admin endpoint renders them. The Prometheus text format is written directly: the cells are plain
-//! atomics summed at scrape time, which a metrics library's registry would only wrap.
+//! admin endpoint renders them: `/metrics` in `metrics_families.rs` (the Prometheus text format,
+//! written directly: the cells are plain atomics summed at scrape time, which a metrics library's
+//! registry would only wrap), `/status` in `status.rs`.
 
-use crate::telemetry::histogram::{AttemptCounts, Histogram, Summed, SummedAttempts};
+use crate::telemetry::histogram::{AttemptCounts, Histogram};
 use duet_balance::EndpointLoad;
 use std::{
     collections::BTreeMap,
-    fmt::Write,
     net::SocketAddr,
     sync::{
         atomic::{AtomicU64, Ordering::Relaxed},
@@ -136,7 +136,18 @@ impl BackendFailure {
         Self::Local,
     ];
 
-    fn label(self) -> &'static str {
+    /// `ALL`'s labels, in its order (the `kind` label's values).
+    pub(crate) const LABELS: [&'static str; 6] = {
+        let mut labels = [""; 6];
+        let mut i = 0;
+        while i < labels.len() {
+            labels[i] = Self::ALL[i].label();
+            i += 1;
+        }
+        labels
+    };
+
+    const fn label(self) -> &'static str {
         match self {
             Self::Connect => "connect",
             Self::Timeout => "timeout",
@@ -354,640 +365,280 @@ impl Registry {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         workers.entry(worker).or_default().clusters = clusters;
     }
-
-    /// Like [`render_prometheus`](Self::render_prometheus) with the `worker` label summed away:
-    /// one series per cluster and backend whatever the worker count (`/metrics?aggregate=worker`), for
-    /// setups with many backends. Gauges are summed too: `duet_backend_eligible` then counts the
-    /// workers that may pick the backend.
-    pub fn render_prometheus_aggregated(&self) -> String {
-        without_worker_label(&self.render_prometheus())
-    }
-
-    /// The Prometheus text exposition of every worker's cells.
-    pub fn render_prometheus(&self) -> String {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut out = String::new();
-        let mut family =
-            |name: &str, kind: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                lines(&mut out);
-            };
-        let process = &self.process;
-        family(
-            "duet_build_info",
-            "gauge",
-            "Always 1; the labels say which duet this is.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_build_info{{version=\"{}\"}} 1",
-                    env!("CARGO_PKG_VERSION")
-                );
-            },
-        );
-        family(
-            "duet_process_start_time_seconds",
-            "gauge",
-            "When the process started, in seconds since the Unix epoch.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_process_start_time_seconds {:.3}",
-                    process.started_unix_seconds
-                );
-            },
-        );
-        family(
-            "duet_config_reloads_total",
-            "counter",
-            "Configuration reloads (SIGHUP), by result; a failed one leaves the running configuration in place.",
-            &mut |out| {
-                for (result, cell) in [
-                    ("success", &process.reloads_succeeded),
-                    ("failure", &process.reloads_failed),
-                ] {
-                    let _ = writeln!(
-                        out,
-                        "duet_config_reloads_total{{result=\"{result}\"}} {}",
-                        cell.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_config_last_reload_successful",
-            "gauge",
-            "1 if the last reload (or the start) applied its configuration file, 0 if it was refused.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_config_last_reload_successful {}",
-                    u8::from(process.last_reload_ok.load(Relaxed))
-                );
-            },
-        );
-        family(
-            "duet_config_last_applied_timestamp_seconds",
-            "gauge",
-            "When the running configuration was applied, in seconds since the Unix epoch.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_config_last_applied_timestamp_seconds {:.3}",
-                    f64::from_bits(process.last_applied_bits.load(Relaxed))
-                );
-            },
-        );
-        family(
-            "duet_config_info",
-            "gauge",
-            "Always 1; `hash` is the FNV-1a (64-bit, hex) of the running configuration file's bytes.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_config_info{{hash=\"{:016x}\"}} 1",
-                    process.config_hash.load(Relaxed)
-                );
-            },
-        );
-        family(
-            "duet_connections_total",
-            "counter",
-            "Client connections accepted.",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let _ = writeln!(
-                        out,
-                        "duet_connections_total{{worker=\"{w}\"}} {}",
-                        e.counters.connections.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_connections_active",
-            "gauge",
-            "Client connections open, parked ones included.",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let _ = writeln!(
-                        out,
-                        "duet_connections_active{{worker=\"{w}\"}} {}",
-                        e.counters.active.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_connections_parked",
-            "gauge",
-            "Idle keep-alive client connections parked, waiting for their next request (counted in duet_connections_active too).",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let _ = writeln!(
-                        out,
-                        "duet_connections_parked{{worker=\"{w}\"}} {}",
-                        e.counters.parked.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_connections_parked_total",
-            "counter",
-            "Times an idle keep-alive client connection was parked.",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let _ = writeln!(
-                        out,
-                        "duet_connections_parked_total{{worker=\"{w}\"}} {}",
-                        e.counters.parks.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_connections_at_capacity_total",
-            "counter",
-            "Times a worker held max_connections and stopped accepting until one closed.",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let _ = writeln!(
-                        out,
-                        "duet_connections_at_capacity_total{{worker=\"{w}\"}} {}",
-                        e.counters.at_capacity.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_send_timeouts_total",
-            "counter",
-            "Client connections closed because the client read nothing for limits.send_timeout.",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let _ = writeln!(
-                        out,
-                        "duet_send_timeouts_total{{worker=\"{w}\"}} {}",
-                        e.counters.send_timeout.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_rejected_requests_total",
-            "counter",
-            "Requests refused before routing, by reason.",
-            &mut |out| {
-                for (w, e) in workers.iter() {
-                    let c = &e.counters;
-                    for (reason, cell) in [
-                        ("no_route", &c.no_route),
-                        ("uri_too_long", &c.uri_too_long),
-                        ("head_too_large", &c.head_too_large),
-                        ("malformed", &c.malformed),
-                        ("header_timeout", &c.header_timeout),
-                    ] {
-                        let _ = writeln!(
-                            out,
-                            "duet_rejected_requests_total{{worker=\"{w}\",reason=\"{reason}\"}} {}",
-                            cell.load(Relaxed)
-                        );
-                    }
-                }
-            },
-        );
-        family(
-            "duet_dns_unresolved_names",
-            "gauge",
-            "Backend host names that resolve to no address right now.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_dns_unresolved_names {}",
-                    self.discovery.unresolved.load(Relaxed)
-                );
-            },
-        );
-        family(
-            "duet_dns_resolution_failures_total",
-            "counter",
-            "Backend host name lookups that failed.",
-            &mut |out| {
-                let _ = writeln!(
-                    out,
-                    "duet_dns_resolution_failures_total {}",
-                    self.discovery.failures.load(Relaxed)
-                );
-            },
-        );
-        let clusters = || {
-            workers
-                .iter()
-                .flat_map(|(w, e)| e.clusters.iter().map(move |c| (w, c)))
-        };
-        family(
-            "duet_responses_total",
-            "counter",
-            "Responses sent to clients, by cluster and status class.",
-            &mut |out| {
-                for (w, c) in clusters() {
-                    for (i, cell) in c.counters.responses.iter().enumerate() {
-                        let _ = writeln!(
-                        out,
-                        "duet_responses_total{{worker=\"{w}\",cluster=\"{}\",class=\"{}xx\"}} {}",
-                        LabelValue(&c.name),
-                        i + 1,
-                        cell.load(Relaxed)
-                    );
-                    }
-                }
-            },
-        );
-        // Per-cluster counters: one family each, the name written once.
-        let cluster_counters: [(&str, &str, CounterOf); 6] = [
-            (
-                "duet_response_body_bytes_total",
-                "Response body bytes passed from the cluster's backends to clients.",
-                |c| &c.bytes_sent,
-            ),
-            (
-                "duet_request_body_bytes_total",
-                "Request body bytes read from clients for the cluster's backends.",
-                |c| &c.bytes_received,
-            ),
-            (
-                "duet_retries_total",
-                "Attempts retried on another backend.",
-                |c| &c.retries,
-            ),
-            (
-                "duet_read_timeouts_total",
-                "Response bodies cut because the backend sent nothing for timeouts.read.",
-                |c| &c.read_timeouts,
-            ),
-            (
-                "duet_upstream_stale_resends_total",
-                "Requests sent again because the backend had closed the pooled connection they went out on.",
-                |c| &c.stale_resends,
-            ),
-            (
-                "duet_ejections_total",
-                "Backends ejected by outlier detection.",
-                |c| &c.ejections,
-            ),
-        ];
-        for (name, help, cell) in cluster_counters {
-            family(name, "counter", help, &mut |out| {
-                for (w, c) in clusters() {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{worker=\"{w}\",cluster=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        cell(&c.counters).load(Relaxed)
-                    );
-                }
-            });
-        }
-        // Latency histograms: each worker's cells added together (no `worker` label: a latency
-        // distribution is the process's, and per-worker series would multiply bucket series by workers).
-        let route_histograms: [(&str, &str, HistogramOf); 2] = [
-            (
-                "duet_request_duration_seconds",
-                "From a request's arrival to the end of its response (all attempts): the client's view.",
-                |r| &r.request_duration,
-            ),
-            (
-                "duet_response_head_seconds",
-                "From a request's arrival to a backend's response head (retries included).",
-                |r| &r.response_head,
-            ),
-        ];
-        for (name, help, cell) in route_histograms {
-            family(name, "histogram", help, &mut |out| {
-                let mut summed: BTreeMap<(&str, &str), Summed> = BTreeMap::new();
-                for (_, c) in clusters() {
-                    for route in &c.routes {
-                        summed
-                            .entry((&c.name, &route.route))
-                            .or_default()
-                            .add(cell(route));
-                    }
-                }
-                for ((cluster, route), histogram) in &summed {
-                    let labels = format!(
-                        "cluster=\"{}\",route=\"{}\"",
-                        LabelValue(cluster),
-                        LabelValue(route)
-                    );
-                    histogram.write(out, name, &labels);
-                }
-            });
-        }
-        family(
-            "duet_request_attempts",
-            "histogram",
-            "Attempts per request sent to a backend (1: not retried).",
-            &mut |out| {
-                let mut summed: BTreeMap<&str, SummedAttempts> = BTreeMap::new();
-                for (_, c) in clusters() {
-                    summed.entry(&c.name).or_default().add(&c.counters.attempts);
-                }
-                for (cluster, attempts) in &summed {
-                    attempts.write(
-                        out,
-                        "duet_request_attempts",
-                        &format!("cluster=\"{}\"", LabelValue(cluster)),
-                    );
-                }
-            },
-        );
-        family(
-            "duet_upstream_header_seconds",
-            "histogram",
-            "From an attempt's start to the backend's response head, per backend.",
-            &mut |out| {
-                let mut summed: BTreeMap<(&str, SocketAddr), Summed> = BTreeMap::new();
-                for (_, c) in clusters() {
-                    for b in &c.backends {
-                        summed
-                            .entry((&c.name, b.address))
-                            .or_default()
-                            .add(&b.stats.header_time);
-                    }
-                }
-                for ((cluster, backend), histogram) in &summed {
-                    let labels =
-                        format!("cluster=\"{}\",backend=\"{backend}\"", LabelValue(cluster));
-                    histogram.write(out, "duet_upstream_header_seconds", &labels);
-                }
-            },
-        );
-        let backends = || clusters().flat_map(|(w, c)| c.backends.iter().map(move |b| (w, c, b)));
-        family(
-            "duet_backend_picks_total",
-            "counter",
-            "Times each worker's balancer picked the backend.",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    let _ = writeln!(out, "duet_backend_picks_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}", LabelValue(&c.name), b.address, b.load.picks());
-                }
-            },
-        );
-        family(
-            "duet_backend_in_flight",
-            "gauge",
-            "Requests in flight to the backend from each worker.",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    let _ = writeln!(
-                        out,
-                        "duet_backend_in_flight{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        b.address,
-                        b.load.in_flight()
-                    );
-                }
-            },
-        );
-        family(
-            "duet_backend_rtt_estimate_seconds",
-            "gauge",
-            "Each worker's PeakEWMA latency estimate of the backend.",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    let _ = writeln!(
-                    out,
-                    "duet_backend_rtt_estimate_seconds{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {:.6}",
-                    LabelValue(&c.name),
-                    b.address,
-                    b.load.rtt_estimate().as_secs_f64()
-                );
-                }
-            },
-        );
-        family(
-            "duet_backend_responses_total",
-            "counter",
-            "Response heads each worker got from the backend, by status class.",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    for (i, cell) in b.stats.responses.iter().enumerate() {
-                        let _ = writeln!(
-                            out,
-                            "duet_backend_responses_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\",class=\"{}xx\"}} {}",
-                            LabelValue(&c.name),
-                            b.address,
-                            i + 1,
-                            cell.load(Relaxed)
-                        );
-                    }
-                }
-            },
-        );
-        family(
-            "duet_backend_failures_total",
-            "counter",
-            "Attempts to the backend that failed, by kind: connect, timeout (no response head in time), protocol (closed or not HTTP), body_reset, body_timeout, local (duet's own resources; never held against the backend).",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    for (kind, cell) in BackendFailure::ALL.iter().zip(&b.stats.failures) {
-                        let _ = writeln!(
-                            out,
-                            "duet_backend_failures_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\",kind=\"{}\"}} {}",
-                            LabelValue(&c.name),
-                            b.address,
-                            kind.label(),
-                            cell.load(Relaxed)
-                        );
-                    }
-                }
-            },
-        );
-        family(
-            "duet_backend_ejections_total",
-            "counter",
-            "Times each worker's outlier detection (or a Retry-After) ejected the backend.",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    let _ = writeln!(
-                        out,
-                        "duet_backend_ejections_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        b.address,
-                        b.stats.ejections.load(Relaxed)
-                    );
-                }
-            },
-        );
-        family(
-            "duet_backend_eligibility_changes_total",
-            "counter",
-            "Times the backend became pickable (to=\"eligible\": re-admitted, checks passing) or stopped being (to=\"ineligible\": checks failing, ejected), per worker.",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    for (to, cell) in [("eligible", &b.stats.admitted), ("ineligible", &b.stats.removed)] {
-                        let _ = writeln!(
-                            out,
-                            "duet_backend_eligibility_changes_total{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\",to=\"{to}\"}} {}",
-                            LabelValue(&c.name),
-                            b.address,
-                            cell.load(Relaxed)
-                        );
-                    }
-                }
-            },
-        );
-        family(
-            "duet_backend_eligible",
-            "gauge",
-            "1 if the worker may pick the backend (healthy, not ejected).",
-            &mut |out| {
-                for (w, c, b) in backends() {
-                    let _ = writeln!(
-                        out,
-                        "duet_backend_eligible{{worker=\"{w}\",cluster=\"{}\",backend=\"{}\"}} {}",
-                        LabelValue(&c.name),
-                        b.address,
-                        u8::from(b.load.is_eligible())
-                    );
-                }
-            },
-        );
-        out
-    }
-
-    /// A plain-text status page: every cluster and backend, as each worker sees it.
-    pub fn render_status(&self) -> String {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut out = format!(
-            "duet {}: {} workers\n",
-            env!("CARGO_PKG_VERSION"),
-            workers.len()
-        );
-        let Some(first) = workers.values().next() else {
-            return out;
-        };
-        for (ci, cluster) in first.clusters.iter().enumerate() {
-            let _ = writeln!(out, "\ncluster {} ({})", cluster.name, cluster.policy);
-            let _ = writeln!(
-                out,
-                "  {:<22} {:>6} {:>8} {:>9} {:>10} {:>12}",
-                "backend", "weight", "eligible", "in flight", "picks", "rtt estimate"
-            );
-            for (bi, backend) in cluster.backends.iter().enumerate() {
-                let cells = || {
-                    workers
-                        .values()
-                        .filter_map(|e| e.clusters.get(ci))
-                        .filter_map(|c| c.backends.get(bi))
-                };
-                let eligible = cells().filter(|b| b.load.is_eligible()).count();
-                let in_flight: u64 = cells().map(|b| b.load.in_flight()).sum();
-                let picks: u64 = cells().map(|b| b.load.picks()).sum();
-                let rtt: f64 = cells()
-                    .map(|b| b.load.rtt_estimate().as_secs_f64())
-                    .sum::<f64>()
-                    / workers.len().max(1) as f64;
-                let _ = writeln!(
-                    out,
-                    "  {:<22} {:>6} {:>6}/{:<1} {:>9} {:>10} {:>10.1}ms",
-                    backend.address.to_string(),
-                    backend.weight,
-                    eligible,
-                    workers.len(),
-                    in_flight,
-                    picks,
-                    rtt * 1000.0
-                );
-            }
-        }
-        out
-    }
 }
 
-/// Sums the samples of each series that differ only in their `worker` label; comments and series
-/// without one pass through, in their order.
-fn without_worker_label(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() / 2);
-    // Series of the family being read, in first-seen order, with their sums, and where each is: the
-    // option exists for thousands of backends, so no scan per sample.
-    let mut family: Vec<(String, f64)> = Vec::new();
-    let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let flush = |out: &mut String,
-                 family: &mut Vec<(String, f64)>,
-                 position: &mut std::collections::HashMap<String, usize>| {
-        for (series, value) in family.drain(..) {
-            let _ = writeln!(out, "{series} {value}");
-        }
-        position.clear();
+/// A registry with fixed contents, for the admin renderings' golden tests (here and in `status.rs`).
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+    use duet_balance::{
+        Balance, Clock, DefaultRtt, LoadGuard, LoadMetric, MockTime, PeakEwmaConfig,
     };
-    for line in text.lines() {
-        let Some((series, value)) = line
-            .strip_prefix('#')
-            .is_none()
-            .then(|| line.rsplit_once(' '))
-            .flatten()
-        else {
-            flush(&mut out, &mut family, &mut position);
-            out.push_str(line);
-            out.push('\n');
-            continue;
-        };
-        let Some(start) = series.find("worker=\"") else {
-            flush(&mut out, &mut family, &mut position);
-            out.push_str(line);
-            out.push('\n');
-            continue;
-        };
-        let end = series[start + 8..]
-            .find('"')
-            .map_or(series.len(), |i| start + 8 + i + 1);
-        let mut key = format!("{}{}", &series[..start], &series[end..]);
-        key = key.replace("{,", "{").replace(",,", ",").replace(",}", "}");
-        if key.ends_with("{}") {
-            key.truncate(key.len() - 2);
-        }
-        let value: f64 = value.parse().unwrap_or(0.0);
-        match position.get(&key) {
-            Some(&at) => family[at].1 += value,
-            None => {
-                position.insert(key.clone(), family.len());
-                family.push((key, value));
+    use std::time::Duration;
+
+    /// One backend's balancer state, on a clock that never moves: what it reports is fixed.
+    pub(crate) struct Load {
+        load: Arc<EndpointLoad>,
+        _in_flight: Vec<LoadGuard>,
+        _balance: Balance<u8, ()>,
+        _time: MockTime,
+    }
+
+    fn load(rtt_micros: u64, picks: usize, in_flight: usize, eligible: bool) -> Load {
+        let (clock, time) = Clock::mock();
+        let metric = LoadMetric::PeakEwma(PeakEwmaConfig {
+            default_rtt: DefaultRtt::Fixed(Duration::from_micros(rtt_micros)),
+            ..PeakEwmaConfig::default()
+        });
+        let mut balance: Balance<u8, ()> = Balance::with_seed(metric, 7).with_clock(clock);
+        balance.insert(0, 1, ());
+        let mut held = Vec::new();
+        for pick in 0..picks {
+            let Ok((_, _, mut guard)) = balance.pick_and_claim() else {
+                panic!("the one endpoint is eligible");
+            };
+            if pick < in_flight {
+                held.push(guard);
+            } else {
+                guard.discard_sample();
             }
+        }
+        balance.set_eligible(&0, eligible);
+        let load = balance.endpoint_load(&0).expect("inserted").clone();
+        Load {
+            load,
+            _in_flight: held,
+            _balance: balance,
+            _time: time,
         }
     }
-    flush(&mut out, &mut family, &mut position);
-    out
-}
 
-/// Which counter of a cluster a metric family reads.
-type CounterOf = fn(&ClusterCounters) -> &AtomicU64;
+    fn add(cell: &AtomicU64, n: u64) {
+        cell.fetch_add(n, Relaxed);
+    }
 
-/// Which histogram of a route a metric family reads.
-type HistogramOf = fn(&RouteTimings) -> &Histogram;
+    fn backend(address: &str, weight: u32, load: &Load, seed: u64) -> BackendCell {
+        let stats = BackendStats::default();
+        for (i, cell) in stats.responses.iter().enumerate() {
+            add(cell, seed * 10 + i as u64);
+        }
+        for (i, cell) in stats.failures.iter().enumerate() {
+            add(cell, (seed + i as u64) % 4);
+        }
+        add(&stats.ejections, seed % 3);
+        add(&stats.admitted, seed);
+        add(&stats.removed, seed + 1);
+        for micros in [300, 800 * seed, 42_000, 70_000_000] {
+            stats.header_time.observe(Duration::from_micros(micros));
+        }
+        BackendCell {
+            address: address.parse().expect("address"),
+            weight,
+            load: load.load.clone(),
+            stats: Arc::new(stats),
+        }
+    }
 
-/// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
-/// (a cluster's name is any YAML string).
-struct LabelValue<'a>(&'a str);
+    fn cluster(
+        name: &str,
+        policy: &'static str,
+        seed: u64,
+        routes: &[&str],
+        backends: Vec<BackendCell>,
+    ) -> ClusterCells {
+        let counters = ClusterCounters::default();
+        for status in [200, 200, 204, 301, 404, 503, 101] {
+            counters.response(status);
+        }
+        for (i, cell) in [
+            &counters.retries,
+            &counters.ejections,
+            &counters.read_timeouts,
+            &counters.stale_resends,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            add(cell, seed + i as u64);
+        }
+        add(&counters.bytes_sent, 1_000_000 * seed + 17);
+        add(&counters.bytes_received, 4_096 * seed);
+        for attempts in [1, 1, 2, 3, 7] {
+            counters.attempts.observe(attempts);
+        }
+        let routes = routes
+            .iter()
+            .enumerate()
+            .map(|(i, route)| {
+                let timings = RouteTimings::new(route);
+                for micros in [450, 1_200 * (seed + i as u64), 260_000] {
+                    timings
+                        .request_duration
+                        .observe(Duration::from_micros(micros));
+                    timings
+                        .response_head
+                        .observe(Duration::from_micros(micros / 2));
+                }
+                Arc::new(timings)
+            })
+            .collect();
+        ClusterCells {
+            name: name.to_owned(),
+            policy,
+            counters: Arc::new(counters),
+            backends,
+            routes,
+        }
+    }
 
-impl std::fmt::Display for LabelValue<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use std::fmt::Write as _;
-        for c in self.0.chars() {
-            match c {
-                '\\' => f.write_str("\\\\")?,
-                '"' => f.write_str("\\\"")?,
-                '\n' => f.write_str("\\n")?,
-                c => f.write_char(c)?,
+    pub(crate) const WEIRD: &str = "we\"ird\\name\n<&>";
+
+    /// Two workers; `reloading`: worker 1 already has a third backend in `app`, listed before one it
+    /// shares with worker 0. Loads are returned so the in-flight guards live as long as the registry
+    /// is read.
+    pub(crate) fn fixture(reloading: bool) -> (Registry, Vec<Load>) {
+        let registry = Registry {
+            process: Arc::new(ProcessState {
+                started_unix_seconds: 1_700_000_000.123_456,
+                reloads_succeeded: AtomicU64::new(2),
+                reloads_failed: AtomicU64::new(1),
+                last_reload_ok: std::sync::atomic::AtomicBool::new(false),
+                last_applied_bits: AtomicU64::new(1_700_000_100.5_f64.to_bits()),
+                config_hash: AtomicU64::new(config_hash(b"clusters: []\n")),
+            }),
+            ..Registry::default()
+        };
+        add(&registry.discovery().unresolved, 1);
+        add(&registry.discovery().failures, 3);
+        let loads = vec![
+            load(100_000, 5, 1, true),
+            load(1_234, 3, 0, false),
+            load(250, 9, 2, true),
+            load(200_000, 4, 0, true),
+            load(1_234, 6, 1, true),
+            load(777, 1, 0, true),
+            load(250, 2, 0, false),
+        ];
+        for worker in [1, 0] {
+            let counters = registry.worker(worker);
+            let seed = worker as u64 + 1;
+            for (i, cell) in [
+                &counters.connections,
+                &counters.no_route,
+                &counters.uri_too_long,
+                &counters.head_too_large,
+                &counters.malformed,
+                &counters.header_timeout,
+                &counters.send_timeout,
+                &counters.active,
+                &counters.parked,
+                &counters.parks,
+                &counters.at_capacity,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                add(cell, seed * 100 + i as u64);
             }
         }
-        Ok(())
+        let l = &loads;
+        registry.publish(
+            0,
+            vec![
+                cluster(
+                    "app",
+                    "p2c_peak_ewma",
+                    1,
+                    &["*/", "api/"],
+                    vec![
+                        backend("127.0.0.1:8001", 1, &l[0], 1),
+                        backend("127.0.0.1:8002", 3, &l[1], 2),
+                    ],
+                ),
+                cluster(
+                    WEIRD,
+                    "round_robin",
+                    2,
+                    &["*/w"],
+                    vec![backend("[::1]:9000", 1, &l[2], 3)],
+                ),
+            ],
+        );
+        registry.publish(
+            1,
+            vec![
+                cluster("app", "p2c_peak_ewma", 3, &["*/", "api/"], {
+                    let mut backends = vec![
+                        backend("127.0.0.1:8001", 1, &l[3], 4),
+                        backend("127.0.0.1:8003", 1, &l[4], 5),
+                        backend("127.0.0.1:8002", 3, &l[5], 6),
+                    ];
+                    if !reloading {
+                        backends.remove(1);
+                    }
+                    backends
+                }),
+                cluster(
+                    WEIRD,
+                    "round_robin",
+                    4,
+                    &["*/w"],
+                    vec![backend("[::1]:9000", 1, &l[6], 7)],
+                ),
+            ],
+        );
+        (registry, loads)
+    }
+
+    /// Compares a rendering with its capture in `src/telemetry/golden/` (the directory beside this file);
+    /// `DUET_BLESS_GOLDEN=1` rewrites the captures instead (then review their diff).
+    pub(crate) fn check(name: &str, expected: &str, actual: &str) {
+        let path = format!("{}/src/telemetry/golden/{name}", env!("CARGO_MANIFEST_DIR"));
+        if std::env::var_os("DUET_BLESS_GOLDEN").is_some() {
+            std::fs::write(&path, actual).expect("write the golden capture");
+            return;
+        }
+        if expected != actual {
+            let first = expected
+                .lines()
+                .zip(actual.lines())
+                .position(|(e, a)| e != a)
+                .unwrap_or(expected.lines().count().min(actual.lines().count()));
+            panic!(
+                "{name} differs from its capture from line {}:\nexpected: {:?}\nactual:   {:?}\n\
+                 whole output:\n{actual}",
+                first + 1,
+                expected.lines().nth(first),
+                actual.lines().nth(first),
+            );
+        }
+    }
+}
+
+/// `/metrics` of a fixed registry, compared byte for byte with captures: the families, their order,
+/// labels and number formatting are an interface (dashboards, alerts, the README's sample), so a
+/// refactor of the renderer must not move a byte.
+#[cfg(test)]
+mod golden_tests {
+    use super::fixture::{check, fixture};
+
+    #[test]
+    fn prometheus_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(true);
+        check(
+            "metrics.prom",
+            include_str!("golden/metrics.prom"),
+            &registry.render_prometheus(),
+        );
+    }
+
+    #[test]
+    fn aggregated_prometheus_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(true);
+        check(
+            "metrics_aggregated.prom",
+            include_str!("golden/metrics_aggregated.prom"),
+            &registry.render_prometheus_aggregated(),
+        );
     }
 }

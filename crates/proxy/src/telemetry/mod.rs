@@ -6,6 +6,8 @@ pub(crate) mod status;
 pub(crate) mod access_log;
 pub(crate) mod upload;
 
+pub(crate) mod metrics_families;
+
 pub(crate) mod metrics;
 
 pub(crate) mod histogram;

@@ -1,9 +1,12 @@
 //! The admin status page: every cluster and backend at a glance, as HTML (no external assets: the
-//! admin port may have no internet) or JSON, from the same snapshot of the workers' cells.
+//! admin port may have no internet), JSON or plain text, all three rendered from one [`Status`]
+//! snapshot of the workers' cells.
 
 use crate::{
-    telemetry::histogram::Summed,
-    telemetry::metrics::{unix_seconds, ClusterCells, Registry},
+    telemetry::histogram::{Sum, Summed},
+    telemetry::metrics::{
+        unix_seconds, BackendCell, ClusterCells, ProcessState, Registry, WorkerEntry,
+    },
     view::HealthView,
 };
 use serde::Serialize;
@@ -105,6 +108,27 @@ pub struct Totals {
     backends: HashMap<(String, SocketAddr), Counts>,
 }
 
+impl Totals {
+    /// The growing counts of `workers`, added up.
+    fn of<'a>(workers: impl IntoIterator<Item = &'a WorkerEntry>) -> Self {
+        let mut totals = Totals::default();
+        for cluster in workers.into_iter().flat_map(|entry| &entry.clusters) {
+            let summed = totals.clusters.entry(cluster.name.clone()).or_default();
+            for route in &cluster.routes {
+                summed.add(&route.request_duration);
+            }
+            for backend in &cluster.backends {
+                let counts = totals
+                    .backends
+                    .entry((cluster.name.clone(), backend.address))
+                    .or_default();
+                counts.add(backend);
+            }
+        }
+        totals
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Counts {
     picks: u64,
@@ -114,6 +138,29 @@ struct Counts {
 }
 
 impl Counts {
+    fn add(&mut self, backend: &BackendCell) {
+        self.picks += backend.load.picks();
+        for (total, cell) in self.responses.iter_mut().zip(&backend.stats.responses) {
+            *total += cell.load(Relaxed);
+        }
+        self.failures += backend
+            .stats
+            .failures
+            .iter()
+            .map(|f| f.load(Relaxed))
+            .sum::<u64>();
+        self.head_time.add(&backend.stats.header_time);
+    }
+
+    /// (5xx + failures) / (responses + failures), 0 without any.
+    fn error_rate(&self) -> f64 {
+        let attempts = self.responses.iter().sum::<u64>() + self.failures;
+        if attempts == 0 {
+            return 0.0;
+        }
+        (self.responses[4] + self.failures) as f64 / attempts as f64
+    }
+
     fn since(&self, earlier: &Counts) -> Counts {
         let mut responses = self.responses;
         for (now, then) in responses.iter_mut().zip(earlier.responses) {
@@ -167,43 +214,13 @@ impl StatusWindow {
 impl Registry {
     /// Every worker's growing counts, added up.
     pub fn totals(&self) -> Totals {
-        self.inspect(|workers, _, _| {
-            let mut totals = Totals::default();
-            for entry in workers.values() {
-                for cluster in &entry.clusters {
-                    let summed = totals.clusters.entry(cluster.name.clone()).or_default();
-                    for route in &cluster.routes {
-                        summed.add(&route.request_duration);
-                    }
-                    for backend in &cluster.backends {
-                        let counts = totals
-                            .backends
-                            .entry((cluster.name.clone(), backend.address))
-                            .or_default();
-                        counts.picks += backend.load.picks();
-                        for (total, cell) in
-                            counts.responses.iter_mut().zip(&backend.stats.responses)
-                        {
-                            *total += cell.load(Relaxed);
-                        }
-                        counts.failures += backend
-                            .stats
-                            .failures
-                            .iter()
-                            .map(|f| f.load(Relaxed))
-                            .sum::<u64>();
-                        counts.head_time.add(&backend.stats.header_time);
-                    }
-                }
-            }
-            totals
-        })
+        self.inspect(|workers, _, _| Totals::of(workers.values()))
     }
 
     /// A snapshot for the status page: `health` is the control plane's current health-check view;
     /// counts and rates cover `window` (the last minute), or everything since start without one.
+    /// Read under one hold of the registry's lock, so its figures are of one moment.
     pub fn status(&self, health: &HealthView, window: Option<&StatusWindow>) -> Status {
-        let totals = self.totals();
         let empty = Totals::default();
         // Without a reading the figures run from the start, and so does the window.
         let (baseline, window_seconds) = match window.and_then(StatusWindow::baseline) {
@@ -211,151 +228,161 @@ impl Registry {
             None => (&empty, None),
         };
         self.inspect(|workers, process, draining| {
-            let entries: Vec<_> = workers.values().collect();
-            let worker_count = entries.len();
+            let entries: Vec<&WorkerEntry> = workers.values().collect();
+            let totals = Totals::of(entries.iter().copied());
+            let view = View {
+                health,
+                entries: &entries,
+                totals: &totals,
+                baseline,
+            };
+            let clusters = entries.first().map_or_else(Vec::new, |first| {
+                first.clusters.iter().map(|c| view.cluster(c)).collect()
+            });
             let uptime = (unix_seconds() - process.started_unix_seconds).max(0.0);
-            let clusters = entries
-                .first()
-                .map(|first| {
-                    first
-                        .clusters
-                        .iter()
-                        .map(|cluster| {
-                            let same: Vec<&ClusterCells> = entries
-                                .iter()
-                                .filter_map(|e| e.clusters.iter().find(|c| c.name == cluster.name))
-                                .collect();
-                            let view = View {
-                                health,
-                                workers: worker_count,
-                                totals: &totals,
-                                baseline,
-                            };
-                            cluster_status(cluster, &same, &view)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
             Status {
                 version: env!("CARGO_PKG_VERSION"),
                 uptime_seconds: uptime,
                 window_seconds: window_seconds.unwrap_or(uptime),
-                workers: worker_count,
+                workers: entries.len(),
                 draining,
-                config: ConfigStatus {
-                    hash: format!("{:016x}", process.config_hash.load(Relaxed)),
-                    applied_seconds_ago: (unix_seconds()
-                        - f64::from_bits(process.last_applied_bits.load(Relaxed)))
-                    .max(0.0),
-                    last_reload_ok: process.last_reload_ok.load(Relaxed),
-                    reloads_succeeded: process.reloads_succeeded.load(Relaxed),
-                    reloads_failed: process.reloads_failed.load(Relaxed),
-                },
+                config: ConfigStatus::of(process),
                 clusters,
             }
         })
     }
+
+    /// The plain-text status page (`/status?format=text`): every cluster and backend, summed over
+    /// workers, counts since start.
+    pub fn render_status(&self) -> String {
+        self.status(&HealthView::default(), None).to_text()
+    }
 }
 
-/// What a cluster's figures are computed against.
+impl ConfigStatus {
+    fn of(process: &ProcessState) -> Self {
+        ConfigStatus {
+            hash: format!("{:016x}", process.config_hash.load(Relaxed)),
+            applied_seconds_ago: (unix_seconds()
+                - f64::from_bits(process.last_applied_bits.load(Relaxed)))
+            .max(0.0),
+            last_reload_ok: process.last_reload_ok.load(Relaxed),
+            reloads_succeeded: process.reloads_succeeded.load(Relaxed),
+            reloads_failed: process.reloads_failed.load(Relaxed),
+        }
+    }
+}
+
+/// What a cluster's figures are computed from: every worker's cells, and the counts now and at the
+/// window's start.
 struct View<'a> {
     health: &'a HealthView,
-    workers: usize,
+    entries: &'a [&'a WorkerEntry],
     totals: &'a Totals,
     baseline: &'a Totals,
 }
 
-fn cluster_status(
-    cluster: &ClusterCells,
-    same: &[&ClusterCells],
-    view: &View<'_>,
-) -> ClusterStatus {
-    let empty = Summed::default();
-    let durations = view
-        .totals
-        .clusters
-        .get(&cluster.name)
-        .unwrap_or(&empty)
-        .since(view.baseline.clusters.get(&cluster.name).unwrap_or(&empty));
-    let workers = view.workers;
-    let mut backends: Vec<BackendStatus> = cluster
-        .backends
-        .iter()
-        .map(|backend| {
-            let cells: Vec<_> = same
-                .iter()
-                .filter_map(|c| c.backends.iter().find(|b| b.address == backend.address))
-                .collect();
-            let eligible_workers = cells.iter().filter(|b| b.load.is_eligible()).count();
-            let health = match view.health.healthy(&cluster.name, backend.address) {
-                Some(true) => "passing",
-                Some(false) => "failing",
-                None => "not checked",
-            };
-            let (state, reason) = if health == "failing" {
-                ("down", "failing its health checks".to_owned())
-            } else if eligible_workers < workers {
-                (
-                    "ejected",
-                    format!(
-                        "ejected by {} of {workers} workers (consecutive failures, or a Retry-After)",
-                        workers - eligible_workers
-                    ),
-                )
-            } else {
-                ("up", String::new())
-            };
-            let key = (cluster.name.clone(), backend.address);
-            let zero = Counts::default();
-            let counts = view
-                .totals
-                .backends
-                .get(&key)
-                .unwrap_or(&zero)
-                .since(view.baseline.backends.get(&key).unwrap_or(&zero));
-            let answered: u64 = counts.responses.iter().sum();
-            let attempts = answered + counts.failures;
-            let error_rate = if attempts == 0 {
+impl View<'_> {
+    /// `cluster` (the first worker's cells) with its backends, as all workers see them together.
+    fn cluster(&self, cluster: &ClusterCells) -> ClusterStatus {
+        let same: Vec<&ClusterCells> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.clusters.iter().find(|c| c.name == cluster.name))
+            .collect();
+        let empty = Summed::default();
+        let durations = self
+            .totals
+            .clusters
+            .get(&cluster.name)
+            .unwrap_or(&empty)
+            .since(self.baseline.clusters.get(&cluster.name).unwrap_or(&empty));
+        let mut backends: Vec<BackendStatus> = cluster
+            .backends
+            .iter()
+            .map(|backend| self.backend(&cluster.name, backend, &same))
+            .collect();
+        let picks: u64 = backends.iter().map(|b| b.picks).sum();
+        for backend in &mut backends {
+            backend.pick_share = if picks == 0 {
                 0.0
             } else {
-                (counts.responses[4] + counts.failures) as f64 / attempts as f64
+                backend.picks as f64 / picks as f64
             };
-            BackendStatus {
-                address: backend.address.to_string(),
-                weight: backend.weight,
-                state,
-                reason,
-                health,
-                eligible_workers,
-                in_flight: cells.iter().map(|b| b.load.in_flight()).sum(),
-                rtt_estimate_ms: cells
-                    .iter()
-                    .map(|b| b.load.rtt_estimate().as_secs_f64() * 1000.0)
-                    .sum::<f64>()
-                    / cells.len().max(1) as f64,
-                picks: counts.picks,
-                pick_share: 0.0,
-                responses: counts.responses,
-                failures: counts.failures,
-                error_rate,
-                p99_ms: counts.head_time.quantile_bound(0.99).map(|s| s * 1000.0),
-            }
-        })
-        .collect();
-    let picks: u64 = backends.iter().map(|b| b.picks).sum();
-    for backend in &mut backends {
-        backend.pick_share = if picks == 0 {
-            0.0
-        } else {
-            backend.picks as f64 / picks as f64
-        };
+        }
+        ClusterStatus {
+            name: cluster.name.clone(),
+            policy: cluster.policy,
+            requests: durations.count(),
+            p99_ms: durations.quantile_bound(0.99).map(|s| s * 1000.0),
+            backends,
+        }
     }
-    ClusterStatus {
-        name: cluster.name.clone(),
-        policy: cluster.policy,
-        requests: durations.count(),
-        p99_ms: durations.quantile_bound(0.99).map(|s| s * 1000.0),
-        backends,
+
+    /// One backend of `cluster` as the workers that have it (`same`: their cells of the cluster) see
+    /// it; `pick_share` is left for the cluster to fill in.
+    fn backend(
+        &self,
+        cluster: &str,
+        backend: &BackendCell,
+        same: &[&ClusterCells],
+    ) -> BackendStatus {
+        let cells: Vec<&BackendCell> = same
+            .iter()
+            .filter_map(|c| c.backends.iter().find(|b| b.address == backend.address))
+            .collect();
+        let eligible_workers = cells.iter().filter(|b| b.load.is_eligible()).count();
+        let health = match self.health.healthy(cluster, backend.address) {
+            Some(true) => "passing",
+            Some(false) => "failing",
+            None => "not checked",
+        };
+        let (state, reason) = state(health, eligible_workers, self.entries.len());
+        let key = (cluster.to_owned(), backend.address);
+        let zero = Counts::default();
+        let counts = self
+            .totals
+            .backends
+            .get(&key)
+            .unwrap_or(&zero)
+            .since(self.baseline.backends.get(&key).unwrap_or(&zero));
+        BackendStatus {
+            address: backend.address.to_string(),
+            weight: backend.weight,
+            state,
+            reason,
+            health,
+            eligible_workers,
+            in_flight: cells.iter().map(|b| b.load.in_flight()).sum(),
+            rtt_estimate_ms: cells
+                .iter()
+                .map(|b| b.load.rtt_estimate().as_secs_f64() * 1000.0)
+                .sum::<f64>()
+                / cells.len().max(1) as f64,
+            picks: counts.picks,
+            pick_share: 0.0,
+            responses: counts.responses,
+            failures: counts.failures,
+            error_rate: counts.error_rate(),
+            p99_ms: counts.head_time.quantile_bound(0.99).map(|s| s * 1000.0),
+        }
+    }
+}
+
+/// A backend's state and why, from its health checks and the workers that may pick it.
+fn state(health: &str, eligible_workers: usize, workers: usize) -> (&'static str, String) {
+    if health == "failing" {
+        ("down", "failing its health checks".to_owned())
+    } else if eligible_workers < workers {
+        (
+            "ejected",
+            format!(
+                "ejected by {} of {workers} workers (consecutive failures, or a Retry-After)",
+                workers - eligible_workers
+            ),
+        )
+    } else {
+        ("up", String::new())
     }
 }
 
@@ -366,9 +393,67 @@ impl Status {
             .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"))
     }
 
+    /// The plain-text page (`/status?format=text`): per backend its weight, the workers that may
+    /// pick it, in flight, picks (over the snapshot's window) and the latency estimate.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("duet {}: {} workers\n", self.version, self.workers);
+        for cluster in &self.clusters {
+            let _ = writeln!(out, "\ncluster {} ({})", cluster.name, cluster.policy);
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>6} {:>8} {:>9} {:>10} {:>12}",
+                "backend", "weight", "eligible", "in flight", "picks", "rtt estimate"
+            );
+            for b in &cluster.backends {
+                let _ = writeln!(
+                    out,
+                    "  {:<22} {:>6} {:>6}/{:<1} {:>9} {:>10} {:>10.1}ms",
+                    b.address,
+                    b.weight,
+                    b.eligible_workers,
+                    self.workers,
+                    b.in_flight,
+                    b.picks,
+                    b.rtt_estimate_ms
+                );
+            }
+        }
+        out
+    }
+
     /// The page: one table per cluster, refreshing itself every 5 s; no scripts, no external assets.
     pub fn to_html(&self) -> String {
         let mut out = String::with_capacity(4096);
+        self.write_html_head(&mut out);
+        for cluster in &self.clusters {
+            let _ = write!(
+                out,
+                "<h2>{} <span class=\"meta\">{} · {} requests · p99 {}</span></h2>\n<table>\
+                 <tr><th>backend</th><th>state</th><th>weight</th><th>health checks</th>\
+                 <th>eligible</th><th>in flight</th><th>PeakEWMA</th><th>picks</th><th>share</th>\
+                 <th>2xx</th><th>4xx</th><th>5xx</th><th>failed</th><th>error rate</th>\
+                 <th>p99 head</th></tr>\n",
+                escape(&cluster.name),
+                cluster.policy,
+                cluster.requests,
+                millis(cluster.p99_ms),
+            );
+            for backend in &cluster.backends {
+                self.write_html_row(&mut out, backend);
+            }
+            out.push_str("</table>\n");
+        }
+        out.push_str(
+            "<p class=\"meta\">Counts, shares, error rates and p99 over the window above, summed over \
+             workers; p99 is the upper bound of the histogram bucket that holds it. \
+             <a href=\"/status?format=json\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n\
+             </body></html>\n",
+        );
+        out
+    }
+
+    /// The page's head, style and the line about the process and its configuration.
+    fn write_html_head(&self, out: &mut String) {
         let _ = write!(
             out,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -396,59 +481,39 @@ impl Status {
             self.config.reloads_succeeded,
             self.config.reloads_failed,
         );
-        for cluster in &self.clusters {
-            let _ = write!(
-                out,
-                "<h2>{} <span class=\"meta\">{} · {} requests · p99 {}</span></h2>\n<table>\
-                 <tr><th>backend</th><th>state</th><th>weight</th><th>health checks</th>\
-                 <th>eligible</th><th>in flight</th><th>PeakEWMA</th><th>picks</th><th>share</th>\
-                 <th>2xx</th><th>4xx</th><th>5xx</th><th>failed</th><th>error rate</th>\
-                 <th>p99 head</th></tr>\n",
-                escape(&cluster.name),
-                cluster.policy,
-                cluster.requests,
-                millis(cluster.p99_ms),
-            );
-            for b in &cluster.backends {
-                let _ = writeln!(
-                    out,
-                    "<tr><td>{}</td><td class=\"{}\" title=\"{}\">{}{}</td><td>{}</td><td>{}</td>\
-                     <td>{}/{}</td><td>{}</td><td>{:.1} ms</td><td>{}</td><td>{:.1}%</td><td>{}</td>\
-                     <td>{}</td><td>{}</td><td>{}</td><td>{:.2}%</td><td>{}</td></tr>",
-                    escape(&b.address),
-                    b.state,
-                    escape(&b.reason),
-                    b.state,
-                    if b.reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", escape(&b.reason))
-                    },
-                    b.weight,
-                    b.health,
-                    b.eligible_workers,
-                    self.workers,
-                    b.in_flight,
-                    b.rtt_estimate_ms,
-                    b.picks,
-                    b.pick_share * 100.0,
-                    b.responses[1],
-                    b.responses[3],
-                    b.responses[4],
-                    b.failures,
-                    b.error_rate * 100.0,
-                    millis(b.p99_ms),
-                );
-            }
-            out.push_str("</table>\n");
-        }
-        out.push_str(
-            "<p class=\"meta\">Counts, shares, error rates and p99 over the window above, summed over \
-             workers; p99 is the upper bound of the histogram bucket that holds it. \
-             <a href=\"/status?format=json\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n\
-             </body></html>\n",
+    }
+
+    /// One backend's row of its cluster's table.
+    fn write_html_row(&self, out: &mut String, b: &BackendStatus) {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"{}\" title=\"{}\">{}{}</td><td>{}</td><td>{}</td>\
+             <td>{}/{}</td><td>{}</td><td>{:.1} ms</td><td>{}</td><td>{:.1}%</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{:.2}%</td><td>{}</td></tr>",
+            escape(&b.address),
+            b.state,
+            escape(&b.reason),
+            b.state,
+            if b.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", escape(&b.reason))
+            },
+            b.weight,
+            b.health,
+            b.eligible_workers,
+            self.workers,
+            b.in_flight,
+            b.rtt_estimate_ms,
+            b.picks,
+            b.pick_share * 100.0,
+            b.responses[1],
+            b.responses[3],
+            b.responses[4],
+            b.failures,
+            b.error_rate * 100.0,
+            millis(b.p99_ms),
         );
-        out
     }
 }
 
@@ -483,4 +548,91 @@ fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// The status page of a fixed registry (`metrics::fixture`), compared byte for byte with captures.
+#[cfg(test)]
+mod golden_tests {
+    use super::*;
+    use crate::{
+        metrics::fixture::{check, fixture},
+        view::ResolvedNames,
+    };
+    use duet_testbed::config::DuetConfig;
+
+    /// `app` is health-checked: 8001 passes, 8002 and 8003 fail their checks.
+    fn health() -> HealthView {
+        let backends: Vec<SocketAddr> = ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"]
+            .iter()
+            .map(|a| a.parse().expect("address"))
+            .collect();
+        let yaml = DuetConfig::single("p2c_peak_ewma", &backends)
+            .with_cluster("app", |c| {
+                c.set("health_check", "{ path: /healthz, interval: 1s }")
+            })
+            .to_yaml();
+        let config = duet_config::parse(&yaml, "golden.yaml").expect("valid config");
+        let mut health =
+            HealthView::for_config(&config, &ResolvedNames::new(), &HealthView::default());
+        health.set("app", backends[0], true);
+        health
+    }
+
+    /// The status snapshot with its clock-dependent figures pinned.
+    fn status(registry: &Registry) -> Status {
+        let mut status = registry.status(&health(), None);
+        status.uptime_seconds = 9_000.0;
+        status.window_seconds = 61.5;
+        status.config.applied_seconds_ago = 130.0;
+        status
+    }
+
+    #[test]
+    fn status_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(false);
+        check(
+            "status.txt",
+            include_str!("golden/status.txt"),
+            &registry.render_status(),
+        );
+    }
+
+    #[test]
+    fn status_json_and_html_are_byte_identical_to_their_captures() {
+        let (registry, _loads) = fixture(true);
+        let status = status(&registry);
+        check(
+            "status.json",
+            include_str!("golden/status.json"),
+            &status.to_json(),
+        );
+        check(
+            "status.html",
+            include_str!("golden/status.html"),
+            &status.to_html(),
+        );
+    }
+
+    #[test]
+    fn mid_reload_the_text_page_adds_up_each_backend_by_address_as_json_and_html_do() {
+        // Worker 1 lists 8003 second and 8002 third: 8002's row is worker 0's 8002 (3 picks, none in
+        // flight, ineligible, 1.234 ms) with worker 1's (1 pick, 0.777 ms), never worker 1's 8003.
+        let (registry, _loads) = fixture(true);
+        let text = registry.render_status();
+        let row = |address: &str| {
+            text.lines()
+                .find(|line| line.trim_start().starts_with(address))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            row("127.0.0.1:8002").as_deref(),
+            Some("  127.0.0.1:8002              3      1/2         0          4        1.0ms"),
+            "{text}"
+        );
+        assert_eq!(
+            row("127.0.0.1:8003"),
+            None,
+            "not in the first worker's table: {text}"
+        );
+    }
 }

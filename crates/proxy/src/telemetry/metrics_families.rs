@@ -1,0 +1,542 @@
+//! The Prometheus exposition: every metric family duet exports, described as data in [`FAMILIES`]
+//! (name, type, help, labels, and where its value is in the cells), and the one renderer that walks the
+//! table over the workers' cells.
+//!
+//! A family's series come from one level of the cells — the process, each worker, each worker's
+//! clusters or their backends — which fixes its labels (`worker`, then `cluster`, then `backend`),
+//! optionally followed by one label of fixed values (`class`, `reason`, `kind`...). With
+//! `?aggregate=worker` the `worker` label is summed away on the values, before anything is written.
+//! Latency histograms are always summed over workers: a latency distribution is the process's, and
+//! per-worker series would multiply bucket series by workers.
+
+use crate::{
+    telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
+    telemetry::metrics::{
+        BackendCell, BackendFailure, BackendStats, ClusterCells, ClusterCounters,
+        DiscoveryCounters, ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
+    },
+};
+use std::{
+    borrow::{Borrow, Cow},
+    collections::{BTreeMap, HashMap},
+    fmt::{self, Write},
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+};
+
+/// One metric family: its `# HELP`/`# TYPE` lines and where its samples come from.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    /// The last label, one series per value, read by its index (`class` → `1xx` … `5xx`).
+    by: Option<(&'static str, &'static [&'static str])>,
+    read: Read,
+}
+
+/// Where a family's values are, and so which labels its series have.
+#[derive(Clone, Copy)]
+enum Read {
+    /// The process's (no label; the index is the `by` value's).
+    Process(fn(&Scrape<'_>, usize) -> Value),
+    /// Always 1; its one label, named here, says it all.
+    Info(&'static str, fn(&Scrape<'_>) -> String),
+    /// Each worker's (`worker`).
+    Worker(fn(&WorkerCounters, usize) -> Value),
+    /// Each worker's clusters' (`worker`, `cluster`).
+    Cluster(fn(&ClusterCounters, usize) -> Value),
+    /// Each worker's backends' (`worker`, `cluster`, `backend`).
+    Backend(fn(&BackendCell, usize) -> Value),
+    /// A histogram of each route, summed over workers (`cluster`, `route`).
+    RouteLatency(fn(&RouteTimings) -> &Histogram),
+    /// Attempts per request of each cluster, summed over workers (`cluster`).
+    Attempts,
+    /// A histogram of each backend, summed over workers (`cluster`, `backend`).
+    BackendLatency(fn(&BackendStats) -> &Histogram),
+}
+
+/// One sample's value, as the plain exposition writes it.
+#[derive(Clone, Copy)]
+enum Value {
+    Count(u64),
+    /// Written with this many decimals.
+    Fixed(f64, usize),
+}
+
+const COUNTER: &str = "counter";
+const GAUGE: &str = "gauge";
+const HISTOGRAM: &str = "histogram";
+const CLASSES: &[&str] = &["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Every family, in the order of the exposition (dashboards and the README's sample follow it).
+#[rustfmt::skip]
+const FAMILIES: &[Family] = &[
+    Family::new("duet_build_info", GAUGE,
+        "Always 1; the labels say which duet this is.",
+        Read::Info("version", |_| env!("CARGO_PKG_VERSION").to_owned())),
+    Family::new("duet_process_start_time_seconds", GAUGE,
+        "When the process started, in seconds since the Unix epoch.",
+        Read::Process(|s, _| Value::Fixed(s.process.started_unix_seconds, 3))),
+    Family::new("duet_config_reloads_total", COUNTER,
+        "Configuration reloads (SIGHUP), by result; a failed one leaves the running configuration in place.",
+        Read::Process(|s, i| nth(&[&s.process.reloads_succeeded, &s.process.reloads_failed], i)))
+        .by("result", &["success", "failure"]),
+    Family::new("duet_config_last_reload_successful", GAUGE,
+        "1 if the last reload (or the start) applied its configuration file, 0 if it was refused.",
+        Read::Process(|s, _| Value::Count(u64::from(s.process.last_reload_ok.load(Relaxed))))),
+    Family::new("duet_config_last_applied_timestamp_seconds", GAUGE,
+        "When the running configuration was applied, in seconds since the Unix epoch.",
+        Read::Process(|s, _| Value::Fixed(f64::from_bits(s.process.last_applied_bits.load(Relaxed)), 3))),
+    Family::new("duet_config_info", GAUGE,
+        "Always 1; `hash` is the FNV-1a (64-bit, hex) of the running configuration file's bytes.",
+        Read::Info("hash", |s| format!("{:016x}", s.process.config_hash.load(Relaxed)))),
+    Family::new("duet_connections_total", COUNTER,
+        "Client connections accepted.",
+        Read::Worker(|w, _| count(&w.connections))),
+    Family::new("duet_connections_active", GAUGE,
+        "Client connections open, parked ones included.",
+        Read::Worker(|w, _| count(&w.active))),
+    Family::new("duet_connections_parked", GAUGE,
+        "Idle keep-alive client connections parked, waiting for their next request (counted in duet_connections_active too).",
+        Read::Worker(|w, _| count(&w.parked))),
+    Family::new("duet_connections_parked_total", COUNTER,
+        "Times an idle keep-alive client connection was parked.",
+        Read::Worker(|w, _| count(&w.parks))),
+    Family::new("duet_connections_at_capacity_total", COUNTER,
+        "Times a worker held max_connections and stopped accepting until one closed.",
+        Read::Worker(|w, _| count(&w.at_capacity))),
+    Family::new("duet_send_timeouts_total", COUNTER,
+        "Client connections closed because the client read nothing for limits.send_timeout.",
+        Read::Worker(|w, _| count(&w.send_timeout))),
+    Family::new("duet_rejected_requests_total", COUNTER,
+        "Requests refused before routing, by reason.",
+        Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
+        .by("reason", &["no_route", "uri_too_long", "head_too_large", "malformed", "header_timeout"]),
+    Family::new("duet_dns_unresolved_names", GAUGE,
+        "Backend host names that resolve to no address right now.",
+        Read::Process(|s, _| count(&s.discovery.unresolved))),
+    Family::new("duet_dns_resolution_failures_total", COUNTER,
+        "Backend host name lookups that failed.",
+        Read::Process(|s, _| count(&s.discovery.failures))),
+    Family::new("duet_responses_total", COUNTER,
+        "Responses sent to clients, by cluster and status class.",
+        Read::Cluster(|c, i| nth(&c.responses, i)))
+        .by("class", CLASSES),
+    Family::new("duet_response_body_bytes_total", COUNTER,
+        "Response body bytes passed from the cluster's backends to clients.",
+        Read::Cluster(|c, _| count(&c.bytes_sent))),
+    Family::new("duet_request_body_bytes_total", COUNTER,
+        "Request body bytes read from clients for the cluster's backends.",
+        Read::Cluster(|c, _| count(&c.bytes_received))),
+    Family::new("duet_retries_total", COUNTER,
+        "Attempts retried on another backend.",
+        Read::Cluster(|c, _| count(&c.retries))),
+    Family::new("duet_read_timeouts_total", COUNTER,
+        "Response bodies cut because the backend sent nothing for timeouts.read.",
+        Read::Cluster(|c, _| count(&c.read_timeouts))),
+    Family::new("duet_upstream_stale_resends_total", COUNTER,
+        "Requests sent again because the backend had closed the pooled connection they went out on.",
+        Read::Cluster(|c, _| count(&c.stale_resends))),
+    Family::new("duet_ejections_total", COUNTER,
+        "Backends ejected by outlier detection.",
+        Read::Cluster(|c, _| count(&c.ejections))),
+    Family::new("duet_request_duration_seconds", HISTOGRAM,
+        "From a request's arrival to the end of its response (all attempts): the client's view.",
+        Read::RouteLatency(|r| &r.request_duration)),
+    Family::new("duet_response_head_seconds", HISTOGRAM,
+        "From a request's arrival to a backend's response head (retries included).",
+        Read::RouteLatency(|r| &r.response_head)),
+    Family::new("duet_request_attempts", HISTOGRAM,
+        "Attempts per request sent to a backend (1: not retried).",
+        Read::Attempts),
+    Family::new("duet_upstream_header_seconds", HISTOGRAM,
+        "From an attempt's start to the backend's response head, per backend.",
+        Read::BackendLatency(|b| &b.header_time)),
+    Family::new("duet_backend_picks_total", COUNTER,
+        "Times each worker's balancer picked the backend.",
+        Read::Backend(|b, _| Value::Count(b.load.picks()))),
+    Family::new("duet_backend_in_flight", GAUGE,
+        "Requests in flight to the backend from each worker.",
+        Read::Backend(|b, _| Value::Count(b.load.in_flight()))),
+    Family::new("duet_backend_rtt_estimate_seconds", GAUGE,
+        "Each worker's PeakEWMA latency estimate of the backend.",
+        Read::Backend(|b, _| Value::Fixed(b.load.rtt_estimate().as_secs_f64(), 6))),
+    Family::new("duet_backend_responses_total", COUNTER,
+        "Response heads each worker got from the backend, by status class.",
+        Read::Backend(|b, i| nth(&b.stats.responses, i)))
+        .by("class", CLASSES),
+    Family::new("duet_backend_failures_total", COUNTER,
+        "Attempts to the backend that failed, by kind: connect, timeout (no response head in time), protocol (closed or not HTTP), body_reset, body_timeout, local (duet's own resources; never held against the backend).",
+        Read::Backend(|b, i| nth(&b.stats.failures, i)))
+        .by("kind", &BackendFailure::LABELS),
+    Family::new("duet_backend_ejections_total", COUNTER,
+        "Times each worker's outlier detection (or a Retry-After) ejected the backend.",
+        Read::Backend(|b, _| count(&b.stats.ejections))),
+    Family::new("duet_backend_eligibility_changes_total", COUNTER,
+        "Times the backend became pickable (to=\"eligible\": re-admitted, checks passing) or stopped being (to=\"ineligible\": checks failing, ejected), per worker.",
+        Read::Backend(|b, i| nth(&[&b.stats.admitted, &b.stats.removed], i)))
+        .by("to", &["eligible", "ineligible"]),
+    Family::new("duet_backend_eligible", GAUGE,
+        "1 if the worker may pick the backend (healthy, not ejected).",
+        Read::Backend(|b, _| Value::Count(u64::from(b.load.is_eligible())))),
+];
+
+fn count(cell: &AtomicU64) -> Value {
+    Value::Count(cell.load(Relaxed))
+}
+
+/// The `index`th of `cells`: the `by` label's values and the cells are listed in the same order.
+fn nth<C: Borrow<AtomicU64>>(cells: &[C], index: usize) -> Value {
+    Value::Count(
+        cells
+            .get(index)
+            .map_or(0, |cell| cell.borrow().load(Relaxed)),
+    )
+}
+
+// === impl Registry ===
+
+impl Registry {
+    /// The Prometheus text exposition of every worker's cells.
+    pub fn render_prometheus(&self) -> String {
+        self.render_families(false)
+    }
+
+    /// Like [`render_prometheus`](Self::render_prometheus) with the `worker` label summed away:
+    /// one series per cluster and backend whatever the worker count (`/metrics?aggregate=worker`), for
+    /// setups with many backends. Gauges are summed too: `duet_backend_eligible` then counts the
+    /// workers that may pick the backend. Each sum adds the values as `/metrics` writes them, so it is
+    /// to the digit what `sum without (worker)` over `/metrics` gives.
+    pub fn render_prometheus_aggregated(&self) -> String {
+        self.render_families(true)
+    }
+
+    fn render_families(&self, aggregate: bool) -> String {
+        let discovery = self.discovery();
+        self.inspect(|workers, process, _| {
+            let scrape = Scrape {
+                workers,
+                process,
+                discovery,
+            };
+            let mut out = String::new();
+            for family in FAMILIES {
+                family.render(&scrape, aggregate, &mut out);
+            }
+            out
+        })
+    }
+}
+
+/// The cells one scrape reads, under the registry's lock.
+struct Scrape<'a> {
+    workers: &'a BTreeMap<usize, WorkerEntry>,
+    process: &'a ProcessState,
+    discovery: &'a DiscoveryCounters,
+}
+
+impl<'a> Scrape<'a> {
+    fn clusters(&self) -> impl Iterator<Item = (usize, &'a ClusterCells)> {
+        self.workers
+            .iter()
+            .flat_map(|(w, e)| e.clusters.iter().map(move |c| (*w, c)))
+    }
+
+    fn backends(&self) -> impl Iterator<Item = (usize, &'a ClusterCells, &'a BackendCell)> {
+        self.clusters()
+            .flat_map(|(w, c)| c.backends.iter().map(move |b| (w, c, b)))
+    }
+}
+
+// === impl Family ===
+
+impl Family {
+    const fn new(name: &'static str, kind: &'static str, help: &'static str, read: Read) -> Self {
+        Self {
+            name,
+            kind,
+            help,
+            by: None,
+            read,
+        }
+    }
+
+    const fn by(mut self, label: &'static str, values: &'static [&'static str]) -> Self {
+        self.by = Some((label, values));
+        self
+    }
+
+    fn render(&self, scrape: &Scrape<'_>, aggregate: bool, out: &mut String) {
+        let name = self.name;
+        let _ = writeln!(
+            out,
+            "# HELP {name} {}\n# TYPE {name} {}",
+            self.help, self.kind
+        );
+        match self.read {
+            Read::RouteLatency(cell) => write_summed::<Summed, _>(
+                out,
+                name,
+                scrape.clusters().flat_map(|(_, c)| {
+                    c.routes
+                        .iter()
+                        .map(move |r| (Labels::route(&c.name, &r.route), cell(r)))
+                }),
+            ),
+            Read::Attempts => write_summed::<SummedAttempts, _>(
+                out,
+                name,
+                scrape
+                    .clusters()
+                    .map(|(_, c)| (Labels::cluster(&c.name), &c.counters.attempts)),
+            ),
+            Read::BackendLatency(cell) => write_summed::<Summed, _>(
+                out,
+                name,
+                scrape
+                    .backends()
+                    .map(|(_, c, b)| (Labels::backend(&c.name, b.address), cell(&b.stats))),
+            ),
+            Read::Worker(_) | Read::Cluster(_) | Read::Backend(_) if aggregate => {
+                let mut sums = WorkerSums::default();
+                self.samples(scrape, &mut |labels, value| sums.add(labels, value));
+                sums.write(out, name);
+            }
+            _ => self.samples(scrape, &mut |labels, value| {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }),
+        }
+    }
+
+    /// Every series of a family read from counters and gauges, in exposition order: worker, then
+    /// cluster, then backend, then the `by` label's values.
+    fn samples<'a>(&self, scrape: &Scrape<'a>, emit: &mut dyn FnMut(Labels<'a>, Value)) {
+        match self.read {
+            Read::Process(read) => self.series(Labels::default(), |i| read(scrape, i), emit),
+            Read::Info(label, read) => {
+                let labels = Labels {
+                    by: Some((label, Cow::Owned(read(scrape)))),
+                    ..Labels::default()
+                };
+                emit(labels, Value::Count(1));
+            }
+            Read::Worker(read) => {
+                for (w, entry) in scrape.workers {
+                    self.series(Labels::worker(*w), |i| read(&entry.counters, i), emit);
+                }
+            }
+            Read::Cluster(read) => {
+                for (w, c) in scrape.clusters() {
+                    let labels = Labels::worker(w).with_cluster(&c.name);
+                    self.series(labels, |i| read(&c.counters, i), emit);
+                }
+            }
+            Read::Backend(read) => {
+                for (w, c, b) in scrape.backends() {
+                    let labels = Labels::worker(w).with_backend(&c.name, b.address);
+                    self.series(labels, |i| read(b, i), emit);
+                }
+            }
+            Read::RouteLatency(_) | Read::Attempts | Read::BackendLatency(_) => {}
+        }
+    }
+
+    /// One series with `labels`, or one per value of the `by` label.
+    fn series<'a>(
+        &self,
+        labels: Labels<'a>,
+        read: impl Fn(usize) -> Value,
+        emit: &mut dyn FnMut(Labels<'a>, Value),
+    ) {
+        let Some((label, values)) = self.by else {
+            return emit(labels, read(0));
+        };
+        for (i, value) in values.iter().enumerate() {
+            let labels = Labels {
+                by: Some((label, Cow::Borrowed(value))),
+                ..labels.clone()
+            };
+            emit(labels, read(i));
+        }
+    }
+}
+
+/// Adds up each series' cells over workers and writes the sums in label order.
+fn write_summed<'a, S: Sum, I>(out: &mut String, name: &str, cells: I)
+where
+    I: Iterator<Item = (Labels<'a>, &'a S::Cell)>,
+    S::Cell: 'a,
+{
+    let mut summed: BTreeMap<Labels<'a>, S> = BTreeMap::new();
+    for (labels, cell) in cells {
+        summed.entry(labels).or_default().add(cell);
+    }
+    for (labels, sum) in &summed {
+        sum.write(out, name, &labels.inner().to_string());
+    }
+}
+
+/// A family's samples with the `worker` label summed away, in the order each series first appeared.
+#[derive(Default)]
+struct WorkerSums<'a> {
+    sums: Vec<(Labels<'a>, f64)>,
+    /// Where each series is in `sums`: the option exists for thousands of backends, so no scan per
+    /// sample.
+    position: HashMap<Labels<'a>, usize>,
+}
+
+impl<'a> WorkerSums<'a> {
+    fn add(&mut self, labels: Labels<'a>, value: Value) {
+        let labels = Labels {
+            worker: None,
+            ..labels
+        };
+        let value = value.as_written();
+        match self.position.get(&labels) {
+            Some(&at) => self.sums[at].1 += value,
+            None => {
+                self.position.insert(labels.clone(), self.sums.len());
+                self.sums.push((labels, value));
+            }
+        }
+    }
+
+    fn write(&self, out: &mut String, name: &str) {
+        for (labels, sum) in &self.sums {
+            let _ = writeln!(out, "{name}{labels} {sum}");
+        }
+    }
+}
+
+// === impl Value ===
+
+impl Value {
+    /// The value as `/metrics` writes it, so that a sum over workers is the sum of what a scraper
+    /// of `/metrics` would add up (Prometheus's own numbers are `f64` too).
+    fn as_written(self) -> f64 {
+        match self {
+            Value::Count(n) => n as f64,
+            Value::Fixed(..) => self.to_string().parse().unwrap_or(0.0),
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Value::Count(n) => write!(f, "{n}"),
+            Value::Fixed(value, decimals) => write!(f, "{value:.decimals$}"),
+        }
+    }
+}
+
+/// A series' labels, written in this order; `None`s are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Labels<'a> {
+    worker: Option<usize>,
+    cluster: Option<&'a str>,
+    route: Option<&'a str>,
+    backend: Option<SocketAddr>,
+    by: Option<(&'static str, Cow<'a, str>)>,
+}
+
+impl<'a> Labels<'a> {
+    fn worker(worker: usize) -> Self {
+        Self {
+            worker: Some(worker),
+            ..Self::default()
+        }
+    }
+
+    fn cluster(cluster: &'a str) -> Self {
+        Self::default().with_cluster(cluster)
+    }
+
+    fn route(cluster: &'a str, route: &'a str) -> Self {
+        Self {
+            route: Some(route),
+            ..Self::cluster(cluster)
+        }
+    }
+
+    fn backend(cluster: &'a str, backend: SocketAddr) -> Self {
+        Self::default().with_backend(cluster, backend)
+    }
+
+    fn with_cluster(self, cluster: &'a str) -> Self {
+        Self {
+            cluster: Some(cluster),
+            ..self
+        }
+    }
+
+    fn with_backend(self, cluster: &'a str, backend: SocketAddr) -> Self {
+        Self {
+            backend: Some(backend),
+            ..self.with_cluster(cluster)
+        }
+    }
+
+    /// The labels without their braces (histograms add `le`).
+    fn inner(&self) -> impl fmt::Display + '_ {
+        Inner(self)
+    }
+}
+
+/// [`Labels`] without braces.
+struct Inner<'l, 'a>(&'l Labels<'a>);
+
+impl fmt::Display for Inner<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let labels = self.0;
+        let mut separator = "";
+        let mut label = |f: &mut fmt::Formatter<'_>, name: &str, value: &dyn fmt::Display| {
+            let written = write!(f, "{separator}{name}=\"{value}\"");
+            separator = ",";
+            written
+        };
+        if let Some(worker) = labels.worker {
+            label(f, "worker", &worker)?;
+        }
+        if let Some(cluster) = labels.cluster {
+            label(f, "cluster", &LabelValue(cluster))?;
+        }
+        if let Some(route) = labels.route {
+            label(f, "route", &LabelValue(route))?;
+        }
+        if let Some(backend) = labels.backend {
+            label(f, "backend", &backend)?;
+        }
+        if let Some((name, value)) = &labels.by {
+            label(f, name, &LabelValue(value))?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Labels<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Labels::default() {
+            return Ok(());
+        }
+        write!(f, "{{{}}}", self.inner())
+    }
+}
+
+/// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
+/// (a cluster's name is any YAML string).
+struct LabelValue<'a>(&'a str);
+
+impl fmt::Display for LabelValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
