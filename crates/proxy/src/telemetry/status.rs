@@ -555,7 +555,7 @@ fn escape(text: &str) -> String {
 mod golden_tests {
     use super::*;
     use crate::{
-        metrics::fixture::{check, fixture},
+        telemetry::metrics::fixture::{check, fixture},
         view::ResolvedNames,
     };
     use duet_testbed::config::DuetConfig;
