@@ -89,7 +89,8 @@ pub struct Route {
     pub name: String,
     /// Host to match (port ignored, case-insensitive); `None` matches any host.
     pub host: Option<HostPattern>,
-    /// Path prefix to match; `/` matches every path.
+    /// Path prefix to match; `/` matches every path. Written normalised, as duet makes request
+    /// paths before matching: no dot segments, no `//`, no percent-encoded unreserved characters.
     pub path_prefix: String,
     /// Index into [`Config::clusters`].
     pub cluster: usize,
@@ -118,7 +119,7 @@ pub mod http_method {
 /// `api.example.com` (exact) or `*.example.com` (any subdomain, not the apex).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostPattern {
-    /// The host, lowercased.
+    /// The host, lowercased, without a trailing dot (an IPv6 address without its brackets).
     Exact(String),
     /// The suffix after the `*`, lowercased, starting with a dot.
     Wildcard(String),
@@ -225,7 +226,8 @@ pub struct OutlierDetection {
     pub consecutive_failures: u32,
     /// First ejection time; doubled for each further ejection in a row. Default 10 s.
     pub base_ejection_time: Duration,
-    /// Cap on the ejection time. Default 300 s.
+    /// Cap on the ejection time. Default 300 s; below `base_ejection_time` (0 included), every
+    /// ejection lasts `base_ejection_time`.
     pub max_ejection_time: Duration,
     /// Never eject more than this fraction of the cluster. Default 0.5.
     pub max_ejection_fraction: f64,
@@ -318,7 +320,7 @@ pub struct Timeouts {
     /// How long an idle pooled connection is kept. Default 4 s: below the 5 s keep-alive of Node.js,
     /// uvicorn and Apache httpd (the shortest common backend defaults), so duet closes an idle
     /// connection before its backend does and a request rarely meets the backend's close; reopening
-    /// after 4 s of quiet costs one handshake on the local network.
+    /// after 4 s of quiet costs one handshake on the local network. 0: no connection is reused.
     pub idle: Duration,
     /// Longest wait between two reads of a response body; past it the client connection is closed and
     /// the backend gets an outlier failure. Default 60 s (nginx's `proxy_read_timeout`).
