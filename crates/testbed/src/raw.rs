@@ -67,28 +67,59 @@ pub fn read_head(stream: &mut impl Read) -> io::Result<String> {
 pub fn read_response(stream: &mut impl Read, pending: &mut Vec<u8>) -> io::Result<RawResponse> {
     let mut buffer = [0u8; 4096];
     loop {
-        if let Some(end) = head_end(pending) {
-            let head = String::from_utf8_lossy(&pending[..end]).into_owned();
-            let length = content_length(&head).unwrap_or(0);
-            if pending.len() >= end + length {
-                let body = pending[end..end + length].to_vec();
-                pending.drain(..end + length);
-                return Ok(RawResponse { head, body });
-            }
+        if let Some(response) = take_response(pending) {
+            return Ok(response);
         }
         let n = stream.read(&mut buffer)?;
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "closed after {} bytes of a response: {:?}",
-                    pending.len(),
-                    String::from_utf8_lossy(pending)
-                ),
-            ));
+            return Err(cut_short(pending));
         }
         pending.extend_from_slice(&buffer[..n]);
     }
+}
+
+/// [`read_response`] on a tokio stream, for tests inside a runtime; bound it with
+/// `tokio::time::timeout`.
+pub async fn read_response_async(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    pending: &mut Vec<u8>,
+) -> io::Result<RawResponse> {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(response) = take_response(pending) {
+            return Ok(response);
+        }
+        let n = stream.read(&mut buffer).await?;
+        if n == 0 {
+            return Err(cut_short(pending));
+        }
+        pending.extend_from_slice(&buffer[..n]);
+    }
+}
+
+/// The first response in `pending`, taken out of it, once it is all there.
+fn take_response(pending: &mut Vec<u8>) -> Option<RawResponse> {
+    let end = head_end(pending)?;
+    let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+    let length = content_length(&head).unwrap_or(0);
+    if pending.len() < end + length {
+        return None;
+    }
+    let body = pending[end..end + length].to_vec();
+    pending.drain(..end + length);
+    Some(RawResponse { head, body })
+}
+
+fn cut_short(pending: &[u8]) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!(
+            "closed after {} bytes of a response: {:?}",
+            pending.len(),
+            String::from_utf8_lossy(pending)
+        ),
+    )
 }
 
 /// Reads until the peer closes the connection or `limit` passes; what arrived, and whether the peer
@@ -146,5 +177,21 @@ mod tests {
         let cut = read_response(&mut stream, &mut pending).expect_err("cut");
         assert_eq!(cut.kind(), io::ErrorKind::UnexpectedEof);
         assert_eq!(content_length("HTTP/1.1 200 OK\r\n\r\n"), None);
+    }
+
+    #[tokio::test]
+    async fn the_async_reader_splits_the_same_way() {
+        let mut stream: &[u8] =
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcHTTP/1.1 404 x\r\n\r\n";
+        let mut pending = Vec::new();
+        let first = read_response_async(&mut stream, &mut pending)
+            .await
+            .expect("first");
+        assert_eq!((first.status(), first.body.as_slice()), (200, &b"abc"[..]));
+        let second = read_response_async(&mut stream, &mut pending)
+            .await
+            .expect("second");
+        assert_eq!(second.status(), 404);
+        assert!(pending.is_empty());
     }
 }
