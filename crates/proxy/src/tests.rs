@@ -131,6 +131,14 @@ async fn serve_without_resuming(
     }
 }
 
+/// Waits (up to 5 s, on the test's clock) until `condition` holds; fails saying `what` never happened.
+async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let limit = std::time::Duration::from_secs(5);
+    let held =
+        duet_testbed::wait::eventually_async(limit, || std::future::ready(condition())).await;
+    assert!(held, "{what}: not within {limit:?}");
+}
+
 /// One cluster `app` over `backends`, with `settings` (field, YAML value).
 fn cluster(backends: &[SocketAddr], policy: &str, settings: &[(&str, &str)]) -> String {
     DuetConfig::single(policy, backends)
@@ -244,11 +252,10 @@ async fn an_ejection_survives_a_reload_and_still_ends() {
         let config = Arc::new(duet_config::parse(&yaml, "test.yaml").expect("valid"));
         harness.proxy.reload(config, &ResolvedNames::new());
         assert!(!harness.eligible(ejected), "the ejection carried over");
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        assert!(
-            harness.eligible(ejected),
-            "and ended on time in the new table"
-        );
+        until("the ejection ends on time in the new table", || {
+            harness.eligible(ejected)
+        })
+        .await;
     })
     .await;
 }
@@ -516,7 +523,6 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
         let counters = harness.proxy.counters_handle();
         let gauge =
             |cell: &std::sync::atomic::AtomicU64| cell.load(std::sync::atomic::Ordering::Relaxed);
-        let settle = || tokio::time::sleep(std::time::Duration::from_millis(400));
 
         let mut first = tokio::net::TcpStream::connect(harness.address)
             .await
@@ -527,21 +533,18 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
         assert_eq!(exchange(&mut first).await, 200);
         assert_eq!(exchange(&mut second).await, 200);
         // Idle for twice `header_read_timeout / 2`: both parked, still open, and counted as such.
-        settle().await;
-        assert_eq!(parked(), 2);
+        until("both connections park", || parked() == 2).await;
         assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (2, 2));
 
         // The next request on the same TCP connection takes it out of the lot and is served.
         assert_eq!(exchange(&mut first).await, 200);
         assert_eq!(parked(), 1);
         assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (1, 2));
-        settle().await;
-        assert_eq!(parked(), 2, "parked again once idle");
+        until("parked again once idle", || parked() == 2).await;
 
         // A client that leaves a parked connection frees its slot.
         drop(second);
-        settle().await;
-        assert_eq!(parked(), 1);
+        until("the closed one leaves the lot", || parked() == 1).await;
         assert_eq!((gauge(&counters.parked), gauge(&counters.active)), (1, 1));
 
         // At the drain, the parked connections close (and nothing parks any more).
@@ -574,12 +577,20 @@ async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_an
             .expect("connect");
         assert_eq!(exchange(&mut idle).await, 200);
         assert_eq!(exchange(&mut asking).await, 200);
-        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let lot = || {
+            harness
+                .connections
+                .shared()
+                .parking_lot()
+                .map_or(0, crate::conn::parking::ParkingLot::len)
+        };
+        until("both connections park", || lot() == 2).await;
         // The drain begins just as `asking` sends its next request to its parked connection.
         asking
             .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
             .await
             .expect("request");
+        // Wall-clock: nothing shows the byte has reached the parked socket before the lot looks.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let _ = harness.shutdown.send(true);
         let handed_back = harness.connections.close_parked();
@@ -822,8 +833,10 @@ async fn an_upstream_connection_is_reused_warm_and_closed_after_the_idle_timeout
         assert_eq!(harness.proxy.pooled_connections("app"), Some(1));
         // Closed by duet once idle for 300 ms (the sweeper checks every 150 ms), not kept for the next
         // request to find expired.
-        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
-        assert_eq!(harness.proxy.pooled_connections("app"), Some(0));
+        until("the idle upstream connection is closed", || {
+            harness.proxy.pooled_connections("app") == Some(0)
+        })
+        .await;
         assert_eq!(harness.get("/").await.0, 200);
         assert_eq!(backend.connections(), 2, "a new one after the idle timeout");
 
@@ -844,6 +857,8 @@ async fn an_upstream_connection_is_reused_warm_and_closed_after_the_idle_timeout
         let response = sender.send_request(request).await.expect("response");
         drop(response);
         drop(sender);
+        // Wall-clock: the abandoned connection's close travels through the worker's tasks with
+        // nothing to wait on; what is asserted is that the next request does not reuse it.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert_eq!(harness.get("/").await.0, 200);
         assert_eq!(
