@@ -54,6 +54,7 @@ mod histogram;
 mod metrics;
 mod outlier;
 mod parking;
+mod path;
 mod request_body;
 mod request_id;
 mod stall;
