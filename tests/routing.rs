@@ -460,6 +460,7 @@ fn paths_a_backend_may_read_differently_are_refused() {
         "/public/;x/admin/users",
         "/public%2f..%2fadmin/users",
         "/public%5c..%5cadmin/users",
+        "/public\\..\\admin/users",
         "/public/%00/admin/users",
         "/public/%c0%ae%c0%ae/admin/users",
         "/public/%zz/admin/users",
