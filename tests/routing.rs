@@ -399,3 +399,125 @@ fn the_access_log_goes_to_its_file_and_sigusr1_reopens_it_after_a_rotation() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue #31: a path spelled differently from a route's prefix, but read by the backend as under it,
+/// is routed (and forwarded) as the backend reads it, never to a catch-all route in front of the app.
+#[test]
+fn a_path_is_routed_as_the_backend_decodes_it() {
+    let admin = Backend::start(BackendOptions::named("admin")).expect("admin");
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let config = DuetConfig::new()
+        .route(None, "/admin", "admin")
+        .route(None, "/", "app")
+        .cluster(Cluster::new("admin").backend(admin.address()))
+        .cluster(Cluster::new("app").backend(app.address()));
+    let duet = Duet::start(&config.to_yaml());
+    let send = |target: &str| {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5)).0
+    };
+    for (target, forwarded) in [
+        ("/%61dmin/users", "/admin/users"),
+        ("/adm%69n/users", "/admin/users"),
+        ("/ADM%69n/../%61dmin/users?q=%61", "/admin/users?q=%61"),
+        ("//admin/users", "/admin/users"),
+        ("/x/../admin", "/admin"),
+        ("/x//..//admin//users/", "/admin/users/"),
+        ("/%2e%2e/../x/%2E%2e/admin/users", ""),
+        ("/x/%2e%2e/admin/%c3%a9", "/admin/%C3%A9"),
+    ] {
+        let response = send(target);
+        if forwarded.is_empty() {
+            assert!(response.starts_with("HTTP/1.1 400"), "{target}: {response}");
+            continue;
+        }
+        assert!(response.starts_with("HTTP/1.1 200"), "{target}: {response}");
+        assert!(response.ends_with("admin"), "{target}: {response}");
+        let seen = admin.recorded().pop().expect("forwarded");
+        assert_eq!(seen.uri, forwarded, "{target}");
+    }
+    assert_eq!(app.requests(), 0, "nothing reached the catch-all route");
+}
+
+/// What some backends read as a separator or a dot segment (Tomcat's `;` path parameters, IIS's
+/// backslash, an encoded slash, NUL, an overlong UTF-8 dot) cannot be routed unambiguously: 400.
+#[test]
+fn paths_a_backend_may_read_differently_are_refused() {
+    let admin = Backend::start(BackendOptions::named("admin")).expect("admin");
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let config = DuetConfig::new()
+        .route(None, "/admin/", "admin")
+        .route(None, "/", "app")
+        .cluster(Cluster::new("admin").backend(admin.address()))
+        .cluster(Cluster::new("app").backend(app.address()));
+    let duet = Duet::start(&config.to_yaml());
+    let targets = [
+        "/..;/admin/users",
+        "/public/..;/admin/users",
+        "/public/.;/../admin/users",
+        "/public/%2e%2E;x=1/admin/users",
+        "/admin;x=1/users",
+        "/public/;x/admin/users",
+        "/public%2f..%2fadmin/users",
+        "/public%5c..%5cadmin/users",
+        "/public\\..\\admin/users",
+        "/public/%00/admin/users",
+        "/public/%c0%ae%c0%ae/admin/users",
+        "/public/%zz/admin/users",
+    ];
+    for target in targets {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 400"), "{target}: {response}");
+        assert!(response.ends_with("request path\n"), "{target}: {response}");
+    }
+    assert_eq!((admin.requests(), app.requests()), (0, 0));
+    let found = support::eventually(Duration::from_secs(5), || {
+        let lines = duet.log_lines();
+        let refused = |path: &str, outcome: &str| {
+            lines.iter().any(|l| {
+                l.contains(&format!(" path={path} "))
+                    && l.contains(" status=400 ")
+                    && l.contains(&format!(" outcome={outcome}"))
+            })
+        };
+        refused("/..;/admin/users", "ambiguous_path")
+            && refused("/public/%zz/admin/users", "invalid_path")
+    });
+    assert!(found, "{:#?}", duet.log_lines());
+    // A path parameter on the last segment (a session id) is no separator: it passes as sent.
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET /admin/page;jsessionid=A1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.ends_with("admin"), "{response}");
+    assert_eq!(
+        admin.recorded().pop().expect("forwarded").uri,
+        "/admin/page;jsessionid=A1"
+    );
+}
+
+/// `api.example.com.` is the same name as `api.example.com` (a fully qualified name, RFC 1034 §3.1).
+#[test]
+fn a_host_with_a_trailing_dot_routes_like_the_name_without_it() {
+    let api = Backend::start(BackendOptions::named("api")).expect("api");
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let config = DuetConfig::new()
+        .route(Some("api.example.com"), "/", "api")
+        .route(Some("*.example.org"), "/", "api")
+        .route(None, "/", "app")
+        .cluster(Cluster::new("api").backend(api.address()))
+        .cluster(Cluster::new("app").backend(app.address()));
+    let duet = Duet::start(&config.to_yaml());
+    for host in [
+        "api.example.com.",
+        "API.Example.Com.:8080",
+        "x.example.org.",
+    ] {
+        let request = format!("GET /x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.ends_with("api"), "{host}: {response}");
+    }
+    assert_eq!((api.requests(), app.requests()), (3, 0));
+}

@@ -17,8 +17,12 @@ pub enum ErrorKind {
     /// The request's Host is missing (HTTP/1.1), repeated, or not a valid authority; or its target
     /// carries userinfo (400).
     InvalidHost,
-    /// The request's path climbs above the root with `..` (400).
+    /// The request's path climbs above the root with `..`, or has a `%` without two hex digits (400).
     InvalidPath,
+    /// The request's path holds what common backends read differently (an encoded slash or backslash,
+    /// a backslash, NUL, escapes that are not UTF-8, `;` parameters before the last segment or on a dot
+    /// segment), so it cannot be routed as the backend will read it (400).
+    AmbiguousPath,
     /// The request's body uses a transfer coding duet does not decode (501).
     UnknownTransferCoding,
     /// The client stopped sending its request body for longer than `limits.body_read_timeout` (408).
@@ -80,6 +84,7 @@ impl ProxyError {
             ErrorKind::BadRequestBody => "bad_request_body",
             ErrorKind::InvalidHost => "invalid_host",
             ErrorKind::InvalidPath => "invalid_path",
+            ErrorKind::AmbiguousPath => "ambiguous_path",
             ErrorKind::UnknownTransferCoding => "unknown_transfer_coding",
             ErrorKind::BodyTimeout => "client_body_timeout",
             ErrorKind::NoEligibleBackend => "no_eligible_backend",
@@ -101,9 +106,10 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
-            ErrorKind::BadRequestBody | ErrorKind::InvalidHost | ErrorKind::InvalidPath => {
-                StatusCode::BAD_REQUEST
-            }
+            ErrorKind::BadRequestBody
+            | ErrorKind::InvalidHost
+            | ErrorKind::InvalidPath
+            | ErrorKind::AmbiguousPath => StatusCode::BAD_REQUEST,
             ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::NoEligibleBackend | ErrorKind::LocalResource => {
@@ -121,6 +127,7 @@ impl ProxyError {
             ErrorKind::BadRequestBody => "bad request body\n",
             ErrorKind::InvalidHost => "missing, repeated or invalid Host\n",
             ErrorKind::InvalidPath => "invalid request path\n",
+            ErrorKind::AmbiguousPath => "ambiguous request path\n",
             ErrorKind::UnknownTransferCoding => "transfer coding not implemented\n",
             ErrorKind::BodyTimeout => "request body not received in time\n",
             ErrorKind::NoEligibleBackend => "no backend available\n",

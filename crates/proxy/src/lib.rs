@@ -52,6 +52,7 @@ mod attempt;
 mod backend;
 mod telemetry;
 
+mod path;
 mod error;
 mod headers;
 mod peer;

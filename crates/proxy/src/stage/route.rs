@@ -7,20 +7,17 @@
 //!   target (`GET http://host/path`) names the host instead (§3.2.2): duet routes on it and sends it to
 //!   the backend as the Host. Only the configured routes decide where a request goes: duet is never an
 //!   open proxy.
-//! - **Path**: dot segments are removed before routing (RFC 3986 §5.2.4), `%2e` counting as `.`, and the
-//!   backend gets the normalised path, so `/public/../admin` is routed (and served) as `/admin`. A path
-//!   that climbs above the root is 400. Other percent-encodings are kept as sent: `%2f` never splits a
-//!   segment. Repeated slashes are kept (they are significant to some applications).
+//! - **Path**: normalised before routing (`path.rs`: unreserved escapes decoded, slashes merged, dot
+//!   segments resolved; what backends read differently is 400), and the backend gets the normalised
+//!   path, so `/public/../%61dmin` is routed (and served) as `/admin`. A trailing dot on the host names
+//!   the same host (`api.example.com.` routes as `api.example.com`).
 //! - `path_prefix` is a plain string prefix, as in nginx and Envoy: `/public` also matches `/publicity`;
 //!   write `/public/` to require a segment boundary.
 
 use crate::error::{ErrorKind, ProxyError};
+use crate::path;
 use duet_config::{HostPattern, Route};
-use http::{
-    header,
-    uri::{self, PathAndQuery},
-    HeaderValue, Request, Uri, Version,
-};
+use http::{header, HeaderValue, Request, Uri, Version};
 
 /// Where routing sent a request.
 #[derive(Debug)]
@@ -44,7 +41,7 @@ pub(crate) fn route<'t, B>(
         return Err(ProxyError::new(ErrorKind::UriTooLong));
     }
     let host = request_host(request).map_err(ProxyError::new)?;
-    normalise_path(request.uri_mut()).map_err(ProxyError::new)?;
+    path::normalise_uri(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
     let path = request.uri().path();
     let (index, route) = routes
@@ -117,76 +114,6 @@ fn valid_authority(text: &[u8]) -> bool {
     host_ok && port_ok
 }
 
-/// Removes dot segments (RFC 3986 §5.2.4, `%2e` counting as `.`) from the path, in place. Paths
-/// without any are left alone (the common case costs one scan). A path above the root is an error.
-fn normalise_path(uri: &mut Uri) -> Result<(), ErrorKind> {
-    let Some(path_and_query) = uri.path_and_query() else {
-        return Ok(());
-    };
-    let path = path_and_query.path();
-    if !path.starts_with('/') || !has_dot_segment(path) {
-        return Ok(());
-    }
-    let mut out: Vec<&str> = Vec::new();
-    let segments: Vec<&str> = path[1..].split('/').collect();
-    let last = segments.len() - 1;
-    for (i, segment) in segments.iter().enumerate() {
-        match dot_segment(segment) {
-            Some(1) if i == last => out.push(""),
-            Some(1) => {}
-            Some(_) => {
-                out.pop().ok_or(ErrorKind::InvalidPath)?;
-                if i == last {
-                    out.push("");
-                }
-            }
-            None => out.push(segment),
-        }
-    }
-    let mut normalised = String::with_capacity(path_and_query.as_str().len());
-    for segment in &out {
-        normalised.push('/');
-        normalised.push_str(segment);
-    }
-    if normalised.is_empty() {
-        normalised.push('/');
-    }
-    if let Some(query) = path_and_query.query() {
-        normalised.push('?');
-        normalised.push_str(query);
-    }
-    let mut parts = uri::Parts::from(std::mem::take(uri));
-    parts.path_and_query =
-        Some(PathAndQuery::try_from(normalised).map_err(|_| ErrorKind::InvalidPath)?);
-    *uri = Uri::from_parts(parts).map_err(|_| ErrorKind::InvalidPath)?;
-    Ok(())
-}
-
-fn has_dot_segment(path: &str) -> bool {
-    // Most paths hold neither `.` nor `%`, and one byte scan tells so; only the others are split.
-    path.bytes().any(|b| b == b'.' || b == b'%')
-        && path.split('/').any(|s| dot_segment(s).is_some())
-}
-
-/// 1 for `.`, 2 for `..` (each dot possibly written `%2e`), `None` for any other segment.
-fn dot_segment(segment: &str) -> Option<usize> {
-    let bytes = segment.as_bytes();
-    if bytes.is_empty() || bytes.len() > 6 {
-        return None;
-    }
-    let mut dots = 0;
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        rest = match rest {
-            [b'.', tail @ ..] => tail,
-            [b'%', b'2', b'e' | b'E', tail @ ..] => tail,
-            _ => return None,
-        };
-        dots += 1;
-    }
-    (dots <= 2).then_some(dots)
-}
-
 /// Whether a request for `host` (may carry a port) and `path` matches `route`.
 pub(crate) fn matches(route: &Route, host: Option<&str>, path: &str) -> bool {
     let host_ok = match (&route.host, host) {
@@ -199,7 +126,7 @@ pub(crate) fn matches(route: &Route, host: Option<&str>, path: &str) -> bool {
 
 /// `pattern` against `host`, ignoring a port and ASCII case.
 pub(crate) fn host_matches(pattern: &HostPattern, host: &str) -> bool {
-    let host = strip_port(host);
+    let host = path::without_root_dot(strip_port(host));
     match pattern {
         HostPattern::Exact(exact) => host.eq_ignore_ascii_case(exact),
         HostPattern::Wildcard(suffix) => {
@@ -245,6 +172,8 @@ mod tests {
         assert!(!host_matches(&wild, "example.com"));
         assert!(!host_matches(&wild, "badexample.com"));
         assert!(host_matches(&HostPattern::Exact("::1".into()), "[::1]:80"));
+        assert!(host_matches(&exact, "api.example.com.:80"));
+        assert!(host_matches(&wild, "a.example.com."));
     }
 
     fn routes() -> Vec<Route> {
@@ -261,34 +190,6 @@ mod tests {
         route(routes, 64, &mut request)
             .map(|r| r.route.cluster)
             .map_err(|e| e.kind())
-    }
-
-    fn normalised(path: &str) -> Result<String, ErrorKind> {
-        let mut uri: Uri = path.parse().expect("uri");
-        normalise_path(&mut uri)?;
-        Ok(uri.to_string())
-    }
-
-    #[test]
-    fn dot_segments_are_removed() {
-        for (path, expected) in [
-            ("/a/b", "/a/b"),
-            ("/public/../admin/x", "/admin/x"),
-            ("/public/%2e%2e/admin/x", "/admin/x"),
-            ("/public/%2E./admin", "/admin"),
-            ("/a/./b/.", "/a/b/"),
-            ("/a/b/..", "/a/"),
-            ("/a/..", "/"),
-            ("/a/%2f../b", "/a/%2f../b"),
-            ("/a/..%2f/b", "/a/..%2f/b"),
-            ("/a/.../b", "/a/.../b"),
-            ("/a//../b", "/a/b"),
-            ("/p/../q?x=/../y", "/q?x=/../y"),
-        ] {
-            assert_eq!(normalised(path).as_deref(), Ok(expected), "{path}");
-        }
-        assert_eq!(normalised("/../etc/passwd"), Err(ErrorKind::InvalidPath));
-        assert_eq!(normalised("/a/../../b"), Err(ErrorKind::InvalidPath));
     }
 
     #[test]
