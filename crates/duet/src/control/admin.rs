@@ -16,7 +16,8 @@ use std::{
     time::Duration,
 };
 use tokio::{
-    net::{TcpListener, TcpStream},
+    io::{AsyncRead, AsyncWrite},
+    net::TcpListener,
     sync::watch,
     task::AbortHandle,
 };
@@ -179,7 +180,11 @@ async fn serve_with(
             open: open.clone(),
             id,
         };
-        let task = tokio::task::spawn_local(connection(stream, state.clone(), limits, guard));
+        let state = state.clone();
+        let task = tokio::task::spawn_local(async move {
+            let _forget = guard;
+            connection(stream, state, limits).await;
+        });
         open.borrow_mut().tasks.insert(id, task.abort_handle());
     }
 }
@@ -195,8 +200,11 @@ async fn take_readings(state: Rc<State>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// Serves one connection within `limits`; `_open` forgets it when it ends, however it ends.
-async fn connection(stream: TcpStream, state: Rc<State>, limits: Limits, _open: Forget) {
+/// Serves one connection within `limits`.
+async fn connection<S>(stream: S, state: Rc<State>, limits: Limits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let service = service_fn(move |request: Request<Incoming>| {
         let (status, content_type, body) = route(&state, &request);
         let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -242,7 +250,7 @@ impl Open {
     }
 }
 
-/// Removes its connection from [`Open`] when the connection's task ends or is aborted.
+/// Removes its connection from [`Open`] when the connection's task ends or is aborted (which drops it).
 struct Forget {
     open: Rc<RefCell<Open>>,
     id: u64,
@@ -289,75 +297,4 @@ fn status_format<B>(request: &hyper::Request<B>) -> StatusFormat {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::SocketAddr;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
-
-    /// Serves the admin endpoints with `limits` on a loopback port, on the test's `LocalSet`.
-    async fn start(limits: Limits) -> (SocketAddr, watch::Sender<bool>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let address = listener.local_addr().expect("address");
-        let (stop, shutdown) = watch::channel(false);
-        let state = Rc::new(State {
-            registry: Registry::new(),
-            health: watch::channel(Arc::new(HealthView::default())).1,
-            window: RefCell::new(StatusWindow::new()),
-        });
-        tokio::task::spawn_local(serve_with(listener, state, limits, shutdown));
-        (address, stop)
-    }
-
-    async fn exchange(stream: &mut TcpStream, request: &[u8]) -> String {
-        stream.write_all(request).await.expect("write");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.expect("read");
-        answer
-    }
-
-    #[tokio::test]
-    async fn at_the_cap_a_new_connection_closes_the_oldest_and_is_answered() {
-        let limits = Limits {
-            connections: 2,
-            header_timeout: Duration::from_secs(60),
-            lifetime: Duration::from_secs(60),
-        };
-        tokio::task::LocalSet::new()
-            .run_until(async {
-                let (address, _stop) = start(limits).await;
-                let mut oldest = TcpStream::connect(address).await.expect("connect");
-                let mut second = TcpStream::connect(address).await.expect("connect");
-                let mut probe = TcpStream::connect(address).await.expect("connect");
-                let answer = exchange(&mut probe, HEALTHZ).await;
-                assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-                assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
-                let mut byte = [0; 1];
-                assert_eq!(oldest.read(&mut byte).await.expect("read"), 0, "closed");
-                let answer = exchange(&mut second, HEALTHZ).await;
-                assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-            })
-            .await;
-    }
-
-    #[tokio::test]
-    async fn unknown_paths_list_the_routes() {
-        tokio::task::LocalSet::new()
-            .run_until(async {
-                let (address, _stop) = start(Limits::default()).await;
-                let mut client = TcpStream::connect(address).await.expect("connect");
-                let answer = exchange(
-                    &mut client,
-                    b"GET /nowhere HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n",
-                )
-                .await;
-                assert!(answer.starts_with("HTTP/1.1 404 Not Found\r\n"), "{answer}");
-                assert!(
-                    answer.ends_with("\r\n\r\ntry /metrics, /status, /healthz or /ready\n"),
-                    "{answer}"
-                );
-            })
-            .await;
-    }
-}
+mod tests;
