@@ -645,4 +645,31 @@ mod golden_tests {
             &registry.render_prometheus_aggregated(),
         );
     }
+
+    #[test]
+    fn before_any_worker_starts_both_expositions_are_every_header_and_the_process_samples() {
+        let registry = super::Registry::new();
+        let plain = registry.render_prometheus();
+        assert_eq!(plain, registry.render_prometheus_aggregated());
+        let samples: Vec<&str> = plain
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split([' ', '{']).next())
+            .collect();
+        assert_eq!(
+            samples,
+            [
+                "duet_build_info",
+                "duet_process_start_time_seconds",
+                "duet_config_reloads_total",
+                "duet_config_reloads_total",
+                "duet_config_last_reload_successful",
+                "duet_config_last_applied_timestamp_seconds",
+                "duet_config_info",
+                "duet_dns_unresolved_names",
+                "duet_dns_resolution_failures_total",
+            ]
+        );
+        assert_eq!(plain.matches("# TYPE ").count(), 34, "{plain}");
+    }
 }
