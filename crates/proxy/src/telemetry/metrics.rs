@@ -493,9 +493,10 @@ pub(crate) mod fixture {
 
     pub(crate) const WEIRD: &str = "we\"ird\\name\n<&>";
 
-    /// Two workers; `reloading`: worker 1 already has a third backend in `app`, listed before one it
-    /// shares with worker 0. Loads are returned so the in-flight guards live as long as the registry
-    /// is read.
+    /// Two workers with the same clusters (`idle` has no backend and no route); `reloading`: worker 1
+    /// already has a third backend in `app`, listed before one it shares with worker 0, and worker 2
+    /// has started but not published its cells yet. Loads are returned so the in-flight guards live as
+    /// long as the registry is read.
     pub(crate) fn fixture(reloading: bool) -> (Registry, Vec<Load>) {
         let registry = Registry {
             process: Arc::new(ProcessState {
@@ -519,7 +520,8 @@ pub(crate) mod fixture {
             load(777, 1, 0, true),
             load(250, 2, 0, false),
         ];
-        for worker in [1, 0] {
+        let workers: &[usize] = if reloading { &[1, 0, 2] } else { &[1, 0] };
+        for &worker in workers {
             let counters = registry.worker(worker);
             let seed = worker as u64 + 1;
             for (i, cell) in [
@@ -562,6 +564,7 @@ pub(crate) mod fixture {
                     &["*/w"],
                     vec![backend("[::1]:9000", 1, &l[2], 3)],
                 ),
+                cluster("idle", "p2c_inflight", 5, &[], Vec::new()),
             ],
         );
         registry.publish(
@@ -585,6 +588,7 @@ pub(crate) mod fixture {
                     &["*/w"],
                     vec![backend("[::1]:9000", 1, &l[6], 7)],
                 ),
+                cluster("idle", "p2c_inflight", 6, &[], Vec::new()),
             ],
         );
         (registry, loads)
@@ -640,5 +644,32 @@ mod golden_tests {
             include_str!("golden/metrics_aggregated.prom"),
             &registry.render_prometheus_aggregated(),
         );
+    }
+
+    #[test]
+    fn before_any_worker_starts_both_expositions_are_every_header_and_the_process_samples() {
+        let registry = super::Registry::new();
+        let plain = registry.render_prometheus();
+        assert_eq!(plain, registry.render_prometheus_aggregated());
+        let samples: Vec<&str> = plain
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split([' ', '{']).next())
+            .collect();
+        assert_eq!(
+            samples,
+            [
+                "duet_build_info",
+                "duet_process_start_time_seconds",
+                "duet_config_reloads_total",
+                "duet_config_reloads_total",
+                "duet_config_last_reload_successful",
+                "duet_config_last_applied_timestamp_seconds",
+                "duet_config_info",
+                "duet_dns_unresolved_names",
+                "duet_dns_resolution_failures_total",
+            ]
+        );
+        assert_eq!(plain.matches("# TYPE ").count(), 34, "{plain}");
     }
 }

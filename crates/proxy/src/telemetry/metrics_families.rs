@@ -303,7 +303,9 @@ impl Family {
                 sums.write(out, name);
             }
             _ => self.samples(scrape, &mut |labels, value| {
-                let _ = writeln!(out, "{name}{labels} {value}");
+                out.push_str(name);
+                labels.write(out);
+                let _ = writeln!(out, " {value}");
             }),
         }
     }
@@ -371,8 +373,11 @@ where
     for (labels, cell) in cells {
         summed.entry(labels).or_default().add(cell);
     }
+    let mut inner = String::new();
     for (labels, sum) in &summed {
-        sum.write(out, name, &labels.inner().to_string());
+        inner.clear();
+        labels.write_inner(&mut inner);
+        sum.write(out, name, &inner);
     }
 }
 
@@ -403,7 +408,9 @@ impl<'a> WorkerSums<'a> {
 
     fn write(&self, out: &mut String, name: &str) {
         for (labels, sum) in &self.sums {
-            let _ = writeln!(out, "{name}{labels} {sum}");
+            out.push_str(name);
+            labels.write(out);
+            let _ = writeln!(out, " {sum}");
         }
     }
 }
@@ -477,66 +484,60 @@ impl<'a> Labels<'a> {
         }
     }
 
-    /// The labels without their braces (histograms add `le`).
-    fn inner(&self) -> impl fmt::Display + '_ {
-        Inner(self)
+    /// Writes `{name="value",...}`, or nothing without labels.
+    fn write(&self, out: &mut String) {
+        if *self != Labels::default() {
+            out.push('{');
+            self.write_inner(out);
+            out.push('}');
+        }
     }
-}
 
-/// [`Labels`] without braces.
-struct Inner<'l, 'a>(&'l Labels<'a>);
-
-impl fmt::Display for Inner<'_, '_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let labels = self.0;
+    /// Writes the labels without their braces (histograms add `le`). Straight into `out` rather than
+    /// through `Display`: a scrape writes a line per sample, thousands of them with many backends.
+    fn write_inner(&self, out: &mut String) {
         let mut separator = "";
-        let mut label = |f: &mut fmt::Formatter<'_>, name: &str, value: &dyn fmt::Display| {
-            let written = write!(f, "{separator}{name}=\"{value}\"");
+        let mut open = |out: &mut String, name: &str| {
+            out.push_str(separator);
+            out.push_str(name);
+            out.push_str("=\"");
             separator = ",";
-            written
         };
-        if let Some(worker) = labels.worker {
-            label(f, "worker", &worker)?;
+        if let Some(worker) = self.worker {
+            open(out, "worker");
+            let _ = write!(out, "{worker}\"");
         }
-        if let Some(cluster) = labels.cluster {
-            label(f, "cluster", &LabelValue(cluster))?;
-        }
-        if let Some(route) = labels.route {
-            label(f, "route", &LabelValue(route))?;
-        }
-        if let Some(backend) = labels.backend {
-            label(f, "backend", &backend)?;
-        }
-        if let Some((name, value)) = &labels.by {
-            label(f, name, &LabelValue(value))?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Display for Labels<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if *self == Labels::default() {
-            return Ok(());
-        }
-        write!(f, "{{{}}}", self.inner())
-    }
-}
-
-/// A label value as the Prometheus text format wants it: backslash, double quote and line feed escaped
-/// (a cluster's name is any YAML string).
-struct LabelValue<'a>(&'a str);
-
-impl fmt::Display for LabelValue<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.chars() {
-            match c {
-                '\\' => f.write_str("\\\\")?,
-                '"' => f.write_str("\\\"")?,
-                '\n' => f.write_str("\\n")?,
-                c => f.write_char(c)?,
+        for (name, value) in [("cluster", self.cluster), ("route", self.route)] {
+            if let Some(value) = value {
+                open(out, name);
+                escape_into(out, value);
+                out.push('"');
             }
         }
-        Ok(())
+        if let Some(backend) = self.backend {
+            open(out, "backend");
+            let _ = write!(out, "{backend}\"");
+        }
+        if let Some((name, value)) = &self.by {
+            open(out, name);
+            escape_into(out, value);
+            out.push('"');
+        }
+    }
+}
+
+/// Appends a label value as the Prometheus text format wants it: backslash, double quote and line
+/// feed escaped (a cluster's name is any YAML string).
+fn escape_into(out: &mut String, value: &str) {
+    if !value.contains(['\\', '"', '\n']) {
+        return out.push_str(value);
+    }
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
     }
 }

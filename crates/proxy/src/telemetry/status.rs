@@ -616,7 +616,8 @@ mod golden_tests {
     #[test]
     fn mid_reload_the_text_page_adds_up_each_backend_by_address_as_json_and_html_do() {
         // Worker 1 lists 8003 second and 8002 third: 8002's row is worker 0's 8002 (3 picks, none in
-        // flight, ineligible, 1.234 ms) with worker 1's (1 pick, 0.777 ms), never worker 1's 8003.
+        // flight, ineligible, 1.234 ms) with worker 1's (1 pick, 0.777 ms), never worker 1's 8003; the
+        // estimate is averaged over those two, not over worker 2, which has no cells yet.
         let (registry, _loads) = fixture(true);
         let text = registry.render_status();
         let row = |address: &str| {
@@ -626,7 +627,7 @@ mod golden_tests {
         };
         assert_eq!(
             row("127.0.0.1:8002").as_deref(),
-            Some("  127.0.0.1:8002              3      1/2         0          4        1.0ms"),
+            Some("  127.0.0.1:8002              3      1/3         0          4        1.0ms"),
             "{text}"
         );
         assert_eq!(
