@@ -97,15 +97,16 @@ pub(crate) fn normalise(path: &str) -> Result<Cow<'_, str>, ErrorKind> {
 /// Whether `path` (starting with `/`) holds nothing normalisation could change or refuse: no `%`,
 /// `\` or `;`, and no `/` followed by `/` or `.`. Most paths are like this.
 fn is_normal(path: &str) -> bool {
-    let mut previous = 0;
-    for &byte in path.as_bytes() {
-        match byte {
-            b'%' | b'\\' | b';' => return false,
-            b'/' | b'.' if previous == b'/' => return false,
-            _ => previous = byte,
-        }
-    }
-    true
+    // Byte arithmetic, no early exit: without branches the compiler vectorises both scans.
+    let bytes = path.as_bytes();
+    let special = bytes.iter().fold(0, |found, &b| {
+        found | u8::from(b == b'%') | u8::from(b == b'\\') | u8::from(b == b';')
+    });
+    let next = bytes.get(1..).unwrap_or_default();
+    let after_slash = bytes.iter().zip(next).fold(0, |found, (&b, &n)| {
+        found | (u8::from(b == b'/') & (u8::from(n == b'/') | u8::from(n == b'.')))
+    });
+    (special | after_slash) == 0
 }
 
 /// `raw` (one segment, without slashes) with escapes of unreserved characters decoded and the others'
@@ -329,12 +330,16 @@ mod tests {
         String::from_utf8(out).expect("utf-8")
     }
 
-    /// Paths built from pieces that exercise every rule, reserved escapes included.
+    /// Paths built from pieces that exercise every rule, reserved escapes included; the pieces that get
+    /// a path refused are rarer, so that most paths are normalised.
     fn any_path() -> impl Strategy<Value = String> {
-        let piece = prop::sample::select(vec![
-            "a", "B", "~", "-_", ".", "..", "", "%2e", "%2E", "%61", "%7e", "%41", "x;y", ";",
-            "%3b", "%2f", "%5C", "\\", "%00", "%20", "%c3%a9", "%C0%AE", "%25", "%2", "%", "é",
+        let fine = prop::sample::select(vec![
+            "a", "B", "~", "-_", ".", "..", "", "%2e", "%2E", "%61", "%7e", "%41", "%3b", "%20",
+            "%c3%a9", "%25", "é", "x;y",
         ]);
+        let refused =
+            prop::sample::select(vec![";", "%2f", "%5C", "\\", "%00", "%C0%AE", "%2", "%"]);
+        let piece = prop_oneof![12 => fine, 1 => refused];
         let segment = prop::collection::vec(piece, 0..3).prop_map(|p| p.concat());
         prop::collection::vec(segment, 0..6).prop_map(|s| format!("/{}", s.join("/")))
     }
@@ -350,6 +355,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
         #[test]
         fn normalising_is_idempotent_and_leaves_nothing_to_normalise(path in any_path()) {
             if let Ok(once) = normalise(&path) {
