@@ -2,11 +2,11 @@
 //! what `Discover` cannot say (weights, eligibility).
 
 use crate::{
+    balancer::{Balance, PickStats},
     error::BoxError,
     future::ResponseFuture,
     guard::LoadGuard,
     load::LoadMetric,
-    service::{Balance, PickStats},
 };
 use std::{
     collections::VecDeque,
@@ -18,7 +18,7 @@ use std::{
 };
 use tower::{
     discover::{Change, Discover},
-    load::{CompleteOnResponse, TrackCompletion},
+    load::{CompleteOnResponse, Load, TrackCompletion},
 };
 use tower_service::Service;
 
@@ -224,6 +224,21 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         self.balance.call(request)
+    }
+}
+
+/// The balancer's load ([`Balance`]'s: the mean over its eligible endpoints), as of the last `poll_ready`:
+/// so a balancer built from a `Discover` stream can be an endpoint of another balancer that compares
+/// `Load`, such as tower's own, which polls every endpoint's readiness (and so this one's stream) before
+/// it reads their loads. `f64::INFINITY` while no endpoint is eligible, as before the first `poll_ready`.
+impl<D, C> Load for DiscoverBalance<D, C>
+where
+    D: Discover,
+{
+    type Metric = f64;
+
+    fn load(&self) -> f64 {
+        self.balance.load()
     }
 }
 

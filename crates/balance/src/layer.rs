@@ -1,4 +1,4 @@
-use crate::{load::LoadMetric, service::Balance, Policy};
+use crate::{balancer::Balance, load::LoadMetric, policy::Policy};
 use std::{
     hash::Hash,
     task::{Context, Poll},

@@ -132,8 +132,12 @@
 //! * **Readiness**: `poll_ready` picks, then polls the picked endpoint. One that is not ready is passed
 //!   over for a new pick (up to [`MAX_PICKS`]), so a slow endpoint never pins the balancer; one whose
 //!   readiness fails is evicted, as tower does, and counted in [`PickStats::evicted`].
-//! * **Nesting**: a `Balance` implements [`tower::load::Load`] (the mean load of its eligible endpoints),
-//!   so balancers can be endpoints of another balancer that compares `Load`, such as tower's own.
+//! * **Nesting**: a `Balance` and a `DiscoverBalance` implement [`tower::load::Load`] (the mean load of
+//!   their eligible endpoints), so balancers can be endpoints of another balancer that compares `Load`,
+//!   such as tower's own.
+//! * **Retries**: [`Balance::pick_and_claim_excluding`] and [`Balance::poll_ready_excluding`] pick
+//!   among the endpoints not tried yet by the same rules and weights as a first pick (slow start
+//!   included), in O(tried) more, without copying the candidate list.
 //! * **Threads**: endpoint loads are atomics; guards may end on any thread, and a metrics reader may read
 //!   them from another (`tests/tower.rs` runs them on a multi-thread runtime).
 //!
@@ -161,22 +165,63 @@
 //! counter read ~14 ns, the same bench gave 155–204 ns for PeakEWMA, 3.4–5.1× under tower. At 4096
 //! endpoints the pool outgrows the cache: a candidate's load state is laid out to cost one cache line.
 //!
+//! # Layout
+//!
+//! One concept per module, each using only those below it:
+//!
+//! * `layer` and `discover`: [`BalanceLayer`] and [`DiscoverBalance`], ways to build and feed a
+//!   [`Balance`].
+//! * `service`: the tower side of a [`Balance`]: `poll_ready` (pick, poll the picked endpoint's
+//!   readiness, pass over a pending one, evict a failed one), `call`, [`tower::load::Load`].
+//! * `balancer`: [`Balance`] itself: configuration, membership calls, and the pick
+//!   ([`Balance::pick_and_claim_excluding`] and friends): which candidates are left, which policy
+//!   chooses, what is counted ([`PickStats`]) and observed ([`PickEvent`]), the claim ([`LoadGuard`]).
+//! * `policy`: one selection per [`Policy`], a function of the candidates left and a draw source.
+//! * `endpoints`: the endpoint set: membership, eligibility, panic mode, weights ramped by slow start;
+//!   it decides the candidates.
+//! * `candidates`: the candidates as one value, rebuilt on change, read by every pick; and what a retry
+//!   leaves of them (excluded endpoints are skipped by rank, never copied out).
+//! * `p2c` and `alias` ([`algo`]): the two-choices rule and the weighted draw, free of any service.
+//! * `future`, `completion`, `guard`, `load`, `clock`, `draw`, `error`: the response future, when a
+//!   request completes, the in-flight guard, the load metrics, the time source, the random draws.
+//!
 //! [tower]: https://docs.rs/tower
 
 #![warn(missing_docs)]
 
-mod alias;
-mod clock;
-mod completion;
-mod discover;
-mod draw;
-mod error;
-mod future;
-mod guard;
+// Top layer first: each module uses only modules declared after it (see "Layout" above). Each
+// declaration stands alone so that rustfmt keeps this order.
 mod layer;
-mod load;
-mod p2c;
+
+mod discover;
+
 mod service;
+
+mod balancer;
+
+mod policy;
+
+mod endpoints;
+
+mod candidates;
+
+mod p2c;
+
+mod alias;
+
+mod future;
+
+mod completion;
+
+mod guard;
+
+mod load;
+
+mod clock;
+
+mod draw;
+
+mod error;
 
 /// The selection algorithm on its own, free of any service: what a simulator or another balancer
 /// reuses. [`Balance`] is built on these.
@@ -187,14 +232,17 @@ pub mod algo {
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
 }
 
+pub use balancer::{Balance, PickEvent, PickStats};
 pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};
 pub use discover::{BalanceHandle, DiscoverBalance};
 pub use draw::{DrawSource, Draws};
+pub use endpoints::EndpointView;
 pub use error::{BoxError, NoEligibleEndpoint, NotReady};
 pub use future::ResponseFuture;
 pub use guard::LoadGuard;
 pub use layer::{BalanceLayer, Picked, SharedEndpoint};
 pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
-pub use service::{Balance, EndpointView, PickEvent, PickStats, Policy, MAX_PICKS};
+pub use policy::Policy;
+pub use service::MAX_PICKS;
 pub use tower::load::{CompleteOnResponse, TrackCompletion};

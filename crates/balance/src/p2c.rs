@@ -85,12 +85,25 @@ impl P2c {
     pub fn select(
         &mut self,
         n: usize,
+        load: impl FnMut(usize) -> f64,
+    ) -> Result<Selection, NoEligibleEndpoint> {
+        self.select_mapped(n, |rank| rank, load)
+    }
+
+    /// [`select`](Self::select) over `n` ranks, each naming the index `index(rank)`: the pair is drawn
+    /// among the ranks, loads are read and the selection reported by index. A retry selects among the
+    /// candidates left this way, with the same draws as among that many candidates.
+    #[inline]
+    pub(crate) fn select_mapped(
+        &mut self,
+        n: usize,
+        index: impl Fn(usize) -> usize,
         mut load: impl FnMut(usize) -> f64,
     ) -> Result<Selection, NoEligibleEndpoint> {
         match n {
             0 => Err(NoEligibleEndpoint),
             1 => Ok(Selection {
-                chosen: 0,
+                chosen: index(0),
                 candidates: None,
                 tie: false,
             }),
@@ -101,6 +114,7 @@ impl P2c {
                 if j >= i {
                     j += 1;
                 }
+                let (i, j) = (index(i), index(j));
                 Ok(self.compare(i, load(i), j, load(j)))
             }
         }
@@ -116,19 +130,28 @@ impl P2c {
     pub fn select_weighted(
         &mut self,
         table: &AliasTable,
+        load: impl FnMut(usize) -> f64,
+    ) -> Result<Selection, NoEligibleEndpoint> {
+        self.select_weighted_in(table, load)
+    }
+
+    /// [`select_weighted`](Self::select_weighted) over any [`WeightedPool`].
+    #[inline]
+    pub(crate) fn select_weighted_in(
+        &mut self,
+        pool: &impl WeightedPool,
         mut load: impl FnMut(usize) -> f64,
     ) -> Result<Selection, NoEligibleEndpoint> {
-        let n = table.len();
-        match n {
+        match pool.len() {
             0 => Err(NoEligibleEndpoint),
             1 => Ok(Selection {
-                chosen: 0,
+                chosen: pool.only(),
                 candidates: None,
                 tie: false,
             }),
             _ => {
-                let i = table.sample(self.draws.next_draw());
-                let j = table.sample(self.draws.next_draw());
+                let i = pool.sample(self.draws.next_draw());
+                let j = pool.sample(self.draws.next_draw());
                 if i != j {
                     let (load_i, load_j) = (load(i), load(j));
                     // Loads this close are equals: the fair coin keeps the weight shares exact.
@@ -139,10 +162,7 @@ impl P2c {
                         self.compare(i, load_i, j, load_j)
                     });
                 }
-                let mut challenger = (self.draws.next_draw() % (n as u64 - 1)) as usize;
-                if challenger >= i {
-                    challenger += 1;
-                }
+                let challenger = pool.other_than(i, self.draws.next_draw());
                 let (load_i, load_c) = (load(i), load(challenger));
                 let chosen = if load_c < load_i * CLEARLY_LIGHTER {
                     challenger
@@ -177,6 +197,43 @@ impl P2c {
             Ordering::Greater => pair(j, [(i, load_i), (j, load_j)], false),
             Ordering::Equal => self.coin(i, load_i, j, load_j),
         }
+    }
+}
+
+/// What weighted P2C draws from: the whole weighted candidate list (an [`AliasTable`]), or what a retry
+/// has left of it.
+pub(crate) trait WeightedPool {
+    /// How many candidates there are.
+    fn len(&self) -> usize;
+    /// The candidate when there is only one.
+    fn only(&self) -> usize;
+    /// A candidate drawn in proportion to weight, from one draw.
+    fn sample(&self, draw: u64) -> usize;
+    /// A candidate other than `chosen`, drawn uniformly from one draw (`len() >= 2`).
+    fn other_than(&self, chosen: usize, draw: u64) -> usize;
+}
+
+impl WeightedPool for AliasTable {
+    fn len(&self) -> usize {
+        AliasTable::len(self)
+    }
+
+    fn only(&self) -> usize {
+        0
+    }
+
+    #[inline]
+    fn sample(&self, draw: u64) -> usize {
+        AliasTable::sample(self, draw)
+    }
+
+    #[inline]
+    fn other_than(&self, chosen: usize, draw: u64) -> usize {
+        let mut challenger = (draw % (AliasTable::len(self) as u64 - 1)) as usize;
+        if challenger >= chosen {
+            challenger += 1;
+        }
+        challenger
     }
 }
 

@@ -600,3 +600,57 @@ async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_comp
         "its waiting request's age is its estimate's floor"
     );
 }
+
+/// A retry during slow start draws with the same ramped weights as a first pick: endpoint 2, re-admitted
+/// at a tenth of its weight, gets `0.1 / (1 + 0.1)` of the retries that exclude endpoint 0, not the half
+/// its full weight would give it. The clock stands still, so the ramp stays at a tenth throughout.
+#[tokio::test(start_paused = true)]
+async fn a_retry_during_slow_start_uses_the_ramped_weights() {
+    let mut balance =
+        Balance::with_seed(LoadMetric::InFlight, 21).with_slow_start(Duration::from_secs(10));
+    for k in 0..3u32 {
+        balance.insert(k, 1, named(k));
+    }
+    tokio::time::advance(Duration::from_secs(20)).await;
+    balance.set_eligible(&2, false);
+    balance.set_eligible(&2, true);
+    let ramped = 0.1 / 1.1;
+    let picks = 20_000;
+
+    let mut claimed = 0u32;
+    for _ in 0..picks {
+        let (&key, _, guard) = balance
+            .pick_and_claim_excluding(&[0])
+            .expect("1 and 2 remain");
+        assert_ne!(key, 0, "excluded");
+        claimed += u32::from(key == 2);
+        drop(guard);
+    }
+    let share = f64::from(claimed) / f64::from(picks);
+    assert!(
+        (share - ramped).abs() < 0.015,
+        "pick_and_claim_excluding: endpoint 2 got {share:.3}, its ramped share is {ramped:.3}"
+    );
+
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut served = 0u32;
+    for _ in 0..picks {
+        assert!(balance
+            .poll_ready_excluding::<u32>(&mut cx, &[0])
+            .is_ready());
+        served += u32::from(balance.call(0).await.expect("served") == 2);
+    }
+    let share = f64::from(served) / f64::from(picks);
+    assert!(
+        (share - ramped).abs() < 0.015,
+        "poll_ready_excluding: endpoint 2 got {share:.3}, its ramped share is {ramped:.3}"
+    );
+    // The first pick agrees: with nothing excluded, 2's share is 0.1 / 2.1.
+    let mut first = 0u32;
+    for _ in 0..picks {
+        first += u32::from(*balance.pick().expect("three candidates") == 2);
+    }
+    let share = f64::from(first) / f64::from(picks);
+    assert!((share - 0.1 / 2.1).abs() < 0.015, "first pick: {share:.3}");
+}

@@ -12,7 +12,12 @@ use std::{
     },
     task::{Context, Poll},
 };
-use tower::{buffer::Buffer, discover::Change, load::Load, Service, ServiceExt};
+use tower::{
+    buffer::Buffer,
+    discover::{Change, ServiceList},
+    load::Load,
+    Service, ServiceExt,
+};
 
 /// An endpoint whose readiness the test sets: answers with its name.
 #[derive(Clone)]
@@ -190,6 +195,40 @@ async fn a_balancer_is_a_load_so_balancers_nest() {
     }
     drop(held);
     drop(guards);
+}
+
+#[tokio::test]
+async fn a_discover_balance_is_a_load_so_it_nests_too() {
+    let zone = |names: [&'static str; 2]| {
+        let switches = names.map(|name| Switch::new(name).0);
+        DiscoverBalance::new(ServiceList::new(switches), LoadMetric::InFlight)
+    };
+    let mut idle = zone(["x1", "x2"]);
+    assert_eq!(
+        idle.load(),
+        f64::INFINITY,
+        "nothing is discovered before the first poll_ready"
+    );
+    idle.ready().await.expect("ready");
+    assert_eq!(idle.load(), 0.0);
+    let mut busy = zone(["y1", "y2"]);
+    // Called but never polled: the request stays in flight on one of busy's two endpoints.
+    let held = busy.ready().await.expect("ready").call(());
+    assert_eq!(busy.load(), 0.5);
+
+    // tower's own p2c balancer reads it through `Load`: a discovered zone is one endpoint there.
+    let mut zones = tower::balance::p2c::Balance::new(ServiceList::new(vec![idle, busy]));
+    for _ in 0..20 {
+        let served = zones
+            .ready()
+            .await
+            .expect("ready")
+            .call(())
+            .await
+            .expect("served");
+        assert!(served.starts_with('x'), "the idle zone wins: {served}");
+    }
+    drop(held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

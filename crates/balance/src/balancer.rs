@@ -1,0 +1,482 @@
+//! The balancer: an endpoint set, a policy, and what a pick leaves behind (the claimed load, the
+//! counters, the observer's event). The tower `Service` is built on it (`service.rs`).
+
+use crate::{
+    candidates::{Candidates, Remaining},
+    clock::Clock,
+    draw::Draws,
+    endpoints::{EndpointSet, EndpointView},
+    error::NoEligibleEndpoint,
+    guard::LoadGuard,
+    load::{EndpointLoad, LoadMetric},
+    p2c::{P2c, Selection},
+    policy::{self, Policy, Turns},
+};
+use std::{fmt, hash::Hash, sync::Arc, time::Duration};
+use tower::load::CompleteOnResponse;
+
+/// Counters of a balancer's selections, for telemetry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PickStats {
+    /// Endpoints picked.
+    pub picks: u64,
+    /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints).
+    pub load_reads: u64,
+    /// Picks decided by a coin flip between equal loads.
+    pub ties: u64,
+    /// Picks where both candidates had zero load: too little concurrency for the metric to mean much.
+    pub both_zero: u64,
+    /// Requests refused because no endpoint was eligible.
+    pub no_eligible: u64,
+    /// Endpoints removed because their service's `poll_ready` failed (tower's balancer evicts them too:
+    /// a service whose readiness fails is closed for good, e.g. a dropped connection).
+    pub evicted: u64,
+    /// Picks given up because the endpoint's service was not ready, and made again elsewhere.
+    pub repicks: u64,
+}
+
+/// One P2C comparison, as passed to an observer set with [`Balance::with_observer`].
+#[derive(Debug, Clone, Copy)]
+pub struct PickEvent<'a, K> {
+    /// The two candidates in draw order, with the (weight-normalised) loads they were compared at.
+    pub candidates: [(&'a K, f64); 2],
+    /// The winner.
+    pub chosen: &'a K,
+    /// The loads were equal and a coin flip decided.
+    pub tie: bool,
+    /// Both loads were zero.
+    pub both_zero: bool,
+}
+
+type Observer<K> = Arc<dyn Fn(&PickEvent<'_, K>) + Send + Sync>;
+
+/// A pick made by `poll_ready` for the next `call`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reserved {
+    None,
+    /// The endpoint at `position`, valid while the candidates are those of `generation` (a membership
+    /// change moves positions). With the pick's clock reading when the metric uses latency, reused as
+    /// the request's start (one clock read saved per request).
+    Endpoint {
+        position: usize,
+        picked_at: Option<u64>,
+        generation: u64,
+    },
+    /// Nothing was eligible among the candidates of `generation`: `call` answers with the error.
+    NoEligible {
+        generation: u64,
+    },
+}
+
+/// A picked endpoint's position, and the pick's clock reading when the metric uses latency.
+pub(crate) type PickedAt = (usize, Option<u64>);
+
+/// A tower [`Service`](tower_service::Service) that sends each request to one of its endpoints, chosen
+/// by power of two choices.
+///
+/// `K` keys an endpoint (e.g. its address): updates that keep a key keep its load state. `S` is the
+/// endpoint's service. `C` decides when a request stops counting as load: [`CompleteOnResponse`] for any
+/// response type, [`CompleteOnBodyEnd`](crate::CompleteOnBodyEnd) for HTTP responses.
+///
+/// Each instance owns its state; two balancers share nothing. Membership changes
+/// ([`insert`](Self::insert), [`remove`](Self::remove), [`set_eligible`](Self::set_eligible),
+/// [`set_weight`](Self::set_weight)) apply at once and cost O(n); a pick costs O(1).
+pub struct Balance<K, S, C = CompleteOnResponse> {
+    pub(crate) endpoints: EndpointSet<K, S>,
+    policy: Policy,
+    p2c: P2c,
+    turns: Turns,
+    pub(crate) stats: PickStats,
+    observer: Option<Observer<K>>,
+    /// Set by [`Balance::with_service_load`]: P2C compares the endpoints' own `Load` instead of the
+    /// metric's.
+    pub(crate) service_load: Option<fn(&S) -> f64>,
+    /// The slots a pick excludes, ascending: kept between picks so a retry allocates nothing.
+    excluded: Vec<u32>,
+    pub(crate) completion: C,
+    pub(crate) reserved: Reserved,
+}
+
+// === impl Balance: construction ===
+
+impl<K, S> Balance<K, S, CompleteOnResponse>
+where
+    K: Hash + Eq + Clone,
+{
+    /// An empty balancer using `metric`, with its generator seeded from the operating system.
+    pub fn new(metric: LoadMetric) -> Self {
+        Self::with_draws(metric, Draws::from_os())
+    }
+
+    /// An empty balancer with reproducible draws. For tests and simulation; see [`Draws`].
+    pub fn with_seed(metric: LoadMetric, seed: u64) -> Self {
+        Self::with_draws(metric, Draws::with_seed(seed))
+    }
+
+    /// An empty balancer drawing from `draws`.
+    pub fn with_draws(metric: LoadMetric, draws: Draws) -> Self {
+        Self {
+            endpoints: EndpointSet::new(metric),
+            policy: Policy::P2c,
+            p2c: P2c::with_draws(draws),
+            turns: Turns::default(),
+            stats: PickStats::default(),
+            observer: None,
+            service_load: None,
+            excluded: Vec::new(),
+            completion: CompleteOnResponse::default(),
+            reserved: Reserved::None,
+        }
+    }
+}
+
+impl<K, S, C> Balance<K, S, C>
+where
+    K: Hash + Eq + Clone,
+{
+    /// Uses `completion` to decide when a request stops counting as load.
+    pub fn with_completion<C2>(self, completion: C2) -> Balance<K, S, C2> {
+        Balance {
+            endpoints: self.endpoints,
+            policy: self.policy,
+            p2c: self.p2c,
+            turns: self.turns,
+            stats: self.stats,
+            observer: self.observer,
+            service_load: self.service_load,
+            excluded: self.excluded,
+            completion,
+            reserved: Reserved::None,
+        }
+    }
+
+    /// Compares endpoints on their services' own [`tower::load::Load`] instead of the balancer's
+    /// [`LoadMetric`]: the open end of the metrics, for endpoints that know their load better (a
+    /// connection pool's queue, a server-reported utilisation, a nested balancer). Two loads are still
+    /// read per pick and the lighter wins; the balancer keeps counting in flight and latency (for
+    /// [`EndpointLoad`] readers) whatever it compares. Weights divide nothing here: a service's own load
+    /// is taken as already relative to its capacity.
+    pub fn with_service_load(mut self) -> Self
+    where
+        S: tower::load::Load,
+        S::Metric: Into<f64>,
+    {
+        self.service_load = Some(|service: &S| service.load().into());
+        self
+    }
+
+    /// Chooses with `policy` instead of P2C (baselines for comparison).
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Panic mode: when fewer than `fraction` (0.0–1.0) of the endpoints with non-zero weight are
+    /// eligible, picks among all of them instead, eligible or not. Health information that rules out most
+    /// of a pool is more often wrong (a network partition between checker and backends) than true, and
+    /// serving through it beats answering every request with an error. With 0.0 (the default) the
+    /// balancer never panics and answers [`NoEligibleEndpoint`] when nothing is eligible; Envoy's
+    /// default is 0.5.
+    pub fn with_panic_threshold(mut self, fraction: f64) -> Self {
+        self.endpoints.set_panic_threshold(fraction);
+        self
+    }
+
+    /// Slow start: an endpoint that is added or re-admitted takes `window` to reach its full weight,
+    /// starting at a tenth of it and growing linearly, so a recovering backend is not stampeded. Retries
+    /// ([`pick_and_claim_excluding`](Self::pick_and_claim_excluding)) draw with the same ramped weights.
+    pub fn with_slow_start(mut self, window: Duration) -> Self {
+        self.endpoints.set_slow_start(window);
+        self
+    }
+
+    /// Measures latency on `clock` (a [`Clock::mock`] in tests and simulations). Endpoints already
+    /// added move to it keeping their estimates.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.endpoints.set_clock(clock);
+        self.reserved = Reserved::None;
+        self
+    }
+
+    /// Whether the balancer is in panic mode (see [`with_panic_threshold`](Self::with_panic_threshold)).
+    pub fn is_panicking(&self) -> bool {
+        self.endpoints.is_panicking()
+    }
+
+    /// Calls `observer` after every P2C comparison with the two candidates, their loads and the winner.
+    /// It runs on the request path: keep it to a few counter updates.
+    pub fn with_observer(
+        mut self,
+        observer: impl Fn(&PickEvent<'_, K>) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+}
+
+// === impl Balance: membership ===
+
+impl<K, S, C> Balance<K, S, C>
+where
+    K: Hash + Eq + Clone,
+{
+    /// Adds an endpoint, or replaces the service and weight of the endpoint with this key while keeping
+    /// its load state and eligibility. Returns the replaced service.
+    pub fn insert(&mut self, key: K, weight: u32, service: S) -> Option<S> {
+        self.endpoints.insert(key, weight, service)
+    }
+
+    /// Removes an endpoint. Requests in flight to it complete normally; their guards hold its state.
+    /// A pick reserved by `poll_ready` is made again (positions move).
+    pub fn remove(&mut self, key: &K) -> Option<S> {
+        self.endpoints.remove(key)
+    }
+
+    /// Keeps only the endpoints for which `keep` returns true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        let doomed: Vec<K> = self
+            .endpoints
+            .keys()
+            .filter(|key| !keep(key))
+            .cloned()
+            .collect();
+        for key in &doomed {
+            self.remove(key);
+        }
+    }
+
+    /// Marks an endpoint eligible or not (unhealthy, ejected, draining) without losing its load state.
+    /// Returns whether it was eligible before, or `None` if there is no such endpoint.
+    ///
+    /// The flag lives in the endpoint's [`EndpointLoad`], so a metrics reader on another thread sees the
+    /// same flag the balancer picks by: there is no second copy to fall out of step.
+    pub fn set_eligible(&mut self, key: &K, eligible: bool) -> Option<bool> {
+        self.endpoints.set_eligible(key, eligible)
+    }
+
+    /// Changes an endpoint's weight (0 makes it ineligible). Returns false if there is no such endpoint.
+    pub fn set_weight(&mut self, key: &K, weight: u32) -> bool {
+        self.endpoints.set_weight(key, weight)
+    }
+
+    /// Number of endpoints, eligible or not.
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// Whether there are no endpoints at all.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.len() == 0
+    }
+
+    /// Number of endpoints that can be picked.
+    pub fn eligible_len(&self) -> usize {
+        self.endpoints.candidates().len()
+    }
+
+    /// The endpoints in insertion order (removal may reorder).
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointView<'_, K>> {
+        self.endpoints.views()
+    }
+
+    /// The load state of the endpoint with this key.
+    pub fn endpoint_load(&self, key: &K) -> Option<&Arc<EndpointLoad>> {
+        let at = self.endpoints.position(key)?;
+        Some(&self.endpoints.at(at).load)
+    }
+
+    /// The selection counters.
+    pub fn stats(&self) -> PickStats {
+        self.stats
+    }
+
+    /// The load metric.
+    pub fn metric(&self) -> &LoadMetric {
+        self.endpoints.metric()
+    }
+}
+
+// === impl Balance: picks ===
+
+impl<K, S, C> Balance<K, S, C>
+where
+    K: Hash + Eq + Clone,
+{
+    /// Picks an endpoint without sending anything: the selection alone, as a request would make it,
+    /// counted in [`stats`](Self::stats) but not as load. For simulations and tests.
+    pub fn pick(&mut self) -> Result<&K, NoEligibleEndpoint> {
+        let (at, _) = self.pick_excluding(&[], &[])?;
+        Ok(&self.endpoints.at(at).key)
+    }
+
+    /// Picks an endpoint and claims it as [`pick`](Self::pick) then a call would: its load stays
+    /// incremented until the returned guard is dropped. For callers that forward requests themselves.
+    pub fn pick_and_claim(&mut self) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
+        let picked = self.pick_excluding(&[], &[])?;
+        Ok(self.claim(picked))
+    }
+
+    /// Like [`pick_and_claim`](Self::pick_and_claim), but never picks an endpoint whose key is in
+    /// `exclude`: a retry re-picks with P2C among the endpoints not tried yet, with the weights a first
+    /// pick would use (slow start included). Costs O(`exclude.len()`) more than a first pick, with no
+    /// allocation once the balancer has made a retry with as many exclusions.
+    pub fn pick_and_claim_excluding(
+        &mut self,
+        exclude: &[K],
+    ) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
+        let picked = self.pick_excluding(exclude, &[])?;
+        Ok(self.claim(picked))
+    }
+
+    /// Claims the endpoint at `position`: the returned guard holds its load until dropped.
+    pub(crate) fn claim(&mut self, (at, picked_at): PickedAt) -> (&K, &mut S, LoadGuard) {
+        let started = self.started(picked_at);
+        let endpoint = self.endpoints.at_mut(at);
+        let guard = LoadGuard::new(endpoint.load.clone(), started);
+        (&endpoint.key, &mut endpoint.service, guard)
+    }
+
+    /// A request's start: the pick's clock reading when it made one (one clock read per request, not
+    /// two), else now if the metric measures latency.
+    #[inline]
+    pub(crate) fn started(&self, picked_at: Option<u64>) -> Option<u64> {
+        let clock = self.endpoints.clock();
+        picked_at.or_else(|| self.endpoints.metric().uses_clock().then(|| clock.now()))
+    }
+
+    /// Picks among the candidates whose keys are in neither `exclude` nor `also`, by the policy, and
+    /// counts the pick.
+    #[inline]
+    pub(crate) fn pick_excluding(
+        &mut self,
+        exclude: &[K],
+        also: &[K],
+    ) -> Result<PickedAt, NoEligibleEndpoint> {
+        let Self {
+            endpoints,
+            policy: rule,
+            p2c,
+            turns,
+            stats,
+            observer,
+            service_load,
+            excluded,
+            ..
+        } = self;
+        endpoints.refresh();
+        excluded.clear();
+        if !exclude.is_empty() || !also.is_empty() {
+            exclude_slots(excluded, endpoints, exclude.iter().chain(also));
+        }
+        let candidates = endpoints.candidates();
+        let left = Remaining::new(candidates, excluded);
+        if left.len() == 0 {
+            stats.no_eligible += 1;
+            return Err(NoEligibleEndpoint);
+        }
+        stats.picks += 1;
+        let (slot, picked_at) = match rule {
+            Policy::RoundRobin => (turns.select(left), None),
+            Policy::Random => (policy::random(left, p2c), None),
+            Policy::P2c => {
+                let now = endpoints
+                    .metric()
+                    .uses_clock()
+                    .then(|| endpoints.clock().now());
+                let selection = compare(left, endpoints, p2c, stats, *service_load, now);
+                if let (Some(observer), Some(selection)) = (observer, &selection) {
+                    notify(observer, endpoints, candidates, selection);
+                }
+                (selection.map(|s| s.chosen), now)
+            }
+        };
+        // Something is left, so every policy chooses.
+        let slot = slot.ok_or(NoEligibleEndpoint)?;
+        Ok((candidates.position(slot), picked_at))
+    }
+}
+
+/// P2C among `left`, with the loads the balancer compares (the services' own when `service_load` is
+/// set, else the metric's, divided by weight when weights differ); counts reads, ties and idle pairs.
+#[inline]
+fn compare<K, S>(
+    left: Remaining<'_>,
+    endpoints: &EndpointSet<K, S>,
+    p2c: &mut P2c,
+    stats: &mut PickStats,
+    service_load: Option<fn(&S) -> f64>,
+    now: Option<u64>,
+) -> Option<Selection>
+where
+    K: Hash + Eq + Clone,
+{
+    let reads = &mut stats.load_reads;
+    let candidates = left.candidates();
+    let endpoint = |slot: usize| endpoints.at(candidates.position(slot));
+    let (metric, now) = (endpoints.metric(), now.unwrap_or(0));
+    let selection = match (service_load, candidates.weights()) {
+        (Some(service_load), _) => policy::p2c(left, p2c, |slot| {
+            *reads += 1;
+            service_load(&endpoint(slot).service)
+        }),
+        (None, Some(weights)) => policy::p2c(left, p2c, |slot| {
+            *reads += 1;
+            metric.weighted_load(&endpoint(slot).load, now, weights.unit(slot))
+        }),
+        (None, None) => policy::p2c(left, p2c, |slot| {
+            *reads += 1;
+            metric.load(&endpoint(slot).load, now)
+        }),
+    }?;
+    stats.ties += u64::from(selection.tie);
+    stats.both_zero += u64::from(selection.both_zero());
+    Some(selection)
+}
+
+/// Fills `excluded` with the slots of the candidates among `keys`, ascending and distinct: O(keys).
+fn exclude_slots<'k, K, S>(
+    excluded: &mut Vec<u32>,
+    endpoints: &EndpointSet<K, S>,
+    keys: impl Iterator<Item = &'k K>,
+) where
+    K: Hash + Eq + Clone + 'k,
+{
+    let candidates = endpoints.candidates();
+    excluded.extend(
+        keys.filter_map(|key| endpoints.position(key))
+            .filter_map(|at| candidates.slot(at)),
+    );
+    excluded.sort_unstable();
+    excluded.dedup();
+}
+
+fn notify<K, S>(
+    observer: &Observer<K>,
+    endpoints: &EndpointSet<K, S>,
+    candidates: &Candidates,
+    selection: &Selection,
+) where
+    K: Hash + Eq + Clone,
+{
+    if let Some([a, b]) = selection.candidates {
+        let key = |slot: usize| &endpoints.at(candidates.position(slot)).key;
+        observer(&PickEvent {
+            candidates: [(key(a.index), a.load), (key(b.index), b.load)],
+            chosen: key(selection.chosen),
+            tie: selection.tie,
+            both_zero: selection.both_zero(),
+        });
+    }
+}
+
+impl<K: fmt::Debug, S, C> fmt::Debug for Balance<K, S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Balance")
+            .field("endpoints", &self.endpoints.keys().collect::<Vec<_>>())
+            .field("eligible", &self.endpoints.candidates().len())
+            .field("policy", &self.policy)
+            .field("metric", self.endpoints.metric())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

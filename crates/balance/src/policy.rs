@@ -1,0 +1,105 @@
+//! One selection per policy, each a function of the candidates left and a draw source: no balancer
+//! state, no load bookkeeping. The same candidates and weights serve a first pick and a retry that
+//! excludes what it has tried.
+
+use crate::{
+    candidates::{Remaining, Weights},
+    p2c::{P2c, Selection, WeightedPool},
+};
+
+/// How a [`Balance`](crate::Balance) chooses among its eligible endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Policy {
+    /// Power of two choices on the configured [`LoadMetric`](crate::LoadMetric). The product.
+    #[default]
+    P2c,
+    /// Each eligible endpoint in turn, ignoring load, in proportion to weight (smooth weighted round
+    /// robin). A baseline for benchmarks.
+    RoundRobin,
+    /// One uniformly random (or weight-proportional) endpoint, ignoring load. A baseline.
+    Random,
+}
+
+/// Power of two choices among `left`; `load(slot)` is read exactly twice when two or more are left.
+/// Indices in the selection are slots of the candidates. `None` when nothing is left.
+///
+/// With nothing excluded the draws are the plain algorithm's ([`P2c::select`],
+/// [`P2c::select_weighted`]); with exclusions they are the same rules over the ranks of what is left.
+#[inline]
+pub(crate) fn p2c(
+    left: Remaining<'_>,
+    p2c: &mut P2c,
+    load: impl FnMut(usize) -> f64,
+) -> Option<Selection> {
+    let selection = match left.candidates().weights() {
+        Some(weights) if left.is_all() => p2c.select_weighted(weights.table(), load),
+        Some(_) => p2c.select_weighted_in(&left, load),
+        None if left.is_all() => p2c.select(left.len(), load),
+        None => p2c.select_mapped(left.len(), |rank| left.nth(rank), load),
+    };
+    selection.ok()
+}
+
+/// One endpoint of `left` at random, in proportion to weight; one left takes no draw.
+pub(crate) fn random(left: Remaining<'_>, p2c: &mut P2c) -> Option<usize> {
+    match left.len() {
+        0 => None,
+        1 => Some(left.nth(0)),
+        n => Some(match left.candidates().weights() {
+            Some(weights) if left.is_all() => weights.table().sample(p2c.draw()),
+            Some(_) => left.sample(p2c.draw()),
+            None => left.nth((p2c.draw() % n as u64) as usize),
+        }),
+    }
+}
+
+/// Round robin's position: a turn counter, and smooth weighted round robin's running weights for one
+/// list of candidates (started afresh when the list is rebuilt).
+#[derive(Debug, Default)]
+pub(crate) struct Turns {
+    turn: usize,
+    running: Vec<i64>,
+    /// The [`generation`](crate::candidates::Candidates::generation) `running` belongs to.
+    generation: Option<u64>,
+}
+
+impl Turns {
+    /// The next endpoint of `left` in turn. `None` when nothing is left.
+    pub(crate) fn select(&mut self, left: Remaining<'_>) -> Option<usize> {
+        if left.len() == 0 {
+            return None;
+        }
+        Some(match left.candidates().weights() {
+            Some(weights) => self.smooth(left, weights),
+            None => {
+                self.turn = self.turn.wrapping_add(1);
+                left.nth(self.turn % left.len())
+            }
+        })
+    }
+
+    /// Smooth weighted round robin (nginx's): every candidate gains its weight, the richest one left is
+    /// chosen and pays the total. Weights 3:1 give `a a b a`, never a burst longer than the weights
+    /// require; an excluded candidate keeps its credit for its next turn. O(n) with no allocation once
+    /// the list is known (round robin is a baseline, n is small).
+    fn smooth(&mut self, left: Remaining<'_>, weights: &Weights) -> usize {
+        let generation = left.candidates().generation();
+        if self.generation != Some(generation) {
+            self.running.clear();
+            self.running.resize(left.candidates().len(), 0);
+            self.generation = Some(generation);
+        }
+        let (mut chosen, mut richest, mut total) = (0, i64::MIN, 0);
+        let gains = weights.thousandths().iter().map(|&w| w as i64);
+        for (slot, (running, gain)) in self.running.iter_mut().zip(gains).enumerate() {
+            *running += gain;
+            total += gain;
+            if *running > richest && (left.is_all() || !left.excludes(slot)) {
+                (chosen, richest) = (slot, *running);
+            }
+        }
+        self.running[chosen] -= total;
+        chosen
+    }
+}
