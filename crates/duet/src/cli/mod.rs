@@ -1,5 +1,5 @@
 //! `duet run | check | demo | probe | completions | man`: the command line, parsed by clap
-//! ([`args`]), dispatched here to one module per command.
+//! (`args.rs`), dispatched here to one module per command.
 
 // Top layer first: `run` uses the modules below it.
 mod run;
