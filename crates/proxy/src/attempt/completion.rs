@@ -268,3 +268,117 @@ impl Drop for Completion {
         }
     }
 }
+
+/// The settlement table of the module docs, row by row: each way an attempt can end, with the outlier
+/// verdict (one failure ejects here), the failure kind counted, and the load released exactly once.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{backend::cluster::Upstream, view::ResolvedNames};
+
+    /// How a test attempt goes: the response status (if one came) and how it settles.
+    #[derive(Debug, Clone, Copy)]
+    enum Settle {
+        Body(u16, BodyEnd),
+        /// The client went away: the body is dropped unfinished.
+        Dropped(u16),
+        Rejected(u16),
+        NoResponse(Fault),
+    }
+
+    /// A cluster of two backends (never connected to) that one failure ejects.
+    fn cluster() -> Rc<Cluster> {
+        let yaml = "listeners: [{ address: 127.0.0.1:0 }]\n\
+                    routes: [{ match: { path_prefix: / }, cluster: app }]\n\
+                    clusters:\n\
+                    \x20 - name: app\n\
+                    \x20   policy: p2c_inflight\n\
+                    \x20   backends: [{ address: 127.0.0.1:9 }, { address: 127.0.0.1:10 }]\n\
+                    \x20   outlier_detection: { consecutive_failures: 1, max_ejection_percent: 100% }\n";
+        let config = duet_config::parse(yaml, "test.yaml").expect("valid config");
+        let app = &config.clusters[0];
+        Rc::new(Cluster::new(
+            app,
+            None,
+            &ResolvedNames::new().endpoints(app),
+            Default::default(),
+            config.limits.body_read_timeout,
+        ))
+    }
+
+    fn head(status: u16) -> Parts {
+        let response = http::Response::builder()
+            .status(status)
+            .body(())
+            .expect("response");
+        response.into_parts().0
+    }
+
+    /// Runs one attempt to the end; returns (ejected, failure kinds counted, in flight after).
+    fn settle(how: Settle) -> (bool, Vec<&'static str>, u64) {
+        let cluster = cluster();
+        let (backend, Upstream { stats, .. }, guard) = cluster.pick(&[]).expect("a backend");
+        let in_flight = |c: &Cluster| {
+            c.with_balance(|b| b.endpoint_load(&backend).map(|l| l.in_flight()))
+                .expect("the backend")
+        };
+        assert_eq!(in_flight(&cluster), 1, "counted as load while it runs");
+        let mut completion = Completion::new(guard, cluster.clone(), backend, stats.clone());
+        match how {
+            Settle::Body(status, end) => {
+                completion.on_head(&head(status));
+                completion.end(end);
+            }
+            Settle::Dropped(status) => {
+                completion.on_head(&head(status));
+                drop(completion);
+            }
+            Settle::Rejected(status) => {
+                completion.on_head(&head(status));
+                let _log = completion.reject();
+            }
+            Settle::NoResponse(fault) => completion.fail(fault),
+        }
+        let ejected = stats.ejections.load(Relaxed) > 0;
+        let kinds = BackendFailure::ALL
+            .iter()
+            .zip(&stats.failures)
+            .filter(|(_, count)| count.load(Relaxed) > 0)
+            .map(|(kind, _)| kind.label())
+            .collect();
+        (ejected, kinds, in_flight(&cluster))
+    }
+
+    // A local set: an ejection schedules its end on the worker's runtime.
+    #[tokio::test(start_paused = true)]
+    async fn every_way_an_attempt_ends_settles_once_with_its_verdict() {
+        tokio::task::LocalSet::new()
+            .run_until(async { table() })
+            .await;
+    }
+
+    fn table() {
+        use BodyEnd::*;
+        let rows: [(Settle, bool, &[&str]); 11] = [
+            (Settle::Body(200, Complete), false, &[]),
+            (Settle::Body(404, Complete), false, &[]),
+            (Settle::Body(500, Complete), true, &[]),
+            (Settle::Body(200, Failed), true, &["body_reset"]),
+            (Settle::Body(200, TimedOut), true, &["body_timeout"]),
+            (Settle::Dropped(200), false, &[]),
+            (Settle::Dropped(502), true, &[]),
+            (Settle::Rejected(101), true, &["protocol"]),
+            // The connect/timeout/protocol kind of a failed attempt is counted by forward, which
+            // knows it; the completion only gives the verdict.
+            (Settle::NoResponse(Fault::Backend), true, &[]),
+            (Settle::NoResponse(Fault::Client), false, &[]),
+            (Settle::NoResponse(Fault::Local), false, &[]),
+        ];
+        for (how, ejected, kinds) in rows {
+            let (was_ejected, counted, in_flight) = settle(how);
+            assert_eq!(was_ejected, ejected, "{how:?}: outlier verdict");
+            assert_eq!(counted, kinds, "{how:?}: failure kinds");
+            assert_eq!(in_flight, 0, "{how:?}: load released once");
+        }
+    }
+}

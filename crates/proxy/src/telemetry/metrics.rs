@@ -147,7 +147,7 @@ impl BackendFailure {
         labels
     };
 
-    const fn label(self) -> &'static str {
+    pub(crate) const fn label(self) -> &'static str {
         match self {
             Self::Connect => "connect",
             Self::Timeout => "timeout",
