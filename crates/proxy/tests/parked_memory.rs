@@ -4,7 +4,7 @@
 //!
 //! Kept alone in its own test binary: the allocator counts every thread of the process.
 
-use duet_proxy::{Accepted, Client, Connections, ResolvedNames, WorkerProxy};
+use duet_proxy::{Accepted, Client, Connections, Registry, ResolvedNames, WorkerProxy};
 use duet_testbed::config::DuetConfig;
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -61,7 +61,7 @@ fn live() -> isize {
 
 /// Starts one worker (its own thread, runtime and `LocalSet`, as in the binary) serving a loopback
 /// listener, with `header_read_timeout: 1s` so connections park half a second after their last request.
-fn start_worker(backend: SocketAddr) -> SocketAddr {
+fn start_worker(backend: SocketAddr) -> (SocketAddr, Registry) {
     let yaml = DuetConfig::single("p2c_inflight", &[backend])
         .section(
             "limits",
@@ -72,13 +72,20 @@ fn start_worker(backend: SocketAddr) -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let address = listener.local_addr().expect("address");
+    let registry = Registry::new();
+    let cells = registry.clone();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         tokio::task::LocalSet::new().block_on(&runtime, async move {
-            let proxy = Rc::new(WorkerProxy::new(config, &ResolvedNames::new()));
+            let proxy = Rc::new(WorkerProxy::with_registry(
+                config,
+                &ResolvedNames::new(),
+                0,
+                cells,
+            ));
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
             let connections = Connections::new(proxy, shutdown);
@@ -104,7 +111,31 @@ fn start_worker(backend: SocketAddr) -> SocketAddr {
             connections.run(accepted).await;
         });
     });
-    address
+    (address, registry)
+}
+
+/// Waits until the worker has `count` requests in flight to its one backend.
+fn wait_in_flight(registry: &Registry, count: usize) {
+    let ends = format!("}} {count}\n");
+    duet_testbed::wait::wait_for(
+        &format!("{count} requests in flight"),
+        Duration::from_secs(10),
+        || {
+            registry.render_prometheus().lines().any(|line| {
+                line.starts_with("duet_backend_in_flight{") && format!("{line}\n").ends_with(&ends)
+            })
+        },
+    );
+}
+
+/// Waits until the worker has `count` connections parked (its `duet_connections_parked` gauge).
+fn wait_parked(registry: &Registry, count: usize) {
+    let line = format!("duet_connections_parked{{worker=\"0\"}} {count}\n");
+    duet_testbed::wait::wait_for(
+        &format!("{count} connections parked"),
+        Duration::from_secs(10),
+        || registry.render_prometheus().contains(&line),
+    );
 }
 
 /// A new connection that has sent one request and read its whole response, kept open.
@@ -145,6 +176,7 @@ fn settled(limit: Duration) -> isize {
     let deadline = Instant::now() + limit;
     let mut last = live();
     loop {
+        // Wall-clock: the allocator's count settling is the event; nothing signals it.
         std::thread::sleep(Duration::from_millis(400));
         let now = live();
         if (now - last).abs() < 1024 || Instant::now() > deadline {
@@ -192,10 +224,10 @@ fn a_parked_connection_keeps_under_half_a_kibibyte_of_heap() {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     const CONNECTIONS: usize = 300;
-    let proxy = start_worker(start_backend());
+    let (proxy, registry) = start_worker(start_backend());
     // Warm up: the upstream connection and the worker's own structures are not per client connection.
     let warm: Vec<TcpStream> = (0..20).map(|_| one_request(proxy)).collect();
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_parked(&registry, 20);
     let before = settled(Duration::from_secs(5));
 
     let mut clients = Vec::with_capacity(CONNECTIONS);
@@ -203,7 +235,7 @@ fn a_parked_connection_keeps_under_half_a_kibibyte_of_heap() {
         clients.push(one_request(proxy));
     }
     // Parked between 0.5 and 0.75 s after their request.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_parked(&registry, 20 + CONNECTIONS);
     let parked = settled(Duration::from_secs(5));
     let per_connection = (parked - before) / CONNECTIONS as isize;
     eprintln!("live heap per parked connection: {per_connection} B");
@@ -234,7 +266,7 @@ fn allocations_per_proxied_request() {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     const REQUESTS: isize = 500;
-    let proxy = start_worker(start_backend());
+    let (proxy, _) = start_worker(start_backend());
     let mut stream = TcpStream::connect(proxy).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -300,7 +332,7 @@ fn start_silent_backend() -> SocketAddr {
 /// that never answers.
 fn heap_per_request_in_flight(request: &[u8]) -> isize {
     const CONNECTIONS: usize = 20;
-    let proxy = start_worker(start_silent_backend());
+    let (proxy, registry) = start_worker(start_silent_backend());
     let send = || {
         let mut stream = TcpStream::connect(proxy).expect("connect");
         stream.write_all(request).expect("request");
@@ -308,10 +340,10 @@ fn heap_per_request_in_flight(request: &[u8]) -> isize {
     };
     // One in flight first: the upstream pool and the worker's own structures are not per connection.
     let warm = send();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_in_flight(&registry, 1);
     let before = settled(Duration::from_secs(3));
     let clients: Vec<TcpStream> = (0..CONNECTIONS).map(|_| send()).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_in_flight(&registry, 1 + CONNECTIONS);
     let held = settled(Duration::from_secs(3));
     drop(clients);
     drop(warm);
