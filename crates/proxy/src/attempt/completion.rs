@@ -274,7 +274,7 @@ impl Drop for Completion {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{backend::cluster::Upstream, view::ResolvedNames};
+    use crate::backend::cluster::Upstream;
 
     /// How a test attempt goes: the response status (if one came) and how it settles.
     #[derive(Debug, Clone, Copy)]
@@ -288,22 +288,10 @@ mod tests {
 
     /// A cluster of two backends (never connected to) that one failure ejects.
     fn cluster() -> Rc<Cluster> {
-        let yaml = "listeners: [{ address: 127.0.0.1:0 }]\n\
-                    routes: [{ match: { path_prefix: / }, cluster: app }]\n\
-                    clusters:\n\
-                    \x20 - name: app\n\
-                    \x20   policy: p2c_inflight\n\
-                    \x20   backends: [{ address: 127.0.0.1:9 }, { address: 127.0.0.1:10 }]\n\
-                    \x20   outlier_detection: { consecutive_failures: 1, max_ejection_percent: 100% }\n";
-        let config = duet_config::parse(yaml, "test.yaml").expect("valid config");
-        let app = &config.clusters[0];
-        Rc::new(Cluster::new(
-            app,
-            None,
-            &ResolvedNames::new().endpoints(app),
-            Default::default(),
-            config.limits.body_read_timeout,
-        ))
+        crate::backend::cluster::for_tests(
+            &["127.0.0.1:9", "127.0.0.1:10"],
+            ", outlier_detection: { consecutive_failures: 1, max_ejection_percent: 100% }",
+        )
     }
 
     fn head(status: u16) -> Parts {

@@ -332,3 +332,73 @@ fn new_balance(policy: Policy) -> ClusterBalance {
     };
     Balance::new(metric).with_policy(policy)
 }
+
+/// A cluster of `backends` (addresses never connected to) from a config written for the test, with
+/// `settings` added to the cluster's YAML mapping.
+#[cfg(test)]
+pub(crate) fn for_tests(backends: &[&str], settings: &str) -> Rc<Cluster> {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{{ address: {b} }}"))
+        .collect();
+    let yaml = format!(
+        "listeners: [{{ address: 127.0.0.1:0 }}]\n\
+         routes: [{{ match: {{ path_prefix: / }}, cluster: app }}]\n\
+         clusters:\n  - {{ name: app, policy: p2c_inflight, backends: [{}]{settings} }}\n",
+        list.join(", ")
+    );
+    let config = duet_config::parse(&yaml, "test.yaml").expect("valid config");
+    let app = &config.clusters[0];
+    Rc::new(Cluster::new(
+        app,
+        None,
+        &crate::view::ResolvedNames::new().endpoints(app),
+        Default::default(),
+        config.limits.body_read_timeout,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().expect("an address")
+    }
+
+    #[test]
+    fn new_membership_keeps_the_state_of_addresses_that_stay() {
+        let cluster = for_tests(&["127.0.0.1:9", "127.0.0.1:10"], "");
+        let in_flight = |backend: &str| {
+            cluster.with_balance(|b| b.endpoint_load(&addr(backend)).map(|l| l.in_flight()))
+        };
+        let (picked, _, guard) = cluster.pick(&[]).expect("a backend");
+        let other = if picked == addr("127.0.0.1:9") {
+            "127.0.0.1:10"
+        } else {
+            "127.0.0.1:9"
+        };
+        let picked_text = picked.to_string();
+        // The other address leaves, a new one joins; the picked one keeps its request in flight.
+        let endpoint = |address| Endpoint { address, weight: 1 };
+        cluster.set_endpoints(&[endpoint(picked), endpoint(addr("127.0.0.1:11"))]);
+        assert_eq!(in_flight(&picked_text), Some(1));
+        assert_eq!(in_flight(other), None, "gone");
+        assert_eq!(in_flight("127.0.0.1:11"), Some(0), "new, no load");
+        drop(guard);
+        assert_eq!(
+            in_flight(&picked_text),
+            Some(0),
+            "released on the kept endpoint"
+        );
+    }
+
+    #[test]
+    fn a_retry_excludes_what_was_tried_and_an_empty_choice_is_an_error() {
+        let cluster = for_tests(&["127.0.0.1:9", "127.0.0.1:10"], "");
+        let (first, _, _a) = cluster.pick(&[]).expect("a backend");
+        let (second, _, _b) = cluster.pick(&[first]).expect("another backend");
+        assert_ne!(first, second);
+        assert!(cluster.pick(&[first, second]).is_err(), "nothing left");
+    }
+}

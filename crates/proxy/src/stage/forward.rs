@@ -182,7 +182,10 @@ fn local_fault(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         }
         if let Some(io) = error.downcast_ref::<std::io::Error>() {
             // EMFILE, ENFILE, ENOBUFS, ENOMEM: this process or host ran out, not the backend.
-            if matches!(io.raw_os_error(), Some(24 | 23 | 105 | 12)) {
+            if matches!(
+                io.raw_os_error(),
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+            ) {
                 return Some(ErrorKind::LocalResource);
             }
         }
@@ -218,4 +221,77 @@ fn upstream_request(
         }
     }
     request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose source is the io error, as hyper's is.
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("wrapped")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn running_out_of_descriptors_or_memory_is_duets_fault_not_the_backends() {
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+            let error = std::io::Error::from_raw_os_error(errno);
+            assert_eq!(
+                local_fault(&error),
+                Some(ErrorKind::LocalResource),
+                "{error}"
+            );
+        }
+        // Found under a wrapper too, as hyper hands it on (its error's source).
+        let wrapped = Wrapped(std::io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(local_fault(&wrapped), Some(ErrorKind::LocalResource));
+        for errno in [libc::ECONNREFUSED, libc::ECONNRESET, libc::ETIMEDOUT] {
+            let error = std::io::Error::from_raw_os_error(errno);
+            assert_eq!(local_fault(&error), None, "{error}: the backend's");
+        }
+    }
+
+    fn parts(target: &str, host: Option<&str>) -> Parts {
+        let mut request = Request::get(target).body(()).expect("request");
+        if let Some(host) = host {
+            let host = HeaderValue::from_str(host).expect("host");
+            request.headers_mut().insert(header::HOST, host);
+        }
+        request
+            .headers_mut()
+            .insert("x-kept", HeaderValue::from_static("1"));
+        request.into_parts().0
+    }
+
+    #[test]
+    fn an_attempt_goes_out_in_origin_form_over_http_1_1_with_a_host() {
+        let authority = Authority::from_static("10.0.0.1:8080");
+        let mut absolute = parts("http://example.com/a/b?c=d", Some("example.com"));
+        absolute.version = Version::HTTP_10;
+        let request = upstream_request(&mut absolute, &authority, UpstreamBody::Empty, false);
+        assert_eq!(request.uri(), "/a/b?c=d");
+        assert_eq!(request.version(), Version::HTTP_11);
+        assert_eq!(request.headers()[header::HOST], "example.com");
+        // Not the last attempt: the headers were copied, so the next attempt has them too.
+        assert_eq!(absolute.headers["x-kept"], "1");
+
+        // An HTTP/1.0 request without Host gets the backend's address; the last attempt moves the
+        // headers out.
+        let mut bare = parts("/x", None);
+        let request = upstream_request(&mut bare, &authority, UpstreamBody::Empty, true);
+        assert_eq!(request.headers()[header::HOST], "10.0.0.1:8080");
+        assert_eq!(request.headers()["x-kept"], "1");
+        assert!(bare.headers.is_empty(), "moved, not copied");
+    }
 }

@@ -154,3 +154,53 @@ pub(crate) fn local_error(
     let (parts, body) = error.to_response().into_parts();
     Response::from_parts(parts, ProxyBody::error(body, log, error.flag()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(fields: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(
+                http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                HeaderValue::from_str(value).expect("value"),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn a_response_framed_two_ways_or_in_an_unknown_coding_is_refused() {
+        let rows: [(&[(&str, &str)], bool); 5] = [
+            (&[("content-length", "5")], true),
+            (&[("transfer-encoding", "chunked")], true),
+            (
+                &[("transfer-encoding", "chunked"), ("content-length", "5")],
+                false,
+            ),
+            (&[("transfer-encoding", "gzip")], false),
+            (&[], true),
+        ];
+        for (fields, passes) in rows {
+            assert_eq!(
+                check_framing(&headers(fields)).is_ok(),
+                passes,
+                "{fields:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn repeated_equal_content_lengths_go_on_as_one() {
+        for fields in [
+            &[("content-length", "5, 5")][..],
+            &[("content-length", "5"), ("content-length", "5")][..],
+        ] {
+            let mut map = headers(fields);
+            single_content_length(&mut map);
+            let values: Vec<_> = map.get_all(header::CONTENT_LENGTH).iter().collect();
+            assert_eq!(values, [HeaderValue::from_static("5")], "{fields:?}");
+        }
+    }
+}

@@ -164,3 +164,80 @@ fn failed(
     let log = noted(log, tried, last);
     Failed { error, log }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::request_body::BodySource;
+
+    fn prepared(method: http::Method) -> Prepared {
+        let (parts, ()) = http::Request::builder()
+            .method(method)
+            .uri("/")
+            .body(())
+            .expect("request")
+            .into_parts();
+        Prepared {
+            parts,
+            source: BodySource::Empty,
+            upgrade: None,
+        }
+    }
+
+    #[test]
+    fn attempts_count_each_backend_once() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().expect("a"),
+            "127.0.0.1:2".parse().expect("b"),
+        );
+        assert_eq!(attempts_sent(&[], None), 0);
+        assert_eq!(attempts_sent(&[], Some(a)), 1);
+        assert_eq!(attempts_sent(&[a], Some(b)), 2);
+        assert_eq!(
+            attempts_sent(&[a, b], Some(b)),
+            2,
+            "the last one failed: already counted"
+        );
+    }
+
+    #[test]
+    fn only_what_is_safe_to_send_again_is_retried() {
+        let cluster = crate::backend::cluster::for_tests(&["127.0.0.1:9", "127.0.0.1:10"], "");
+        let post = prepared(http::Method::POST);
+        let error = |kind| ProxyError::new(kind);
+        // Never reached the backend: any method.
+        assert!(may_retry(
+            &cluster,
+            &error(ErrorKind::Connect),
+            false,
+            &post
+        ));
+        // Reached it: only a request safe to send twice (the route's retry methods, body replayable).
+        assert!(!may_retry(
+            &cluster,
+            &error(ErrorKind::BadGateway),
+            false,
+            &post
+        ));
+        assert!(may_retry(
+            &cluster,
+            &error(ErrorKind::BadGateway),
+            true,
+            &post
+        ));
+        assert!(may_retry(&cluster, &error(ErrorKind::Timeout), true, &post));
+        // Not the backend's failure to answer: never.
+        assert!(!may_retry(
+            &cluster,
+            &error(ErrorKind::NoEligibleBackend),
+            true,
+            &post
+        ));
+        assert!(!may_retry(
+            &cluster,
+            &error(ErrorKind::RouteTimeout),
+            true,
+            &post
+        ));
+    }
+}
