@@ -857,9 +857,11 @@ async fn an_upstream_connection_is_reused_warm_and_closed_after_the_idle_timeout
         let response = sender.send_request(request).await.expect("response");
         drop(response);
         drop(sender);
-        // Wall-clock: the abandoned connection's close travels through the worker's tasks with
-        // nothing to wait on; what is asserted is that the next request does not reuse it.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // The backend sees it closed: the idle one before, and now the cut one.
+        until("the cut upstream connection is closed", || {
+            backend.connections_closed() == 2
+        })
+        .await;
         assert_eq!(harness.get("/").await.0, 200);
         assert_eq!(
             backend.connections(),
