@@ -302,7 +302,12 @@ fn failure_handling(changes: &mut Changes, prefix: &str, old: &Cluster, new: &Cl
         &outliers,
         old.outlier_detection,
         new.outlier_detection,
-        [consecutive_failures, base_ejection_time, max_ejection_time,]
+        [
+            consecutive_failures,
+            consecutive_5xx,
+            base_ejection_time,
+            max_ejection_time,
+        ]
     );
     changes.field(
         &outliers,

@@ -176,7 +176,8 @@ pub struct Cluster {
     /// How often backends given by host name are resolved again (all their addresses become
     /// endpoints). Default 30 s; 0 resolves only at load.
     pub dns_refresh: Duration,
-    /// Response statuses recorded as failures (PeakEWMA penalty; `Retry-After` honoured). Default 429, 503.
+    /// Response statuses that mean "overloaded": PeakEWMA records a penalty for them instead of their
+    /// latency, so P2C sends the backend less. They never eject it. Default 429, 503.
     pub penalty_statuses: Vec<u16>,
 }
 
@@ -220,16 +221,26 @@ impl Default for HealthCheck {
 }
 
 /// Passive outlier ejection, decided by each worker from its own traffic.
+///
+/// Only what a backend does by itself ejects it by default: a client can make a backend answer 5xx (a
+/// request that trips a bug) or 429 (its own quota), and ejection takes the backend away from every
+/// client. Statuses that mean "overloaded" feed PeakEWMA's penalty instead (`penalty_statuses`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutlierDetection {
-    /// Consecutive connect failures or 5xx responses that eject a backend. 0 disables. Default 5.
+    /// Consecutive failures of the backend's own making that eject it: connection refused or reset,
+    /// a timeout, a response that is not HTTP, a body cut or stalled. 0 disables. Default 5.
     pub consecutive_failures: u32,
+    /// Consecutive 5xx responses that eject a backend (Envoy's `consecutive_5xx`). 0 (the default):
+    /// responses never eject, whatever their status.
+    pub consecutive_5xx: u32,
     /// First ejection time; doubled for each further ejection in a row. Default 10 s.
     pub base_ejection_time: Duration,
     /// Cap on the ejection time. Default 300 s; below `base_ejection_time` (0 included), every
     /// ejection lasts `base_ejection_time`.
     pub max_ejection_time: Duration,
-    /// Never eject more than this fraction of the cluster. Default 0.5.
+    /// Never eject more than this fraction of the cluster (rounded down), except that one backend of
+    /// two or more may always be ejected, and never the last one. Default 0.1 (Envoy's): one backend
+    /// at a time in clusters of 2 to 19, two in clusters of 20 to 29.
     pub max_ejection_fraction: f64,
 }
 
@@ -237,9 +248,10 @@ impl Default for OutlierDetection {
     fn default() -> Self {
         Self {
             consecutive_failures: 5,
+            consecutive_5xx: 0,
             base_ejection_time: Duration::from_secs(10),
             max_ejection_time: Duration::from_secs(300),
-            max_ejection_fraction: 0.5,
+            max_ejection_fraction: 0.1,
         }
     }
 }

@@ -113,6 +113,8 @@ pub(crate) struct RawOutlierDetection {
     #[serde(default)]
     pub(crate) consecutive_failures: Option<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) consecutive_5xx: Option<Spanned<Scalar>>,
+    #[serde(default)]
     pub(crate) base_ejection_time: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) max_ejection_time: Option<Spanned<Scalar>>,

@@ -258,3 +258,28 @@ fn a_host_with_a_trailing_dot_is_the_same_host() {
         "the metrics label too"
     );
 }
+
+/// By default only a backend's own failures eject it, from at most 10% of a cluster; 5xx responses eject
+/// only when `consecutive_5xx` asks for it.
+#[test]
+fn responses_eject_only_when_asked_and_at_most_ten_percent_by_default() {
+    let config = duet_config::parse(BASE, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let defaults = config.clusters[0].outlier_detection;
+    assert_eq!(
+        (defaults.consecutive_failures, defaults.consecutive_5xx),
+        (5, 0)
+    );
+    assert_eq!(defaults.max_ejection_fraction, 0.1);
+    let yaml = format!("{BASE}    outlier_detection: {{ consecutive_5xx: 3 }}\n");
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.clusters[0].outlier_detection.consecutive_5xx, 3);
+    let yaml = format!("{BASE}    outlier_detection: {{ consecutive_5xx: many }}\n");
+    let found = errors(&yaml);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:6:43: clusters[0].outlier_detection.consecutive_5xx: `many` is not a whole number"
+        ),
+        "{found:?}"
+    );
+}
