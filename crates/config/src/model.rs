@@ -36,6 +36,8 @@ pub enum Workers {
 /// A client-facing listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
+    /// The name routes' `listeners:` may use for it (they may also write its address).
+    pub name: Option<String>,
     /// Address to bind; port 0 lets the OS choose.
     pub address: SocketAddr,
     /// Terminate TLS on this listener with these files; plain HTTP when `None`.
@@ -94,6 +96,10 @@ pub struct Route {
     pub path_prefix: String,
     /// Index into [`Config::clusters`].
     pub cluster: usize,
+    /// The listeners (indexes into [`Config::listeners`]) whose requests this route may take, so that
+    /// a route meant for an internal listener never answers on a public one. `None` (the default):
+    /// every listener.
+    pub listeners: Option<Vec<usize>>,
     /// Methods that may be retried after the request reached a backend. Default: the idempotent methods
     /// of RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
     pub retry_methods: Vec<http_method::Method>,
@@ -101,6 +107,16 @@ pub struct Route {
     /// included (Envoy's route timeout); past it, 504. `None` (the default): each attempt is bounded by
     /// its cluster's timeouts alone.
     pub timeout: Option<std::time::Duration>,
+}
+
+impl Route {
+    /// Whether a request that came on the listener at `listener` (its index in
+    /// [`Config::listeners`]) may take this route.
+    pub fn serves(&self, listener: usize) -> bool {
+        self.listeners
+            .as_ref()
+            .is_none_or(|listeners| listeners.contains(&listener))
+    }
 }
 
 /// HTTP method names, kept as text so this crate needs no HTTP library.
