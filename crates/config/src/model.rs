@@ -193,7 +193,8 @@ pub struct Cluster {
     /// endpoints). Default 30 s; 0 resolves only at load.
     pub dns_refresh: Duration,
     /// Response statuses that mean "overloaded": PeakEWMA records a penalty for them instead of their
-    /// latency, so P2C sends the backend less. They never eject it. Default 429, 503.
+    /// latency, so P2C sends the backend less. They do not eject it (a 503 counts toward
+    /// `outlier_detection.consecutive_5xx` only when that is set, as any 5xx). Default 429, 503.
     pub penalty_statuses: Vec<u16>,
 }
 
