@@ -504,3 +504,42 @@ fn one_client_cannot_eject_backends_with_429_retry_after_or_500() {
         .collect();
     assert_eq!(served, [2, 2, 2, 2], "all four still in rotation");
 }
+
+/// An operator who trusts the backends' 5xx as a sign of breakage opts in with `consecutive_5xx`: then
+/// 5xx responses eject, within the default cap of one backend of four.
+#[test]
+fn consecutive_5xx_opts_in_to_ejecting_on_server_errors() {
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| Backend::start(BackendOptions::named(&format!("b{i}"))).expect("backend"))
+        .collect();
+    let addresses: Vec<SocketAddr> = backends.iter().map(|b| b.address()).collect();
+    let yaml = DuetConfig::single("round_robin", &addresses)
+        .admin()
+        .with_cluster("app", |c| {
+            c.set(
+                "outlier_detection",
+                "{ consecutive_5xx: 3, base_ejection_time: 60s }",
+            )
+        })
+        .to_yaml();
+    let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
+    for _ in 0..12 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET /status/500 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 500"), "{response}");
+    }
+    let metrics = crate::admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_ejections_total", ""),
+        1.0,
+        "three 500s each, but 10% of four is capped at one: {metrics}"
+    );
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_backend_eligible", ""),
+        3.0,
+        "{metrics}"
+    );
+}
