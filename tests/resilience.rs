@@ -453,3 +453,93 @@ fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
     let response = support::get_root(strict.address);
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
 }
+
+/// 429 and `Retry-After` speak of one client (its rate, its quota), and a 5xx can be provoked by one
+/// client's request: under the default settings neither may take a backend out of rotation for everyone.
+#[test]
+fn one_client_cannot_eject_backends_with_429_retry_after_or_500() {
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| Backend::start(BackendOptions::named(&format!("b{i}"))).expect("backend"))
+        .collect();
+    let addresses: Vec<SocketAddr> = backends.iter().map(|b| b.address()).collect();
+    let duet = Duet::start_with(
+        &DuetConfig::single("round_robin", &addresses)
+            .admin()
+            .to_yaml(),
+        "warn,duet::cli=info",
+    );
+    let admin = duet.admin_address();
+    let answered = |path: &str, status: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with(status), "{path}: {response}");
+    };
+    // Round robin: every backend answers each kind many times in a row from its point of view.
+    for _ in 0..20 {
+        answered("/status/429?retry-after=3600", "HTTP/1.1 429");
+        answered("/status/503?retry-after=3600", "HTTP/1.1 503");
+    }
+    for _ in 0..40 {
+        answered("/status/500", "HTTP/1.1 500");
+    }
+    let metrics = crate::admin::get(admin, "/metrics");
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_ejections_total", ""),
+        0.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_backend_eligible", ""),
+        4.0,
+        "{metrics}"
+    );
+    let before: Vec<u64> = backends.iter().map(|b| b.requests()).collect();
+    for _ in 0..8 {
+        answered("/", "HTTP/1.1 200");
+    }
+    let served: Vec<u64> = backends
+        .iter()
+        .zip(&before)
+        .map(|(b, before)| b.requests() - before)
+        .collect();
+    assert_eq!(served, [2, 2, 2, 2], "all four still in rotation");
+}
+
+/// An operator who trusts the backends' 5xx as a sign of breakage opts in with `consecutive_5xx`: then
+/// 5xx responses eject, within the default cap of one backend of four.
+#[test]
+fn consecutive_5xx_opts_in_to_ejecting_on_server_errors() {
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| Backend::start(BackendOptions::named(&format!("b{i}"))).expect("backend"))
+        .collect();
+    let addresses: Vec<SocketAddr> = backends.iter().map(|b| b.address()).collect();
+    let yaml = DuetConfig::single("round_robin", &addresses)
+        .admin()
+        .with_cluster("app", |c| {
+            c.set(
+                "outlier_detection",
+                "{ consecutive_5xx: 3, base_ejection_time: 60s }",
+            )
+        })
+        .to_yaml();
+    let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
+    for _ in 0..12 {
+        let (response, _) = raw_exchange(
+            duet.address,
+            b"GET /status/500 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(response.starts_with("HTTP/1.1 500"), "{response}");
+    }
+    let metrics = crate::admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_ejections_total", ""),
+        1.0,
+        "three 500s each, but 10% of four is capped at one: {metrics}"
+    );
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_backend_eligible", ""),
+        3.0,
+        "{metrics}"
+    );
+}

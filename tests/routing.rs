@@ -521,3 +521,56 @@ fn a_host_with_a_trailing_dot_routes_like_the_name_without_it() {
     }
     assert_eq!((api.requests(), app.requests()), (3, 0));
 }
+
+/// A route limited to one listener does not exist on another: an internal route never answers on the
+/// public listener, where the request falls through to the routes that listener has (here none: 404).
+#[test]
+fn a_route_limited_to_one_listener_is_404_on_the_other() {
+    let internal = Backend::start(BackendOptions::named("internal")).expect("internal");
+    let web = Backend::start(BackendOptions::named("web")).expect("web");
+    let yaml = format!(
+        "workers: 2
+listeners:
+  - {{ name: internal, address: 127.0.0.1:0 }}
+  - {{ address: 127.0.0.1:0 }}
+routes:
+  - {{ match: {{ path_prefix: /admin }}, cluster: internal, listeners: [internal] }}
+  - {{ match: {{ path_prefix: /site }}, cluster: web }}
+clusters:
+  - {{ name: internal, backends: [ {{ address: {} }} ] }}
+  - {{ name: web, backends: [ {{ address: {} }} ] }}
+",
+        internal.address(),
+        web.address()
+    );
+    let duet = Duet::start(&yaml);
+    let listening = || -> Vec<std::net::SocketAddr> {
+        duet.log_lines()
+            .iter()
+            .filter_map(|l| l.split("listening on http://").nth(1))
+            .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+            .collect()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || listening().len() == 2),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let listening = listening();
+    assert_eq!(listening[0], duet.address);
+    let (first, second) = (listening[0], listening[1]);
+    let status = |address, path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(address, request.as_bytes(), Duration::from_secs(5));
+        response.get(..12).unwrap_or_default().to_owned()
+    };
+    // Several connections each, so both workers' sockets answer.
+    for _ in 0..4 {
+        assert_eq!(status(first, "/admin/users"), "HTTP/1.1 200");
+        assert_eq!(status(second, "/admin/users"), "HTTP/1.1 404");
+        assert_eq!(status(first, "/site"), "HTTP/1.1 200");
+        assert_eq!(status(second, "/site"), "HTTP/1.1 200");
+    }
+    assert_eq!(internal.requests(), 4, "only the first listener's requests");
+    assert_eq!(web.requests(), 8);
+}

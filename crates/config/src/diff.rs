@@ -85,6 +85,14 @@ fn listeners(changes: &mut Changes, old: &[Listener], new: &[Listener]) {
             None => changes.restart(format!("+ listener {}", listener.address)),
             Some(before) => {
                 let prefix = format!("listener {}", listener.address);
+                if before.name != listener.name {
+                    let show = |l: &Listener| l.name.clone().unwrap_or_else(|| "none".to_owned());
+                    changes.push(format!(
+                        "~ {prefix}.name: {} -> {}",
+                        show(before),
+                        show(listener)
+                    ));
+                }
                 changes.field(
                     &prefix,
                     "tls",
@@ -182,6 +190,14 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
         }
         if let Some(timeout) = route.timeout {
             line.push_str(&format!(" (timeout {timeout:?})"));
+        }
+        if let Some(only) = &route.listeners {
+            let named: Vec<String> = only
+                .iter()
+                .filter_map(|&i| config.listeners.get(i))
+                .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
+                .collect();
+            line.push_str(&format!(" (listeners {})", named.join(",")));
         }
         if route.retry_methods != http_method::idempotent() {
             line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
@@ -302,7 +318,12 @@ fn failure_handling(changes: &mut Changes, prefix: &str, old: &Cluster, new: &Cl
         &outliers,
         old.outlier_detection,
         new.outlier_detection,
-        [consecutive_failures, base_ejection_time, max_ejection_time,]
+        [
+            consecutive_failures,
+            consecutive_5xx,
+            base_ejection_time,
+            max_ejection_time,
+        ]
     );
     changes.field(
         &outliers,

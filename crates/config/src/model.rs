@@ -36,6 +36,8 @@ pub enum Workers {
 /// A client-facing listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
+    /// The name routes' `listeners:` may use for it (they may also write its address).
+    pub name: Option<String>,
     /// Address to bind; port 0 lets the OS choose.
     pub address: SocketAddr,
     /// Terminate TLS on this listener with these files; plain HTTP when `None`.
@@ -94,6 +96,10 @@ pub struct Route {
     pub path_prefix: String,
     /// Index into [`Config::clusters`].
     pub cluster: usize,
+    /// The listeners (indexes into [`Config::listeners`]) whose requests this route may take, so that
+    /// a route meant for an internal listener never answers on a public one. `None` (the default):
+    /// every listener.
+    pub listeners: Option<Vec<usize>>,
     /// Methods that may be retried after the request reached a backend. Default: the idempotent methods
     /// of RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
     pub retry_methods: Vec<http_method::Method>,
@@ -101,6 +107,16 @@ pub struct Route {
     /// included (Envoy's route timeout); past it, 504. `None` (the default): each attempt is bounded by
     /// its cluster's timeouts alone.
     pub timeout: Option<std::time::Duration>,
+}
+
+impl Route {
+    /// Whether a request that came on the listener at `listener` (its index in
+    /// [`Config::listeners`]) may take this route.
+    pub fn serves(&self, listener: usize) -> bool {
+        self.listeners
+            .as_ref()
+            .is_none_or(|listeners| listeners.contains(&listener))
+    }
 }
 
 /// HTTP method names, kept as text so this crate needs no HTTP library.
@@ -176,7 +192,9 @@ pub struct Cluster {
     /// How often backends given by host name are resolved again (all their addresses become
     /// endpoints). Default 30 s; 0 resolves only at load.
     pub dns_refresh: Duration,
-    /// Response statuses recorded as failures (PeakEWMA penalty; `Retry-After` honoured). Default 429, 503.
+    /// Response statuses that mean "overloaded": PeakEWMA records a penalty for them instead of their
+    /// latency, so P2C sends the backend less. They do not eject it (a 503 counts toward
+    /// `outlier_detection.consecutive_5xx` only when that is set, as any 5xx). Default 429, 503.
     pub penalty_statuses: Vec<u16>,
 }
 
@@ -220,16 +238,26 @@ impl Default for HealthCheck {
 }
 
 /// Passive outlier ejection, decided by each worker from its own traffic.
+///
+/// Only what a backend does by itself ejects it by default: a client can make a backend answer 5xx (a
+/// request that trips a bug) or 429 (its own quota), and ejection takes the backend away from every
+/// client. Statuses that mean "overloaded" feed PeakEWMA's penalty instead (`penalty_statuses`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutlierDetection {
-    /// Consecutive connect failures or 5xx responses that eject a backend. 0 disables. Default 5.
+    /// Consecutive failures of the backend's own making that eject it: connection refused or reset,
+    /// a timeout, a response that is not HTTP, a body cut or stalled. 0 disables. Default 5.
     pub consecutive_failures: u32,
+    /// Consecutive 5xx responses that eject a backend (Envoy's `consecutive_5xx`). 0 (the default):
+    /// responses never eject, whatever their status.
+    pub consecutive_5xx: u32,
     /// First ejection time; doubled for each further ejection in a row. Default 10 s.
     pub base_ejection_time: Duration,
     /// Cap on the ejection time. Default 300 s; below `base_ejection_time` (0 included), every
     /// ejection lasts `base_ejection_time`.
     pub max_ejection_time: Duration,
-    /// Never eject more than this fraction of the cluster. Default 0.5.
+    /// Never eject more than this fraction of the cluster (rounded down), except that one backend of
+    /// two or more may always be ejected, and never the last one. Default 0.1 (Envoy's): one backend
+    /// at a time in clusters of 2 to 19, two in clusters of 20 to 29.
     pub max_ejection_fraction: f64,
 }
 
@@ -237,9 +265,10 @@ impl Default for OutlierDetection {
     fn default() -> Self {
         Self {
             consecutive_failures: 5,
+            consecutive_5xx: 0,
             base_ejection_time: Duration::from_secs(10),
             max_ejection_time: Duration::from_secs(300),
-            max_ejection_fraction: 0.5,
+            max_ejection_fraction: 0.1,
         }
     }
 }

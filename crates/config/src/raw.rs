@@ -33,6 +33,8 @@ pub(crate) struct RawAdmin {
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawListener {
+    #[serde(default)]
+    pub(crate) name: Option<Spanned<Scalar>>,
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
     pub(crate) tls: Option<RawTls>,
@@ -57,6 +59,8 @@ pub(crate) struct RawRoute {
     pub(crate) retry_methods: Option<Vec<Spanned<Scalar>>>,
     #[serde(default)]
     pub(crate) timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) listeners: Option<Spanned<Vec<Spanned<Scalar>>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,6 +116,8 @@ pub(crate) struct RawHealthCheck {
 pub(crate) struct RawOutlierDetection {
     #[serde(default)]
     pub(crate) consecutive_failures: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) consecutive_5xx: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) base_ejection_time: Option<Spanned<Scalar>>,
     #[serde(default)]

@@ -258,3 +258,85 @@ fn a_host_with_a_trailing_dot_is_the_same_host() {
         "the metrics label too"
     );
 }
+
+/// By default only a backend's own failures eject it, from at most 10% of a cluster; 5xx responses eject
+/// only when `consecutive_5xx` asks for it.
+#[test]
+fn responses_eject_only_when_asked_and_at_most_ten_percent_by_default() {
+    let config = duet_config::parse(BASE, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let defaults = config.clusters[0].outlier_detection;
+    assert_eq!(
+        (defaults.consecutive_failures, defaults.consecutive_5xx),
+        (5, 0)
+    );
+    assert_eq!(defaults.max_ejection_fraction, 0.1);
+    let yaml = format!("{BASE}    outlier_detection: {{ consecutive_5xx: 3 }}\n");
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.clusters[0].outlier_detection.consecutive_5xx, 3);
+    let yaml = format!("{BASE}    outlier_detection: {{ consecutive_5xx: many }}\n");
+    let found = errors(&yaml);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:6:43: clusters[0].outlier_detection.consecutive_5xx: `many` is not a whole number"
+        ),
+        "{found:?}"
+    );
+}
+
+/// A route may be limited to some listeners, named or written as their address; an unknown one is
+/// named with its place in the file.
+#[test]
+fn a_route_names_its_listeners_and_an_unknown_one_is_refused_where_it_stands() {
+    let yaml = "\
+listeners:
+  - { name: public, address: 127.0.0.1:8080 }
+  - { name: internal, address: 127.0.0.1:8081 }
+  - { address: '[::1]:8082' }
+routes:
+  - { match: { path_prefix: /admin }, cluster: web, listeners: [internal, '[::1]:8082'] }
+  - { cluster: web }
+clusters:
+  - name: web
+    backends: [ { address: 127.0.0.1:9001 } ]
+";
+    let config = duet_config::parse(yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.routes[0].listeners, Some(vec![1, 2]));
+    assert_eq!(config.routes[1].listeners, None, "every listener");
+    assert!(config.routes[0].serves(1) && !config.routes[0].serves(0));
+    assert_eq!(config.listeners[1].name.as_deref(), Some("internal"));
+
+    let found = errors(
+        &yaml
+            .replace("[internal, '[::1]:8082']", "[internl, 127.0.0.1:9]")
+            .replace(
+                "{ address: '[::1]:8082' }",
+                "{ name: public, address: '[::1]:8082' }",
+            ),
+    );
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(
+        found[0].starts_with("bad.yaml:4:13: listeners[2].name: listener `public` is named twice"),
+        "{found:#?}"
+    );
+    assert!(
+        found[1].starts_with(
+            "bad.yaml:6:65: routes[0].listeners[0]: no listener is named `internl` or listens on it"
+        ) && found[1].contains("did you mean `internal`?"),
+        "{found:#?}"
+    );
+    assert!(
+        found[2].starts_with(
+            "bad.yaml:6:74: routes[0].listeners[1]: no listener is named `127.0.0.1:9` or listens on it"
+        ) && found[2].contains("listeners: public (127.0.0.1:8080), internal (127.0.0.1:8081)"),
+        "{found:#?}"
+    );
+    let found = errors(&yaml.replace("[internal, '[::1]:8082']", "[]"));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:6:64: routes[0].listeners: an empty list: the route would match nothing"
+        ) && found[0].ends_with("hint: leave `listeners` out for a route on every listener"),
+        "{found:#?}"
+    );
+}

@@ -66,3 +66,32 @@ limits: { max_connections: 5000 }
     );
     assert!(diff(&old, &old).is_empty(), "a file against itself");
 }
+
+/// Limiting a route to a listener, or naming a listener, is a change a reload applies.
+#[test]
+fn a_route_limited_to_a_listener_is_a_route_change() {
+    let new = OLD
+        .replace(
+            "listeners: [ { address: 127.0.0.1:8080 } ]",
+            "listeners: [ { name: public, address: 127.0.0.1:8080 } ]",
+        )
+        .replace(
+            "    cluster: api\n",
+            "    cluster: api\n    listeners: [public]\n",
+        );
+    let (old, new) = (
+        parse(OLD, "old.yaml").expect("old"),
+        parse(&new, "new.yaml").expect("new"),
+    );
+    let changes = diff(&old, &new);
+    let lines: Vec<String> = changes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "~ listener 127.0.0.1:8080.name: none -> public",
+            "+ route host * path /api -> api (listeners public)",
+            "- route host * path /api -> api",
+        ]
+    );
+    assert!(changes.iter().all(|c| !c.needs_restart));
+}

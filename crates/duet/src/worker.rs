@@ -175,6 +175,7 @@ impl Listener {
             address: peer,
             tls: false,
             trusted,
+            listener: self.position,
         };
         Accepted {
             stream,

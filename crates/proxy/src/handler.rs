@@ -205,18 +205,20 @@ impl WorkerProxy {
         }
         let table = self.table.borrow().clone();
         let limits = &table.config.limits;
-        let routed = match route::route(&table.config.routes, limits.max_uri_length, &mut request) {
-            Ok(routed) => routed,
-            Err(error) => {
-                let counter = match error.kind() {
-                    ErrorKind::UriTooLong => &self.counters.uri_too_long,
-                    ErrorKind::NoRoute => &self.counters.no_route,
-                    _ => &self.counters.malformed,
-                };
-                counter.fetch_add(1, Relaxed);
-                return Ok(respond::local_error(&error, log));
-            }
-        };
+        let routes = &table.config.routes;
+        let routed =
+            match route::route(routes, client.listener, limits.max_uri_length, &mut request) {
+                Ok(routed) => routed,
+                Err(error) => {
+                    let counter = match error.kind() {
+                        ErrorKind::UriTooLong => &self.counters.uri_too_long,
+                        ErrorKind::NoRoute => &self.counters.no_route,
+                        _ => &self.counters.malformed,
+                    };
+                    counter.fetch_add(1, Relaxed);
+                    return Ok(respond::local_error(&error, log));
+                }
+            };
         let cluster = &table.clusters[routed.route.cluster];
         if let Some(log) = log.as_mut() {
             log.cluster = Some(cluster.name.clone());

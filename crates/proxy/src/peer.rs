@@ -11,4 +11,7 @@ pub struct Client {
     pub tls: bool,
     /// Whether the peer is one of the listener's `trusted_proxies`, whose forwarding fields are kept.
     pub trusted: bool,
+    /// The listener it came on: its index in the config's `listeners` (routes may be limited to
+    /// some; a reload keeps every listener in its place).
+    pub listener: usize,
 }

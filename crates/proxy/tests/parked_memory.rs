@@ -96,6 +96,7 @@ fn start_worker(backend: SocketAddr) -> (SocketAddr, Registry) {
                         address: peer,
                         tls: false,
                         trusted: false,
+                        listener: 0,
                     };
                     let connection = Accepted {
                         stream,

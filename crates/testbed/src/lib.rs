@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `/bytes/N` | N bytes (`x`), streamed in 64 KiB chunks with a `Content-Length` |
 //! | `/upload` | reads the request body as a stream and answers with its length |
-//! | `/status/N` | status N |
+//! | `/status/N` | status N (with `?retry-after=S`, a `Retry-After: S` header too) |
 //! | `/sleep/MS` | waits MS milliseconds, then answers |
 //! | `/die` | announces 1 MB, sends 64 KiB, then fails the body (the connection is cut) |
 //! | `/upgrade` | `101 Switching Protocols`, then echoes every byte it receives |
@@ -388,7 +388,13 @@ async fn answer(
                 .ok()
                 .and_then(|c| StatusCode::from_u16(c).ok())
                 .unwrap_or(StatusCode::OK);
-            full(status, format!("status {}\n", status.as_u16()), name)
+            let mut response = full(status, format!("status {}\n", status.as_u16()), name);
+            if let Some(seconds) = retry_after(request.uri().query()) {
+                response
+                    .headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, seconds.into());
+            }
+            response
         }
         (Some("sleep"), Some(ms)) => {
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
@@ -409,6 +415,15 @@ async fn answer(
         }
     };
     Ok(response)
+}
+
+/// The `retry-after=S` of a query, if there is one.
+fn retry_after(query: Option<&str>) -> Option<u64> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("retry-after="))?
+        .parse()
+        .ok()
 }
 
 /// Counts a request, in total and in its second since the count started.

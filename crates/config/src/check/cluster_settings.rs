@@ -116,6 +116,12 @@ pub(super) fn outlier_detection(
             d.consecutive_failures,
             (0, 1000),
         ),
+        consecutive_5xx: checker.count(
+            raw.and_then(|o| o.consecutive_5xx.as_ref()),
+            &field.key("consecutive_5xx"),
+            d.consecutive_5xx,
+            (0, 1000),
+        ),
         base_ejection_time: checker.timeout(
             raw.and_then(|o| o.base_ejection_time.as_ref()),
             &field.key("base_ejection_time"),

@@ -40,7 +40,12 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
             }
         });
         let trusted_proxies = trusted_proxies(checker, &l.trusted_proxies, &field);
+        let name = l
+            .name
+            .as_ref()
+            .map(|n| name(checker, n, &field, &listeners));
         listeners.push(Listener {
+            name,
             address,
             tls,
             trusted_proxies,
@@ -56,6 +61,31 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
         );
     }
     listeners
+}
+
+/// A listener's `name:`: not empty, and unique (routes refer to it).
+fn name(
+    checker: &mut Checker,
+    given: &Spanned<Scalar>,
+    listener: &Field,
+    earlier: &[Listener],
+) -> String {
+    let text = given.value.0.trim().to_owned();
+    if text.is_empty() {
+        checker.reject(
+            given,
+            listener.key("name"),
+            "a listener name cannot be empty",
+        );
+    } else if earlier.iter().any(|l| l.name.as_deref() == Some(&text)) {
+        let e = checker.error(
+            given,
+            listener.key("name"),
+            format!("listener `{text}` is named twice"),
+        );
+        checker.push(e.hint("routes refer to listeners by name: make them unique"));
+    }
+    text
 }
 
 /// IPs and CIDR networks; a bare IP is a network of one.

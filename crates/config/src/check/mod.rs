@@ -26,7 +26,11 @@ pub(crate) fn check(raw: &RawConfig, base: PathBuf) -> (Config, Vec<ConfigError>
     let workers = settings::workers(&mut checker, raw.workers.as_ref());
     let listeners = listeners::listeners(&mut checker, &raw.listeners);
     let (clusters, names) = clusters::clusters(&mut checker, &raw.clusters);
-    let routes = routes::routes(&mut checker, &raw.routes, &names);
+    let written = routes::Listeners {
+        checked: &listeners,
+        written: &raw.listeners,
+    };
+    let routes = routes::routes(&mut checker, &raw.routes, &names, &written);
     let limits = settings::limits(&mut checker, raw.limits.as_ref());
     let shutdown = settings::shutdown(&mut checker, raw.shutdown.as_ref());
     let admin = listeners::admin(&mut checker, raw.admin.as_ref(), &listeners);

@@ -7,14 +7,26 @@ use super::{
 };
 use crate::{
     error::{did_you_mean, ConfigError},
-    model::{http_method, HostPattern, Route},
-    raw::{RawMatch, RawRoute, Scalar},
+    model::{http_method, HostPattern, Listener, Route},
+    raw::{RawListener, RawMatch, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
+
+/// The listeners as checked, and as written (a listener refused for its own sake, such as a bad
+/// address, is missing from the first: a route naming it is not blamed for that).
+pub(super) struct Listeners<'a> {
+    pub(super) checked: &'a [Listener],
+    pub(super) written: &'a [RawListener],
+}
 
 /// The routes whose cluster exists; `clusters` are the cluster names in order.
-pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String]) -> Vec<Route> {
+pub(super) fn routes(
+    checker: &mut Checker,
+    raw: &[RawRoute],
+    clusters: &[String],
+    listeners: &Listeners<'_>,
+) -> Vec<Route> {
     let mut routes = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let list = Field::root("routes");
@@ -26,6 +38,10 @@ pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String
             None => http_method::idempotent(),
             Some(list) => methods(checker, list, &field),
         };
+        let only_on = r
+            .listeners
+            .as_ref()
+            .map(|list| route_listeners(checker, list, &field, listeners));
         let timeout = r
             .timeout
             .as_ref()
@@ -53,6 +69,7 @@ pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String
                 host,
                 path_prefix,
                 cluster,
+                listeners: only_on,
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
             });
@@ -65,6 +82,71 @@ pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String
         );
     }
     routes
+}
+
+/// A route's `listeners:`: each a listener's `name:` or its address as written.
+fn route_listeners(
+    checker: &mut Checker,
+    raw: &Spanned<Vec<Spanned<Scalar>>>,
+    route: &Field,
+    listeners: &Listeners<'_>,
+) -> Vec<usize> {
+    let list = route.key("listeners");
+    if raw.value.is_empty() {
+        let e = checker.error(raw, &list, "an empty list: the route would match nothing");
+        checker.push(e.hint("leave `listeners` out for a route on every listener"));
+    }
+    let mut found = Vec::new();
+    for (i, wanted) in raw.value.iter().enumerate() {
+        let text = wanted.value.0.trim();
+        let address = text.parse::<SocketAddr>().ok();
+        let position = listeners
+            .checked
+            .iter()
+            .position(|l| l.name.as_deref() == Some(text) || Some(l.address) == address);
+        match position {
+            Some(position) if !found.contains(&position) => found.push(position),
+            Some(_) => {}
+            None if listeners.written.iter().any(|l| {
+                l.address.value.0.trim() == text
+                    || l.name.as_ref().is_some_and(|n| n.value.0.trim() == text)
+            }) => {}
+            None => unknown_listener(checker, wanted, list.index(i), listeners.checked),
+        }
+    }
+    found
+}
+
+fn unknown_listener(
+    checker: &mut Checker,
+    wanted: &Spanned<Scalar>,
+    field: Field,
+    listeners: &[Listener],
+) {
+    let text = wanted.value.0.trim();
+    let e = checker.error(
+        wanted,
+        field,
+        format!("no listener is named `{text}` or listens on it"),
+    );
+    let names = listeners.iter().filter_map(|l| l.name.as_deref());
+    let e = match did_you_mean(text, names) {
+        Some(hint) => e.hint(hint),
+        None => {
+            let known: Vec<String> = listeners
+                .iter()
+                .map(|l| match &l.name {
+                    Some(name) => format!("{name} ({})", l.address),
+                    None => l.address.to_string(),
+                })
+                .collect();
+            e.hint(format!(
+                "write a listener's `name:` or its address; listeners: {}",
+                known.join(", ")
+            ))
+        }
+    };
+    checker.push(e);
 }
 
 /// The position of the cluster named `wanted`.

@@ -79,7 +79,10 @@ fn summary(
         duet_config::Workers::Count(_) => writeln!(out, "  workers: {workers}"),
     };
     for listener in &config.listeners {
-        let _ = writeln!(out, "  listener {}", listener.address);
+        let _ = match &listener.name {
+            Some(name) => writeln!(out, "  listener {} ({name})", listener.address),
+            None => writeln!(out, "  listener {}", listener.address),
+        };
     }
     for route in &config.routes {
         let host = match &route.host {
@@ -87,9 +90,17 @@ fn summary(
             Some(duet_config::HostPattern::Exact(h)) => h.clone(),
             Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
         };
+        let only_on = route.listeners.as_ref().map_or_else(String::new, |only| {
+            let named: Vec<String> = only
+                .iter()
+                .filter_map(|&i| config.listeners.get(i))
+                .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
+                .collect();
+            format!(" (only on {})", named.join(", "))
+        });
         let _ = writeln!(
             out,
-            "  route {} host {host} path {} -> {}",
+            "  route {} host {host} path {} -> {}{only_on}",
             route.name, route.path_prefix, config.clusters[route.cluster].name
         );
     }

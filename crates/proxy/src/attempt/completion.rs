@@ -8,13 +8,17 @@
 //!
 //! | how the attempt ended | outlier verdict | latency sample |
 //! |---|---|---|
-//! | body ended, status below 500 | success | elapsed time |
-//! | body ended, status 5xx | failure | elapsed time (penalty for 429/503) |
+//! | body ended, status below 500 | success | elapsed time (penalty for 429) |
+//! | body ended, status 5xx | 5xx (ejects only with `consecutive_5xx`) | elapsed time (penalty for 503) |
 //! | backend failed mid-body | **failure** | elapsed time |
 //! | backend sent nothing for `timeouts.read` mid-body | **failure** | elapsed time |
-//! | client went away mid-body | none (5xx still counts) | elapsed time |
+//! | client went away mid-body | none (a 5xx still counts) | elapsed time |
 //! | no response: backend's fault | failure | penalty |
 //! | no response: client's fault (its body broke or stalled) or duet's | none | none |
+//!
+//! A status in `penalty_statuses` only records the penalty: it never ejects, `Retry-After` or not, since
+//! a `429` (and often a `503`) speaks of one client's quota, and one client could otherwise take
+//! backends out of rotation for everyone (Envoy never ejects on a 429 either).
 
 use crate::{
     backend::cluster::Cluster,
@@ -23,7 +27,7 @@ use crate::{
     telemetry::metrics::{BackendFailure, BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
-use http::{header, response::Parts, StatusCode};
+use http::{response::Parts, StatusCode};
 use std::{
     net::SocketAddr,
     rc::Rc,
@@ -31,9 +35,6 @@ use std::{
     time::Duration,
 };
 use tokio::time::Instant;
-
-/// The longest `Retry-After` that duet honours by ejecting the backend locally.
-const RETRY_AFTER_CAP: Duration = Duration::from_secs(30);
 
 /// Whose fault an attempt that got no response was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +156,7 @@ impl Completion {
     }
 
     /// The response head arrived: a status the cluster penalises (429, 503 by default) records the
-    /// PeakEWMA penalty instead of a latency, and with `Retry-After` ejects the backend for that long.
+    /// PeakEWMA penalty instead of a latency.
     pub(crate) fn on_head(&mut self, head: &Parts) {
         let status = head.status;
         self.status = Some(status);
@@ -163,19 +164,8 @@ impl Completion {
         if let Some(log) = self.log.as_mut() {
             log.status = status;
         }
-        let penalised = self.cluster.penalised.contains(status);
-        self.guard.on_response_head(penalised);
-        if penalised {
-            let retry_after = head
-                .headers
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|secs| Duration::from_secs(secs).min(RETRY_AFTER_CAP));
-            if let Some(time) = retry_after {
-                self.cluster.eject(self.backend, time, Instant::now());
-            }
-        }
+        self.guard
+            .on_response_head(self.cluster.penalised.contains(status));
     }
 
     /// Response body bytes passed to the client.
@@ -230,7 +220,7 @@ impl Drop for Completion {
         }
         let server_error = self.status.is_some_and(|s| s.is_server_error());
         let failed = match self.ended {
-            Some(Ended::Body(BodyEnd::Complete)) | None => server_error,
+            Some(Ended::Body(BodyEnd::Complete)) | None => false,
             Some(Ended::Body(_) | Ended::Refused | Ended::NoResponse(Fault::Backend)) => true,
             Some(Ended::NoResponse(Fault::Client | Fault::Local)) => {
                 self.guard.discard_sample();
@@ -242,6 +232,8 @@ impl Drop for Completion {
         }
         if failed {
             self.cluster.record_failure(self.backend, now);
+        } else if server_error {
+            self.cluster.record_server_error(self.backend, now);
         } else if self.ended.is_some() {
             self.cluster.record_success(self.backend, now);
         }

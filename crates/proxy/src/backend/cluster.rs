@@ -234,6 +234,7 @@ impl Cluster {
         self.outliers.borrow_mut().record_success(backend, now);
     }
 
+    /// A failure of the backend's own making (connect, timeout, reset, garbage).
     pub(crate) fn record_failure(self: &Rc<Self>, backend: SocketAddr, now: Instant) {
         let ejected = self.outliers.borrow_mut().record_failure(backend, now);
         if let Some(time) = ejected {
@@ -241,9 +242,9 @@ impl Cluster {
         }
     }
 
-    /// Ejects `backend` for `time` (a `Retry-After`), within the cluster's ejection cap.
-    pub(crate) fn eject(self: &Rc<Self>, backend: SocketAddr, time: Duration, now: Instant) {
-        let ejected = self.outliers.borrow_mut().eject(backend, time, now);
+    /// A 5xx response: ejects only when the cluster sets `outlier_detection.consecutive_5xx`.
+    pub(crate) fn record_server_error(self: &Rc<Self>, backend: SocketAddr, now: Instant) {
+        let ejected = self.outliers.borrow_mut().record_server_error(backend, now);
         if let Some(time) = ejected {
             self.ejected(backend, time);
         }

@@ -11,6 +11,9 @@
 //!   segments resolved; what backends read differently is 400), and the backend gets the normalised
 //!   path, so `/public/../%61dmin` is routed (and served) as `/admin`. A trailing dot on the host names
 //!   the same host (`api.example.com.` routes as `api.example.com`).
+//! - **Listener**: a route with `listeners:` only takes requests that came on one of them; on any
+//!   other it does not exist (404 if nothing else matches), so an internal route never answers on a
+//!   public listener.
 //! - `path_prefix` is a plain string prefix, as in nginx and Envoy: `/public` also matches `/publicity`;
 //!   write `/public/` to require a segment boundary.
 
@@ -30,10 +33,12 @@ pub(crate) struct Routed<'t> {
     pub(crate) host: Option<HeaderValue>,
 }
 
-/// Finds the first route for `request`, after checking its Host and normalising its path in place.
-/// 414 for a target over `max_uri_length`, 400 for a bad Host or path, 404 if no route matches.
+/// Finds the first route for `request`, which came on the listener at `listener`, after checking its
+/// Host and normalising its path in place. 414 for a target over `max_uri_length`, 400 for a bad Host
+/// or path, 404 if no route for that listener matches.
 pub(crate) fn route<'t, B>(
     routes: &'t [Route],
+    listener: usize,
     max_uri_length: usize,
     request: &mut Request<B>,
 ) -> Result<Routed<'t>, ProxyError> {
@@ -47,7 +52,7 @@ pub(crate) fn route<'t, B>(
     let (index, route) = routes
         .iter()
         .enumerate()
-        .find(|(_, r)| matches(r, host_name, path))
+        .find(|(_, r)| r.serves(listener) && matches(r, host_name, path))
         .ok_or_else(|| ProxyError::new(ErrorKind::NoRoute))?;
     Ok(Routed { route, index, host })
 }
@@ -187,9 +192,28 @@ mod tests {
             request = request.header(header::HOST, host);
         }
         let mut request = request.body(()).expect("request");
-        route(routes, 64, &mut request)
+        route(routes, 0, 64, &mut request)
             .map(|r| r.route.cluster)
             .map_err(|e| e.kind())
+    }
+
+    #[test]
+    fn a_route_limited_to_some_listeners_does_not_exist_on_the_others() {
+        let yaml = "listeners: [ { name: public, address: 127.0.0.1:0 }, { name: internal, address: '[::1]:0' } ]\nroutes:\n  - { match: { path_prefix: /admin }, cluster: api, listeners: [internal] }\n  - { match: { path_prefix: /a }, cluster: web }\nclusters:\n  - { name: api, backends: [ { address: 127.0.0.1:1 } ] }\n  - { name: web, backends: [ { address: 127.0.0.1:2 } ] }\n";
+        let routes = duet_config::parse(yaml, "t.yaml").expect("valid").routes;
+        let on = |listener, target: &str| {
+            let mut request = Request::get(target)
+                .header(header::HOST, "x")
+                .body(())
+                .expect("request");
+            route(&routes, listener, 64, &mut request)
+                .map(|r| r.index)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(on(1, "/admin/users"), Ok(0));
+        assert_eq!(on(0, "/admin/users"), Ok(1), "the next match, as if absent");
+        assert_eq!(on(0, "/admin"), Ok(1));
+        assert_eq!(on(1, "/b"), Err(ErrorKind::NoRoute));
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub(crate) struct BackendStats {
     pub(crate) responses: [AtomicU64; 5],
     /// Attempts that failed, by [`BackendFailure`].
     pub(crate) failures: [AtomicU64; BackendFailure::ALL.len()],
-    /// Times this worker's outlier detection (or a `Retry-After`) ejected it.
+    /// Times this worker's outlier detection ejected it.
     pub(crate) ejections: AtomicU64,
     /// Times it became pickable again (re-admitted: health checks passing, ejection over).
     pub(crate) admitted: AtomicU64,

@@ -170,7 +170,7 @@ const FAMILIES: &[Family] = &[
         Read::Backend(|b, i| nth(&b.stats.failures, i)))
         .by("kind", &BackendFailure::LABELS),
     Family::new("duet_backend_ejections_total", COUNTER,
-        "Times each worker's outlier detection (or a Retry-After) ejected the backend.",
+        "Times each worker's outlier detection ejected the backend.",
         Read::Backend(|b, _| count(&b.stats.ejections))),
     Family::new("duet_backend_eligibility_changes_total", COUNTER,
         "Times the backend became pickable (to=\"eligible\": re-admitted, checks passing) or stopped being (to=\"ineligible\": checks failing, ejected), per worker.",

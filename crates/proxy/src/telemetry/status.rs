@@ -377,7 +377,7 @@ fn state(health: &str, eligible_workers: usize, workers: usize) -> (&'static str
         (
             "ejected",
             format!(
-                "ejected by {} of {workers} workers (consecutive failures, or a Retry-After)",
+                "ejected by {} of {workers} workers (consecutive failures)",
                 workers - eligible_workers
             ),
         )
