@@ -157,7 +157,7 @@ impl Listener {
     }
 
     /// The connection with its listener's TLS acceptor and trust list as they are now: a reload may
-    /// have changed them.
+    /// have changed them (the trust is decided again for each request).
     fn accepted(
         &self,
         stream: TcpStream,
@@ -175,6 +175,7 @@ impl Listener {
             address: peer,
             tls: false,
             trusted,
+            listener: self.position,
         };
         Accepted {
             stream,

@@ -10,5 +10,9 @@ pub struct Client {
     /// Whether the connection is TLS (`X-Forwarded-Proto: https`).
     pub tls: bool,
     /// Whether the peer is one of the listener's `trusted_proxies`, whose forwarding fields are kept.
+    /// Decided again for each request against the listener's list in force then (a reload may have
+    /// revoked it while the connection stayed open): what is given here holds until the first request.
     pub trusted: bool,
+    /// The listener's position in `config.listeners` (its trust list, its routes).
+    pub listener: usize,
 }

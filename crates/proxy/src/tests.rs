@@ -108,6 +108,7 @@ async fn feed(listener: TcpListener, accepted: tokio::sync::mpsc::Sender<Accepte
             address: peer,
             tls: false,
             trusted: false,
+            listener: 0,
         };
         let connection = Accepted {
             stream,

@@ -89,6 +89,7 @@ fn start_worker(backend: SocketAddr) -> SocketAddr {
                         address: peer,
                         tls: false,
                         trusted: false,
+                        listener: 0,
                     };
                     let connection = Accepted {
                         stream,
