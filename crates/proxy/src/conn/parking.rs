@@ -331,6 +331,30 @@ impl ParkingLot {
         }
     }
 
+    /// Closes up to `count` parked connections, those whose wait ends soonest first: the longest idle
+    /// keep-alive ones, and connections that never sent a request, due to close within
+    /// `limits.header_read_timeout` anyway. Connections whose next request has started are kept.
+    /// Returns how many were closed; each gives its place under `limits.max_connections` back.
+    pub(crate) fn close_oldest(&self, count: u64) -> u64 {
+        let mut lot = self.lot.borrow_mut();
+        let mut closed = 0;
+        while closed < count {
+            let Some(Reverse((_, index, generation))) = lot.deadlines.pop() else {
+                break;
+            };
+            let live = lot.slots.get(index).map(|s| s.generation) == Some(generation);
+            // Dropping the socket closes it (and takes it out of the epoll set); dropping its permit
+            // gives its place back.
+            if live && lot.take(index).is_some() {
+                closed += 1;
+            } else {
+                lot.stale = lot.stale.saturating_sub(1);
+            }
+        }
+        self.counters.parked.fetch_sub(closed, Relaxed);
+        closed
+    }
+
     /// Connections parked now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
