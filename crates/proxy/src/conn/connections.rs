@@ -58,7 +58,8 @@ impl Connections {
     /// plain TCP connection leaves its task to wait in the worker's parking lot, from which
     /// [`next_resumed`](Self::next_resumed) hands it back; a TLS connection waits in its task. That
     /// byte starts a fresh hyper connection, so `limits.header_read_timeout` times the head from its
-    /// first byte, never the idle wait.
+    /// first byte, never the idle wait. A connection that has sent no request yet is not kept alive:
+    /// it parks the same way but is closed `limits.header_read_timeout` after it was accepted.
     pub fn serve<IO: ClientIo>(
         &self,
         io: IO,

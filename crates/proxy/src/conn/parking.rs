@@ -7,7 +7,9 @@
 //! `limits.max_connections`. No task, no reactor registration, no timer each: one task-free wait and
 //! one deadline heap for all of them. The next request's first byte takes the connection out again,
 //! into a new task (`Connections::resume`); a client that closes, or stays quiet past
-//! `limits.keepalive_timeout`, is closed from here.
+//! `limits.keepalive_timeout` (past `limits.header_read_timeout` from its accept if it has sent no
+//! request yet), is closed from here. At `limits.max_connections` the longest idle are closed to make
+//! room for new connections (`close_oldest`).
 //!
 //! Only plain TCP connections are parked here: a TLS connection's session state cannot leave its
 //! task, so TLS connections park in their own task (`serve.rs`).
