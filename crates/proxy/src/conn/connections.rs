@@ -83,14 +83,8 @@ impl Connections {
             prefix: Bytes::new(),
             io,
         };
-        let connection = Connection::new(
-            self.0.clone(),
-            client,
-            Some(io),
-            (0, opened),
-            active,
-            permit,
-        );
+        let connection =
+            Connection::new(self.0.clone(), client, Some(io), 0, opened, active, permit);
         serve(connection, self.0.shutdown.clone())
     }
 
@@ -110,7 +104,8 @@ impl Connections {
             self.0.clone(),
             client,
             io,
-            (parked.requests, Instant::now()),
+            parked.requests,
+            Instant::now(),
             parked.active,
             parked.permit,
         );

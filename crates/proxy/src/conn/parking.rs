@@ -338,6 +338,12 @@ impl ParkingLot {
     /// `limits.header_read_timeout` anyway. Connections whose next request has started are kept.
     /// Returns how many were closed; each gives its place under `limits.max_connections` back.
     pub(crate) fn close_oldest(&self, count: u64) -> u64 {
+        // A connection whose next request is already in its socket is not idle: take it out first
+        // (and wake `next`, which hands it on; the readiness it would have waited for is spent).
+        self.collect();
+        if !self.lot.borrow().ready.is_empty() {
+            self.earlier.notify_one();
+        }
         let mut lot = self.lot.borrow_mut();
         let mut closed = 0;
         while closed < count {

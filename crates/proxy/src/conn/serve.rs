@@ -124,7 +124,8 @@ impl<IO> Connection<IO> {
         connections: Rc<Shared>,
         client: Client,
         io: Option<Prefixed<IO>>,
-        (requests, opened): (u64, Instant),
+        requests: u64,
+        opened: Instant,
         active: Active,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
@@ -147,9 +148,7 @@ impl<IO> Connection<IO> {
             permit,
         }
     }
-}
 
-impl<IO> Connection<IO> {
     /// When the connection, idle from now on (it has just been parked, `park_after` after its last
     /// request), is closed: after what is left of `limits.keepalive_timeout`, or, if it has not sent a
     /// request yet, at `first_request_by`.
