@@ -462,3 +462,72 @@ fn keep_alive_is_timed_apart_from_the_header_timeout() {
         "after keepalive_timeout: {took:?}"
     );
 }
+
+#[test]
+fn a_connection_that_never_sends_a_request_is_closed_at_the_header_timeout() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()]).section(
+        "limits",
+        "{ header_read_timeout: 1s, keepalive_timeout: 30s }",
+    );
+    let duet = Duet::start(&config.to_yaml());
+    let opened = Instant::now();
+    let mut silent = TcpStream::connect(duet.address).expect("connect");
+    let (_, closed) = read_until_closed(&mut silent, Duration::from_secs(5));
+    let took = opened.elapsed();
+    assert!(
+        closed,
+        "a silent connection waits for no keep-alive timeout"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(2),
+        "closed at the header timeout: {took:?}"
+    );
+}
+
+#[test]
+fn at_max_connections_the_oldest_idle_connection_makes_room() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .workers(1)
+        .admin()
+        .section(
+            "limits",
+            "{ max_connections: 4, header_read_timeout: 1s, keepalive_timeout: 30s }",
+        );
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    // Each served, then idle until parked, before the next: the first is the oldest idle one.
+    let mut idle = Vec::new();
+    for parked in 1..=4 {
+        let mut stream = TcpStream::connect(duet.address).expect("connect");
+        assert!(exchange_on(&mut stream, request).starts_with("HTTP/1.1 200"));
+        idle.push(stream);
+        assert!(
+            eventually(Duration::from_secs(5), || metric(
+                admin,
+                "duet_connections_parked",
+                ""
+            ) == f64::from(parked)),
+            "{parked} parked"
+        );
+    }
+    let started = Instant::now();
+    let mut newcomer = TcpStream::connect(duet.address).expect("connect");
+    let response = exchange_on(&mut newcomer, request);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "served at once: {:?}",
+        started.elapsed()
+    );
+    let (_, closed) = read_until_closed(&mut idle[0], Duration::from_secs(1));
+    assert!(closed, "the oldest idle connection made room");
+    for (n, stream) in idle.iter_mut().enumerate().skip(1) {
+        let response = exchange_on(stream, request);
+        assert!(response.starts_with("HTTP/1.1 200"), "{n}: {response:?}");
+    }
+    assert_eq!(metric(admin, "duet_connections_reclaimed_total", ""), 1.0);
+    assert_eq!(metric(admin, "duet_connections_active", ""), 4.0);
+}

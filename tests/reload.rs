@@ -223,3 +223,64 @@ fn a_hung_read_is_given_up_and_the_next_sighup_reloads() {
         duet.log_lines()
     );
 }
+
+/// A reload that takes a peer off `trusted_proxies` applies to its connections already open: the next
+/// request on a kept-alive connection is no longer trusted with its forwarding fields.
+#[test]
+fn a_reload_that_revokes_trust_applies_to_open_connections() {
+    use duet_testbed::raw::read_response;
+    use std::{io::Write, net::TcpStream};
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = |trusted: &[&str], listen: std::net::SocketAddr| {
+        DuetConfig::single("p2c_inflight", &[backend.address()])
+            .listen(listen)
+            .trusted_proxies(trusted)
+            .admin()
+            .to_yaml()
+    };
+    let duet = Duet::start(&config(
+        &["127.0.0.1"],
+        "127.0.0.1:0".parse().expect("addr"),
+    ));
+    let admin = duet.admin_address();
+    let mut stream = TcpStream::connect(duet.address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut pending = Vec::new();
+    let mut forged_request = |stream: &mut TcpStream| {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nX-Real-IP: 1.2.3.4\r\nX-Request-Id: forged-id\r\n\r\n")
+            .expect("write");
+        let response = read_response(stream, &mut pending).expect("response");
+        assert_eq!(response.status(), 200, "{}", response.head);
+        backend.recorded().pop().expect("recorded").headers
+    };
+    let seen = forged_request(&mut stream);
+    assert_eq!(seen["x-forwarded-for"], "1.2.3.4, 127.0.0.1", "trusted");
+    assert_eq!(seen["x-real-ip"], "1.2.3.4");
+    assert_eq!(seen["x-request-id"], "forged-id");
+
+    std::fs::write(duet.config_path(), config(&[], duet.address)).expect("rewrite");
+    duet.signal("HUP");
+    let applied = support::eventually(Duration::from_secs(5), || {
+        crate::admin::sum(
+            &crate::admin::get(admin, "/metrics"),
+            "duet_config_reloads_total{result=\"success\"}",
+            "",
+        ) == 1.0
+            && duet
+                .log_lines()
+                .iter()
+                .any(|l| l.contains("configuration reloaded"))
+    });
+    assert!(applied, "{:#?}", duet.log_lines());
+    // The same connection, still open.
+    let seen = forged_request(&mut stream);
+    assert_eq!(
+        seen["x-forwarded-for"], "127.0.0.1",
+        "trust revoked: the forged chain is dropped"
+    );
+    assert!(!seen.contains_key("x-real-ip"), "{seen:?}");
+    assert_ne!(seen["x-request-id"], "forged-id");
+}

@@ -69,8 +69,9 @@ async fn serve_worker(
     proxy.apply_health(health.borrow_and_update().clone());
     let connections = Connections::new(proxy.clone(), shutdown.clone());
     let (accepted_tx, accepted) = mpsc::channel::<Accepted>(64);
-    // Past its share of `limits.max_connections` a worker stops accepting: new connections wait in the
-    // kernel's accept queue (or go to another worker) while established ones keep their latency.
+    // At its share of `limits.max_connections` a worker closes its longest idle parked connection for
+    // a new one; with none idle, new connections wait (one per listener accepted, the others in the
+    // kernel's accept queue) while established ones keep their latency.
     let capacity = Arc::new(Semaphore::new(connection_share));
     for (listener, position) in listeners {
         let listener = Listener {
@@ -115,8 +116,9 @@ struct Listener {
 }
 
 impl Listener {
-    /// Accepts while the worker has room under its connection share, until the drain starts: then the
-    /// listening socket closes, so the kernel sends new connections to workers still accepting.
+    /// Accepts until the drain starts (then the listening socket closes, so the kernel sends new
+    /// connections to workers still accepting), each connection once it has a place under the
+    /// worker's connection share.
     async fn accept(self, accepted: mpsc::Sender<Accepted>, mut shutdown: watch::Receiver<bool>) {
         tokio::select! {
             () = self.accept_until_closed(accepted) => {}
@@ -126,38 +128,56 @@ impl Listener {
 
     async fn accept_until_closed(&self, accepted: mpsc::Sender<Accepted>) {
         loop {
-            let permit = match self.capacity.clone().try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => {
-                    self.connections.note_at_capacity();
-                    tracing::debug!(worker = self.index, "at max_connections: not accepting");
-                    match self.capacity.clone().acquire_owned().await {
-                        Ok(permit) => permit,
-                        Err(_) => return,
-                    }
-                }
-            };
-            match self.listener.accept().await {
-                Ok((stream, peer)) => {
-                    if accepted
-                        .send(self.accepted(stream, peer, permit))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(connection) => connection,
                 // Out of file descriptors and the like: back off instead of spinning.
                 Err(error) => {
                     tracing::warn!(worker = self.index, "accept failed: {error}");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
                 }
+            };
+            let Some(permit) = self.make_room().await else {
+                return;
+            };
+            if accepted
+                .send(self.accepted(stream, peer, permit))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// A place under the worker's share of `limits.max_connections` for a connection just accepted: a
+    /// free one, else the one the longest idle parked connection leaves when it is closed for it (as
+    /// nginx reuses keep-alive connections at `worker_connections`), else the first to free up. Only
+    /// a client already waiting gets an idle one closed. `None` if the worker is going away.
+    async fn make_room(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = self.capacity.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        self.connections.note_at_capacity();
+        tracing::debug!(worker = self.index, "at max_connections");
+        loop {
+            if self.connections.close_oldest_idle(1) > 0 {
+                // Its place may have gone to another listener's connection, waiting too.
+                if let Ok(permit) = self.capacity.clone().try_acquire_owned() {
+                    return Some(permit);
+                }
+            }
+            // Connections busy now park once idle: look again now and then.
+            match tokio::time::timeout(RECLAIM_RETRY, self.capacity.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => return Some(permit),
+                Ok(Err(_)) => return None,
+                Err(_) => {}
             }
         }
     }
 
     /// The connection with its listener's TLS acceptor and trust list as they are now: a reload may
-    /// have changed them.
+    /// have changed them (the trust is decided again for each request).
     fn accepted(
         &self,
         stream: TcpStream,
@@ -188,6 +208,10 @@ impl Listener {
 
 /// How long a listener waits after a failed accept (out of file descriptors, say).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// At `limits.max_connections` with no idle connection to close, how often a waiting connection looks
+/// again for one (busy connections park once idle).
+const RECLAIM_RETRY: Duration = Duration::from_millis(100);
 
 /// Applies what the control plane publishes, between requests: health, reloaded configs, resolved
 /// names.

@@ -198,12 +198,13 @@ impl WorkerProxy {
     ) -> Result<Response<ProxyBody>, Infallible> {
         let connection = in_service.connection();
         let started = Instant::now();
+        let table = self.table.borrow().clone();
+        let client = table.trust(client);
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
         let mut log = AccessLog::start(&request, started, client, request_id);
         if request.uri().path() == "*" {
             return Ok(respond::asterisk(&request, log));
         }
-        let table = self.table.borrow().clone();
         let limits = &table.config.limits;
         let routes = &table.config.routes;
         let routed =
@@ -264,6 +265,14 @@ impl WorkerProxy {
 }
 
 impl Table {
+    /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
+    /// granted) the trust since the connection was accepted.
+    fn trust(&self, client: Client) -> Client {
+        let trusted = (self.config.listeners.get(client.listener))
+            .is_some_and(|listener| listener.trusts(client.address.ip()));
+        Client { trusted, ..client }
+    }
+
     /// The table for `config`, taking over what `previous` clusters of the same name can hand on, and
     /// the histograms of routes that keep their name and cluster.
     fn new(

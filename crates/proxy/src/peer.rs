@@ -10,6 +10,8 @@ pub struct Client {
     /// Whether the connection is TLS (`X-Forwarded-Proto: https`).
     pub tls: bool,
     /// Whether the peer is one of the listener's `trusted_proxies`, whose forwarding fields are kept.
+    /// Decided again for each request against the listener's list in force then (a reload may have
+    /// revoked it while the connection stayed open): what is given here holds until the first request.
     pub trusted: bool,
     /// The listener it came on: its index in the config's `listeners` (routes may be limited to
     /// some; a reload keeps every listener in its place).

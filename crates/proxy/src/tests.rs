@@ -563,6 +563,115 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
 }
 
 #[tokio::test]
+async fn at_the_cap_the_longest_idle_parked_connections_are_closed_first() {
+    use tokio::io::AsyncReadExt;
+    local(async {
+        let backend = Backend::start(BackendOptions::named("a")).expect("backend");
+        let harness = Harness::start(&parking_soon(backend.address())).await;
+        let parked = || {
+            harness
+                .connections
+                .shared()
+                .parking_lot()
+                .map_or(0, crate::conn::parking::ParkingLot::len)
+        };
+        let counters = harness.proxy.counters_handle();
+        let gauge =
+            |cell: &std::sync::atomic::AtomicU64| cell.load(std::sync::atomic::Ordering::Relaxed);
+        let mut streams = Vec::new();
+        for n in 1..=3 {
+            let mut stream = tokio::net::TcpStream::connect(harness.address)
+                .await
+                .expect("connect");
+            assert_eq!(exchange(&mut stream).await, 200);
+            until("parked in turn", || parked() == n).await;
+            streams.push(stream);
+        }
+        // The first comes back for a request and parks again: now the most recently idle, its first
+        // deadline left behind, stale.
+        assert_eq!(exchange(&mut streams[0]).await, 200);
+        until("parked again", || parked() == 3).await;
+
+        assert_eq!(harness.connections.close_oldest_idle(2), 2);
+        assert_eq!(parked(), 1);
+        assert_eq!(
+            (
+                gauge(&counters.reclaimed),
+                gauge(&counters.parked),
+                gauge(&counters.active)
+            ),
+            (2, 1, 1)
+        );
+        for closed in &mut streams[1..] {
+            let mut byte = [0u8; 1];
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(2), closed.read(&mut byte))
+                    .await
+                    .expect("closed in time");
+            assert!(
+                matches!(read, Ok(0) | Err(_)),
+                "the two longest idle are closed"
+            );
+        }
+        assert_eq!(
+            exchange(&mut streams[0]).await,
+            200,
+            "the latest idle one is kept"
+        );
+        until("parked again", || parked() == 1).await;
+        assert_eq!(
+            harness.connections.close_oldest_idle(5),
+            1,
+            "only what is parked"
+        );
+        assert_eq!(gauge(&counters.reclaimed), 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn at_the_cap_a_parked_connection_whose_request_has_arrived_is_not_reclaimed() {
+    use tokio::io::AsyncWriteExt;
+    local(async {
+        let backend = Backend::start(BackendOptions::named("a")).expect("backend");
+        // Parked connections are not taken back by the loop: the test looks at the lot itself.
+        let harness = Harness::start_with(&parking_soon(backend.address()), None, false).await;
+        let lot = || {
+            harness
+                .connections
+                .shared()
+                .parking_lot()
+                .map_or(0, crate::conn::parking::ParkingLot::len)
+        };
+        let mut asking = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        assert_eq!(exchange(&mut asking).await, 200);
+        until("the first parks", || lot() == 1).await;
+        let mut idle = tokio::net::TcpStream::connect(harness.address)
+            .await
+            .expect("connect");
+        assert_eq!(exchange(&mut idle).await, 200);
+        until("both park", || lot() == 2).await;
+        // The longest idle one's next request is on its way as the cap reclaims.
+        asking
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .expect("request");
+        // Wall-clock: nothing shows the bytes have reached the parked socket before the lot looks.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(
+            harness.connections.close_oldest_idle(2),
+            1,
+            "only the idle one is closed"
+        );
+        let handed_back = harness.connections.close_parked();
+        assert_eq!(handed_back.len(), 1, "the one with a request waiting");
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_and_the_others_closed(
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

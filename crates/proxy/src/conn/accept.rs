@@ -84,6 +84,7 @@ impl Connections {
         };
         let connections = self.clone();
         let timeout = self.proxy().limits().header_read_timeout;
+        let opened = tokio::time::Instant::now();
         tasks.spawn_local(async move {
             let peer = client.address;
             let handshake = Box::pin(acceptor.accept(stream));
@@ -93,7 +94,7 @@ impl Connections {
                         tls: true,
                         ..client
                     };
-                    connections.serve(stream, client, permit).await;
+                    (connections.serve_accepted(stream, client, permit, opened)).await;
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")

@@ -20,7 +20,10 @@ use std::{
     rc::Rc,
     sync::atomic::Ordering::Relaxed,
 };
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
+use tokio::{
+    sync::{watch, Notify, OwnedSemaphorePermit},
+    time::Instant,
+};
 
 /// One worker's client connections. Cheap to clone (a reference count); lives on the worker's thread.
 ///
@@ -55,19 +58,33 @@ impl Connections {
     /// plain TCP connection leaves its task to wait in the worker's parking lot, from which
     /// [`next_resumed`](Self::next_resumed) hands it back; a TLS connection waits in its task. That
     /// byte starts a fresh hyper connection, so `limits.header_read_timeout` times the head from its
-    /// first byte, never the idle wait.
+    /// first byte, never the idle wait. A connection that has sent no request yet is not kept alive:
+    /// it parks the same way but is closed `limits.header_read_timeout` after it was accepted.
     pub fn serve<IO: ClientIo>(
         &self,
         io: IO,
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
     ) -> impl Future<Output = ()> {
+        self.serve_accepted(io, client, permit, Instant::now())
+    }
+
+    /// [`serve`](Self::serve) for a connection accepted at `opened` (before its TLS handshake): its
+    /// first request is due `limits.header_read_timeout` after that.
+    pub(crate) fn serve_accepted<IO: ClientIo>(
+        &self,
+        io: IO,
+        client: Client,
+        permit: Option<OwnedSemaphorePermit>,
+        opened: Instant,
+    ) -> impl Future<Output = ()> {
         let active = Active::new(self.0.counters.clone());
         let io = Prefixed {
             prefix: Bytes::new(),
             io,
         };
-        let connection = Connection::new(self.0.clone(), client, Some(io), 0, active, permit);
+        let connection =
+            Connection::new(self.0.clone(), client, Some(io), 0, opened, active, permit);
         serve(connection, self.0.shutdown.clone())
     }
 
@@ -88,6 +105,7 @@ impl Connections {
             client,
             io,
             parked.requests,
+            Instant::now(),
             parked.active,
             parked.permit,
         );
@@ -125,9 +143,24 @@ impl Connections {
         Rc::strong_count(&self.0.tunnels) - 1
     }
 
-    /// Notes that this worker holds its share of `limits.max_connections` and stops accepting.
+    /// Notes that a connection arrived while this worker held its share of `limits.max_connections`.
     pub fn note_at_capacity(&self) {
         self.0.counters.at_capacity.fetch_add(1, Relaxed);
+    }
+
+    /// At `limits.max_connections`: closes up to `count` idle keep-alive connections parked in the
+    /// lot, the longest idle first, so that new ones get their places. Connections parked in their
+    /// tasks (TLS) are not reclaimed. Returns how many were closed.
+    pub fn close_oldest_idle(&self, count: u64) -> u64 {
+        let Some(Some(lot)) = self.0.parking.get() else {
+            return 0;
+        };
+        let closed = lot.close_oldest(count);
+        if closed > 0 {
+            self.0.counters.reclaimed.fetch_add(closed, Relaxed);
+            tracing::debug!(target: "duet::conn", closed, "at max_connections: closed idle connections to make room");
+        }
+        closed
     }
 
     /// The proxy that handles this worker's requests.

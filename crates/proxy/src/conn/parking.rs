@@ -7,7 +7,9 @@
 //! `limits.max_connections`. No task, no reactor registration, no timer each: one task-free wait and
 //! one deadline heap for all of them. The next request's first byte takes the connection out again,
 //! into a new task (`Connections::resume`); a client that closes, or stays quiet past
-//! `limits.keepalive_timeout`, is closed from here.
+//! `limits.keepalive_timeout` (past `limits.header_read_timeout` from its accept if it has sent no
+//! request yet), is closed from here. At `limits.max_connections` the longest idle are closed to make
+//! room for new connections (`close_oldest`).
 //!
 //! Only plain TCP connections are parked here: a TLS connection's session state cannot leave its
 //! task, so TLS connections park in their own task (`serve.rs`).
@@ -329,6 +331,36 @@ impl ParkingLot {
             self.counters.parked.fetch_sub(closed, Relaxed);
             tracing::trace!(target: "duet::conn", closed, "closed idle keep-alive connections");
         }
+    }
+
+    /// Closes up to `count` parked connections, those whose wait ends soonest first: the longest idle
+    /// keep-alive ones, and connections that never sent a request, due to close within
+    /// `limits.header_read_timeout` anyway. Connections whose next request has started are kept.
+    /// Returns how many were closed; each gives its place under `limits.max_connections` back.
+    pub(crate) fn close_oldest(&self, count: u64) -> u64 {
+        // A connection whose next request is already in its socket is not idle: take it out first
+        // (and wake `next`, which hands it on; the readiness it would have waited for is spent).
+        self.collect();
+        if !self.lot.borrow().ready.is_empty() {
+            self.earlier.notify_one();
+        }
+        let mut lot = self.lot.borrow_mut();
+        let mut closed = 0;
+        while closed < count {
+            let Some(Reverse((_, index, generation))) = lot.deadlines.pop() else {
+                break;
+            };
+            let live = lot.slots.get(index).map(|s| s.generation) == Some(generation);
+            // Dropping the socket closes it (and takes it out of the epoll set); dropping its permit
+            // gives its place back.
+            if live && lot.take(index).is_some() {
+                closed += 1;
+            } else {
+                lot.stale = lot.stale.saturating_sub(1);
+            }
+        }
+        self.counters.parked.fetch_sub(closed, Relaxed);
+        closed
     }
 
     /// Connections parked now.

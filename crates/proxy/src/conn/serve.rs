@@ -83,8 +83,7 @@ fn leave_for_the_lot<IO: ClientIo>(connection: &mut Connection<IO>) -> bool {
     let (Some(active), permit) = (connection.active.take(), connection.permit.take()) else {
         return true;
     };
-    let deadline = Instant::now()
-        + (connection.limits.keepalive_timeout).saturating_sub(connection.park_after);
+    let deadline = connection.idle_until();
     tracing::trace!(target: "duet::conn", peer = %connection.client.address, "parked");
     lot.park(
         stream,
@@ -106,6 +105,9 @@ pub(crate) struct Connection<IO> {
     client: Client,
     /// How long a keep-alive connection idles with hyper before it is parked.
     park_after: Duration,
+    /// When a connection that has sent no request yet is closed: `limits.header_read_timeout` after
+    /// it was accepted. Its silence is no keep-alive wait.
+    first_request_by: Instant,
     /// Requests carried so far.
     requests: u64,
     /// The connection itself, between turns.
@@ -117,11 +119,13 @@ pub(crate) struct Connection<IO> {
 }
 
 impl<IO> Connection<IO> {
+    /// A connection accepted at `opened` (which only matters while it has carried no request).
     pub(crate) fn new(
         connections: Rc<Shared>,
         client: Client,
         io: Option<Prefixed<IO>>,
         requests: u64,
+        opened: Instant,
         active: Active,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
@@ -134,6 +138,7 @@ impl<IO> Connection<IO> {
             .min(limits.keepalive_timeout / 2);
         Self {
             connections,
+            first_request_by: opened + limits.header_read_timeout,
             limits,
             client,
             park_after,
@@ -142,6 +147,16 @@ impl<IO> Connection<IO> {
             active: Some(active),
             permit,
         }
+    }
+
+    /// When the connection, idle from now on (it has just been parked, `park_after` after its last
+    /// request), is closed: after what is left of `limits.keepalive_timeout`, or, if it has not sent a
+    /// request yet, at `first_request_by`.
+    fn idle_until(&self) -> Instant {
+        if self.requests == 0 {
+            return self.first_request_by;
+        }
+        Instant::now() + (self.limits.keepalive_timeout).saturating_sub(self.park_after)
     }
 }
 
@@ -380,13 +395,14 @@ impl Idleness {
 }
 
 /// Waits, holding nothing but the socket, for the next request's first byte, for at most what is left
-/// of `limits.keepalive_timeout`; `false` when the client closed, the wait ran out, or duet is
-/// draining. A connection whose next request has already arrived (pipelined) does not wait.
+/// of `limits.keepalive_timeout` (or of `limits.header_read_timeout` for a connection that has sent
+/// no request yet); `false` when the client closed, the wait ran out, or duet is draining. A
+/// connection whose next request has already arrived (pipelined) does not wait.
 async fn park<IO: AsyncRead + Unpin>(
     connection: &mut Connection<IO>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
-    let wait = (connection.limits.keepalive_timeout).saturating_sub(connection.park_after);
+    let until = connection.idle_until();
     let Some(io) = connection.io.as_mut() else {
         return false;
     };
@@ -403,7 +419,7 @@ async fn park<IO: AsyncRead + Unpin>(
             }
             _ => false,
         },
-        () = tokio::time::sleep(wait) => false,
+        () = tokio::time::sleep_until(until) => false,
         _ = shutdown.wait_for(|stop| *stop) => false,
     }
 }

@@ -90,6 +90,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) parks: AtomicU64,
     /// Times this worker reached its share of `limits.max_connections` and stopped accepting.
     pub(crate) at_capacity: AtomicU64,
+    /// Idle parked connections closed to make room for a new one at `limits.max_connections`.
+    pub(crate) reclaimed: AtomicU64,
 }
 
 /// What one worker saw of one backend's answers.
@@ -536,6 +538,7 @@ pub(crate) mod fixture {
                 &counters.parked,
                 &counters.parks,
                 &counters.at_capacity,
+                &counters.reclaimed,
             ]
             .into_iter()
             .enumerate()
@@ -670,6 +673,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 34, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 35, "{plain}");
     }
 }
