@@ -278,11 +278,11 @@ mod tests {
         NoResponse(Fault),
     }
 
-    /// A cluster of two backends (never connected to) that one failure ejects.
+    /// A cluster of two backends (never connected to) that one failure, or one 5xx, ejects.
     fn cluster() -> Rc<Cluster> {
         crate::backend::cluster::for_tests(
             &["127.0.0.1:9", "127.0.0.1:10"],
-            ", outlier_detection: { consecutive_failures: 1, max_ejection_percent: 100% }",
+            ", outlier_detection: { consecutive_failures: 1, consecutive_5xx: 1, max_ejection_percent: 100% }",
         )
     }
 
