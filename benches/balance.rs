@@ -90,9 +90,33 @@ fn duet(c: &mut Criterion) {
     group.finish();
 }
 
+/// A retry's pick + claim: P2C among the endpoints but the one already tried, with weights 1 and 2
+/// alternating (the weighted path) and all equal. A retry pays for its exclusions, not for the pool.
+fn retry(c: &mut Criterion) {
+    let mut group = c.benchmark_group("retry_pick_claim");
+    for n in SIZES {
+        for (name, weight) in [("equal", [1, 1]), ("weighted", [1, 2])] {
+            let mut balance = Balance::new(LoadMetric::default());
+            for k in 0..n {
+                balance.insert(k, weight[k % 2], echo());
+            }
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| {
+                    let (key, _, guard) = balance
+                        .pick_and_claim_excluding(black_box(&[0]))
+                        .expect("n >= 2");
+                    black_box(key);
+                    drop(guard);
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = duet
+    targets = duet, retry
 }
 criterion_main!(benches);

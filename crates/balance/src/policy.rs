@@ -79,10 +79,10 @@ impl Turns {
         })
     }
 
-    /// Smooth weighted round robin (nginx's): every candidate gains its weight, the richest one left is
-    /// chosen and pays the total. Weights 3:1 give `a a b a`, never a burst longer than the weights
-    /// require; an excluded candidate keeps its credit for its next turn. O(n) with no allocation once
-    /// the list is known (round robin is a baseline, n is small).
+    /// Smooth weighted round robin (nginx's): every candidate left gains its weight, the richest is
+    /// chosen and pays what they gained. Weights 3:1 give `a a b a`, never a burst longer than the
+    /// weights require; an excluded candidate sits the turn out, neither gaining nor paying. O(n) with no
+    /// allocation once the list is known (round robin is a baseline, n is small).
     fn smooth(&mut self, left: Remaining<'_>, weights: &Weights) -> usize {
         let generation = left.candidates().generation();
         if self.generation != Some(generation) {
@@ -93,9 +93,12 @@ impl Turns {
         let (mut chosen, mut richest, mut total) = (0, i64::MIN, 0);
         let gains = weights.thousandths().iter().map(|&w| w as i64);
         for (slot, (running, gain)) in self.running.iter_mut().zip(gains).enumerate() {
+            if !left.is_all() && left.excludes(slot) {
+                continue;
+            }
             *running += gain;
             total += gain;
-            if *running > richest && (left.is_all() || !left.excludes(slot)) {
+            if *running > richest {
                 (chosen, richest) = (slot, *running);
             }
         }

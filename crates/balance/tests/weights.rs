@@ -144,3 +144,38 @@ fn smooth_weighted_round_robin_interleaves() {
     // nginx's smooth weighted round robin: b is spread out, never a burst of a.
     assert_eq!(turns, "aaba".repeat(3));
 }
+
+/// A retry draws among what is left with the weights a first pick uses: weights 1, 2, 3, 4 with the
+/// endpoint of weight 2 tried give 1/8, 3/8 and 4/8 under every policy, and never the tried one.
+#[test]
+fn a_retry_gets_the_weight_shares_of_the_endpoints_left() {
+    for (name, policy, metric) in policies() {
+        if !matches!(metric, LoadMetric::InFlight) {
+            continue;
+        }
+        let mut balance = Balance::with_seed(metric, 5).with_policy(policy);
+        for (key, weight) in [(0u32, 1), (1, 2), (2, 3), (3, 4)] {
+            balance.insert(
+                key,
+                weight,
+                tower::service_fn(|x: u32| async move { Ok::<_, std::convert::Infallible>(x) }),
+            );
+        }
+        let picks = 16_000;
+        let mut counts = [0u32; 4];
+        for _ in 0..picks {
+            let (&key, _, guard) = balance.pick_and_claim_excluding(&[1]).expect("three left");
+            counts[key as usize] += 1;
+            drop(guard);
+        }
+        assert_eq!(counts[1], 0, "{name}: the tried endpoint");
+        for (key, weight) in [(0usize, 1.0), (2, 3.0), (3, 4.0)] {
+            let share = f64::from(counts[key]) / f64::from(picks);
+            assert!(
+                (share - weight / 8.0).abs() < 0.02,
+                "{name}: endpoint {key} got {share:.3} of retries, its share is {:.3}; {counts:?}",
+                weight / 8.0
+            );
+        }
+    }
+}
