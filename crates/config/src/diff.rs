@@ -62,6 +62,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             max_uri_length,
             header_read_timeout,
             body_read_timeout,
+            min_upload_rate,
+            upload_rate_grace,
             send_timeout,
             max_connections,
             keepalive_timeout,
@@ -182,6 +184,9 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
         }
         if let Some(timeout) = route.timeout {
             line.push_str(&format!(" (timeout {timeout:?})"));
+        }
+        if let Some(size) = route.buffer_request {
+            line.push_str(&format!(" (buffer_request {size} bytes)"));
         }
         if route.retry_methods != http_method::idempotent() {
             line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));

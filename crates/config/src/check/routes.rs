@@ -30,6 +30,11 @@ pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String
             .timeout
             .as_ref()
             .map(|t| checker.duration(Some(t), &field.key("timeout"), Duration::ZERO));
+        // 0 is off, as when left out.
+        let buffer_request = r
+            .buffer_request
+            .as_ref()
+            .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
         let name = match &r.name {
             Some(given) => given_name(checker, given, &field, &names),
             None => {
@@ -55,6 +60,7 @@ pub(super) fn routes(checker: &mut Checker, raw: &[RawRoute], clusters: &[String
                 cluster,
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
+                buffer_request: buffer_request.filter(|&size| size > 0),
             });
         }
     }
