@@ -6,7 +6,7 @@ use crate::admin::{get, sum};
 use crate::support::{eventually, Duet};
 use duet_testbed::{
     raw::{read_response, read_until_closed, RawResponse},
-    Backend, BackendOptions,
+    Backend, BackendOptions, Misbehaviour, RawBackend,
 };
 use std::{
     io::Write,
@@ -20,7 +20,12 @@ use std::{
 
 /// `/upload/buffered` buffers up to 1 MiB, `/upload/capped` up to 1 KiB, anything else streams. The
 /// testbed backend answers `/upload/...` with the number of body bytes it read.
-fn config(backend: SocketAddr, limits: &str) -> String {
+fn config(backends: &[SocketAddr], limits: &str) -> String {
+    let backends: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{{ address: {b} }}"))
+        .collect();
+    let backends = backends.join(", ");
     format!(
         "workers: 1
 listeners: [ {{ address: 127.0.0.1:0 }} ]
@@ -30,7 +35,7 @@ routes:
   - {{ match: {{ path_prefix: /upload/capped }}, cluster: app, buffer_request: 1KiB }}
   - {{ cluster: app }}
 clusters:
-  - {{ name: app, backends: [ {{ address: {backend} }} ] }}
+  - {{ name: app, policy: round_robin, backends: [ {backends} ] }}
 limits: {limits}
 "
     )
@@ -92,7 +97,7 @@ fn logged(duet: &Duet, outcome: &str) -> bool {
 #[test]
 fn a_trickled_upload_reaches_the_backend_only_once_it_is_complete() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&config(backend.address(), "{ body_read_timeout: 5s }"));
+    let duet = Duet::start(&config(&[backend.address()], "{ body_read_timeout: 5s }"));
     let admin = duet.admin_address();
 
     let mut stream = connect(&duet);
@@ -148,7 +153,7 @@ fn a_trickled_upload_reaches_the_backend_only_once_it_is_complete() {
 #[test]
 fn a_body_over_the_buffer_gets_413_and_reaches_no_backend() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
-    let duet = Duet::start(&config(backend.address(), "{ body_read_timeout: 5s }"));
+    let duet = Duet::start(&config(&[backend.address()], "{ body_read_timeout: 5s }"));
 
     // Announced too large: refused before a byte of it is asked for (no `100 Continue`).
     let mut stream = connect(&duet);
@@ -195,7 +200,7 @@ fn a_body_over_the_buffer_gets_413_and_reaches_no_backend() {
 fn a_client_below_the_upload_floor_gets_408_before_any_backend_sees_it() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
     let limits = "{ body_read_timeout: 5s, min_upload_rate: 1KiB/s, upload_rate_grace: 200ms }";
-    let duet = Duet::start(&config(backend.address(), limits));
+    let duet = Duet::start(&config(&[backend.address()], limits));
 
     // 10 bytes every 50 ms (200 B/s) earns 10 ms per 50 ms waited: behind the floor ~250 ms in.
     let chunk = b"a\r\n0123456789\r\n";
@@ -232,4 +237,33 @@ fn a_client_below_the_upload_floor_gets_408_before_any_backend_sees_it() {
     stream.write_all(b"0\r\n\r\n").expect("end");
     let response = read_response(&mut stream, &mut Vec::new()).expect("response");
     assert_eq!((response.status(), response.body), (200, b"6144".to_vec()));
+}
+
+#[test]
+fn a_buffered_body_past_the_replay_limit_is_retried_elsewhere() {
+    // Reads the whole request, then closes without answering: a 502 for a body that cannot be resent.
+    let closing = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("backend");
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&config(&[closing.address(), backend.address()], "{}"));
+    // 100 KiB, past the 64 KiB `replay_body_limit`: streamed, it could not be sent twice.
+    let body = "z".repeat(100 * 1024);
+    let request = format!(
+        "PUT /upload/buffered HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    let mut stream = connect(&duet);
+    let mut pending = Vec::new();
+    for _ in 0..2 {
+        stream.write_all(request.as_bytes()).expect("request");
+        let response = read_response(&mut stream, &mut pending).expect("response");
+        assert_eq!(response.status(), 200, "{}", response.head);
+        assert_eq!(response.body, b"102400");
+    }
+    assert_eq!(
+        closing.requests(),
+        1,
+        "round robin sent one first attempt to the closing backend"
+    );
+    assert_eq!(backend.requests(), 2, "which was retried on the other");
 }
