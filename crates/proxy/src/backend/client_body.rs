@@ -2,7 +2,7 @@
 //! the whole upload by `limits.min_upload_rate`, whether it is streamed to a backend or read in full
 //! first (`buffer_request`).
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use std::{
@@ -210,30 +210,39 @@ impl ClientBody {
     pub(crate) async fn read_all(mut self, limit: usize) -> Result<Bytes, BufferError> {
         // Most bodies come in one frame: that frame is the body, not copied.
         let mut first: Option<Bytes> = None;
-        let mut joined = BytesMut::new();
-        let mut length = 0usize;
+        let mut joined = Vec::new();
         while let Some(frame) = poll_fn(|cx| self.poll_frame(cx)).await {
-            let Ok(data) = frame.map_err(BufferError::Client)?.into_data() else {
-                continue;
+            let data = match frame.map_err(BufferError::Client)?.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                _ => continue,
             };
-            length = length.saturating_add(data.len());
+            let length = first.as_ref().map_or(joined.len(), Bytes::len) + data.len();
             if length > limit {
                 return Err(BufferError::TooLarge);
             }
+            let expected = self.body.size_hint().lower() as usize;
             match first.take() {
                 None if joined.is_empty() => first = Some(data),
                 earlier => {
-                    if let Some(earlier) = earlier {
-                        let expected = self.body.size_hint().lower() as usize;
-                        joined.reserve((earlier.len() + data.len() + expected).min(limit));
-                        joined.extend_from_slice(&earlier);
-                    }
-                    joined.extend_from_slice(&data);
+                    let earlier = earlier.unwrap_or_default();
+                    append(&mut joined, &earlier, length + expected, limit);
+                    append(&mut joined, &data, length + expected, limit);
                 }
             }
         }
-        Ok(first.unwrap_or_else(|| joined.freeze()))
+        Ok(first.unwrap_or_else(|| Bytes::from(joined)))
     }
+}
+
+/// Appends `data`, growing `joined` by doubling toward `wanted` but never past `limit`: what a buffered
+/// body holds is what `max_connections` × `buffer_request` bounds, not twice that.
+fn append(joined: &mut Vec<u8>, data: &[u8], wanted: usize, limit: usize) {
+    let needed = joined.len() + data.len();
+    if needed > joined.capacity() {
+        let capacity = (joined.capacity() * 2).max(wanted).min(limit).max(needed);
+        joined.reserve_exact(capacity - joined.len());
+    }
+    joined.extend_from_slice(data);
 }
 
 #[cfg(test)]
@@ -292,5 +301,20 @@ mod tests {
         pace.arrived(0);
         let late = Instant::now();
         assert_eq!(pace.deadline(late), Some(late), "behind the floor: at once");
+    }
+
+    #[test]
+    fn a_buffer_grows_by_doubling_but_never_past_its_limit() {
+        let mut joined = Vec::new();
+        append(&mut joined, &[1; 100], 100, 1000);
+        assert_eq!(joined.capacity(), 100, "what the length announces");
+        append(&mut joined, &[2; 10], 110, 1000);
+        assert_eq!(joined.capacity(), 200, "doubled");
+        append(&mut joined, &[3; 200], 310, 1000);
+        assert_eq!(joined.capacity(), 400);
+        append(&mut joined, &[4; 200], 510, 600);
+        assert_eq!(joined.capacity(), 600, "the limit, not 800");
+        assert_eq!(joined.len(), 510);
+        assert_eq!(&joined[98..102], &[1, 1, 2, 2]);
     }
 }
