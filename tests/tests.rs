@@ -6,6 +6,7 @@ mod support;
 mod admin;
 mod balancing;
 mod browser;
+mod buffering;
 mod cli;
 mod discovery;
 mod edge;

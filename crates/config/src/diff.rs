@@ -62,6 +62,8 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             max_uri_length,
             header_read_timeout,
             body_read_timeout,
+            min_upload_rate,
+            upload_rate_grace,
             send_timeout,
             max_connections,
             keepalive_timeout,
@@ -198,6 +200,9 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
                 .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
                 .collect();
             line.push_str(&format!(" (listeners {})", named.join(",")));
+        }
+        if let Some(size) = route.buffer_request {
+            line.push_str(&format!(" (buffer_request {size} bytes)"));
         }
         if route.retry_methods != http_method::idempotent() {
             line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));

@@ -107,6 +107,10 @@ pub struct Route {
     /// included (Envoy's route timeout); past it, 504. `None` (the default): each attempt is bounded by
     /// its cluster's timeouts alone.
     pub timeout: Option<std::time::Duration>,
+    /// Read the whole request body (at most this many bytes) before a backend is picked, so a slow
+    /// upload never holds a backend (nginx's `proxy_request_buffering on`). A larger body gets 413: it is
+    /// never streamed, nor spooled to disk. `None` (the default): bodies are streamed as they arrive.
+    pub buffer_request: Option<usize>,
 }
 
 impl Route {
@@ -381,6 +385,13 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Longest wait for the next piece of a request body; longer gets 408. Default 60 s.
     pub body_read_timeout: Duration,
+    /// The slowest a request body may arrive, in bytes per second (Apache's `mod_reqtimeout`
+    /// `MinRate`): after [`upload_rate_grace`](Self::upload_rate_grace), each byte received buys
+    /// `1 / min_upload_rate` seconds more; a client behind that gets 408. Only time spent waiting on
+    /// the client counts (not a backend slow to take a streamed body). 0 (the default): off.
+    pub min_upload_rate: u64,
+    /// The time a request body has before `min_upload_rate` starts to count. Default 10 s.
+    pub upload_rate_grace: Duration,
     /// Longest a write to a client may make no progress; past it both sides are closed. Default 60 s
     /// (nginx's `send_timeout`).
     pub send_timeout: Duration,
@@ -402,6 +413,8 @@ impl Default for Limits {
             max_uri_length: 8 * 1024,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
+            min_upload_rate: 0,
+            upload_rate_grace: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),
             max_connections: 10_000,
             keepalive_timeout: Duration::from_secs(75),

@@ -61,6 +61,7 @@ pub(crate) struct RawRoute {
     pub(crate) timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) listeners: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    pub(crate) buffer_request: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +170,10 @@ pub(crate) struct RawLimits {
     pub(crate) header_read_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) body_read_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) min_upload_rate: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) upload_rate_grace: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) send_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]

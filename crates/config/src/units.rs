@@ -88,6 +88,24 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is out of range"))
 }
 
+/// Parses a rate in bytes per second: `1KiB/s`, `500/s`, or `0` (off). The `/s` is required on any
+/// other value, as a duration's unit is: `1KiB` alone could be per second or per minute.
+pub(crate) fn parse_rate(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(0);
+    }
+    match text.strip_suffix("/s") {
+        Some(size) => parse_size(size).map_err(|e| e.replacen("size", "rate", 1)),
+        None if parse_size(text).is_ok() => Err(format!(
+            "`{text}` has no time unit: write `{text}/s` for bytes per second"
+        )),
+        None => Err(format!(
+            "`{text}` is not a rate: expected a size per second, such as `1KiB/s`, or 0 for off"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +142,27 @@ mod tests {
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
         assert_eq!(parse_size("100"), Ok(100));
         assert!(parse_size("12 parsecs").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("1KiB/s"), Ok(1024));
+        assert_eq!(parse_rate("500/s"), Ok(500));
+        assert_eq!(parse_rate(" 0 "), Ok(0));
+        assert_eq!(parse_rate("0/s"), Ok(0));
+        assert_eq!(
+            parse_rate("1KiB"),
+            Err("`1KiB` has no time unit: write `1KiB/s` for bytes per second".to_owned())
+        );
+        assert_eq!(
+            parse_rate("fast"),
+            Err(
+                "`fast` is not a rate: expected a size per second, such as `1KiB/s`, or 0 for off"
+                    .to_owned()
+            )
+        );
+        assert!(parse_rate("1 parsec/s")
+            .expect_err("bad unit")
+            .contains("unknown unit `parsec`"));
     }
 }

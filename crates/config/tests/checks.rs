@@ -340,3 +340,52 @@ clusters:
         "{found:#?}"
     );
 }
+
+/// `buffer_request` per route and the upload floor in `limits`: read as written, off when left out or 0.
+#[test]
+fn request_buffering_and_the_upload_floor_are_read_as_written() {
+    let yaml = format!("{BASE}limits: {{ min_upload_rate: 2KiB/s, upload_rate_grace: 250ms }}\n")
+        .replace(
+            "routes: [ { cluster: web } ]",
+            "routes:\n  - { match: { path_prefix: /up }, cluster: web, buffer_request: 1MiB }\n  \
+         - { match: { path_prefix: /zero }, cluster: web, buffer_request: 0 }\n  \
+         - { cluster: web }",
+        );
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let buffers: Vec<_> = config.routes.iter().map(|r| r.buffer_request).collect();
+    assert_eq!(buffers, [Some(1 << 20), None, None]);
+    assert_eq!(config.limits.min_upload_rate, 2048);
+    assert_eq!(
+        config.limits.upload_rate_grace,
+        std::time::Duration::from_millis(250)
+    );
+    let defaults = duet_config::parse(BASE, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(defaults.limits.min_upload_rate, 0, "no floor by default");
+    assert_eq!(
+        defaults.limits.upload_rate_grace,
+        std::time::Duration::from_secs(10)
+    );
+}
+
+#[test]
+fn a_rate_without_its_time_unit_and_a_bad_buffer_size_are_located() {
+    let found = errors(
+        &format!("{BASE}limits: {{ min_upload_rate: 1KiB }}\n").replace(
+            "routes: [ { cluster: web } ]",
+            "routes: [ { cluster: web, buffer_request: lots } ]",
+        ),
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found[0].starts_with("bad.yaml:2:43: routes[0].buffer_request: `lots` is not a size"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1].starts_with(
+            "bad.yaml:6:28: limits.min_upload_rate: `1KiB` has no time unit: write `1KiB/s`"
+        ),
+        "{}",
+        found[1]
+    );
+}

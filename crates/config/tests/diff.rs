@@ -95,3 +95,24 @@ fn a_route_limited_to_a_listener_is_a_route_change() {
     );
     assert!(changes.iter().all(|c| !c.needs_restart));
 }
+
+#[test]
+fn request_buffering_and_the_upload_floor_show_in_the_plan() {
+    let new = OLD.replace(
+        "    cluster: api\n",
+        "    cluster: api\n    buffer_request: 1MiB\n",
+    ) + "limits: { min_upload_rate: 1KiB/s }\n";
+    let (old, new) = (
+        parse(OLD, "old.yaml").expect("old"),
+        parse(&new, "new.yaml").expect("new"),
+    );
+    let lines: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "+ route host * path /api -> api (buffer_request 1048576 bytes)",
+            "- route host * path /api -> api",
+            "~ limits.min_upload_rate: 0 -> 1024",
+        ]
+    );
+}

@@ -27,6 +27,10 @@ pub enum ErrorKind {
     UnknownTransferCoding,
     /// The client stopped sending its request body for longer than `limits.body_read_timeout` (408).
     BodyTimeout,
+    /// The client sent its request body slower than `limits.min_upload_rate` (408).
+    UploadTooSlow,
+    /// The request body is larger than its route's `buffer_request` (413).
+    BodyTooLarge,
     /// The cluster has no eligible backend (503).
     NoEligibleBackend,
     /// duet itself ran out of something (file descriptors, memory) to reach the backend (503). Never
@@ -87,6 +91,8 @@ impl ProxyError {
             ErrorKind::AmbiguousPath => "ambiguous_path",
             ErrorKind::UnknownTransferCoding => "unknown_transfer_coding",
             ErrorKind::BodyTimeout => "client_body_timeout",
+            ErrorKind::UploadTooSlow => "client_upload_too_slow",
+            ErrorKind::BodyTooLarge => "request_body_too_large",
             ErrorKind::NoEligibleBackend => "no_eligible_backend",
             ErrorKind::LocalResource => "local_resource",
             ErrorKind::Connect => "connect_failed",
@@ -111,7 +117,8 @@ impl ProxyError {
             | ErrorKind::InvalidPath
             | ErrorKind::AmbiguousPath => StatusCode::BAD_REQUEST,
             ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
-            ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::BodyTimeout | ErrorKind::UploadTooSlow => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::NoEligibleBackend | ErrorKind::LocalResource => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -130,6 +137,8 @@ impl ProxyError {
             ErrorKind::AmbiguousPath => "ambiguous request path\n",
             ErrorKind::UnknownTransferCoding => "transfer coding not implemented\n",
             ErrorKind::BodyTimeout => "request body not received in time\n",
+            ErrorKind::UploadTooSlow => "request body sent too slowly\n",
+            ErrorKind::BodyTooLarge => "request body larger than this route accepts\n",
             ErrorKind::NoEligibleBackend => "no backend available\n",
             ErrorKind::LocalResource => "the proxy is out of resources; try again\n",
             ErrorKind::Connect => "backend unreachable\n",

@@ -3,6 +3,7 @@
 
 use crate::{
     attempt::body::ProxyBody,
+    backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::ErrorKind,
     exchange::InService,
@@ -225,14 +226,15 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
 
-        let mut prepared = match prepare::prepare(request, cluster, routed.host, client).await {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                tracing::debug!(client = %client.address, "{error}");
-                cluster.counters.response(error.status().as_u16());
-                return Ok(respond::local_error(&error, log));
-            }
-        };
+        let mut prepared =
+            match prepare::prepare(request, cluster, routed.route, routed.host, client).await {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    tracing::debug!(client = %client.address, "{error}");
+                    cluster.counters.response(error.status().as_u16());
+                    return Ok(respond::local_error(&error, log));
+                }
+            };
         let timings = &table.routes[routed.index];
         let outcome =
             retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
@@ -309,7 +311,7 @@ impl Table {
                     kept.map(|c| &**c),
                     &names.endpoints(cluster),
                     health.clone(),
-                    config.limits.body_read_timeout,
+                    BodyPace::new(&config.limits),
                 ))
             })
             .collect();

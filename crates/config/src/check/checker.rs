@@ -121,6 +121,23 @@ impl Checker {
         }
     }
 
+    /// Bytes per second, written `1KiB/s`; `0` is off.
+    pub(super) fn rate(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: u64,
+    ) -> u64 {
+        let Some(value) = value else { return default };
+        match units::parse_rate(&value.value.0) {
+            Ok(rate) => rate,
+            Err(message) => {
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
     /// `50%` or `50`: a percentage from 0 to 100, returned as a fraction.
     pub(super) fn percent(
         &mut self,

@@ -46,6 +46,11 @@ pub(super) fn routes(
             .timeout
             .as_ref()
             .map(|t| checker.duration(Some(t), &field.key("timeout"), Duration::ZERO));
+        // 0 is off, as when left out.
+        let buffer_request = r
+            .buffer_request
+            .as_ref()
+            .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
         let name = match &r.name {
             Some(given) => given_name(checker, given, &field, &names),
             None => {
@@ -72,6 +77,7 @@ pub(super) fn routes(
                 listeners: only_on,
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
+                buffer_request: buffer_request.filter(|&size| size > 0),
             });
         }
     }

@@ -56,6 +56,16 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             "give clients no time to send a request body",
             None,
         ),
+        min_upload_rate: checker.rate(
+            raw.and_then(|l| l.min_upload_rate.as_ref()),
+            &field.key("min_upload_rate"),
+            d.min_upload_rate,
+        ),
+        upload_rate_grace: checker.duration(
+            raw.and_then(|l| l.upload_rate_grace.as_ref()),
+            &field.key("upload_rate_grace"),
+            d.upload_rate_grace,
+        ),
         send_timeout: checker.timeout(
             raw.and_then(|l| l.send_timeout.as_ref()),
             &field.key("send_timeout"),

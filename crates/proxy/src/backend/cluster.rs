@@ -6,6 +6,7 @@
 //! outlier ejections.
 
 use crate::{
+    backend::client_body::BodyPace,
     backend::outlier::Outliers,
     backend::pool::{upstream_client, UpstreamClient},
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
@@ -52,7 +53,8 @@ pub(crate) struct Cluster {
     pub(crate) budget: TpsBudget,
     pub(crate) attempts: u32,
     pub(crate) replay_body_limit: usize,
-    pub(crate) body_read_timeout: Duration,
+    /// How request bodies are read: `limits.body_read_timeout` and `limits.min_upload_rate`.
+    pub(crate) body_pace: BodyPace,
     pub(crate) penalised: StatusSet,
     pub(crate) counters: Arc<ClusterCounters>,
     /// What this worker saw of each backend, by address (kept for the backends in the balancer).
@@ -68,7 +70,7 @@ impl Cluster {
         previous: Option<&Cluster>,
         endpoints: &[Endpoint],
         health: SharedHealth,
-        body_read_timeout: Duration,
+        body_pace: BodyPace,
     ) -> Self {
         let penalised: StatusSet = config
             .penalty_statuses
@@ -103,7 +105,7 @@ impl Cluster {
             ),
             attempts: retries.attempts.max(1),
             replay_body_limit: retries.replay_body_limit,
-            body_read_timeout,
+            body_pace,
             penalised,
             // A reload keeps a cluster's counters and histograms: its series never reset.
             counters: previous.map_or_else(Arc::default, |p| p.counters.clone()),
@@ -355,7 +357,7 @@ pub(crate) fn for_tests(backends: &[&str], settings: &str) -> Rc<Cluster> {
         None,
         &crate::view::ResolvedNames::new().endpoints(app),
         Default::default(),
-        config.limits.body_read_timeout,
+        BodyPace::new(&config.limits),
     ))
 }
 

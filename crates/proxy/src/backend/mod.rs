@@ -6,3 +6,5 @@ pub(crate) mod cluster;
 pub(crate) mod outlier;
 pub(crate) mod pool;
 pub(crate) mod request_body;
+
+pub(crate) mod client_body;

@@ -1,31 +1,32 @@
 //! The body sent to a backend, kept so that a failed attempt can be retried elsewhere when that is safe.
 
-use crate::telemetry::{
-    metrics::ClusterCounters,
-    upload::{Received, Upload},
+use crate::{
+    backend::client_body::{BodyError, BodyPace, ClientBody},
+    telemetry::{
+        metrics::ClusterCounters,
+        upload::{Received, Upload},
+    },
 };
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::{
     fmt,
-    future::Future,
     pin::Pin,
     sync::{
         atomic::{AtomicU8, Ordering},
         Arc, Mutex,
     },
     task::{Context, Poll},
-    time::Duration,
 };
-use tokio::time::Sleep;
 
 /// Where an attempt's body comes from.
 #[derive(Debug, Clone)]
 pub(crate) enum BodySource {
     /// No body: every attempt can send the same nothing.
     Empty,
-    /// A small body read in full first (up to `retries.replay_body_limit`): replayable.
+    /// A body read in full first (up to the route's `buffer_request`, or `retries.replay_body_limit`
+    /// for a small one): replayable.
     Buffered(Bytes),
     /// A large or unsized body streamed through: it can be given to another backend only if the
     /// failed attempt never read from it (the connection was never established).
@@ -39,12 +40,15 @@ pub(crate) enum ClientFailure {
     Broken,
     /// Nothing arrived for `limits.body_read_timeout`.
     Stalled,
+    /// The body fell behind `limits.min_upload_rate`.
+    TooSlow,
 }
 
 const UNTOUCHED: u8 = 0;
 const TOUCHED: u8 = 1;
 const BROKEN: u8 = 2;
 const STALLED: u8 = 3;
+const TOO_SLOW: u8 = 4;
 
 impl BodySource {
     /// A body for one attempt, or `None` if this source has been (partly) consumed.
@@ -54,7 +58,6 @@ impl BodySource {
             Self::Buffered(bytes) => Some(UpstreamBody::Buffered(Some(bytes.clone()))),
             Self::Streaming(shared) => self.can_attempt().then(|| UpstreamBody::Streaming {
                 shared: shared.clone(),
-                deadline: None,
             }),
         }
     }
@@ -74,6 +77,7 @@ impl BodySource {
             Self::Streaming(shared) => match shared.state.load(Ordering::Acquire) {
                 BROKEN => Some(ClientFailure::Broken),
                 STALLED => Some(ClientFailure::Stalled),
+                TOO_SLOW => Some(ClientFailure::TooSlow),
                 _ => None,
             },
             _ => None,
@@ -107,44 +111,30 @@ impl BodySource {
 /// A streaming body shared between attempts: polling it marks it touched.
 #[derive(Debug, Clone)]
 pub(crate) struct Reclaimable {
-    inner: Arc<Mutex<Option<Incoming>>>,
+    inner: Arc<Mutex<Option<ClientBody>>>,
     state: Arc<AtomicU8>,
     upload: Arc<Upload>,
     hint: SizeHint,
-    idle_timeout: Duration,
 }
 
 impl Reclaimable {
     pub(crate) fn new(
         body: Incoming,
-        idle_timeout: Duration,
+        pace: BodyPace,
         counters: Option<Arc<ClusterCounters>>,
     ) -> Self {
         let hint = body.size_hint();
         Self {
-            inner: Arc::new(Mutex::new(Some(body))),
+            inner: Arc::new(Mutex::new(Some(ClientBody::new(body, pace)))),
             state: Arc::new(AtomicU8::new(UNTOUCHED)),
             upload: Arc::new(Upload {
                 counters,
                 ..Upload::default()
             }),
             hint,
-            idle_timeout,
         }
     }
 }
-
-/// The client stopped sending its body.
-#[derive(Debug)]
-struct BodyStalled;
-
-impl fmt::Display for BodyStalled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the client stopped sending its request body")
-    }
-}
-
-impl std::error::Error for BodyStalled {}
 
 /// The body type of requests toward backends.
 pub enum UpstreamBody {
@@ -152,13 +142,12 @@ pub enum UpstreamBody {
     Empty,
     /// A buffered body, sent in one frame.
     Buffered(Option<Bytes>),
-    /// A streamed client body, cut off if the client pauses longer than the body read timeout.
+    /// A streamed client body, cut off if the client pauses longer than the body read timeout or
+    /// falls behind the upload floor.
     #[allow(private_interfaces)]
     Streaming {
         /// The client's body, shared with the request's other attempts.
         shared: Reclaimable,
-        /// When the current wait for the next frame gives up.
-        deadline: Option<Pin<Box<Sleep>>>,
     },
 }
 
@@ -187,61 +176,7 @@ impl Body for UpstreamBody {
         match self.get_mut() {
             Self::Empty => Poll::Ready(None),
             Self::Buffered(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            Self::Streaming { shared, deadline } => {
-                let _ = shared.state.compare_exchange(
-                    UNTOUCHED,
-                    TOUCHED,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                // Only one attempt ever polls (a retry happens only if the body was never touched), so
-                // the lock is never contended.
-                let frame = match shared.inner.lock() {
-                    Ok(mut guard) => match guard.as_mut() {
-                        Some(body) => Pin::new(body).poll_frame(cx),
-                        None => Poll::Ready(None),
-                    },
-                    Err(_) => Poll::Ready(None),
-                };
-                shared
-                    .upload
-                    .waiting_for_client
-                    .store(frame.is_pending(), Ordering::Relaxed);
-                match frame {
-                    Poll::Pending => {
-                        let timeout = shared.idle_timeout;
-                        let sleep =
-                            deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                        if sleep.as_mut().poll(cx).is_ready() {
-                            shared.state.store(STALLED, Ordering::Release);
-                            return Poll::Ready(Some(Err(Box::new(BodyStalled))));
-                        }
-                        Poll::Pending
-                    }
-                    Poll::Ready(Some(Err(error))) => {
-                        shared.state.store(BROKEN, Ordering::Release);
-                        Poll::Ready(Some(Err(Box::new(error))))
-                    }
-                    Poll::Ready(other) => {
-                        // A frame (or the end) arrived: the next wait starts afresh.
-                        *deadline = None;
-                        let upload = &shared.upload;
-                        upload.frames.fetch_add(1, Ordering::Relaxed);
-                        if let Some(Ok(data)) =
-                            other.as_ref().map(|f| f.as_ref().map(Frame::data_ref))
-                        {
-                            let length = data.map_or(0, |d| d.len() as u64);
-                            upload.bytes.fetch_add(length, Ordering::Relaxed);
-                            if let Some(counters) = &upload.counters {
-                                counters.bytes_received.fetch_add(length, Ordering::Relaxed);
-                            }
-                        }
-                        Poll::Ready(
-                            other.map(|frame| frame.map_err(|e| Box::new(e) as Self::Error)),
-                        )
-                    }
-                }
-            }
+            Self::Streaming { shared } => poll_streaming(shared, cx),
         }
     }
 
@@ -250,7 +185,7 @@ impl Body for UpstreamBody {
             Self::Empty => true,
             Self::Buffered(data) => data.is_none(),
             Self::Streaming { shared, .. } => match shared.inner.lock() {
-                Ok(guard) => guard.as_ref().is_none_or(Body::is_end_stream),
+                Ok(guard) => guard.as_ref().is_none_or(ClientBody::is_end_stream),
                 Err(_) => true,
             },
         }
@@ -263,6 +198,57 @@ impl Body for UpstreamBody {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
             Self::Streaming { shared, .. } => shared.hint,
+        }
+    }
+}
+
+/// The next frame of a streamed body, counted, with the client's failure recorded for the attempt
+/// to read.
+fn poll_streaming(
+    shared: &Reclaimable,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, <UpstreamBody as Body>::Error>>> {
+    let _ = shared
+        .state
+        .compare_exchange(UNTOUCHED, TOUCHED, Ordering::AcqRel, Ordering::Acquire);
+    // Only one attempt ever polls (a retry happens only if the body was never touched), so the lock is
+    // never contended.
+    let frame = match shared.inner.lock() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(body) => body.poll_frame(cx),
+            None => Poll::Ready(None),
+        },
+        Err(_) => Poll::Ready(None),
+    };
+    let upload = &shared.upload;
+    upload
+        .waiting_for_client
+        .store(frame.is_pending(), Ordering::Relaxed);
+    match frame {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Some(Err(error))) => {
+            let (state, error): (u8, <UpstreamBody as Body>::Error) = match error {
+                BodyError::Broken(error) => (BROKEN, Box::new(error)),
+                BodyError::Stalled => (STALLED, Box::new(error)),
+                BodyError::TooSlow => (TOO_SLOW, Box::new(error)),
+            };
+            shared.state.store(state, Ordering::Release);
+            Poll::Ready(Some(Err(error)))
+        }
+        Poll::Ready(Some(Ok(frame))) => {
+            upload.frames.fetch_add(1, Ordering::Relaxed);
+            if let Some(data) = frame.data_ref() {
+                let length = data.len() as u64;
+                upload.bytes.fetch_add(length, Ordering::Relaxed);
+                if let Some(counters) = &upload.counters {
+                    counters.bytes_received.fetch_add(length, Ordering::Relaxed);
+                }
+            }
+            Poll::Ready(Some(Ok(frame)))
+        }
+        Poll::Ready(None) => {
+            upload.frames.fetch_add(1, Ordering::Relaxed);
+            Poll::Ready(None)
         }
     }
 }

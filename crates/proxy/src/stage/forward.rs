@@ -92,6 +92,7 @@ pub(crate) async fn forward(
     let (error, fault) = match prepared.source.client_failure() {
         Some(ClientFailure::Broken) => (ProxyError::new(ErrorKind::BadRequestBody), Fault::Client),
         Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Fault::Client),
+        Some(ClientFailure::TooSlow) => (ProxyError::new(ErrorKind::UploadTooSlow), Fault::Client),
         None => (error, Fault::Backend),
     };
     if fault == Fault::Backend {

@@ -1,6 +1,7 @@
 //! Stage 2, prepare: the header rules of a forwarding proxy, and where the request body comes from.
 
 use crate::{
+    backend::client_body::{BodyError, BufferError, ClientBody},
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
@@ -8,19 +9,21 @@ use crate::{
     headers,
     peer::Client,
 };
+use duet_config::Route;
 use http::{header, HeaderValue, Request};
 use http_body::Body;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust) and decides
-/// how the body is sent: buffered when small and retries may need it again, streamed otherwise. A body
-/// in a transfer coding other than chunked gets 501, one that is malformed 400, one that stalls longer
-/// than `limits.body_read_timeout` 408.
+/// how the body is sent: read in full first when the route buffers requests or when it is small and
+/// retries may need it again, streamed otherwise. A body in a transfer coding other than chunked gets
+/// 501, one that is malformed 400, one larger than the route's `buffer_request` 413, one that stalls
+/// longer than `limits.body_read_timeout` or falls behind `limits.min_upload_rate` 408.
 pub(crate) async fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
+    route: &Route,
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Prepared, ProxyError> {
@@ -48,9 +51,12 @@ pub(crate) async fn prepare(
     request_headers.remove(header::EXPECT);
 
     let (mut parts, body) = request.into_parts();
-    let source = body_source(body, cluster).await.map_err(ProxyError::new)?;
-    if matches!(source, BodySource::Empty) {
-        // A Trailer field announces trailers of a body; with no body it announces nothing.
+    let source = body_source(body, cluster, route.buffer_request)
+        .await
+        .map_err(ProxyError::new)?;
+    if matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
+        // A Trailer field announces trailers of a body; with no body it announces nothing, and a
+        // buffered one goes on with a Content-Length, without them.
         parts.headers.remove(header::TRAILER);
     }
     Ok(Prepared {
@@ -60,30 +66,45 @@ pub(crate) async fn prepare(
     })
 }
 
-/// Keeps a small body so that it can be replayed; streams anything larger or unsized.
-async fn body_source(body: Incoming, cluster: &Cluster) -> Result<BodySource, ErrorKind> {
+/// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
+/// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
+/// and retries may need it again; streamed otherwise.
+async fn body_source(
+    body: Incoming,
+    cluster: &Cluster,
+    buffer: Option<usize>,
+) -> Result<BodySource, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodySource::Empty);
     }
-    let small = body
-        .size_hint()
-        .exact()
-        .is_some_and(|n| n <= cluster.replay_body_limit as u64);
-    if small && cluster.attempts > 1 {
-        return match tokio::time::timeout(cluster.body_read_timeout, body.collect()).await {
-            Ok(Ok(collected)) => {
-                let bytes = collected.to_bytes();
-                let length = bytes.len() as u64;
-                cluster.counters.bytes_received.fetch_add(length, Relaxed);
-                Ok(BodySource::Buffered(bytes))
-            }
-            Ok(Err(_)) => Err(ErrorKind::BadRequestBody),
-            Err(_) => Err(ErrorKind::BodyTimeout),
-        };
-    }
-    Ok(BodySource::Streaming(Reclaimable::new(
-        body,
-        cluster.body_read_timeout,
-        Some(cluster.counters.clone()),
-    )))
+    let exact = body.size_hint().exact();
+    let limit = match buffer {
+        // Refused before a byte is read: a client waiting on `Expect: 100-continue` sends none.
+        Some(limit) if exact.is_some_and(|n| n > limit as u64) => {
+            return Err(ErrorKind::BodyTooLarge)
+        }
+        Some(limit) => limit,
+        None if cluster.attempts > 1
+            && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) =>
+        {
+            cluster.replay_body_limit
+        }
+        None => {
+            let counters = Some(cluster.counters.clone());
+            let body = Reclaimable::new(body, cluster.body_pace, counters);
+            return Ok(BodySource::Streaming(body));
+        }
+    };
+    let bytes = ClientBody::new(body, cluster.body_pace)
+        .read_all(limit)
+        .await
+        .map_err(|error| match error {
+            BufferError::TooLarge => ErrorKind::BodyTooLarge,
+            BufferError::Client(BodyError::Broken(_)) => ErrorKind::BadRequestBody,
+            BufferError::Client(BodyError::Stalled) => ErrorKind::BodyTimeout,
+            BufferError::Client(BodyError::TooSlow) => ErrorKind::UploadTooSlow,
+        })?;
+    let length = bytes.len() as u64;
+    cluster.counters.bytes_received.fetch_add(length, Relaxed);
+    Ok(BodySource::Buffered(bytes))
 }
