@@ -1,8 +1,11 @@
 //! The body sent to a backend, kept so that a failed attempt can be retried elsewhere when that is safe.
 
-use crate::telemetry::{
-    metrics::ClusterCounters,
-    upload::{Received, Upload},
+use crate::{
+    headers,
+    telemetry::{
+        metrics::ClusterCounters,
+        upload::{Received, Upload},
+    },
 };
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -222,9 +225,17 @@ impl Body for UpstreamBody {
                         shared.state.store(BROKEN, Ordering::Release);
                         Poll::Ready(Some(Err(Box::new(error))))
                     }
-                    Poll::Ready(other) => {
+                    Poll::Ready(mut other) => {
                         // A frame (or the end) arrived: the next wait starts afresh.
                         *deadline = None;
+                        if let Some(trailers) = other
+                            .as_mut()
+                            .and_then(|f| f.as_mut().ok())
+                            .and_then(Frame::trailers_mut)
+                        {
+                            // Fields scrubbed from the head must not come back as trailers.
+                            headers::remove_forbidden_trailers(trailers);
+                        }
                         let upload = &shared.upload;
                         upload.frames.fetch_add(1, Ordering::Relaxed);
                         if let Some(Ok(data)) =
