@@ -82,7 +82,13 @@ fn has_token(value: &HeaderValue, token: &str) -> bool {
 /// re-framed) and `Upgrade`. With `upgrade`, the client is told of that protocol alone
 /// (`Connection: upgrade`).
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderValue>) {
-    strip(headers, upgrade, &HOP_BY_HOP[..6], &PROTECTED);
+    // All but `Proxy`, which means nothing in a response.
+    strip(
+        headers,
+        upgrade,
+        &HOP_BY_HOP[..HOP_BY_HOP.len() - 1],
+        &PROTECTED,
+    );
 }
 
 /// Removes a request's hop-by-hop fields as [`remove_hop_by_hop`] does, and `Proxy`; `Connection`
