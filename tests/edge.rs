@@ -363,3 +363,110 @@ fn bytes_after_a_head_response_never_reach_the_next_request() {
     }
     let _: SocketAddr = raw.address();
 }
+
+/// A backend that answers one request with `ok` and hands over the bytes it received, trailers and
+/// all (the testbed's backends record heads only).
+fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (sent, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 4096];
+        // The request is chunked: it ends with the last chunk and the blank line after its trailers.
+        while !ends_chunked_message(&bytes) {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&buffer[..n]),
+            }
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        let _ = sent.send(String::from_utf8_lossy(&bytes).into_owned());
+    });
+    (address, received)
+}
+
+fn ends_chunked_message(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    text.split_once("\r\n\r\n")
+        .and_then(|(_, body)| body.find("\r\n0\r\n").map(|at| &body[at + 2..]))
+        .is_some_and(|last| last.ends_with("\r\n\r\n"))
+}
+
+#[test]
+fn request_trailers_cannot_carry_forwarding_or_identity_fields() {
+    let (backend, received) = recording_backend();
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend]).to_yaml());
+    let response = exchange(
+        &duet,
+        b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\
+          Trailer: X-Forwarded-For, X-Request-Id, X-Real-IP, Proxy, Connection, X-Checksum\r\n\
+          Connection: close\r\n\r\n\
+          5\r\nhello\r\n0\r\n\
+          X-Forwarded-For: 6.6.6.6\r\nX-Request-Id: forged\r\nX-Real-IP: 6.6.6.6\r\n\
+          Proxy: http://evil.test\r\nConnection: x-checksum\r\nX-Checksum: abc\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = received
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the backend got the request")
+        .to_ascii_lowercase();
+    let (head, body) = seen.split_once("\r\n\r\n").expect("a head");
+    let trailers = body.split_once("\r\n0\r\n").expect("the last chunk").1;
+    assert_eq!(
+        trailers, "x-checksum: abc\r\n\r\n",
+        "only the end-to-end trailer goes on"
+    );
+    assert!(
+        !head.contains("forged") && !head.contains("6.6.6.6"),
+        "{head}"
+    );
+}
+
+#[test]
+fn connection_cannot_remove_the_fields_duet_sets() {
+    let (backend, duet) = one_backend();
+    let response = exchange(
+        &duet,
+        b"GET /id HTTP/1.1\r\nHost: a.test\r\n\
+          Connection: close, X-Request-Id, X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(seen["x-forwarded-proto"], "http");
+    assert_eq!(seen["x-forwarded-host"], "a.test");
+    let forwarded = seen
+        .get("x-request-id")
+        .and_then(|id| id.to_str().ok())
+        .expect("the backend got an X-Request-Id")
+        .to_owned();
+    let logged = crate::support::eventually(Duration::from_secs(5), || {
+        duet.log_lines()
+            .iter()
+            .any(|l| l.contains("path=/id") && l.ends_with(&format!(" request_id={forwarded}")))
+    });
+    assert!(
+        logged,
+        "the access log records the id the backend got ({forwarded}): {:#?}",
+        duet.log_lines()
+    );
+}
+
+#[test]
+fn the_proxy_field_never_reaches_a_backend() {
+    // httpoxy (CVE-2016-5385): CGI-style backends read `Proxy` as the HTTP_PROXY variable.
+    let (backend, duet) = one_backend();
+    let response = exchange(
+        &duet,
+        b"GET / HTTP/1.1\r\nHost: a\r\nProxy: http://evil.test:8080\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    assert!(!seen.contains_key("proxy"), "{seen:?}");
+}

@@ -141,6 +141,20 @@ async fn forwarding_fields_are_kept_only_from_trusted_proxies() {
         "the chain extended"
     );
     assert_eq!(seen["forwarded"], "for=6.6.6.6");
+    // A TLS front proxy says how its client came in: duet's own plain hop must not overwrite it.
+    assert_eq!(
+        seen["x-forwarded-proto"], "https",
+        "as the trusted proxy sent it"
+    );
+    assert_eq!(
+        seen["x-forwarded-host"], "evil.test",
+        "as the trusted proxy sent it"
+    );
+    // A trusted proxy that sends neither gets them set from what duet saw.
+    assert_eq!(get(&trusting.url("/"), &[("host", "a.test")]).await.0, 200);
+    let seen = backend.recorded().pop().expect("request").headers;
+    assert_eq!(seen["x-forwarded-proto"], "http");
+    assert_eq!(seen["x-forwarded-host"], "a.test");
 }
 
 #[test]
@@ -261,6 +275,91 @@ fn one_access_log_line_per_request() {
         .filter(|l| l.contains("duet::access"))
         .count();
     assert_eq!(access_lines, 1);
+}
+
+/// Splits a text access-log line's fields (` name=value`, the value bare or quoted) the way a log
+/// parser would: a quoted value ends at the first `"`, since one inside it is written `\x22`.
+fn access_fields(line: &str) -> Vec<(String, String)> {
+    let mut rest = line.split_once("duet::access: ").expect("an access line").1;
+    let mut fields = Vec::new();
+    while !rest.is_empty() {
+        let (name, after) = rest.split_once('=').expect("name=value");
+        let (value, after) = match after.strip_prefix('"') {
+            Some(quoted) => quoted.split_once('"').expect("a closing quote"),
+            None => after.split_once(' ').unwrap_or((after, "")),
+        };
+        fields.push((name.to_owned(), value.to_owned()));
+        rest = after.strip_prefix(' ').unwrap_or(after);
+    }
+    fields
+}
+
+/// Undoes nginx's `\xHH` escapes.
+fn unescape(value: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut bytes = value.bytes();
+    while let Some(byte) = bytes.next() {
+        if byte == b'\\' {
+            assert_eq!(bytes.next(), Some(b'x'), "{value}");
+            let hex = [bytes.next().expect("hex"), bytes.next().expect("hex")];
+            let hex = std::str::from_utf8(&hex).expect("ascii");
+            out.push(u8::from_str_radix(hex, 16).expect("two hex digits"));
+        } else {
+            out.push(byte);
+        }
+    }
+    out
+}
+
+#[test]
+fn client_supplied_text_is_quoted_and_escaped_in_the_access_log() {
+    let backend = Backend::start(BackendOptions::named("logged")).expect("backend");
+    let duet = Duet::start(&DuetConfig::single("p2c_inflight", &[backend.address()]).to_yaml());
+    // Spaces, `=`, quotes, a backslash, a tab, U+2028 (a line separator to some readers) and `é`.
+    let agent: &[u8] = b"x status=200 client=6.6.6.6 \"q\" \\ \t\xe2\x80\xa8\xc3\xa9";
+    let mut request = b"GET /ua HTTP/1.1\r\nHost: x\r\nUser-Agent: ".to_vec();
+    request.extend_from_slice(agent);
+    request.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+    let (response, _) = raw_exchange(duet.address, &request, Duration::from_secs(5));
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let line = || {
+        duet.log_lines()
+            .into_iter()
+            .find(|l| l.contains("duet::access") && l.contains("path=/ua"))
+    };
+    assert!(support::eventually(Duration::from_secs(5), || line().is_some()));
+    let line = line().expect("the line");
+    let written = r#" user_agent="x status=200 client=6.6.6.6 \x22q\x22 \x5C \x09\xE2\x80\xA8\xC3\xA9" request_id="#;
+    assert!(line.contains(written), "{line}");
+    let fields = access_fields(&line);
+    let names: Vec<&str> = fields.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "client",
+            "method",
+            "host",
+            "path",
+            "protocol",
+            "status",
+            "cluster",
+            "backend",
+            "tried",
+            "attempts",
+            "duration_ms",
+            "upstream_head_ms",
+            "bytes",
+            "bytes_received",
+            "outcome",
+            "user_agent",
+            "request_id"
+        ],
+        "{line}"
+    );
+    let field = |name: &str| &fields.iter().find(|(n, _)| n == name).expect(name).1;
+    assert_eq!(field("client"), "127.0.0.1");
+    assert_eq!(field("status"), "200");
+    assert_eq!(unescape(field("user_agent")), agent, "{line}");
 }
 
 #[test]

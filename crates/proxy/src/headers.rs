@@ -1,6 +1,7 @@
 //! Header rules of a forwarding proxy (RFC 9110 §7.6): hop-by-hop fields stop here; forwarding fields
 //! are added.
 
+use crate::request_id::X_REQUEST_ID;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Version};
 use std::{cell::RefCell, fmt::Write, net::IpAddr};
 
@@ -9,13 +10,30 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+/// `Proxy`: no standard field, but CGI-style backends read it as the `HTTP_PROXY` variable and send
+/// their own outbound requests through whatever it names (httpoxy, CVE-2016-5385).
+const PROXY: HeaderName = HeaderName::from_static("proxy");
 
 /// The protocols duet tunnels after a `101 Switching Protocols`. HTTP/2 over cleartext (`h2c`) is never
 /// one of them: a request offering it is forwarded as plain HTTP/1.1.
 const TUNNELLED: &[&str] = &["websocket"];
 
-/// Fields a client or backend cannot strip by naming them in `Connection`: duet routes and frames by them.
-const PROTECTED: &[HeaderName] = &[header::HOST, header::CONTENT_LENGTH];
+/// Fields a backend cannot strip by naming them in `Connection`: duet routes and frames by them.
+static PROTECTED: [HeaderName; 2] = [header::HOST, header::CONTENT_LENGTH];
+
+/// Fields a client cannot strip by naming them in `Connection`: those duet routes and frames by, and
+/// those it sets or vouches for (the request id the access log records, the forwarding fields), since
+/// hop-by-hop fields are removed after they are set.
+static PROTECTED_IN_REQUESTS: [HeaderName; 7] = [
+    header::HOST,
+    header::CONTENT_LENGTH,
+    X_REQUEST_ID,
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    X_REAL_IP,
+];
 
 /// The protocol a request may upgrade to: it must be HTTP/1.1 (RFC 9110 §7.8: an HTTP/1.0 Upgrade is
 /// ignored), say `Connection: upgrade`, and offer, in any of its `Upgrade` fields, a protocol duet
@@ -59,11 +77,36 @@ fn has_token(value: &HeaderValue, token: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Removes hop-by-hop fields: `Connection` and every field it names (except [`PROTECTED`] ones),
-/// `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` (the message is re-framed) and `Upgrade`.
-/// With `upgrade`, the next hop is asked for that protocol alone (`Connection: upgrade`).
+/// Removes a response's hop-by-hop fields: `Connection` and every field it names (except
+/// [`PROTECTED`] ones), `Keep-Alive`, `Proxy-Connection`, `TE`, `Transfer-Encoding` (the message is
+/// re-framed) and `Upgrade`. With `upgrade`, the client is told of that protocol alone
+/// (`Connection: upgrade`).
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderValue>) {
-    if upgrade.is_none() && !any_of(headers, &HOP_BY_HOP) {
+    // All but `Proxy`, which means nothing in a response.
+    strip(
+        headers,
+        upgrade,
+        &HOP_BY_HOP[..HOP_BY_HOP.len() - 1],
+        &PROTECTED,
+    );
+}
+
+/// Removes a request's hop-by-hop fields as [`remove_hop_by_hop`] does, and `Proxy`; `Connection`
+/// cannot name the [`PROTECTED_IN_REQUESTS`] fields. With `upgrade`, the backend is asked for that
+/// protocol alone.
+pub(crate) fn remove_request_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderValue>) {
+    strip(headers, upgrade, &HOP_BY_HOP, &PROTECTED_IN_REQUESTS);
+}
+
+/// Removes `Connection` (the first of `stripped`) and the fields it names but `protected`, then the
+/// rest of `stripped`.
+fn strip(
+    headers: &mut HeaderMap,
+    upgrade: Option<HeaderValue>,
+    stripped: &[HeaderName],
+    protected: &[HeaderName],
+) {
+    if upgrade.is_none() && !any_of(headers, stripped) {
         return;
     }
     if headers.contains_key(header::CONNECTION) {
@@ -73,14 +116,14 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderV
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .filter(|name| !PROTECTED.contains(name))
+            .filter(|name| !protected.contains(name))
             .collect();
         for name in named {
             headers.remove(&name);
         }
         headers.remove(header::CONNECTION);
     }
-    for name in &HOP_BY_HOP[1..] {
+    for name in &stripped[1..] {
         headers.remove(name);
     }
     if let Some(protocol) = upgrade {
@@ -89,14 +132,16 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Option<HeaderV
     }
 }
 
-/// The hop-by-hop fields every message loses (`Connection` first: the fields it names go too).
-static HOP_BY_HOP: [HeaderName; 6] = [
+/// The hop-by-hop fields every message loses (`Connection` first: the fields it names go too), and
+/// last the one only requests lose ([`PROXY`]).
+static HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     KEEP_ALIVE,
     PROXY_CONNECTION,
     header::TE,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
+    PROXY,
 ];
 
 /// Whether `headers` holds any field of `names`. Most messages hold none of the fields a proxy strips,
@@ -125,9 +170,57 @@ static FORWARDING: [HeaderName; 6] = [
     X_FORWARDED_PROTO,
     X_FORWARDED_HOST,
     HeaderName::from_static("x-forwarded-port"),
-    HeaderName::from_static("x-real-ip"),
+    X_REAL_IP,
     header::FORWARDED,
 ];
+
+/// Fields a request's trailers cannot carry (RFC 9110 §6.5.1: framing, routing, authentication,
+/// request modifiers, content format are read from the header section before the content): duet
+/// scrubs and sets the forwarding and identity fields in the head only, so a trailer copy would reach
+/// a backend that merges trailers into its headers unscrubbed.
+static NOT_IN_TRAILERS: [HeaderName; 32] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    PROXY,
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    HeaderName::from_static("x-forwarded-port"),
+    X_REAL_IP,
+    header::FORWARDED,
+    X_REQUEST_ID,
+    header::HOST,
+    header::CONTENT_LENGTH,
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::CONTENT_RANGE,
+    header::TRAILER,
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::COOKIE,
+    header::EXPECT,
+    header::MAX_FORWARDS,
+    header::RANGE,
+    header::CACHE_CONTROL,
+    header::IF_MATCH,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+];
+
+/// Drops the trailer fields of [`NOT_IN_TRAILERS`]; the others go on to the backend.
+pub(crate) fn remove_forbidden_trailers(trailers: &mut HeaderMap) {
+    if any_of(trailers, &NOT_IN_TRAILERS) {
+        for name in &NOT_IN_TRAILERS {
+            trailers.remove(name);
+        }
+    }
+}
 
 thread_local! {
     /// The last client address this worker formatted, and its text: a keep-alive connection's requests
@@ -153,7 +246,8 @@ fn address_value(client: IpAddr) -> HeaderValue {
 
 /// Sets `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host`. From a `trusted` peer (another
 /// proxy listed in the listener's `trusted_proxies`) the `X-Forwarded-For` chain is kept and this client
-/// appended; from anyone else every forwarding field the client sent (`X-Forwarded-*`, `Forwarded`,
+/// appended, and its `X-Forwarded-Proto` and `X-Forwarded-Host` are kept when it sent them (a TLS front
+/// proxy's `https` is how the client came in; duet's own hop may be plain); from anyone else every forwarding field the client sent (`X-Forwarded-*`, `Forwarded`,
 /// `X-Real-IP`) is dropped and rebuilt from what duet saw, so a client cannot forge its address.
 pub(crate) fn add_forwarding(
     headers: &mut HeaderMap,
@@ -185,8 +279,13 @@ pub(crate) fn add_forwarding(
         }
         headers.insert(X_FORWARDED_FOR, address_value(client));
     }
-    let proto = if secure { "https" } else { "http" };
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    if !(trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
+        let proto = if secure { "https" } else { "http" };
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+    if trusted && headers.contains_key(&X_FORWARDED_HOST) {
+        return;
+    }
     match host {
         Some(host) => {
             headers.insert(X_FORWARDED_HOST, host);
@@ -231,6 +330,67 @@ mod tests {
         let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, vec!["content-length", "host", "x-kept"]);
+    }
+
+    #[test]
+    fn a_client_cannot_strip_the_fields_duet_sets_and_loses_proxy() {
+        let sent = [
+            (
+                "connection",
+                "x-request-id, x-forwarded-for, x-forwarded-proto, x-forwarded-host, x-real-ip, x-hop",
+            ),
+            ("x-request-id", "id"),
+            ("x-forwarded-for", "1.1.1.1"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "a.test"),
+            ("x-real-ip", "1.1.1.1"),
+            ("x-hop", "1"),
+            ("proxy", "http://evil.test"),
+        ];
+        let mut request = headers(&sent);
+        remove_request_hop_by_hop(&mut request, None);
+        let mut names: Vec<&str> = request.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "x-forwarded-for",
+                "x-forwarded-host",
+                "x-forwarded-proto",
+                "x-real-ip",
+                "x-request-id"
+            ]
+        );
+        // A backend's Connection still strips what it names, and a response keeps a `Proxy` field.
+        let mut response = headers(&sent);
+        remove_hop_by_hop(&mut response, None);
+        let names: Vec<&str> = response.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["proxy"]);
+        // Nothing to strip: nothing touched.
+        let mut plain = headers(&[("host", "a"), ("accept", "*/*")]);
+        remove_request_hop_by_hop(&mut plain, None);
+        assert_eq!(plain.len(), 2);
+    }
+
+    #[test]
+    fn trailers_lose_the_fields_the_head_is_scrubbed_of() {
+        let mut trailers = headers(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-request-id", "forged"),
+            ("x-real-ip", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.6"),
+            ("proxy", "http://evil.test"),
+            ("connection", "x-checksum"),
+            ("host", "evil.test"),
+            ("content-length", "0"),
+            ("authorization", "Basic eDp5"),
+            ("x-checksum", "abc"),
+            ("server-timing", "db;dur=53"),
+        ]);
+        remove_forbidden_trailers(&mut trailers);
+        let mut names: Vec<&str> = trailers.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["server-timing", "x-checksum"]);
     }
 
     #[test]
@@ -300,5 +460,23 @@ mod tests {
         for forged in ["forwarded", "x-real-ip", "x-forwarded-port"] {
             assert!(!untrusted.contains_key(forged), "{forged}");
         }
+    }
+
+    #[test]
+    fn a_trusted_proxy_says_how_its_client_came_in() {
+        let front = [
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "shop.example.com"),
+        ];
+        let client = "127.0.0.1".parse().expect("ip");
+        let host = || Some(HeaderValue::from_static("backend.internal"));
+        let mut trusted = headers(&front);
+        add_forwarding(&mut trusted, client, host(), false, true);
+        assert_eq!(trusted["x-forwarded-proto"], "https");
+        assert_eq!(trusted["x-forwarded-host"], "shop.example.com");
+        let mut untrusted = headers(&front);
+        add_forwarding(&mut untrusted, client, host(), false, false);
+        assert_eq!(untrusted["x-forwarded-proto"], "http");
+        assert_eq!(untrusted["x-forwarded-host"], "backend.internal");
     }
 }

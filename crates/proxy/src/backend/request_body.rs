@@ -2,6 +2,7 @@
 
 use crate::{
     backend::client_body::{BodyError, BodyPace, ClientBody},
+    headers,
     telemetry::{
         metrics::ClusterCounters,
         upload::{Received, Upload},
@@ -235,8 +236,12 @@ fn poll_streaming(
             shared.state.store(state, Ordering::Release);
             Poll::Ready(Some(Err(error)))
         }
-        Poll::Ready(Some(Ok(frame))) => {
+        Poll::Ready(Some(Ok(mut frame))) => {
             upload.frames.fetch_add(1, Ordering::Relaxed);
+            if let Some(trailers) = frame.trailers_mut() {
+                // Fields scrubbed from the head must not come back as trailers.
+                headers::remove_forbidden_trailers(trailers);
+            }
             if let Some(data) = frame.data_ref() {
                 let length = data.len() as u64;
                 upload.bytes.fetch_add(length, Ordering::Relaxed);

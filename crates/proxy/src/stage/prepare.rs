@@ -35,7 +35,7 @@ pub(crate) async fn prepare(
     let upgrade = protocol.clone().map(|protocol| Upgrade { protocol });
     let absolute_form = request.uri().authority().is_some();
     let request_headers = request.headers_mut();
-    headers::remove_hop_by_hop(request_headers, protocol);
+    headers::remove_request_hop_by_hop(request_headers, protocol);
     if let (true, Some(host)) = (absolute_form, &host) {
         // The host routed on is the host the backend sees (RFC 9112 §3.2.2); otherwise Host already is.
         request_headers.insert(header::HOST, host.clone());

@@ -130,10 +130,6 @@ impl fmt::Display for Joined<'_> {
     }
 }
 
-fn text(value: Option<&HeaderValue>) -> &str {
-    value.and_then(|v| v.to_str().ok()).unwrap_or("-")
-}
-
 impl Drop for AccessLog {
     fn drop(&mut self) {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
@@ -149,12 +145,14 @@ impl Drop for AccessLog {
             });
             return;
         }
+        // Without a sink (duet's binary always sets one): client text is quoted as in duet's text
+        // line, so tracing's JSON formatter would show those quotes inside its strings.
         tracing::info!(
             target: "duet::access",
             client = %self.client,
             method = %self.method,
-            host = %text(self.host.as_ref()),
-            path = %loggable_path(self.target.path()),
+            host = %ClientText::bare(self.host.as_ref().map(HeaderValue::as_bytes)),
+            path = %ClientText::bare(Some(loggable_path(self.target.path()).as_bytes())),
             protocol = ?self.version,
             status = self.status.as_u16(),
             cluster = %self.cluster.as_deref().unwrap_or("-"),
@@ -166,8 +164,8 @@ impl Drop for AccessLog {
             bytes = self.bytes,
             bytes_received = self.received.bytes(),
             outcome = %self.outcome,
-            user_agent = %text(self.user_agent.as_ref()),
-            request_id = %text(Some(&self.request_id)),
+            user_agent = %ClientText::quoted(self.user_agent.as_ref().map(HeaderValue::as_bytes)),
+            request_id = %ClientText::bare(Some(self.request_id.as_bytes())),
         );
     }
 }
@@ -238,8 +236,9 @@ impl AccessLog {
         let mut fields = Fields { line, json };
         fields.address("client", |line| push_ip(line, self.client));
         fields.text("method", self.method.as_str());
-        fields.text("host", text(self.host.as_ref()));
-        fields.text("path", &loggable_path(self.target.path()));
+        fields.client_text("host", self.host.as_ref(), ClientText::bare);
+        let path = loggable_path(self.target.path());
+        fields.client_text("path", Some(&*path), ClientText::bare);
         fields.text("protocol", protocol(self.version));
         fields.number("status", u64::from(self.status.as_u16()));
         fields.text("cluster", self.cluster.as_deref().unwrap_or("-"));
@@ -265,8 +264,8 @@ impl AccessLog {
         fields.number("bytes", self.bytes);
         fields.number("bytes_received", self.received.bytes());
         fields.text("outcome", self.outcome);
-        fields.text("user_agent", text(self.user_agent.as_ref()));
-        fields.text("request_id", text(Some(&self.request_id)));
+        fields.client_text("user_agent", self.user_agent.as_ref(), ClientText::quoted);
+        fields.client_text("request_id", Some(&self.request_id), ClientText::bare);
         if json {
             line.push_str(",\"target\":\"duet::access\"}");
         }
@@ -307,6 +306,22 @@ impl Fields<'_> {
             self.line.push('"');
             self.line.push_str(value);
             self.line.push('"');
+        }
+    }
+
+    /// What a client sent: in JSON a string as [`Fields::text`] writes it (`-` when absent or not
+    /// visible ASCII), in text as `form` writes it.
+    fn client_text<'v, V: ClientValue + ?Sized + 'v>(
+        &mut self,
+        name: &str,
+        value: Option<&'v V>,
+        form: fn(Option<&'v [u8]>) -> ClientText<'v>,
+    ) {
+        if self.json {
+            self.text(name, value.and_then(ClientValue::as_text).unwrap_or("-"));
+        } else {
+            self.name(name);
+            let _ = form(value.map(ClientValue::as_bytes)).write(&mut *self.line);
         }
     }
 
@@ -408,6 +423,97 @@ fn protocol(version: Version) -> &'static str {
         Version::HTTP_2 => "HTTP/2.0",
         Version::HTTP_3 => "HTTP/3.0",
         _ => "-",
+    }
+}
+
+/// A value [`Fields::client_text`] writes: a field's value or a path.
+trait ClientValue {
+    fn as_bytes(&self) -> &[u8];
+    /// The value as JSON logs it, if it is visible ASCII.
+    fn as_text(&self) -> Option<&str>;
+}
+
+impl ClientValue for HeaderValue {
+    fn as_bytes(&self) -> &[u8] {
+        HeaderValue::as_bytes(self)
+    }
+
+    fn as_text(&self) -> Option<&str> {
+        self.to_str().ok()
+    }
+}
+
+impl ClientValue for str {
+    fn as_bytes(&self) -> &[u8] {
+        str::as_bytes(self)
+    }
+
+    fn as_text(&self) -> Option<&str> {
+        Some(self)
+    }
+}
+
+/// A value a client chose, in the text format: a plain token (visible ASCII but `"` and `\`) is
+/// written bare, anything else quoted, with `"`, `\`, control and non-ASCII bytes escaped as `\xHH` as
+/// nginx escapes its quoted fields; so a value cannot forge another field or break the line. Free text
+/// (the user agent) is always quoted, as in nginx's `combined` format. `-` when there is none.
+struct ClientText<'a> {
+    value: Option<&'a [u8]>,
+    always_quoted: bool,
+}
+
+impl<'a> ClientText<'a> {
+    /// Quoted only when it is not a plain token.
+    fn bare(value: Option<&'a [u8]>) -> Self {
+        Self {
+            value,
+            always_quoted: false,
+        }
+    }
+
+    /// Always quoted.
+    fn quoted(value: Option<&'a [u8]>) -> Self {
+        Self {
+            value,
+            always_quoted: true,
+        }
+    }
+
+    /// Writes the value: straight into the line for duet's formatter, or through `Display` for
+    /// tracing's, the same bytes either way.
+    fn write(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        let value = self.value.unwrap_or(b"-");
+        let plain = |b: &u8| b.is_ascii_graphic() && *b != b'"' && *b != b'\\';
+        if !self.always_quoted && !value.is_empty() && value.iter().all(plain) {
+            // Visible ASCII: valid UTF-8, so this never falls back.
+            return out.write_str(std::str::from_utf8(value).unwrap_or("-"));
+        }
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        out.write_char('"')?;
+        let mut rest = value;
+        while !rest.is_empty() {
+            let run = rest
+                .iter()
+                .position(|b| !(*b == b' ' || plain(b)))
+                .unwrap_or(rest.len());
+            // Printable ASCII: valid UTF-8.
+            out.write_str(std::str::from_utf8(&rest[..run]).unwrap_or_default())?;
+            if let Some(&byte) = rest.get(run) {
+                out.write_str("\\x")?;
+                out.write_char(char::from(HEX[usize::from(byte >> 4)]))?;
+                out.write_char(char::from(HEX[usize::from(byte & 0xf)]))?;
+                rest = &rest[run + 1..];
+            } else {
+                rest = &[];
+            }
+        }
+        out.write_char('"')
+    }
+}
+
+impl fmt::Display for ClientText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f)
     }
 }
 
@@ -533,6 +639,29 @@ mod tests {
         assert_eq!(civil(1_764_547_200), ((2025, 12, 1), (0, 0, 0)));
         assert_eq!(civil(951_782_400), ((2000, 2, 29), (0, 0, 0)));
         assert_eq!(civil(4_107_542_399), ((2100, 2, 28), (23, 59, 59)));
+    }
+
+    #[test]
+    fn client_text_is_bare_only_when_it_is_a_plain_token() {
+        let written = |text: ClientText<'_>| {
+            let mut line = String::new();
+            text.write(&mut line).expect("a String takes any text");
+            assert_eq!(line, text.to_string(), "tracing's line is the same");
+            line
+        };
+        assert_eq!(written(ClientText::bare(Some(b"/a=b?c"))), "/a=b?c");
+        assert_eq!(written(ClientText::bare(None)), "-");
+        assert_eq!(written(ClientText::bare(Some(b""))), "\"\"");
+        assert_eq!(written(ClientText::bare(Some(b"a b"))), "\"a b\"");
+        assert_eq!(written(ClientText::bare(Some(b"a\"b"))), r#""a\x22b""#);
+        assert_eq!(written(ClientText::quoted(Some(b"curl/8"))), "\"curl/8\"");
+        assert_eq!(written(ClientText::quoted(None)), "\"-\"");
+        assert_eq!(
+            written(ClientText::quoted(Some(
+                b"x \"q\" \\ \t\x7f\xe2\x80\xa8\xc3\xa9 y=1"
+            ))),
+            r#""x \x22q\x22 \x5C \x09\x7F\xE2\x80\xA8\xC3\xA9 y=1""#
+        );
     }
 
     #[test]
