@@ -53,6 +53,7 @@ mod backend;
 mod telemetry;
 
 mod path;
+mod outcome;
 mod error;
 mod headers;
 mod peer;

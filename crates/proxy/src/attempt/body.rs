@@ -1,10 +1,7 @@
 //! The body duet sends to clients: a backend's streamed body, or a short local one.
 
 use crate::stall::Stall;
-use crate::{
-    attempt::completion::{BodyEnd, Completion},
-    telemetry::access_log::AccessLog,
-};
+use crate::{attempt::completion::Completion, outcome::Ending, telemetry::access_log::AccessLog};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -59,7 +56,7 @@ impl ProxyBody {
         let stall = Stall::new(completion.read_timeout());
         // hyper never polls a body that has already ended (empty, HEAD, 204, 304): settle now.
         let completion = if body.is_end_stream() {
-            completion.end(BodyEnd::Complete);
+            completion.end(Ending::Complete);
             None
         } else {
             Some(completion)
@@ -114,7 +111,7 @@ impl Body for ProxyBody {
                     Poll::Ready(frame) => frame,
                     Poll::Pending if completion.is_some() && stall.expired(cx) => {
                         if let Some(completion) = completion.take() {
-                            completion.end(BodyEnd::TimedOut);
+                            completion.end(Ending::BodyTimeout);
                         }
                         return Poll::Ready(Some(Err(Box::new(ReadTimeout(stall.limit())))));
                     }
@@ -127,10 +124,10 @@ impl Body for ProxyBody {
                             completion.on_data(frame.data_ref().map_or(0, Bytes::len));
                         }
                         // hyper stops polling once the body says it has ended.
-                        body.is_end_stream().then_some(BodyEnd::Complete)
+                        body.is_end_stream().then_some(Ending::Complete)
                     }
-                    Some(Err(_)) => Some(BodyEnd::Failed),
-                    None => Some(BodyEnd::Complete),
+                    Some(Err(_)) => Some(Ending::BodyReset),
+                    None => Some(Ending::Complete),
                 };
                 if let Some(how) = ended {
                     if let Some(completion) = completion.take() {

@@ -23,8 +23,9 @@
 use crate::{
     backend::cluster::Cluster,
     backend::pool::Lease,
+    outcome::{Blame, Ending, Failure},
     telemetry::access_log::AccessLog,
-    telemetry::metrics::{BackendFailure, BackendStats, RouteTimings},
+    telemetry::metrics::{BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
 use http::{response::Parts, StatusCode};
@@ -35,37 +36,6 @@ use std::{
     time::Duration,
 };
 use tokio::time::Instant;
-
-/// Whose fault an attempt that got no response was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// Refused, reset, timed out, or not HTTP.
-    Backend,
-    /// The client's request body broke or stalled while it was being sent.
-    Client,
-    /// duet's own (it could not build the request): never held against the backend.
-    Local,
-}
-
-/// How a response body ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BodyEnd {
-    /// It ended cleanly.
-    Complete,
-    /// The backend's body failed mid-stream.
-    Failed,
-    /// The backend sent nothing for `timeouts.read`.
-    TimedOut,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    Body(BodyEnd),
-    /// The backend answered what the client cannot use.
-    Refused,
-    /// No response at all.
-    NoResponse(Fault),
-}
 
 /// One attempt's settlement: see the module docs.
 pub(crate) struct Completion {
@@ -78,7 +48,8 @@ pub(crate) struct Completion {
     /// When its request arrived, and its route's histograms: set once it carries the response.
     request: Option<(Instant, Arc<RouteTimings>)>,
     status: Option<StatusCode>,
-    ended: Option<Ended>,
+    /// How it ended, once it has; `None` when dropped unfinished (the client went away).
+    ended: Option<Ending>,
     log: Option<Box<AccessLog>>,
     /// The connection the response comes on, pooled again if its body ends cleanly (unless upgraded:
     /// then kept, unpooled, until the attempt settles).
@@ -180,32 +151,33 @@ impl Completion {
     }
 
     /// The response body ended. Settles now.
-    pub(crate) fn end(mut self, how: BodyEnd) {
-        if how == BodyEnd::TimedOut {
+    /// `how` is `Complete`, `BodyReset` or `BodyTimeout`.
+    pub(crate) fn end(mut self, how: Ending) {
+        if how == Ending::BodyTimeout {
             self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
         }
-        if how == BodyEnd::Complete && !self.upgraded {
+        if how == Ending::Complete && !self.upgraded {
             if let Some(lease) = self.lease.take() {
                 lease.release();
             }
         }
-        self.ended = Some(Ended::Body(how));
+        self.ended = Some(how);
     }
 
     /// Counts how the attempt failed against its backend (`duet_backend_failures_total`).
-    pub(crate) fn count_failure(&self, kind: BackendFailure) {
+    pub(crate) fn count_failure(&self, kind: Failure) {
         self.stats.failure(kind);
     }
 
     /// The attempt got no response. Settles now.
-    pub(crate) fn fail(mut self, fault: Fault) {
-        self.ended = Some(Ended::NoResponse(fault));
+    pub(crate) fn fail(mut self, blame: Blame) {
+        self.ended = Some(Ending::NoResponse(blame));
     }
 
     /// The response cannot be passed on (say, a `101` to a request that asked for no upgrade): the
     /// backend's fault. Settles now and hands back the access-log record for the error response.
     pub(crate) fn reject(mut self) -> Option<Box<AccessLog>> {
-        self.ended = Some(Ended::Refused);
+        self.ended = Some(Ending::Refused);
         self.log.take()
     }
 }
@@ -218,45 +190,32 @@ impl Drop for Completion {
                 .request_duration
                 .observe(now.saturating_duration_since(*started));
         }
-        let server_error = self.status.is_some_and(|s| s.is_server_error());
-        let failed = match self.ended {
-            Some(Ended::Body(BodyEnd::Complete)) | None => false,
-            Some(Ended::Body(_) | Ended::Refused | Ended::NoResponse(Fault::Backend)) => true,
-            Some(Ended::NoResponse(Fault::Client | Fault::Local)) => {
+        let ending = self.ended.unwrap_or(Ending::ClientGone);
+        match ending.blame() {
+            Blame::Client | Blame::Local => {
                 self.guard.discard_sample();
                 return;
             }
-        };
-        if matches!(self.ended, Some(Ended::NoResponse(Fault::Backend))) {
-            self.guard.on_failure();
+            Blame::Backend => {
+                if matches!(ending, Ending::NoResponse(_)) {
+                    self.guard.on_failure();
+                }
+                self.cluster.record_failure(self.backend, now);
+            }
+            Blame::Nobody if self.status.is_some_and(|s| s.is_server_error()) => {
+                self.cluster.record_server_error(self.backend, now);
+            }
+            Blame::Nobody if ending == Ending::Complete => {
+                self.cluster.record_success(self.backend, now);
+            }
+            Blame::Nobody => {}
         }
-        if failed {
-            self.cluster.record_failure(self.backend, now);
-        } else if server_error {
-            self.cluster.record_server_error(self.backend, now);
-        } else if self.ended.is_some() {
-            self.cluster.record_success(self.backend, now);
-        }
-        match self.ended {
-            Some(Ended::Body(BodyEnd::Failed)) => self.stats.failure(BackendFailure::BodyReset),
-            Some(Ended::Body(BodyEnd::TimedOut)) => self.stats.failure(BackendFailure::BodyTimeout),
-            Some(Ended::Refused) => self.stats.failure(BackendFailure::Protocol),
-            _ => {}
+        if let Some(kind) = ending.failure() {
+            self.stats.failure(kind);
         }
         if let Some(log) = self.log.as_mut() {
-            log.outcome = match self.ended {
-                Some(Ended::Body(BodyEnd::Complete))
-                    if self.status == Some(StatusCode::SWITCHING_PROTOCOLS) =>
-                {
-                    "upgraded"
-                }
-                Some(Ended::Body(BodyEnd::Complete)) => "complete",
-                Some(Ended::Body(BodyEnd::TimedOut)) => "backend_read_timeout",
-                Some(Ended::Body(BodyEnd::Failed) | Ended::Refused | Ended::NoResponse(_)) => {
-                    "backend_error"
-                }
-                None => "client_gone",
-            };
+            let upgraded = self.status == Some(StatusCode::SWITCHING_PROTOCOLS);
+            log.outcome = ending.log_outcome(upgraded);
         }
     }
 }
@@ -271,11 +230,11 @@ mod tests {
     /// How a test attempt goes: the response status (if one came) and how it settles.
     #[derive(Debug, Clone, Copy)]
     enum Settle {
-        Body(u16, BodyEnd),
+        Body(u16, Ending),
         /// The client went away: the body is dropped unfinished.
         Dropped(u16),
         Rejected(u16),
-        NoResponse(Fault),
+        NoResponse(Blame),
     }
 
     /// A cluster of two backends (never connected to) that one failure, or one 5xx, ejects.
@@ -320,7 +279,7 @@ mod tests {
             Settle::NoResponse(fault) => completion.fail(fault),
         }
         let ejected = stats.ejections.load(Relaxed) > 0;
-        let kinds = BackendFailure::ALL
+        let kinds = Failure::ALL
             .iter()
             .zip(&stats.failures)
             .filter(|(_, count)| count.load(Relaxed) > 0)
@@ -338,21 +297,21 @@ mod tests {
     }
 
     fn table() {
-        use BodyEnd::*;
+        use Ending::{BodyReset, BodyTimeout, Complete};
         let rows: [(Settle, bool, &[&str]); 11] = [
             (Settle::Body(200, Complete), false, &[]),
             (Settle::Body(404, Complete), false, &[]),
             (Settle::Body(500, Complete), true, &[]),
-            (Settle::Body(200, Failed), true, &["body_reset"]),
-            (Settle::Body(200, TimedOut), true, &["body_timeout"]),
+            (Settle::Body(200, BodyReset), true, &["body_reset"]),
+            (Settle::Body(200, BodyTimeout), true, &["body_timeout"]),
             (Settle::Dropped(200), false, &[]),
             (Settle::Dropped(502), true, &[]),
             (Settle::Rejected(101), true, &["protocol"]),
             // The connect/timeout/protocol kind of a failed attempt is counted by forward, which
             // knows it; the completion only gives the verdict.
-            (Settle::NoResponse(Fault::Backend), true, &[]),
-            (Settle::NoResponse(Fault::Client), false, &[]),
-            (Settle::NoResponse(Fault::Local), false, &[]),
+            (Settle::NoResponse(Blame::Backend), true, &[]),
+            (Settle::NoResponse(Blame::Client), false, &[]),
+            (Settle::NoResponse(Blame::Local), false, &[]),
         ];
         for (how, ejected, kinds) in rows {
             let (was_ejected, counted, in_flight) = settle(how);

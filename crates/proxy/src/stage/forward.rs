@@ -2,12 +2,12 @@
 //! where what went wrong becomes an [`ErrorKind`].
 
 use crate::{
-    attempt::completion::{Completion, Fault},
+    attempt::completion::Completion,
     backend::cluster::{Cluster, Upstream},
     backend::request_body::{ClientFailure, UpstreamBody},
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
-    telemetry::metrics::BackendFailure,
+    outcome::{Blame, Failure},
     telemetry::upload::Upload,
 };
 use http::{header, request::Parts, uri::Authority, HeaderValue, Request, Response, Uri, Version};
@@ -64,8 +64,8 @@ pub(crate) async fn forward(
             Ok(Err(error)) => match local_fault(&error) {
                 // duet's own limits and resources are never the backend's failure.
                 Some(kind) => {
-                    completion.count_failure(BackendFailure::Local);
-                    completion.fail(Fault::Local);
+                    completion.count_failure(Failure::Local);
+                    completion.fail(Blame::Local);
                     return Err(ProxyError::upstream(kind, backend, error));
                 }
                 None if resendable && resends < MAX_RESENDS && error.closed_when_reused() => {
@@ -90,16 +90,16 @@ pub(crate) async fn forward(
     };
     // A body that broke or stalled on the client's side is the client's failure, not the backend's.
     let (error, fault) = match prepared.source.client_failure() {
-        Some(ClientFailure::Broken) => (ProxyError::new(ErrorKind::BadRequestBody), Fault::Client),
-        Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Fault::Client),
-        Some(ClientFailure::TooSlow) => (ProxyError::new(ErrorKind::UploadTooSlow), Fault::Client),
-        None => (error, Fault::Backend),
+        Some(ClientFailure::Broken) => (ProxyError::new(ErrorKind::BadRequestBody), Blame::Client),
+        Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Blame::Client),
+        Some(ClientFailure::TooSlow) => (ProxyError::new(ErrorKind::UploadTooSlow), Blame::Client),
+        None => (error, Blame::Backend),
     };
-    if fault == Fault::Backend {
+    if fault == Blame::Backend {
         completion.count_failure(match error.kind() {
-            ErrorKind::Connect => BackendFailure::Connect,
-            ErrorKind::Timeout => BackendFailure::Timeout,
-            _ => BackendFailure::Protocol,
+            ErrorKind::Connect => Failure::Connect,
+            ErrorKind::Timeout => Failure::Timeout,
+            _ => Failure::Protocol,
         });
     }
     completion.fail(fault);

@@ -6,7 +6,10 @@
 //! written directly: the cells are plain atomics summed at scrape time, which a metrics library's
 //! registry would only wrap), `/status` in `status.rs`.
 
-use crate::telemetry::histogram::{AttemptCounts, Histogram};
+use crate::{
+    outcome::Failure,
+    telemetry::histogram::{AttemptCounts, Histogram},
+};
 use duet_balance::EndpointLoad;
 use std::{
     collections::BTreeMap,
@@ -101,64 +104,14 @@ pub(crate) struct BackendStats {
     pub(crate) header_time: Histogram,
     /// Response heads by status class (1xx … 5xx).
     pub(crate) responses: [AtomicU64; 5],
-    /// Attempts that failed, by [`BackendFailure`].
-    pub(crate) failures: [AtomicU64; BackendFailure::ALL.len()],
+    /// Attempts that failed, by [`Failure`].
+    pub(crate) failures: [AtomicU64; Failure::ALL.len()],
     /// Times this worker's outlier detection ejected it.
     pub(crate) ejections: AtomicU64,
     /// Times it became pickable again (re-admitted: health checks passing, ejection over).
     pub(crate) admitted: AtomicU64,
     /// Times it stopped being pickable (health checks failing, or ejected).
     pub(crate) removed: AtomicU64,
-}
-
-/// How an attempt to a backend failed, for `duet_backend_failures_total{kind}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BackendFailure {
-    /// Could not connect.
-    Connect,
-    /// No response head within `timeouts.response_headers`.
-    Timeout,
-    /// Closed the connection, or answered something that is not HTTP (or not usable).
-    Protocol,
-    /// The response body failed mid-stream.
-    BodyReset,
-    /// The response body stalled past `timeouts.read`.
-    BodyTimeout,
-    /// duet itself ran out of something on the way (never held against the backend).
-    Local,
-}
-
-impl BackendFailure {
-    pub(crate) const ALL: [Self; 6] = [
-        Self::Connect,
-        Self::Timeout,
-        Self::Protocol,
-        Self::BodyReset,
-        Self::BodyTimeout,
-        Self::Local,
-    ];
-
-    /// `ALL`'s labels, in its order (the `kind` label's values).
-    pub(crate) const LABELS: [&'static str; 6] = {
-        let mut labels = [""; 6];
-        let mut i = 0;
-        while i < labels.len() {
-            labels[i] = Self::ALL[i].label();
-            i += 1;
-        }
-        labels
-    };
-
-    pub(crate) const fn label(self) -> &'static str {
-        match self {
-            Self::Connect => "connect",
-            Self::Timeout => "timeout",
-            Self::Protocol => "protocol",
-            Self::BodyReset => "body_reset",
-            Self::BodyTimeout => "body_timeout",
-            Self::Local => "local",
-        }
-    }
 }
 
 impl BackendStats {
@@ -171,8 +124,8 @@ impl BackendStats {
         }
     }
 
-    pub(crate) fn failure(&self, kind: BackendFailure) {
-        if let Some(position) = BackendFailure::ALL.iter().position(|k| *k == kind) {
+    pub(crate) fn failure(&self, kind: Failure) {
+        if let Some(position) = Failure::ALL.iter().position(|k| *k == kind) {
             self.failures[position].fetch_add(1, Relaxed);
         }
     }

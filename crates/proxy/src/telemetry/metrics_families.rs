@@ -10,10 +10,11 @@
 //! per-worker series would multiply bucket series by workers.
 
 use crate::{
+    outcome::Failure,
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
-        BackendCell, BackendFailure, BackendStats, ClusterCells, ClusterCounters,
-        DiscoveryCounters, ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
+        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, ProcessState,
+        Registry, RouteTimings, WorkerCounters, WorkerEntry,
     },
 };
 use std::{
@@ -171,7 +172,7 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_backend_failures_total", COUNTER,
         "Attempts to the backend that failed, by kind: connect, timeout (no response head in time), protocol (closed or not HTTP), body_reset, body_timeout, local (duet's own resources; never held against the backend).",
         Read::Backend(|b, i| nth(&b.stats.failures, i)))
-        .by("kind", &BackendFailure::LABELS),
+        .by("kind", &Failure::LABELS),
     Family::new("duet_backend_ejections_total", COUNTER,
         "Times each worker's outlier detection ejected the backend.",
         Read::Backend(|b, _| count(&b.stats.ejections))),
