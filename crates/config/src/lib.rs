@@ -55,20 +55,14 @@ use std::path::Path;
 
 /// Reads and checks the configuration file at `path`: a regular file of at most 16 MiB.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    let text = read_text(path)?;
-    parse(&text, &path.display().to_string())
-}
-
-/// The text of the configuration file at `path`, read as [`load`] reads it: only a regular file, of at
-/// most 16 MiB (what a change watcher hashes, so that a FIFO or a device put in its place cannot
-/// block it or fill memory).
-pub fn read_text(path: &Path) -> Result<String, ConfigErrors> {
-    read(path).map_err(|(message, hint)| {
+    let origin = path.display().to_string();
+    let text = read(path).map_err(|(message, hint)| {
         let mut error =
             ConfigError::new("", format!("cannot read the configuration file: {message}"));
-        error.origin = path.display().to_string();
+        error.origin = origin.clone();
         ConfigErrors::single(error.hint(hint))
-    })
+    })?;
+    parse(&text, &origin)
 }
 
 /// The most of a configuration file duet reads: far above any real one (the examples are a few

@@ -104,21 +104,3 @@ fn a_file_of_exactly_16_mib_is_read() {
     assert_eq!(config.clusters[0].name, "web");
     let _ = std::fs::remove_dir_all(&dir);
 }
-
-/// What `--watch` hashes every second is read the same way: a device in the file's place is refused at
-/// once instead of read without end.
-#[test]
-fn the_text_a_watcher_hashes_is_read_as_load_reads_it() {
-    let (send, receive) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = send.send(duet_config::read_text(&PathBuf::from("/dev/zero")).map(|_| ()));
-    });
-    let read = receive
-        .recv_timeout(Duration::from_secs(10))
-        .expect("an answer within 10 s");
-    let error = read.expect_err("a device is refused").to_string();
-    assert!(
-        error.contains("it is a character device, not a regular file"),
-        "{error}"
-    );
-}

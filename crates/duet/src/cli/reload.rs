@@ -26,8 +26,7 @@ const MAX_HUNG: usize = 3;
 /// The hash `duet_config_info` shows for the file at `path` (read just before it loads: an edit landing
 /// in between would show its hash for the new content, a window of microseconds).
 pub(super) fn file_hash(path: &Path) -> u64 {
-    // Read as the configuration itself is: a FIFO or a device put in its place is refused, not read.
-    duet_config::read_text(path).map_or(0, |text| duet_proxy::config_hash(text.as_bytes()))
+    std::fs::read(path).map_or(0, |bytes| duet_proxy::config_hash(&bytes))
 }
 
 /// What a read found: the content's hash, and the configuration if it was to be loaded.
