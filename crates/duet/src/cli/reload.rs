@@ -23,10 +23,20 @@ pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reads given up on and still hanging; past it, no new read starts until one returns.
 const MAX_HUNG: usize = 3;
 
+/// The most of the file hashed: past duet-config's 16 MiB limit the file fails to load anyway.
+const HASHED_BYTES: u64 = 16 << 20;
+
 /// The hash `duet_config_info` shows for the file at `path` (read just before it loads: an edit landing
 /// in between would show its hash for the new content, a window of microseconds).
 pub(super) fn file_hash(path: &Path) -> u64 {
-    std::fs::read(path).map_or(0, |bytes| duet_proxy::config_hash(&bytes))
+    use std::io::Read;
+    // Bounded as the configuration's own read is, so a device put in the file's place (`/dev/zero`)
+    // cannot fill memory on the reader thread; a FIFO still blocks here, which the reader's time
+    // limit is for.
+    let mut bytes = Vec::new();
+    let read =
+        std::fs::File::open(path).and_then(|file| file.take(HASHED_BYTES).read_to_end(&mut bytes));
+    read.map_or(0, |_| duet_proxy::config_hash(&bytes))
 }
 
 /// What a read found: the content's hash, and the configuration if it was to be loaded.
