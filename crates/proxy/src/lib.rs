@@ -63,6 +63,8 @@ pub mod view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fuzz_tests;
 
 pub use attempt::body::{BodyError, ProxyBody};
 pub use backend::cluster::{ClusterBalance, Upstream};
