@@ -62,6 +62,10 @@ struct Record {
     stop: AtomicBool,
     /// Per client kind.
     outcomes: Mutex<BTreeMap<&'static str, Tally>>,
+    /// Keep-alive requests per answering backend (`x-backend`).
+    served_by: Mutex<BTreeMap<String, u64>>,
+    /// Requests that ended after SIGTERM (they were in flight when it came): as expected, failed.
+    after_term: Mutex<(u64, u64)>,
     /// Injected faults: (kind, from, to) in seconds since the start.
     faults: Mutex<Vec<(&'static str, f64, f64)>>,
 }
@@ -74,6 +78,13 @@ impl Record {
     fn outcome(&self, client: &'static str, result: Result<(), String>) {
         let at = self.now();
         let mut outcomes = self.outcomes.lock().expect("outcomes");
+        if self.stopping() {
+            let mut after = self.after_term.lock().expect("after_term");
+            match result {
+                Ok(()) => after.0 += 1,
+                Err(_) => after.1 += 1,
+            }
+        }
         let entry = outcomes.entry(client).or_default();
         entry.requests += 1;
         match result {
@@ -88,6 +99,22 @@ impl Record {
 
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The fault windows closest to `at`, to look into an unexplained failure.
+    fn nearest(&self, at: f64) -> String {
+        let faults = self.faults.lock().expect("faults");
+        let mut by_distance: Vec<_> = faults
+            .iter()
+            .map(|(kind, from, to)| ((at - from).abs().min((at - to).abs()), kind, from, to))
+            .collect();
+        by_distance.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let near: Vec<String> = by_distance
+            .iter()
+            .take(2)
+            .map(|(_, kind, from, to)| format!("{kind} {from:.3}–{to:.3} s"))
+            .collect();
+        format!("nearest faults: {}", near.join(", "))
     }
 
     /// The injected fault a failure at `at` is explained by, if any.
@@ -352,6 +379,8 @@ fn main() {
         started: Instant::now(),
         stop: AtomicBool::new(false),
         outcomes: Mutex::new(BTreeMap::new()),
+        after_term: Mutex::new((0, 0)),
+        served_by: Mutex::new(BTreeMap::new()),
         faults: Mutex::new(Vec::new()),
     });
     eprintln!(
@@ -441,8 +470,10 @@ fn drive_faults(
             }
         } else if now >= next_kill {
             let which = kills % 2;
+            // The fault starts before the signal: a tunnel may see its EOF before `kill` returns.
+            let killed_at = record.now();
             killable[which].kill();
-            down = Some((which, now + DOWN_FOR, record.now()));
+            down = Some((which, now + DOWN_FOR, killed_at));
             kills += 1;
             next_kill += KILL_EVERY;
         }
@@ -554,6 +585,18 @@ async fn keep_alive(listen: SocketAddr, record: Arc<Record>) {
                 }
             })?;
             let status = response.status().as_u16();
+            let backend = response
+                .headers()
+                .get("x-backend")
+                .and_then(|v| v.to_str().ok());
+            if let Some(backend) = backend {
+                *record
+                    .served_by
+                    .lock()
+                    .expect("served_by")
+                    .entry(backend.to_owned())
+                    .or_default() += 1;
+            }
             let body = response
                 .into_body()
                 .collect()
@@ -839,9 +882,12 @@ fn report(
     let log = duet.log.lock().expect("log");
     let code = exit.and_then(|e| e.code());
     let _ = writeln!(out, "## End\n");
+    let (drained, cut) = *record.after_term.lock().expect("after_term");
     let _ = writeln!(
         out,
-        "- Drain: SIGTERM with requests in flight; duet exited with code {} in {:.2} s (drain timeout {} s).",
+        "- Drain: SIGTERM while clients were mid-request; duet exited with code {} in {:.2} s (drain \
+         timeout {} s). Requests that ended after the SIGTERM: {drained} as expected, {cut} failed \
+         (refused or cut by the drain).",
         code.map_or_else(|| "none (still running or killed)".to_owned(), |c| c.to_string()),
         drained_in.as_secs_f64(),
         DRAIN_TIMEOUT.as_secs()
@@ -872,14 +918,14 @@ fn traffic_table(out: &mut String, record: &Record) {
         "| client | requests | as expected | failed | failures by cause |"
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---|");
-    let (mut sent, mut failed, mut unexplained) = (0, 0, 0);
+    let (mut sent, mut failed, mut unexplained) = (0, 0, Vec::new());
     for (client, tally) in outcomes.iter() {
         let failures = &tally.failures;
         let mut by_cause: BTreeMap<(String, &str), u64> = BTreeMap::new();
         for (at, reason) in failures {
             let cause = record.cause(*at);
             if cause == "unexplained" {
-                unexplained += 1;
+                unexplained.push((client, *at, reason.clone()));
             }
             *by_cause.entry((reason.clone(), cause)).or_default() += 1;
         }
@@ -900,8 +946,16 @@ fn traffic_table(out: &mut String, record: &Record) {
     }
     let _ = writeln!(
         out,
-        "| **total** | **{sent}** | | **{failed}** | **{unexplained} not explained by an injected fault** |\n"
+        "| **total** | **{sent}** | | **{failed}** | **{} not explained by an injected fault** |\n",
+        unexplained.len()
     );
+    for (client, at, reason) in &unexplained {
+        let _ = writeln!(
+            out,
+            "- Not explained: {client} at {at:.3} s: {reason}; {}",
+            record.nearest(*at)
+        );
+    }
     let _ = writeln!(
         out,
         "\"As expected\" is a 200 (a 101 and 20 echoes for a tunnel, the length for an upload), a 504 from the \
@@ -929,6 +983,19 @@ fn faults_section(out: &mut String, record: &Record, duet: &Duet) {
         out,
         "- {reloads} reloads sent (SIGHUP every {} s, alternating two configs: `main` gains and loses a backend, a route comes and goes); {applied} logged as applied.",
         RELOAD_EVERY.as_secs()
+    );
+    let served: Vec<String> = record
+        .served_by
+        .lock()
+        .expect("served_by")
+        .iter()
+        .map(|(backend, n)| format!("{backend} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "- Keep-alive requests by answering backend (k1 and k2 are the ones killed; extra is in `main` \
+         only in every other config): {}.",
+        served.join(", ")
     );
     let _ = writeln!(
         out,
