@@ -64,6 +64,8 @@ struct Record {
     outcomes: Mutex<BTreeMap<&'static str, Tally>>,
     /// Keep-alive requests per answering backend (`x-backend`).
     served_by: Mutex<BTreeMap<String, u64>>,
+    /// When SIGTERM was sent, in seconds since the start.
+    term_at: Mutex<Option<f64>>,
     /// Requests that ended after SIGTERM (they were in flight when it came): as expected, failed.
     after_term: Mutex<(u64, u64)>,
     /// Injected faults: (kind, from, to) in seconds since the start.
@@ -78,7 +80,8 @@ impl Record {
     fn outcome(&self, client: &'static str, result: Result<(), String>) {
         let at = self.now();
         let mut outcomes = self.outcomes.lock().expect("outcomes");
-        if self.stopping() {
+        let term_at = *self.term_at.lock().expect("term_at");
+        if term_at.is_some_and(|term| at > term) {
             let mut after = self.after_term.lock().expect("after_term");
             match result {
                 Ok(()) => after.0 += 1,
@@ -379,6 +382,7 @@ fn main() {
         started: Instant::now(),
         stop: AtomicBool::new(false),
         outcomes: Mutex::new(BTreeMap::new()),
+        term_at: Mutex::new(None),
         after_term: Mutex::new((0, 0)),
         served_by: Mutex::new(BTreeMap::new()),
         faults: Mutex::new(Vec::new()),
@@ -408,6 +412,7 @@ fn main() {
     // Drain: SIGTERM while the last requests (slow clients, tunnels) are still in flight.
     record.stop.store(true, Ordering::Relaxed);
     let term_at = record.now();
+    *record.term_at.lock().expect("term_at") = Some(term_at);
     record.fault("drain (SIGTERM)", term_at, f64::MAX);
     duet.signal("TERM");
     let terminated = Instant::now();
@@ -698,9 +703,10 @@ async fn slow_writer(listen: SocketAddr, record: Arc<Record>) {
     }
 }
 
-/// 2 MiB read 16 KiB at a time, 5 ms apart.
+/// 32 MiB read 64 KiB at a time, 2 ms apart: more than loopback's socket buffers hold, so duet holds
+/// the rest and waits on the client.
 async fn slow_reader(listen: SocketAddr, record: Arc<Record>) {
-    const SIZE: usize = 2 * 1024 * 1024;
+    const SIZE: usize = 32 * 1024 * 1024;
     let request = format!("GET /bytes/{SIZE} HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n");
     while !record.stopping() {
         let result = async {
@@ -712,7 +718,7 @@ async fn slow_reader(listen: SocketAddr, record: Arc<Record>) {
                 .await
                 .map_err(|e| io_failure("write", &e))?;
             let mut received = Vec::new();
-            let mut buffer = vec![0u8; 16 * 1024];
+            let mut buffer = vec![0u8; 64 * 1024];
             loop {
                 let n = stream
                     .read(&mut buffer)
@@ -722,7 +728,7 @@ async fn slow_reader(listen: SocketAddr, record: Arc<Record>) {
                     break;
                 }
                 received.extend_from_slice(&buffer[..n]);
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
             let head = duet_testbed::raw::head_end(&received).ok_or("no head")?;
             let status = duet_testbed::raw::status(&String::from_utf8_lossy(&received[..head]));
