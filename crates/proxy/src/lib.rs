@@ -64,6 +64,8 @@ pub mod view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fuzz_tests;
 
 pub use attempt::body::{BodyError, ProxyBody};
 pub use backend::cluster::{ClusterBalance, Upstream};

@@ -14,15 +14,15 @@ use tokio::{net::TcpListener, sync::watch};
 
 /// One worker's proxy serving a loopback listener on the current `LocalSet`, through the worker's
 /// accept loop (`Connections::run`).
-struct Harness {
+pub(crate) struct Harness {
     proxy: Rc<WorkerProxy>,
     connections: Connections,
-    address: SocketAddr,
+    pub(crate) address: SocketAddr,
     shutdown: watch::Sender<bool>,
 }
 
 impl Harness {
-    async fn start(yaml: &str) -> Self {
+    pub(crate) async fn start(yaml: &str) -> Self {
         Self::start_with(yaml, None, true).await
     }
 
@@ -61,7 +61,7 @@ impl Harness {
 
     /// GET `path` on a new connection: the status, the `x-backend` header, and the body or `None` if
     /// it was cut short.
-    async fn get(&self, path: &str) -> (u16, String, Option<Bytes>) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String, Option<Bytes>) {
         let stream = tokio::net::TcpStream::connect(self.address)
             .await
             .expect("connect");
