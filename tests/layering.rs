@@ -119,14 +119,15 @@ fn declared_modules(source: &str) -> Vec<String> {
 
 /// The source without comments, string literals and `#[cfg(test)] mod … { … }` blocks.
 fn code_of(source: &str) -> String {
+    let lines: Vec<&str> = source.lines().collect();
     let mut code = String::with_capacity(source.len());
-    let mut lines = source.lines().peekable();
-    while let Some(line) = lines.next() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("#[cfg(test)]")
-            && lines.peek().is_some_and(|next| next.contains("mod "))
+    let mut at = 0;
+    while at < lines.len() {
+        let line = lines[at];
+        if line.trim().starts_with("#[cfg(test)]")
+            && lines.get(at + 1).is_some_and(|next| next.contains("mod "))
         {
-            skip_block(&mut lines);
+            at = item_end(&lines, at + 1).map_or(lines.len(), |(end, _)| end + 1);
             continue;
         }
         let line = line.split("//").next().unwrap_or("");
@@ -142,15 +143,17 @@ fn code_of(source: &str) -> String {
             }
         }
         code.push('\n');
+        at += 1;
     }
     code
 }
 
-/// Skips the lines of the braced item that starts at the next line.
-fn skip_block<'a>(lines: &mut std::iter::Peekable<impl Iterator<Item = &'a str>>) {
+/// Where the item that starts at `lines[start]` ends: its last line, and whether it had a braced body
+/// (a declaration such as `mod x;` or `fn f();` has none).
+fn item_end(lines: &[&str], start: usize) -> Option<(usize, bool)> {
     let mut depth = 0i64;
     let mut opened = false;
-    for line in lines.by_ref() {
+    for (at, line) in lines.iter().enumerate().skip(start) {
         for c in line.chars() {
             match c {
                 '{' => {
@@ -161,10 +164,14 @@ fn skip_block<'a>(lines: &mut std::iter::Peekable<impl Iterator<Item = &'a str>>
                 _ => {}
             }
         }
-        if (opened && depth <= 0) || (!opened && line.trim_end().ends_with(';')) {
-            return;
+        if !opened && line.trim_end().ends_with(';') {
+            return Some((at, false));
+        }
+        if opened && depth <= 0 {
+            return Some((at, true));
         }
     }
+    None
 }
 
 /// Every path a module names from its crate: `use crate::{a::{b, c}, d}` gives `a::b`, `a::c`, `d`;
@@ -410,26 +417,8 @@ fn functions(code: &str) -> Vec<(usize, String, usize)> {
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect();
-        let mut depth = 0i64;
-        let mut opened = false;
-        for (end, body) in lines.iter().enumerate().skip(start) {
-            for c in body.chars() {
-                match c {
-                    '{' => {
-                        depth += 1;
-                        opened = true;
-                    }
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-            }
-            if !opened && body.trim_end().ends_with(';') {
-                break; // a declaration without a body
-            }
-            if opened && depth <= 0 {
-                found.push((start + 1, name.clone(), end - start + 1));
-                break;
-            }
+        if let Some((end, true)) = item_end(&lines, start) {
+            found.push((start + 1, name, end - start + 1));
         }
     }
     found

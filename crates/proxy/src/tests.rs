@@ -2,7 +2,7 @@
 //! backends from duet-testbed, a real hyper client. What only the binary does (CLI, signals, several
 //! workers) is tested in the repository's `tests/`.
 
-use crate::{view::ResolvedNames, Accepted, Client, Connections, HealthView, WorkerProxy};
+use crate::{view::ResolvedNames, Accepted, Connections, HealthView, WorkerProxy};
 use bytes::Bytes;
 use duet_testbed::{
     config::{Cluster, DuetConfig},
@@ -104,19 +104,11 @@ impl Harness {
 /// Hands each connection `listener` accepts to the worker's loop, as a worker's listener does.
 async fn feed(listener: TcpListener, accepted: tokio::sync::mpsc::Sender<Accepted>) {
     while let Ok((stream, peer)) = listener.accept().await {
-        let client = Client {
-            address: peer,
-            tls: false,
-            trusted: false,
-            listener: 0,
-        };
-        let connection = Accepted {
-            stream,
-            client,
-            tls: None,
-            permit: None,
-        };
-        if accepted.send(connection).await.is_err() {
+        if accepted
+            .send(Accepted::plain(stream, peer, 0))
+            .await
+            .is_err()
+        {
             return;
         }
     }

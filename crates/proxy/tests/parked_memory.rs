@@ -4,7 +4,7 @@
 //!
 //! Kept alone in its own test binary: the allocator counts every thread of the process.
 
-use duet_proxy::{Accepted, Client, Connections, Registry, ResolvedNames, WorkerProxy};
+use duet_proxy::{Accepted, Connections, Registry, ResolvedNames, WorkerProxy};
 use duet_testbed::config::DuetConfig;
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -92,18 +92,7 @@ fn start_worker(backend: SocketAddr) -> (SocketAddr, Registry) {
             let (accepted_tx, accepted) = tokio::sync::mpsc::channel(64);
             tokio::task::spawn_local(async move {
                 while let Ok((stream, peer)) = listener.accept().await {
-                    let client = Client {
-                        address: peer,
-                        tls: false,
-                        trusted: false,
-                        listener: 0,
-                    };
-                    let connection = Accepted {
-                        stream,
-                        client,
-                        tls: None,
-                        permit: None,
-                    };
+                    let connection = Accepted::plain(stream, peer, 0);
                     if accepted_tx.send(connection).await.is_err() {
                         return;
                     }

@@ -24,6 +24,25 @@ pub struct Accepted {
     pub permit: Option<OwnedSemaphorePermit>,
 }
 
+impl Accepted {
+    /// A plain TCP connection accepted from `peer` on listener `listener`, untrusted, with no place
+    /// under a connection cap: what a test or an embedding without TLS hands [`Connections::run`].
+    pub fn plain(stream: TcpStream, peer: std::net::SocketAddr, listener: usize) -> Self {
+        let client = Client {
+            address: peer,
+            tls: false,
+            trusted: false,
+            listener,
+        };
+        Self {
+            stream,
+            client,
+            tls: None,
+            permit: None,
+        }
+    }
+}
+
 /// How a worker's drain ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
