@@ -746,3 +746,92 @@ clusters:
     let counts: Vec<u64> = backends.iter().map(Backend::requests).collect();
     assert_eq!(counts, [2, 1, 2, 1, 1, 1, 4]);
 }
+
+/// A redirect route answers itself: the status and `Location` it is written with, the query kept, no
+/// backend asked, and one access-log line with outcome `redirect`.
+#[test]
+fn a_redirect_answers_without_a_backend_and_keeps_the_query() {
+    let backend = Backend::start(BackendOptions::named("app")).expect("backend");
+    let yaml = format!(
+        "workers: 2
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /old/ }}, redirect: {{ path_prefix: /new/, status: 301 }} }}
+  - {{ match: {{ host: plain.example.com }}, redirect: {{ scheme: https, status: 308 }} }}
+  - {{ match: {{ path: {{ exact: /moved }} }}, redirect: {{ host: other.example.com, port: 8443, path: /here }} }}
+  - {{ cluster: app }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+    let exchange = |host: &str, target: &str| {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        let status = response.get(9..12).unwrap_or_default().to_owned();
+        let location = response
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .map(str::to_owned);
+        (status, location)
+    };
+    let cases = [
+        (
+            "shop.test:8080",
+            "/old/a/b?x=1&y",
+            "301",
+            "http://shop.test:8080/new/a/b?x=1&y",
+        ),
+        (
+            "plain.example.com:80",
+            "/cart?id=7",
+            "308",
+            "https://plain.example.com/cart?id=7",
+        ),
+        (
+            "shop.test",
+            "/moved?q=%20",
+            "302",
+            "http://other.example.com:8443/here?q=%20",
+        ),
+        (
+            "shop.test",
+            "/old/../moved",
+            "302",
+            "http://other.example.com:8443/here",
+        ),
+    ];
+    for (host, target, status, location) in cases {
+        let got = exchange(host, target);
+        assert_eq!(
+            got,
+            (status.to_owned(), Some(location.to_owned())),
+            "{host}{target}"
+        );
+    }
+    assert_eq!(exchange("shop.test", "/other"), ("200".to_owned(), None));
+    assert_eq!(
+        backend.requests(),
+        1,
+        "only the request no redirect matched"
+    );
+    let redirected = || {
+        duet.log_lines()
+            .iter()
+            .filter(|l| l.contains("duet::access") && l.contains("outcome=redirect"))
+            .count()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || redirected() == 4),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let lines = duet.log_lines();
+    assert!(
+        lines.iter().any(|l| l.contains(
+            "path=/cart protocol=HTTP/1.1 status=308 cluster=- backend=- tried=- attempts=0 "
+        )),
+        "{lines:#?}"
+    );
+}

@@ -187,7 +187,7 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
             "route host {host} path {}{} -> {}",
             route.path,
             route.conditions(),
-            config.clusters[route.cluster].name
+            route.target(&config.clusters)
         );
         if route.name != format!("{host}{}", route.path) {
             line.push_str(&format!(" (name {})", route.name));

@@ -101,8 +101,8 @@ pub struct Route {
     /// Query parameters the request must all carry, each with exactly this value (compared as
     /// written in the target, percent-encoding included).
     pub query: Vec<(String, String)>,
-    /// Index into [`Config::clusters`].
-    pub cluster: usize,
+    /// Where a matching request goes.
+    pub action: Action,
     /// The listeners (indexes into [`Config::listeners`]) whose requests this route may take, so that
     /// a route meant for an internal listener never answers on a public one. `None` (the default):
     /// every listener.
@@ -129,6 +129,16 @@ impl Route {
             .is_none_or(|listeners| listeners.contains(&listener))
     }
 
+    /// Where the route sends requests, for people to read: the cluster's name, or the redirect.
+    pub fn target(&self, clusters: &[Cluster]) -> String {
+        match &self.action {
+            Action::Cluster(index) => clusters
+                .get(*index)
+                .map_or_else(String::new, |c| c.name.clone()),
+            Action::Redirect(redirect) => redirect.to_string(),
+        }
+    }
+
     /// The matchers beyond host and path, for people to read (`check`, `check --diff`): empty when
     /// there are none, else each one after a space, as ` method GET,HEAD header x-env=canary`.
     pub fn conditions(&self) -> String {
@@ -151,6 +161,70 @@ impl Route {
         }
         text
     }
+}
+
+/// What a route does with the requests it matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Proxy to the cluster at this index into [`Config::clusters`].
+    Cluster(usize),
+    /// Answer with a redirect, without touching a backend.
+    Redirect(Redirect),
+}
+
+impl Action {
+    /// The cluster's index, for a route that proxies.
+    pub fn cluster(&self) -> Option<usize> {
+        match self {
+            Self::Cluster(index) => Some(*index),
+            Self::Redirect(_) => None,
+        }
+    }
+}
+
+/// `redirect:`: the parts of the request's URL to change; the query is always kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    /// `http` or `https`; `None`: the request's.
+    pub scheme: Option<String>,
+    /// A host name (lowercased; an IPv6 address without brackets); `None`: the request's.
+    pub host: Option<String>,
+    /// `None`: the scheme's default port when `scheme` is given, else the request's port.
+    pub port: Option<u16>,
+    /// The new path; `None`: the request's (normalised) path.
+    pub path: Option<RedirectPath>,
+    /// 301, 302 (the default), 303, 307 or 308.
+    pub status: u16,
+}
+
+impl std::fmt::Display for Redirect {
+    /// `redirect 308 scheme https port 443`: the status and each part changed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirect {}", self.status)?;
+        if let Some(scheme) = &self.scheme {
+            write!(f, " scheme {scheme}")?;
+        }
+        if let Some(host) = &self.host {
+            write!(f, " host {host}")?;
+        }
+        if let Some(port) = self.port {
+            write!(f, " port {port}")?;
+        }
+        match &self.path {
+            Some(RedirectPath::Full(path)) => write!(f, " path {path}"),
+            Some(RedirectPath::Prefix(prefix)) => write!(f, " path_prefix {prefix}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How a redirect changes the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedirectPath {
+    /// The whole path is replaced.
+    Full(String),
+    /// The prefix the route matched is replaced by this (only on a route matching a prefix).
+    Prefix(String),
 }
 
 /// How a route matches the path, which duet has normalised first (no dot segments, no `//`, no

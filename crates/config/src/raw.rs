@@ -15,7 +15,7 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) listeners: Vec<RawListener>,
     #[serde(default)]
-    pub(crate) routes: Vec<RawRoute>,
+    pub(crate) routes: Vec<Spanned<RawRoute>>,
     #[serde(default)]
     pub(crate) clusters: Vec<RawCluster>,
     #[serde(default)]
@@ -54,7 +54,10 @@ pub(crate) struct RawRoute {
     pub(crate) name: Option<Spanned<Scalar>>,
     #[serde(rename = "match", default)]
     pub(crate) matcher: Option<RawMatch>,
-    pub(crate) cluster: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) cluster: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) redirect: Option<Spanned<RawRedirect>>,
     #[serde(default)]
     pub(crate) retry_methods: Option<Vec<Spanned<Scalar>>>,
     #[serde(default)]
@@ -78,6 +81,23 @@ pub(crate) struct RawMatch {
     pub(crate) headers: Option<Pairs<RawValueMatch>>,
     #[serde(default)]
     pub(crate) query: Option<Pairs<Spanned<Scalar>>>,
+}
+
+/// `redirect: { scheme, host, port, path, path_prefix, status }`: each part left out is the request's.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawRedirect {
+    #[serde(default)]
+    pub(crate) scheme: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) host: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) port: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path_prefix: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) status: Option<Spanned<Scalar>>,
 }
 
 /// `path: { exact: /healthz }`, `{ prefix: /v1 }` or `{ regex: '^/users/[0-9]+$' }`: one of them.
@@ -408,7 +428,7 @@ static LISTENER: Shape = Shape {
 };
 static ROUTE: Shape = Shape {
     fields: fields_of::<RawRoute>,
-    children: &[("match", &MATCH)],
+    children: &[("match", &MATCH), ("redirect", &leaf::<RawRedirect>())],
 };
 static MATCH: Shape = Shape {
     fields: fields_of::<RawMatch>,

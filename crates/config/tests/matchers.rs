@@ -1,6 +1,6 @@
 //! Route matchers beyond host and path prefix: how each is read, and each mistake located.
 
-use duet_config::{HeaderMatch, PathMatch, Route, ValueMatch};
+use duet_config::{Action, HeaderMatch, PathMatch, Redirect, RedirectPath, Route, ValueMatch};
 
 fn routes(routes: &str) -> Vec<Route> {
     let yaml = format!(
@@ -121,4 +121,55 @@ fn each_matcher_mistake_is_located() {
         found.iter().any(|e| e.contains("exakt")),
         "an unknown key under path is reported: {found:#?}"
     );
+}
+
+#[test]
+fn a_redirect_route_is_read() {
+    let found = routes(
+        "  - { match: { path_prefix: /old }, redirect: { path_prefix: /new, status: 301 } }\n  \
+         - { redirect: { scheme: https, host: Shop.Example.com, port: 8443, path: /x } }\n",
+    );
+    assert_eq!(
+        found[0].action,
+        Action::Redirect(Redirect {
+            scheme: None,
+            host: None,
+            port: None,
+            path: Some(RedirectPath::Prefix("/new".into())),
+            status: 301,
+        })
+    );
+    assert_eq!(
+        found[1].target(&[]),
+        "redirect 302 scheme https host shop.example.com port 8443 path /x"
+    );
+}
+
+#[test]
+fn each_redirect_mistake_is_located() {
+    let found = errors(
+        "  - { redirect: { scheme: ftp } }\n  \
+         - { redirect: { status: 200, path: /a } }\n  \
+         - { match: { path: { exact: /a } }, redirect: { path_prefix: /b } }\n  \
+         - { redirect: { status: 301 } }\n  \
+         - { cluster: web, redirect: { path: /a } }\n  \
+         - { match: { path_prefix: /a } }\n  \
+         - { redirect: { path: //evil.example } }\n",
+    );
+    let expected = [
+        "r.yaml:3:27: routes[0].redirect.scheme: `ftp` is not a scheme duet redirects to",
+        "r.yaml:4:27: routes[1].redirect.status: `200` is not a redirect status",
+        "r.yaml:5:64: routes[2].redirect.path_prefix: the route matches no prefix to replace",
+        "r.yaml:6:17: routes[3].redirect: changes nothing",
+        "r.yaml:7:31: routes[4].redirect: both `cluster` and `redirect`",
+        "r.yaml:8:5: routes[5]: neither `cluster` nor `redirect`",
+        "r.yaml:9:25: routes[6].redirect.path: `//evil.example` would read as a host",
+    ];
+    for (i, want) in expected.iter().enumerate() {
+        assert!(
+            found.iter().any(|e| e.starts_with(want)),
+            "{i}: {want}\nnot in {found:#?}"
+        );
+    }
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
 }

@@ -1,9 +1,9 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field, route_match};
+use super::{checker::Checker, field::Field, redirect, route_match};
 use crate::{
     error::{did_you_mean, ConfigError},
-    model::{http_method, HostPattern, Listener, Route},
+    model::{http_method, Action, HostPattern, Listener, PathMatch, Route},
     raw::{RawListener, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -19,17 +19,18 @@ pub(super) struct Listeners<'a> {
 /// The routes whose cluster exists; `clusters` are the cluster names in order.
 pub(super) fn routes(
     checker: &mut Checker,
-    raw: &[RawRoute],
+    raw: &[Spanned<RawRoute>],
     clusters: &[String],
     listeners: &Listeners<'_>,
 ) -> Vec<Route> {
     let mut routes = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let list = Field::root("routes");
-    for (ri, r) in raw.iter().enumerate() {
+    for (ri, spanned) in raw.iter().enumerate() {
+        let r = &spanned.value;
         let field = list.index(ri);
-        let cluster = cluster(checker, &r.cluster, &field, clusters);
         let matchers = route_match::matchers(checker, r.matcher.as_ref(), &field);
+        let action = action(checker, spanned, &field, clusters, &matchers.path);
         let retry_methods = match &r.retry_methods {
             None => http_method::idempotent(),
             Some(list) => route_match::methods(checker, list, &field.key("retry_methods")),
@@ -64,7 +65,7 @@ pub(super) fn routes(
             }
         };
         names.push(name.clone());
-        if let Some(cluster) = cluster {
+        if let Some(action) = action {
             routes.push(Route {
                 name,
                 host: matchers.host,
@@ -72,7 +73,7 @@ pub(super) fn routes(
                 methods: matchers.methods,
                 headers: matchers.headers,
                 query: matchers.query,
-                cluster,
+                action,
                 listeners: only_on,
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
@@ -152,6 +153,33 @@ fn unknown_listener(
         }
     };
     checker.push(e);
+}
+
+/// The route's `cluster:` or `redirect:`, exactly one of them.
+fn action(
+    checker: &mut Checker,
+    route: &Spanned<RawRoute>,
+    field: &Field,
+    clusters: &[String],
+    path: &PathMatch,
+) -> Option<Action> {
+    match (&route.value.cluster, &route.value.redirect) {
+        (Some(wanted), None) => cluster(checker, wanted, field, clusters).map(Action::Cluster),
+        (None, Some(redirect)) => {
+            redirect::redirect(checker, redirect, field, path).map(Action::Redirect)
+        }
+        (Some(_), Some(redirect)) => {
+            let message = "both `cluster` and `redirect`: a route either proxies or redirects";
+            checker.reject(redirect, field.key("redirect"), message);
+            None
+        }
+        (None, None) => {
+            let e = checker.error(route, field, "neither `cluster` nor `redirect`");
+            checker
+                .push(e.hint("add `cluster: NAME` to proxy, or `redirect: { ... }` to redirect"));
+            None
+        }
+    }
 }
 
 /// The position of the cluster named `wanted`.

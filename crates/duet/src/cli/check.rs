@@ -104,7 +104,7 @@ fn summary(
             route.name,
             route.path,
             route.conditions(),
-            config.clusters[route.cluster].name
+            route.target(&config.clusters)
         );
     }
     let mut unresolved = Vec::new();

@@ -221,7 +221,7 @@ mod tests {
         }
         let mut request = request.body(()).expect("request");
         route(routes, 0, 64, &mut request)
-            .map(|r| r.route.cluster)
+            .map(|r| r.route.action.cluster().unwrap_or(usize::MAX))
             .map_err(|e| e.kind())
     }
 
