@@ -673,3 +673,165 @@ clusters:
     assert_eq!(internal.requests(), 4, "only the first listener's requests");
     assert_eq!(web.requests(), 8);
 }
+
+/// Each matcher beyond host and prefix sends its requests to its own backend, and anything that
+/// misses them all falls through to the catch-all.
+#[test]
+fn exact_regex_method_header_and_query_matchers_each_pick_their_route() {
+    let names = [
+        "exact", "prefix", "regex", "method", "header", "query", "rest",
+    ];
+    let backends: Vec<Backend> = names
+        .iter()
+        .map(|n| Backend::start(BackendOptions::named(n)).expect("backend"))
+        .collect();
+    let clusters: String = names
+        .iter()
+        .zip(&backends)
+        .map(|(n, b)| {
+            format!(
+                "  - {{ name: {n}, backends: [ {{ address: {} }} ] }}\n",
+                b.address()
+            )
+        })
+        .collect();
+    let yaml = format!(
+        "workers: 2
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path: {{ exact: /healthz }} }}, cluster: exact }}
+  - {{ match: {{ path: {{ prefix: /healthz }} }}, cluster: prefix }}
+  - {{ match: {{ path: {{ regex: '^/users/[0-9]+$' }} }}, cluster: regex }}
+  - {{ match: {{ method: [DELETE, PUT] }}, cluster: method }}
+  - {{ match: {{ headers: {{ x-env: canary, x-user: {{ regex: '^u[0-9]+$' }} }} }}, cluster: header }}
+  - {{ match: {{ query: {{ debug: \"1\" }} }}, cluster: query }}
+  - {{ cluster: rest }}
+clusters:
+{clusters}"
+    );
+    let duet = Duet::start(&yaml);
+    let backend_of = |method: &str, target: &str, headers: &str| {
+        let request = format!(
+            "{method} {target} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 200"), "{target}: {response}");
+        response
+            .lines()
+            .find_map(|l| l.strip_prefix("x-backend: "))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let cases = [
+        ("GET", "/healthz", "", "exact"),
+        ("GET", "/healthz?x=1", "", "exact"),
+        ("GET", "/healthz/live", "", "prefix"),
+        ("GET", "/users/42", "", "regex"),
+        ("GET", "/users/./7", "", "regex"),
+        ("GET", "/users/42/x", "", "rest"),
+        ("DELETE", "/users/x", "", "method"),
+        ("GET", "/a", "X-Env: canary\r\nX-User: u12\r\n", "header"),
+        ("GET", "/a", "X-Env: canary\r\nX-User: admin\r\n", "rest"),
+        ("GET", "/a", "X-Env: canary\r\n", "rest"),
+        ("GET", "/a?b=2&debug=1", "", "query"),
+        ("GET", "/a?debug=2", "", "rest"),
+    ];
+    for (method, target, headers, want) in cases {
+        assert_eq!(
+            backend_of(method, target, headers),
+            want,
+            "{method} {target} {headers:?}"
+        );
+    }
+    let counts: Vec<u64> = backends.iter().map(Backend::requests).collect();
+    assert_eq!(counts, [2, 1, 2, 1, 1, 1, 4]);
+}
+
+/// A redirect route answers itself: the status and `Location` it is written with, the query kept, no
+/// backend asked, and one access-log line with outcome `redirect`.
+#[test]
+fn a_redirect_answers_without_a_backend_and_keeps_the_query() {
+    let backend = Backend::start(BackendOptions::named("app")).expect("backend");
+    let yaml = format!(
+        "workers: 2
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /old/ }}, redirect: {{ path_prefix: /new/, status: 301 }} }}
+  - {{ match: {{ host: plain.example.com }}, redirect: {{ scheme: https, status: 308 }} }}
+  - {{ match: {{ path: {{ exact: /moved }} }}, redirect: {{ host: other.example.com, port: 8443, path: /here }} }}
+  - {{ cluster: app }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+    let exchange = |host: &str, target: &str| {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        let status = response.get(9..12).unwrap_or_default().to_owned();
+        let location = response
+            .lines()
+            .find_map(|l| l.strip_prefix("location: "))
+            .map(str::to_owned);
+        (status, location)
+    };
+    let cases = [
+        (
+            "shop.test:8080",
+            "/old/a/b?x=1&y",
+            "301",
+            "http://shop.test:8080/new/a/b?x=1&y",
+        ),
+        (
+            "plain.example.com:80",
+            "/cart?id=7",
+            "308",
+            "https://plain.example.com/cart?id=7",
+        ),
+        (
+            "shop.test",
+            "/moved?q=%20",
+            "302",
+            "http://other.example.com:8443/here?q=%20",
+        ),
+        (
+            "shop.test",
+            "/old/../moved",
+            "302",
+            "http://other.example.com:8443/here",
+        ),
+    ];
+    for (host, target, status, location) in cases {
+        let got = exchange(host, target);
+        assert_eq!(
+            got,
+            (status.to_owned(), Some(location.to_owned())),
+            "{host}{target}"
+        );
+    }
+    assert_eq!(exchange("shop.test", "/other"), ("200".to_owned(), None));
+    assert_eq!(
+        backend.requests(),
+        1,
+        "only the request no redirect matched"
+    );
+    let redirected = || {
+        duet.log_lines()
+            .iter()
+            .filter(|l| l.contains("duet::access") && l.contains("outcome=redirect"))
+            .count()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || redirected() == 4),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let lines = duet.log_lines();
+    assert!(
+        lines.iter().any(|l| l.contains(
+            "path=/cart protocol=HTTP/1.1 status=308 cluster=- backend=- tried=- attempts=0 "
+        )),
+        "{lines:#?}"
+    );
+}

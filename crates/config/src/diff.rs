@@ -184,10 +184,12 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
             Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
         };
         let mut line = format!(
-            "route host {host} path {} -> {}",
-            route.path_prefix, config.clusters[route.cluster].name
+            "route host {host} path {}{} -> {}",
+            route.path,
+            route.conditions(),
+            route.target(&config.clusters)
         );
-        if route.name != format!("{host}{}", route.path_prefix) {
+        if route.name != format!("{host}{}", route.path) {
             line.push_str(&format!(" (name {})", route.name));
         }
         if let Some(timeout) = route.timeout {

@@ -44,9 +44,9 @@ mod units;
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
-    http_method, Backend, BackendAddress, Cluster, Config, HealthCheck, HostPattern, Limits,
-    Listener, Location, OutlierDetection, Policy, Retries, Route, Shutdown, Timeouts, TlsFiles,
-    Workers,
+    http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderMatch, HealthCheck,
+    HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern, Policy,
+    Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, ValueMatch, Workers,
 };
 
 use error::did_you_mean;

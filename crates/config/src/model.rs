@@ -91,11 +91,18 @@ pub struct Route {
     pub name: String,
     /// Host to match (port ignored, case-insensitive); `None` matches any host.
     pub host: Option<HostPattern>,
-    /// Path prefix to match; `/` matches every path. Written normalised, as duet makes request
-    /// paths before matching: no dot segments, no `//`, no percent-encoded unreserved characters.
-    pub path_prefix: String,
-    /// Index into [`Config::clusters`].
-    pub cluster: usize,
+    /// What the normalised path must be: a prefix (`/`, the default, matches every path), the whole
+    /// path, or a regular expression.
+    pub path: PathMatch,
+    /// Methods the request must have (upper case); empty: any method.
+    pub methods: Vec<http_method::Method>,
+    /// Header fields the request must all carry, each with a matching value.
+    pub headers: Vec<HeaderMatch>,
+    /// Query parameters the request must all carry, each with exactly this value (compared as
+    /// written in the target, percent-encoding included).
+    pub query: Vec<(String, String)>,
+    /// Where a matching request goes.
+    pub action: Action,
     /// The listeners (indexes into [`Config::listeners`]) whose requests this route may take, so that
     /// a route meant for an internal listener never answers on a public one. `None` (the default):
     /// every listener.
@@ -120,6 +127,192 @@ impl Route {
         self.listeners
             .as_ref()
             .is_none_or(|listeners| listeners.contains(&listener))
+    }
+
+    /// Where the route sends requests, for people to read: the cluster's name, or the redirect.
+    pub fn target(&self, clusters: &[Cluster]) -> String {
+        match &self.action {
+            Action::Cluster(index) => clusters
+                .get(*index)
+                .map_or_else(String::new, |c| c.name.clone()),
+            Action::Redirect(redirect) => redirect.to_string(),
+        }
+    }
+
+    /// The matchers beyond host and path, for people to read (`check`, `check --diff`): empty when
+    /// there are none, else each one after a space, as ` method GET,HEAD header x-env=canary`.
+    pub fn conditions(&self) -> String {
+        let mut text = String::new();
+        if !self.methods.is_empty() {
+            text.push_str(&format!(" method {}", self.methods.join(",")));
+        }
+        for header in &self.headers {
+            match &header.value {
+                ValueMatch::Exact(value) => {
+                    text.push_str(&format!(" header {}={value}", header.name))
+                }
+                ValueMatch::Regex(p) => {
+                    text.push_str(&format!(" header {}~{}", header.name, p.regex().as_str()))
+                }
+            }
+        }
+        for (name, value) in &self.query {
+            text.push_str(&format!(" query {name}={value}"));
+        }
+        text
+    }
+}
+
+/// What a route does with the requests it matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Proxy to the cluster at this index into [`Config::clusters`].
+    Cluster(usize),
+    /// Answer with a redirect, without touching a backend.
+    Redirect(Redirect),
+}
+
+impl Action {
+    /// The cluster's index, for a route that proxies.
+    pub fn cluster(&self) -> Option<usize> {
+        match self {
+            Self::Cluster(index) => Some(*index),
+            Self::Redirect(_) => None,
+        }
+    }
+}
+
+/// `redirect:`: the parts of the request's URL to change; the query is always kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    /// `http` or `https`; `None`: the request's.
+    pub scheme: Option<String>,
+    /// A host name (lowercased; an IPv6 address without brackets); `None`: the request's.
+    pub host: Option<String>,
+    /// `None`: the scheme's default port when `scheme` is given, else the request's port.
+    pub port: Option<u16>,
+    /// The new path; `None`: the request's (normalised) path.
+    pub path: Option<RedirectPath>,
+    /// 301, 302 (the default), 303, 307 or 308.
+    pub status: u16,
+}
+
+impl std::fmt::Display for Redirect {
+    /// `redirect 308 scheme https port 443`: the status and each part changed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirect {}", self.status)?;
+        if let Some(scheme) = &self.scheme {
+            write!(f, " scheme {scheme}")?;
+        }
+        if let Some(host) = &self.host {
+            write!(f, " host {host}")?;
+        }
+        if let Some(port) = self.port {
+            write!(f, " port {port}")?;
+        }
+        match &self.path {
+            Some(RedirectPath::Full(path)) => write!(f, " path {path}"),
+            Some(RedirectPath::Prefix(prefix)) => write!(f, " path_prefix {prefix}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How a redirect changes the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedirectPath {
+    /// The whole path is replaced.
+    Full(String),
+    /// The prefix the route matched is replaced by this (only on a route matching a prefix).
+    Prefix(String),
+}
+
+/// How a route matches the path, which duet has normalised first (no dot segments, no `//`, no
+/// percent-encoded unreserved characters), so exact paths and prefixes are written normalised too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatch {
+    /// A plain string prefix, as in nginx and Envoy: `/public` also matches `/publicity`.
+    Prefix(String),
+    /// The whole path, without the query.
+    Exact(String),
+    /// A regular expression searched in the path (anchor it with `^...$` to match all of it).
+    Regex(Pattern),
+}
+
+impl PathMatch {
+    /// Whether `path` (normalised, without the query) matches.
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            Self::Prefix(prefix) => path.starts_with(prefix.as_str()),
+            Self::Exact(exact) => path == exact,
+            Self::Regex(pattern) => pattern.regex().is_match(path),
+        }
+    }
+}
+
+impl std::fmt::Display for PathMatch {
+    /// A prefix as written, `=/healthz` for an exact path, `~^/users/[0-9]+$` for a regex.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Prefix(prefix) => f.write_str(prefix),
+            Self::Exact(exact) => write!(f, "={exact}"),
+            Self::Regex(pattern) => write!(f, "~{}", pattern.regex().as_str()),
+        }
+    }
+}
+
+/// A regular expression compiled once when the config is read (the `regex` crate: linear time in the
+/// input, no backtracking). Two are equal when written the same.
+#[derive(Debug, Clone)]
+pub struct Pattern(regex::Regex);
+
+impl Pattern {
+    /// Compiles `text`; the error says what is wrong with it.
+    pub fn new(text: &str) -> Result<Self, String> {
+        regex::Regex::new(text).map(Self).map_err(|e| e.to_string())
+    }
+
+    /// The compiled expression.
+    pub fn regex(&self) -> &regex::Regex {
+        &self.0
+    }
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Eq for Pattern {}
+
+/// One header a route requires: every field of that name counts, and one matching is enough.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderMatch {
+    /// The field name, lowercased (names are case-insensitive).
+    pub name: String,
+    /// What its value must be.
+    pub value: ValueMatch,
+}
+
+/// A header value to match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueMatch {
+    /// Exactly this value (case-sensitive, as field values are).
+    Exact(String),
+    /// A regular expression searched in the value.
+    Regex(Pattern),
+}
+
+impl ValueMatch {
+    /// Whether `value` matches.
+    pub fn matches(&self, value: &[u8]) -> bool {
+        match self {
+            Self::Exact(exact) => value == exact.as_bytes(),
+            Self::Regex(pattern) => {
+                std::str::from_utf8(value).is_ok_and(|v| pattern.regex().is_match(v))
+            }
+        }
     }
 }
 

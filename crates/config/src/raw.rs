@@ -15,7 +15,7 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) listeners: Vec<RawListener>,
     #[serde(default)]
-    pub(crate) routes: Vec<RawRoute>,
+    pub(crate) routes: Vec<Spanned<RawRoute>>,
     #[serde(default)]
     pub(crate) clusters: Vec<RawCluster>,
     #[serde(default)]
@@ -54,7 +54,10 @@ pub(crate) struct RawRoute {
     pub(crate) name: Option<Spanned<Scalar>>,
     #[serde(rename = "match", default)]
     pub(crate) matcher: Option<RawMatch>,
-    pub(crate) cluster: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) cluster: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) redirect: Option<Spanned<RawRedirect>>,
     #[serde(default)]
     pub(crate) retry_methods: Option<Vec<Spanned<Scalar>>>,
     #[serde(default)]
@@ -70,6 +73,115 @@ pub(crate) struct RawMatch {
     pub(crate) host: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) path_prefix: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path: Option<Spanned<RawPath>>,
+    #[serde(default)]
+    pub(crate) method: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    #[serde(default)]
+    pub(crate) headers: Option<Pairs<RawValueMatch>>,
+    #[serde(default)]
+    pub(crate) query: Option<Pairs<Spanned<Scalar>>>,
+}
+
+/// `redirect: { scheme, host, port, path, path_prefix, status }`: each part left out is the request's.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawRedirect {
+    #[serde(default)]
+    pub(crate) scheme: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) host: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) port: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path_prefix: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) status: Option<Spanned<Scalar>>,
+}
+
+/// `path: { exact: /healthz }`, `{ prefix: /v1 }` or `{ regex: '^/users/[0-9]+$' }`: one of them.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawPath {
+    #[serde(default)]
+    pub(crate) exact: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) prefix: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) regex: Option<Spanned<Scalar>>,
+}
+
+/// A header's wanted value: a plain value, or `{ regex: '...' }`.
+#[derive(Debug)]
+pub(crate) enum RawValueMatch {
+    Exact(Scalar),
+    Regex(Spanned<Scalar>),
+    /// A key other than `regex`, kept to be refused by the check at its place.
+    Unknown(Spanned<String>),
+}
+
+impl<'de> Deserialize<'de> for RawValueMatch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = RawValueMatch;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a header value, or { regex: '...' }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawValueMatch, E> {
+                Ok(RawValueMatch::Exact(Scalar(v.to_owned())))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawValueMatch, E> {
+                Ok(RawValueMatch::Exact(Scalar(v.to_string())))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawValueMatch, E> {
+                Ok(RawValueMatch::Exact(Scalar(v.to_string())))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawValueMatch, E> {
+                Ok(RawValueMatch::Exact(Scalar(v.to_string())))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RawValueMatch, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    if key.value == "regex" && found.is_none() {
+                        found = Some(RawValueMatch::Regex(map.next_value()?));
+                    } else {
+                        map.next_value::<de::IgnoredAny>()?;
+                        found.get_or_insert(RawValueMatch::Unknown(key));
+                    }
+                }
+                found.ok_or_else(|| de::Error::custom("expected { regex: '...' }"))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A mapping whose keys are the writer's own (header names, query parameters), in file order.
+#[derive(Debug)]
+pub(crate) struct Pairs<V>(pub(crate) Vec<(Spanned<String>, V)>);
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> de::Visitor<'de> for Visitor<V> {
+            type Value = Pairs<V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping of names to values")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Pairs<V>, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    pairs.push((key, map.next_value()?));
+                }
+                Ok(Pairs(pairs))
+            }
+        }
+        deserializer.deserialize_map(Visitor(std::marker::PhantomData))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -316,7 +428,11 @@ static LISTENER: Shape = Shape {
 };
 static ROUTE: Shape = Shape {
     fields: fields_of::<RawRoute>,
-    children: &[("match", &leaf::<RawMatch>())],
+    children: &[("match", &MATCH), ("redirect", &leaf::<RawRedirect>())],
+};
+static MATCH: Shape = Shape {
+    fields: fields_of::<RawMatch>,
+    children: &[("path", &leaf::<RawPath>())],
 };
 static CLUSTER: Shape = Shape {
     fields: fields_of::<RawCluster>,

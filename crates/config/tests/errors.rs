@@ -1,6 +1,6 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
-use duet_config::{parse, HostPattern, Policy, Workers};
+use duet_config::{parse, Action, HostPattern, PathMatch, Policy, Workers};
 use std::time::Duration;
 
 const VALID: &str = "\
@@ -36,8 +36,8 @@ fn a_valid_file_gives_the_checked_model() {
         config.routes[0].host,
         Some(HostPattern::Wildcard(".example.com".into()))
     );
-    assert_eq!(config.routes[0].cluster, 1);
-    assert_eq!(config.routes[1].path_prefix, "/");
+    assert_eq!(config.routes[0].action, Action::Cluster(1));
+    assert_eq!(config.routes[1].path, PathMatch::Prefix("/".into()));
     assert_eq!(
         config.clusters[0].policy,
         Policy::P2cPeakEwma,

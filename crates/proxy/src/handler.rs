@@ -5,7 +5,7 @@ use crate::{
     attempt::body::ProxyBody,
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
-    error::ErrorKind,
+    error::{ErrorKind, ProxyError},
     exchange::InService,
     peer::Client,
     request_id::RequestIds,
@@ -17,7 +17,7 @@ use crate::{
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     view::{HealthView, ResolvedNames},
 };
-use duet_config::Config;
+use duet_config::{Action, Config};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
@@ -120,7 +120,7 @@ impl WorkerProxy {
             .map(|(index, cluster)| {
                 let mut cells = cluster.cells();
                 cells.routes = (table.config.routes.iter().zip(&table.routes))
-                    .filter(|(route, _)| route.cluster == index)
+                    .filter(|(route, _)| route.action.cluster() == Some(index))
                     .map(|(_, timings)| timings.clone())
                     .collect();
                 cells
@@ -211,17 +211,18 @@ impl WorkerProxy {
         let routed =
             match route::route(routes, client.listener, limits.max_uri_length, &mut request) {
                 Ok(routed) => routed,
-                Err(error) => {
-                    let counter = match error.kind() {
-                        ErrorKind::UriTooLong => &self.counters.uri_too_long,
-                        ErrorKind::NoRoute => &self.counters.no_route,
-                        _ => &self.counters.malformed,
-                    };
-                    counter.fetch_add(1, Relaxed);
-                    return Ok(respond::local_error(&error, log));
-                }
+                Err(error) => return Ok(self.unrouted(&error, log)),
             };
-        let cluster = &table.clusters[routed.route.cluster];
+        let index = match &routed.route.action {
+            Action::Cluster(index) => *index,
+            Action::Redirect(redirect) => {
+                let (matched, host) = (&routed.route.path, routed.host.as_ref());
+                return Ok(respond::redirect(
+                    redirect, matched, &request, host, client.tls, log,
+                ));
+            }
+        };
+        let cluster = &table.clusters[index];
         if let Some(log) = log.as_mut() {
             log.cluster = Some(cluster.name.clone());
         }
@@ -266,6 +267,19 @@ impl WorkerProxy {
     }
 }
 
+impl WorkerProxy {
+    /// The answer to a request refused before routing, counted by why.
+    fn unrouted(&self, error: &ProxyError, log: Option<Box<AccessLog>>) -> Response<ProxyBody> {
+        let counter = match error.kind() {
+            ErrorKind::UriTooLong => &self.counters.uri_too_long,
+            ErrorKind::NoRoute => &self.counters.no_route,
+            _ => &self.counters.malformed,
+        };
+        counter.fetch_add(1, Relaxed);
+        respond::local_error(error, log)
+    }
+}
+
 impl Table {
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
@@ -287,11 +301,11 @@ impl Table {
             .routes
             .iter()
             .map(|route| {
-                let cluster = &config.clusters[route.cluster].name;
+                let target = route.target(&config.clusters);
                 previous
                     .and_then(|old| {
                         old.config.routes.iter().zip(&old.routes).find(|(r, _)| {
-                            r.name == route.name && old.config.clusters[r.cluster].name == *cluster
+                            r.name == route.name && r.target(&old.config.clusters) == target
                         })
                     })
                     .map_or_else(

@@ -1,14 +1,10 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{
-    checker::Checker,
-    field::Field,
-    matching::{self, Refusal},
-};
+use super::{checker::Checker, field::Field, redirect, route_match};
 use crate::{
     error::{did_you_mean, ConfigError},
-    model::{http_method, HostPattern, Listener, Route},
-    raw::{RawListener, RawMatch, RawRoute, Scalar},
+    model::{http_method, Action, HostPattern, Listener, PathMatch, Route},
+    raw::{RawListener, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
 use std::{net::SocketAddr, time::Duration};
@@ -23,20 +19,21 @@ pub(super) struct Listeners<'a> {
 /// The routes whose cluster exists; `clusters` are the cluster names in order.
 pub(super) fn routes(
     checker: &mut Checker,
-    raw: &[RawRoute],
+    raw: &[Spanned<RawRoute>],
     clusters: &[String],
     listeners: &Listeners<'_>,
 ) -> Vec<Route> {
     let mut routes = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let list = Field::root("routes");
-    for (ri, r) in raw.iter().enumerate() {
+    for (ri, spanned) in raw.iter().enumerate() {
+        let r = &spanned.value;
         let field = list.index(ri);
-        let cluster = cluster(checker, &r.cluster, &field, clusters);
-        let (host, path_prefix) = matcher(checker, r.matcher.as_ref(), &field);
+        let matchers = route_match::matchers(checker, r.matcher.as_ref(), &field);
+        let action = action(checker, spanned, &field, clusters, &matchers.path);
         let retry_methods = match &r.retry_methods {
             None => http_method::idempotent(),
-            Some(list) => methods(checker, list, &field),
+            Some(list) => route_match::methods(checker, list, &field.key("retry_methods")),
         };
         let only_on = r
             .listeners
@@ -54,12 +51,12 @@ pub(super) fn routes(
         let name = match &r.name {
             Some(given) => given_name(checker, given, &field, &names),
             None => {
-                let host = match &host {
+                let host = match &matchers.host {
                     None => "*".to_owned(),
                     Some(HostPattern::Exact(h)) => h.clone(),
                     Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
                 };
-                let derived = format!("{host}{path_prefix}");
+                let derived = format!("{host}{}", matchers.path);
                 if names.contains(&derived) {
                     format!("{derived}#{ri}")
                 } else {
@@ -68,12 +65,15 @@ pub(super) fn routes(
             }
         };
         names.push(name.clone());
-        if let Some(cluster) = cluster {
+        if let Some(action) = action {
             routes.push(Route {
                 name,
-                host,
-                path_prefix,
-                cluster,
+                host: matchers.host,
+                path: matchers.path,
+                methods: matchers.methods,
+                headers: matchers.headers,
+                query: matchers.query,
+                action,
                 listeners: only_on,
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
@@ -155,6 +155,33 @@ fn unknown_listener(
     checker.push(e);
 }
 
+/// The route's `cluster:` or `redirect:`, exactly one of them.
+fn action(
+    checker: &mut Checker,
+    route: &Spanned<RawRoute>,
+    field: &Field,
+    clusters: &[String],
+    path: &PathMatch,
+) -> Option<Action> {
+    match (&route.value.cluster, &route.value.redirect) {
+        (Some(wanted), None) => cluster(checker, wanted, field, clusters).map(Action::Cluster),
+        (None, Some(redirect)) => {
+            redirect::redirect(checker, redirect, field, path).map(Action::Redirect)
+        }
+        (Some(_), Some(redirect)) => {
+            let message = "both `cluster` and `redirect`: a route either proxies or redirects";
+            checker.reject(redirect, field.key("redirect"), message);
+            None
+        }
+        (None, None) => {
+            let e = checker.error(route, field, "neither `cluster` nor `redirect`");
+            checker
+                .push(e.hint("add `cluster: NAME` to proxy, or `redirect: { ... }` to redirect"));
+            None
+        }
+    }
+}
+
 /// The position of the cluster named `wanted`.
 fn cluster(
     checker: &mut Checker,
@@ -178,64 +205,6 @@ fn cluster(
         checker.push(e);
     }
     found
-}
-
-/// The host pattern (any host when left out) and the path prefix (`/` when left out).
-fn matcher(
-    checker: &mut Checker,
-    raw: Option<&RawMatch>,
-    route: &Field,
-) -> (Option<HostPattern>, String) {
-    let field = route.key("match");
-    let host = raw
-        .and_then(|m| m.host.as_ref())
-        .and_then(|h| host(checker, h, &field.key("host")));
-    let path_prefix = match raw.and_then(|m| m.path_prefix.as_ref()) {
-        None => "/".to_owned(),
-        Some(p) => path_prefix(checker, p, &field.key("path_prefix")),
-    };
-    (host, path_prefix)
-}
-
-fn host(checker: &mut Checker, h: &Spanned<Scalar>, field: &Field) -> Option<HostPattern> {
-    matching::host_pattern(&h.value.0)
-        .map_err(|refusal| refuse(checker, h, field, refusal))
-        .ok()
-}
-
-fn path_prefix(checker: &mut Checker, p: &Spanned<Scalar>, field: &Field) -> String {
-    let text = &p.value.0;
-    if !text.starts_with('/') {
-        let e = checker.error(p, field, format!("`{text}` must start with `/`"));
-        checker.push(e.hint(format!("did you mean `/{text}`?")));
-        return "/".to_owned();
-    }
-    matching::path_prefix(text)
-        .map_err(|refusal| refuse(checker, p, field, refusal))
-        .unwrap_or_else(|()| "/".to_owned())
-}
-
-fn refuse(checker: &mut Checker, at: &Spanned<Scalar>, field: &Field, refusal: Refusal) {
-    let mut e = checker.error(at, field, refusal.message);
-    if let Some(hint) = refusal.hint {
-        e = e.hint(hint);
-    }
-    checker.push(e);
-}
-
-fn methods(checker: &mut Checker, raw: &[Spanned<Scalar>], route: &Field) -> Vec<String> {
-    let list = route.key("retry_methods");
-    let mut methods = Vec::new();
-    for (mi, m) in raw.iter().enumerate() {
-        let method = m.value.0.trim().to_ascii_uppercase();
-        if !method.is_empty() && method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-            methods.push(method);
-        } else {
-            let message = format!("`{}` is not an HTTP method", m.value.0);
-            checker.reject(m, list.index(mi), message);
-        }
-    }
-    methods
 }
 
 /// A `name:` as given: not empty, and unique (it labels metrics).

@@ -100,8 +100,11 @@ fn summary(
         });
         let _ = writeln!(
             out,
-            "  route {} host {host} path {} -> {}{only_on}",
-            route.name, route.path_prefix, config.clusters[route.cluster].name
+            "  route {} host {host} path {}{} -> {}{only_on}",
+            route.name,
+            route.path,
+            route.conditions(),
+            route.target(&config.clusters)
         );
     }
     let mut unresolved = Vec::new();

@@ -14,6 +14,10 @@
 //! - **Listener**: a route with `listeners:` only takes requests that came on one of them; on any
 //!   other it does not exist (404 if nothing else matches), so an internal route never answers on a
 //!   public listener.
+//! - **Path matchers**: `path: { exact: ... }` is the whole normalised path, `{ regex: ... }` is searched in
+//!   it (compiled once at load, linear time); `path_prefix:` is `path: { prefix: ... }`.
+//! - **Method, headers, query**: every one written must hold; a header is matched on any of its fields
+//!   (names case-insensitive), a query parameter on the raw text of one of its `name=value` pairs.
 //! - `path_prefix` is a plain string prefix, as in nginx and Envoy: `/public` also matches `/publicity`;
 //!   write `/public/` to require a segment boundary.
 
@@ -52,7 +56,9 @@ pub(crate) fn route<'t, B>(
     let (index, route) = routes
         .iter()
         .enumerate()
-        .find(|(_, r)| r.serves(listener) && matches(r, host_name, path))
+        .find(|(_, r)| {
+            r.serves(listener) && matches(r, host_name, path) && conditions_hold(r, request)
+        })
         .ok_or_else(|| ProxyError::new(ErrorKind::NoRoute))?;
     Ok(Routed { route, index, host })
 }
@@ -126,7 +132,29 @@ pub(crate) fn matches(route: &Route, host: Option<&str>, path: &str) -> bool {
         (Some(pattern), Some(host)) => host_matches(pattern, host),
         (Some(_), None) => false,
     };
-    host_ok && path.starts_with(&route.path_prefix)
+    host_ok && route.path.matches(path)
+}
+
+/// The route's method, header and query matchers against `request`; each list is usually empty, so
+/// a plain route costs nothing here.
+fn conditions_hold<B>(route: &Route, request: &Request<B>) -> bool {
+    let method = request.method().as_str();
+    let method_ok = route.methods.is_empty() || route.methods.iter().any(|m| m == method);
+    method_ok
+        && route.headers.iter().all(|wanted| {
+            request
+                .headers()
+                .get_all(wanted.name.as_str())
+                .iter()
+                .any(|value| wanted.value.matches(value.as_bytes()))
+        })
+        && route.query.iter().all(|(name, value)| {
+            let query = request.uri().query().unwrap_or_default();
+            query.split('&').any(|pair| {
+                let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+                n == name && v == value
+            })
+        })
 }
 
 /// `pattern` against `host`, ignoring a port and ASCII case.
@@ -193,7 +221,7 @@ mod tests {
         }
         let mut request = request.body(()).expect("request");
         route(routes, 0, 64, &mut request)
-            .map(|r| r.route.cluster)
+            .map(|r| r.route.action.cluster().unwrap_or(usize::MAX))
             .map_err(|e| e.kind())
     }
 
@@ -214,6 +242,52 @@ mod tests {
         assert_eq!(on(0, "/admin/users"), Ok(1), "the next match, as if absent");
         assert_eq!(on(0, "/admin"), Ok(1));
         assert_eq!(on(1, "/b"), Err(ErrorKind::NoRoute));
+    }
+
+    #[test]
+    fn path_method_header_and_query_matchers() {
+        let yaml = "listeners: [ { address: 127.0.0.1:0 } ]\nroutes:\n  - { match: { path: { exact: /healthz } }, cluster: a }\n  - { match: { path: { regex: '^/users/[0-9]+$' } }, cluster: a }\n  - { match: { method: [POST], path_prefix: /m }, cluster: a }\n  - { match: { headers: { X-Env: canary, x-user: { regex: '^u[0-9]+$' } } }, cluster: a }\n  - { match: { query: { debug: '1' } }, cluster: a }\n  - { match: { path: { prefix: / } }, cluster: a }\nclusters:\n  - { name: a, backends: [ { address: 127.0.0.1:1 } ] }\n";
+        let routes = duet_config::parse(yaml, "t.yaml").expect("valid").routes;
+        let index = |method: &str, target: &str, headers: &[(&str, &str)]| {
+            let mut request = Request::builder()
+                .method(method)
+                .uri(target)
+                .header(header::HOST, "x");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let mut request = request.body(()).expect("request");
+            route(&routes, 0, 256, &mut request)
+                .map(|r| r.index)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(index("GET", "/healthz", &[]), Ok(0));
+        assert_eq!(
+            index("GET", "/healthz/", &[]),
+            Ok(5),
+            "exact is the whole path"
+        );
+        assert_eq!(
+            index("GET", "/users/./42", &[]),
+            Ok(1),
+            "on the normalised path"
+        );
+        assert_eq!(index("GET", "/users/42x", &[]), Ok(5));
+        assert_eq!(index("POST", "/m", &[]), Ok(2));
+        assert_eq!(index("GET", "/m", &[]), Ok(5));
+        let both = [("x-env", "canary"), ("X-User", "u7")];
+        assert_eq!(index("GET", "/h", &both), Ok(3));
+        assert_eq!(
+            index("GET", "/h", &both[..1]),
+            Ok(5),
+            "every header must match"
+        );
+        assert_eq!(
+            index("GET", "/h", &[("x-env", "Canary"), ("x-user", "u7")]),
+            Ok(5)
+        );
+        assert_eq!(index("GET", "/q?a=2&debug=1", &[]), Ok(4));
+        assert_eq!(index("GET", "/q?debug=10", &[]), Ok(5));
     }
 
     #[test]
