@@ -67,6 +67,7 @@ pub(crate) fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
                 files.key.display()
             ))
         })?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first: a client offering both gets it (served by `duet_proxy`'s h2 path after ALPN).
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -198,6 +198,8 @@ impl WorkerProxy {
         in_service: InService,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let connection = in_service.connection();
+        // HTTP/2 has no connection fields: its connection says GOAWAY when it closes.
+        let http2 = request.version() == http::Version::HTTP_2;
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
@@ -251,7 +253,7 @@ impl WorkerProxy {
             client.address,
             connection,
         );
-        if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
             let headers = response.headers_mut();
             if self.readiness.draining() || connection.requests() >= limits.keepalive_requests {
                 // Clients reconnect (elsewhere) instead of reusing a connection about to close.

@@ -2,12 +2,20 @@
 //! parked connections are taken back when their next request arrives, and at shutdown everything
 //! drains. The binary's workers and the in-process tests run this same loop.
 
-use crate::{conn::connections::Connections, peer::Client};
+use crate::{
+    conn::{
+        connections::Connections,
+        http2::{self, Sniffed},
+    },
+    peer::Client,
+};
+use bytes::Bytes;
 use std::time::Duration;
 use tokio::{
     net::TcpStream,
     sync::{mpsc, OwnedSemaphorePermit},
     task::JoinSet,
+    time::Instant,
 };
 use tokio_rustls::TlsAcceptor;
 
@@ -97,13 +105,13 @@ impl Connections {
         let _ = stream.set_nodelay(true);
         // Plain and TLS connections are tasks of their own sizes: a parked plain connection's task
         // holds neither a TLS session nor the handshake's state.
-        let Some(acceptor) = tls else {
-            tasks.spawn_local(self.serve(stream, client, permit));
-            return;
-        };
         let connections = self.clone();
         let timeout = self.proxy().limits().header_read_timeout;
         let opened = tokio::time::Instant::now();
+        let Some(acceptor) = tls else {
+            tasks.spawn_local(connections.serve_plain(stream, client, permit, opened));
+            return;
+        };
         tasks.spawn_local(async move {
             let peer = client.address;
             let handshake = Box::pin(acceptor.accept(stream));
@@ -113,7 +121,21 @@ impl Connections {
                         tls: true,
                         ..client
                     };
-                    (connections.serve_accepted(stream, client, permit, opened)).await;
+                    let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    if http2 {
+                        let serve =
+                            connections.serve_http2(stream, Bytes::new(), client, permit, opened);
+                        Box::pin(serve).await;
+                    } else {
+                        let serve = connections.serve_accepted(
+                            stream,
+                            Bytes::new(),
+                            client,
+                            permit,
+                            opened,
+                        );
+                        serve.await;
+                    }
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
@@ -121,6 +143,34 @@ impl Connections {
                 Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
             }
         });
+    }
+
+    /// Serves a plain connection in the protocol its first bytes say: HTTP/2 with prior knowledge if
+    /// they are the preface, else HTTP/1.1 (an `Upgrade: h2c` is not honoured). Nothing arriving by
+    /// `limits.header_read_timeout` after `opened`, or the drain starting first, closes it.
+    async fn serve_plain(
+        self,
+        mut stream: TcpStream,
+        client: Client,
+        permit: Option<OwnedSemaphorePermit>,
+        opened: Instant,
+    ) {
+        let first_request_by = opened + self.proxy().limits().header_read_timeout;
+        let mut shutdown = self.shared().shutdown.clone();
+        let sniffed = tokio::select! {
+            sniffed = http2::sniff(&mut stream, first_request_by) => sniffed,
+            _ = shutdown.wait_for(|stop| *stop) => Sniffed::Closed,
+        };
+        match sniffed {
+            Sniffed::Http1(prefix) => {
+                (self.serve_accepted(stream, prefix, client, permit, opened)).await;
+            }
+            Sniffed::Http2(prefix) => {
+                // Boxed: hyper's h2 state would otherwise size every plain connection's task.
+                Box::pin(self.serve_http2(stream, prefix, client, permit, opened)).await;
+            }
+            Sniffed::Closed => {}
+        }
     }
 
     async fn drain(

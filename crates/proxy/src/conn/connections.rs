@@ -4,6 +4,7 @@
 use crate::{
     conn::{
         active::Active,
+        http2::{self, Http2Connection},
         io::ClientIo,
         io::Prefixed,
         parking::{ParkingLot, Resumed},
@@ -66,26 +67,45 @@ impl Connections {
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
     ) -> impl Future<Output = ()> {
-        self.serve_accepted(io, client, permit, Instant::now())
+        self.serve_accepted(io, Bytes::new(), client, permit, Instant::now())
     }
 
     /// [`serve`](Self::serve) for a connection accepted at `opened` (before its TLS handshake): its
-    /// first request is due `limits.header_read_timeout` after that.
+    /// first request is due `limits.header_read_timeout` after that. `prefix` is what was read of it
+    /// already.
     pub(crate) fn serve_accepted<IO: ClientIo>(
         &self,
         io: IO,
+        prefix: Bytes,
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
         opened: Instant,
     ) -> impl Future<Output = ()> {
         let active = Active::new(self.0.counters.clone());
-        let io = Prefixed {
-            prefix: Bytes::new(),
-            io,
-        };
+        let io = Prefixed { prefix, io };
         let connection =
             Connection::new(self.0.clone(), client, Some(io), 0, opened, active, permit);
         serve(connection, self.0.shutdown.clone())
+    }
+
+    /// Serves a connection that speaks HTTP/2 (negotiated by ALPN, or its first bytes the preface),
+    /// accepted at `opened`; `prefix` is what was read of it to tell.
+    pub(crate) fn serve_http2<IO: ClientIo>(
+        &self,
+        io: IO,
+        prefix: Bytes,
+        client: Client,
+        permit: Option<OwnedSemaphorePermit>,
+        opened: Instant,
+    ) -> impl Future<Output = ()> {
+        http2::serve(Http2Connection {
+            shared: self.0.clone(),
+            io: Prefixed { prefix, io },
+            client,
+            opened,
+            active: Active::new(self.0.counters.clone()),
+            permit,
+        })
     }
 
     /// Serves a connection taken out of the parking lot, its next request's first byte already read:

@@ -1,8 +1,10 @@
-//! Client connections: served by hyper with duet's limits, parked while idle, resumed on their next
-//! request, turned into tunnels by a `101`, drained at shutdown.
+//! Client connections: served by hyper with duet's limits (HTTP/1.1, or HTTP/2 by ALPN or prior
+//! knowledge), parked while idle (HTTP/1.1 only), resumed on their next request, turned into tunnels by
+//! a `101`, drained at shutdown.
 
 pub(crate) mod accept;
 pub(crate) mod connections;
+pub(crate) mod http2;
 pub(crate) mod serve;
 pub(crate) mod shared;
 

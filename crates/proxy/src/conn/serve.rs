@@ -424,7 +424,11 @@ async fn park<IO: AsyncRead + Unpin>(
     }
 }
 
-fn log_connection_error(error: &hyper::Error, peer: SocketAddr, counters: &WorkerCounters) {
+pub(crate) fn log_connection_error(
+    error: &hyper::Error,
+    peer: SocketAddr,
+    counters: &WorkerCounters,
+) {
     let count = |cell: &std::sync::atomic::AtomicU64| {
         cell.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     };

@@ -76,10 +76,26 @@ fn request_host<B>(request: &Request<B>) -> Result<Option<HeaderValue>, ErrorKin
         // HTTP/1.0 may send an empty Host, or none.
         Some(value) if value.is_empty() && !http11 => None,
         Some(_) => return Err(ErrorKind::InvalidHost),
-        None if http11 => return Err(ErrorKind::InvalidHost),
+        // HTTP/2 names the host in `:authority`, and needs no Host field beside it.
+        None if http11
+            && (request.version() != Version::HTTP_2 || request.uri().authority().is_none()) =>
+        {
+            return Err(ErrorKind::InvalidHost)
+        }
         None => None,
     };
     match request.uri().authority() {
+        // HTTP/2's `:authority` is the URI's; a Host field beside it must name the same (RFC 9113
+        // §8.3.1), or the backend (which sees `:authority` as Host) and a cache could disagree.
+        Some(authority)
+            if request.version() == Version::HTTP_2
+                && field.is_some_and(|f| {
+                    !f.as_bytes()
+                        .eq_ignore_ascii_case(authority.as_str().as_bytes())
+                }) =>
+        {
+            Err(ErrorKind::InvalidHost)
+        }
         Some(authority) if valid_authority(authority.as_str().as_bytes()) => {
             HeaderValue::from_str(authority.as_str())
                 .map(Some)
@@ -344,6 +360,25 @@ mod tests {
             cluster_of(&routes, "http://api.example.com/v1/x", Some("other.org")),
             Ok(0)
         );
+    }
+
+    #[test]
+    fn an_http2_request_routes_by_its_authority_and_a_host_field_that_disagrees_is_400() {
+        let routes = routes();
+        let on = |host: Option<&str>| {
+            let mut request = Request::get("https://api.example.com/v1/x").version(Version::HTTP_2);
+            if let Some(host) = host {
+                request = request.header(header::HOST, host);
+            }
+            let mut request = request.body(()).expect("request");
+            route(&routes, 0, 64, &mut request)
+                .map(|r| (r.route.cluster, r.host))
+                .map_err(|e| e.kind())
+        };
+        let routed = Ok((0, Some(HeaderValue::from_static("api.example.com"))));
+        assert_eq!(on(None), routed);
+        assert_eq!(on(Some("API.example.com")), routed);
+        assert_eq!(on(Some("other.org")), Err(ErrorKind::InvalidHost));
     }
 
     #[test]

@@ -1,0 +1,245 @@
+//! HTTP/2 client connections: negotiated by ALPN on TLS listeners, or spoken with prior knowledge (the
+//! connection preface) on plain ones. Each stream is one request through the same stages as an
+//! HTTP/1.1 request; backends are still spoken to over HTTP/1.1.
+//!
+//! An h2 connection is never parked: its streams are tasks of their own on the worker's thread (hyper
+//! spawns them through [`LocalExec`]), and it closes with a GOAWAY once idle for
+//! `limits.keepalive_timeout` (or if no request arrives within `limits.header_read_timeout` of the
+//! accept), or when the drain starts; streams in progress finish first.
+
+use crate::{
+    attempt::body::ProxyBody,
+    conn::{
+        active::Active,
+        io::{ClientIo, Prefixed, SendTimeout},
+        serve::log_connection_error,
+        shared::Shared,
+    },
+    exchange::{ConnectionState, InService},
+    peer::Client,
+    stall::Stall,
+};
+use bytes::Bytes;
+use duet_config::Limits;
+use http::Response;
+use http_body::{Body, Frame, SizeHint};
+use hyper::{server::conn::http2, service::service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use pin_project_lite::pin_project;
+use std::{
+    cell::Cell,
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    rc::Rc,
+    task::{Context, Poll},
+};
+use tokio::{
+    io::AsyncReadExt,
+    net::TcpStream,
+    sync::OwnedSemaphorePermit,
+    time::{timeout_at, Instant},
+};
+
+/// What a client speaking HTTP/2 with prior knowledge sends first (RFC 9113 §3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Streams a client may have open at once on one connection (what nginx and Envoy default to, about).
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 100;
+
+/// Runs hyper's per-stream tasks on the worker's thread: the proxy's futures hold `Rc`s, so they
+/// cannot be sent to another.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalExec;
+
+impl<F> hyper::rt::Executor<F> for LocalExec
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    fn execute(&self, future: F) {
+        tokio::task::spawn_local(future);
+    }
+}
+
+/// What a plain connection's first bytes say it speaks.
+pub(crate) enum Sniffed {
+    /// HTTP/1.1 (anything that is not the HTTP/2 preface), with whatever had to be read to tell.
+    Http1(Bytes),
+    /// HTTP/2 with prior knowledge, with whatever of the preface had to be read to tell.
+    Http2(Bytes),
+    /// The client closed, or sent nothing before `until`.
+    Closed,
+}
+
+/// Tells HTTP/2 with prior knowledge from HTTP/1.1 by the first bytes of a plain connection, waiting
+/// for them until `until`. The bytes are peeked, not read, unless the preface arrives in pieces: an
+/// HTTP/1.1 connection costs one more system call and no allocation.
+pub(crate) async fn sniff(stream: &mut TcpStream, until: Instant) -> Sniffed {
+    let mut seen = [0u8; PREFACE.len()];
+    let peeked = match timeout_at(until, stream.peek(&mut seen)).await {
+        Ok(Ok(0) | Err(_)) | Err(_) => return Sniffed::Closed,
+        Ok(Ok(n)) => n,
+    };
+    if seen[..peeked] != PREFACE[..peeked] {
+        return Sniffed::Http1(Bytes::new());
+    }
+    if peeked == PREFACE.len() {
+        return Sniffed::Http2(Bytes::new());
+    }
+    // A prefix of the preface: read it, and what follows, until it is whole or differs.
+    let mut have = 0;
+    while have < PREFACE.len() {
+        match timeout_at(until, stream.read(&mut seen[have..])).await {
+            Ok(Ok(0) | Err(_)) | Err(_) => return Sniffed::Closed,
+            Ok(Ok(n)) => have += n,
+        }
+        if seen[..have] != PREFACE[..have] {
+            return Sniffed::Http1(Bytes::copy_from_slice(&seen[..have]));
+        }
+    }
+    Sniffed::Http2(Bytes::copy_from_slice(&seen))
+}
+
+/// A connection to serve over HTTP/2, and what it holds while open.
+pub(crate) struct Http2Connection<IO> {
+    pub(crate) shared: Rc<Shared>,
+    pub(crate) io: Prefixed<IO>,
+    pub(crate) client: Client,
+    /// When it was accepted: its first request is due `limits.header_read_timeout` after that.
+    pub(crate) opened: Instant,
+    pub(crate) active: Active,
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+}
+
+/// Serves an HTTP/2 connection until the client closes it, it idles out, or the drain's GOAWAY has
+/// let its streams finish.
+pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
+    let Http2Connection {
+        shared,
+        io,
+        client,
+        opened,
+        active,
+        permit,
+    } = connection;
+    let _held = (active, permit);
+    let limits = shared.proxy().limits();
+    let state = Rc::new(ConnectionState::default());
+    let open = Rc::new(Cell::new(0usize));
+    let service = {
+        let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
+        service_fn(move |request| {
+            let stream = OpenStream::new(&open);
+            let handled = proxy
+                .clone()
+                .handle(request, client, InService::new(state.clone()));
+            Box::pin(async move {
+                let response = handled.await?;
+                Ok::<_, Infallible>(response.map(|body| StreamBody {
+                    body,
+                    _open: stream,
+                }))
+            })
+                as Pin<Box<dyn Future<Output = Result<Response<StreamBody>, Infallible>>>>
+        })
+    };
+    let io = TokioIo::new(SendTimeout {
+        io,
+        stall: Stall::new(limits.send_timeout),
+    });
+    let connection = server_builder(&limits).serve_connection(io, service);
+    let mut connection = std::pin::pin!(connection);
+    let mut shutdown = shared.shutdown.clone();
+    let mut closing = false;
+    if *shutdown.borrow() {
+        connection.as_mut().graceful_shutdown();
+        closing = true;
+    }
+    // Idle while no request has started since the last look and no stream is open.
+    let mut seen = 0;
+    let mut check = opened + limits.header_read_timeout;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    log_connection_error(&error, client.address, shared.counters());
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(check), if !closing => {
+                let requests = state.requests.get();
+                if requests == seen && open.get() == 0 {
+                    tracing::trace!(target: "duet::conn", peer = %client.address, "idle h2 connection: GOAWAY");
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                seen = requests;
+                check = Instant::now() + limits.keepalive_timeout;
+            }
+            changed = shutdown.changed(), if !closing => {
+                if changed.is_err() || *shutdown.borrow() {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
+}
+
+/// hyper's HTTP/2 server with duet's limits.
+fn server_builder(limits: &Limits) -> http2::Builder<LocalExec> {
+    let mut builder = http2::Builder::new(LocalExec);
+    builder
+        .timer(TokioTimer::new())
+        // The head limit, as HTTP/1.1's: the decoded fields of one request, counted as RFC 9113 §6.5.2
+        // says (name, value and 32 bytes each).
+        .max_header_list_size(u32::try_from(limits.max_request_head).unwrap_or(u32::MAX))
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    builder
+}
+
+/// Counts a stream as open until its response body is done (or dropped with the stream).
+struct OpenStream(Rc<Cell<usize>>);
+
+impl OpenStream {
+    fn new(open: &Rc<Cell<usize>>) -> Self {
+        open.set(open.get() + 1);
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+pin_project! {
+    /// A stream's response body: the proxy's, holding the stream open while it is sent.
+    pub(crate) struct StreamBody {
+        #[pin]
+        body: ProxyBody,
+        _open: OpenStream,
+    }
+}
+
+impl Body for StreamBody {
+    type Data = Bytes;
+    type Error = <ProxyBody as Body>::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -1,0 +1,204 @@
+//! HTTP/2 at the edge: clients speak h2 to duet (with prior knowledge on a plain listener, by ALPN on a
+//! TLS one), each stream is a request through the same stages, and backends still get HTTP/1.1.
+
+use crate::support::{self, Duet, TempDir};
+use bytes::Bytes;
+use duet_testbed::config::DuetConfig;
+use duet_testbed::{Backend, BackendOptions};
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::{sync::Arc, time::Duration};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::{
+    rustls::{self, pki_types::ServerName, RootCertStore},
+    TlsConnector,
+};
+
+/// An h2 connection over `io` (already past TLS, if any), its driver spawned.
+async fn h2_client<IO>(io: IO) -> http2::SendRequest<Empty<Bytes>>
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// GET `path` for `authority` on the h2 connection; the response with its whole body.
+async fn get(
+    sender: &mut http2::SendRequest<Empty<Bytes>>,
+    scheme: &str,
+    path: &str,
+) -> (Response<()>, Bytes) {
+    let request = Request::get(format!("{scheme}://localhost{path}"))
+        .version(Version::HTTP_2)
+        .body(Empty::new())
+        .expect("request");
+    let response = tokio::time::timeout(
+        Duration::from_secs(10),
+        sender.clone().send_request(request),
+    )
+    .await
+    .expect("in time")
+    .expect("response");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    (Response::from_parts(parts, ()), body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_on_one_prior_knowledge_connection_reach_the_backend_as_http11_requests()
+{
+    // Slow enough that the streams overlap at the backend: each then needs a connection of its own.
+    let backend = Backend::start(BackendOptions::named("plain").delay(Duration::from_millis(300)))
+        .expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .workers(1)
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+
+    let tcp = tokio::net::TcpStream::connect(duet.address)
+        .await
+        .expect("connect");
+    let mut sender = h2_client(tcp).await;
+    let streams: Vec<_> = (0..5)
+        .map(|i| {
+            let mut sender = sender.clone();
+            tokio::spawn(async move { get(&mut sender, "http", &format!("/stream/{i}")).await })
+        })
+        .collect();
+    for stream in streams {
+        let (response, body) = stream.await.expect("stream");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.version(), Version::HTTP_2);
+        assert_eq!(response.headers()["x-backend"], "plain");
+        // No connection fields on h2 (RFC 9113 §8.2.2): duet adds no Keep-Alive or Connection.
+        assert!(
+            !response.headers().contains_key("keep-alive"),
+            "{response:?}"
+        );
+        assert!(
+            !response.headers().contains_key("connection"),
+            "{response:?}"
+        );
+        assert_eq!(body, "plain");
+    }
+    let mut seen = backend.recorded();
+    seen.sort_by(|a, b| a.uri.cmp(&b.uri));
+    let uris: Vec<_> = seen.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "/stream/0",
+            "/stream/1",
+            "/stream/2",
+            "/stream/3",
+            "/stream/4"
+        ]
+    );
+    for request in &seen {
+        assert_eq!(request.version, Version::HTTP_11, "{}", request.uri);
+        assert_eq!(
+            request.headers["host"], "localhost",
+            "the :authority is the Host"
+        );
+        assert_eq!(request.headers["x-forwarded-proto"], "http");
+    }
+    assert_eq!(
+        backend.connections(),
+        5,
+        "the five streams were in flight at once"
+    );
+
+    // A later stream on the same connection, and an HTTP/1.1 client on the same listener.
+    let (response, body) = get(&mut sender, "http", "/again").await;
+    assert_eq!(
+        (response.status(), &body[..]),
+        (StatusCode::OK, &b"plain"[..])
+    );
+    let (response, _) = support::raw_exchange(
+        duet.address,
+        b"GET /h1 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("plain"), "{response}");
+    assert_eq!(backend.recorded().len(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_host_is_routed_as_over_http11() {
+    let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\n\
+         routes: [ {{ match: {{ host: localhost }}, cluster: app }} ]\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {} }} ] }} ]\n",
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+    let tcp = tokio::net::TcpStream::connect(duet.address)
+        .await
+        .expect("connect");
+    let mut sender = h2_client(tcp).await;
+    let (response, _) = get(&mut sender, "http", "/x").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let request = Request::get("http://elsewhere.test/x")
+        .version(Version::HTTP_2)
+        .body(Empty::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(backend.recorded().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_offering_h2_gets_http2() {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
+    let dir = TempDir::new();
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    std::fs::write(&cert, generated.cert.pem()).expect("cert");
+    std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
+    let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .workers(1)
+        .tls(&cert.display().to_string(), &key.display().to_string())
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+
+    let mut roots = RootCertStore::empty();
+    roots.add(generated.cert.der().clone()).expect("root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(duet.address)
+        .await
+        .expect("connect");
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut sender = h2_client(tls).await;
+    for path in ["/one", "/two"] {
+        let (response, body) = get(&mut sender, "https", path).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.version(), Version::HTTP_2);
+        assert_eq!(body, "plain");
+    }
+    let seen = backend.recorded();
+    assert_eq!(seen.len(), 2);
+    for request in &seen {
+        assert_eq!(request.version, Version::HTTP_11);
+        assert_eq!(request.headers["x-forwarded-proto"], "https");
+        assert_eq!(request.headers["host"], "localhost");
+    }
+}
