@@ -372,10 +372,10 @@ mod tests {
             }
             let mut request = request.body(()).expect("request");
             route(&routes, 0, 64, &mut request)
-                .map(|r| (r.route.cluster, r.host))
+                .map(|r| (r.route.action.cluster(), r.host))
                 .map_err(|e| e.kind())
         };
-        let routed = Ok((0, Some(HeaderValue::from_static("api.example.com"))));
+        let routed = Ok((Some(0), Some(HeaderValue::from_static("api.example.com"))));
         assert_eq!(on(None), routed);
         assert_eq!(on(Some("API.example.com")), routed);
         assert_eq!(on(Some("other.org")), Err(ErrorKind::InvalidHost));
