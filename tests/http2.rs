@@ -1,7 +1,7 @@
 //! HTTP/2 at the edge: clients speak h2 to duet (with prior knowledge on a plain listener, by ALPN on a
 //! TLS one), each stream is a request through the same stages, and backends still get HTTP/1.1.
 
-use crate::support::{self, Duet, TempDir};
+use crate::support::{self, Duet};
 use bytes::Bytes;
 use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
@@ -11,10 +11,7 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::{sync::Arc, time::Duration};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_rustls::{
-    rustls::{self, pki_types::ServerName, RootCertStore},
-    TlsConnector,
-};
+use tokio_rustls::{rustls::pki_types::ServerName, TlsConnector};
 
 /// An h2 connection over `io` (already past TLS, if any), its driver spawned.
 async fn h2_client<IO>(io: IO) -> http2::SendRequest<Empty<Bytes>>
@@ -157,27 +154,15 @@ async fn an_unknown_host_is_routed_as_over_http11() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_client_offering_h2_gets_http2() {
-    let generated =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
-    let dir = TempDir::new();
-    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
-    std::fs::write(&cert, generated.cert.pem()).expect("cert");
-    std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
+    let certificate = support::TestCertificate::localhost();
     let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
     let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
         .workers(1)
-        .tls(&cert.display().to_string(), &key.display().to_string())
+        .tls(&certificate.cert, &certificate.key)
         .to_yaml();
     let duet = Duet::start(&yaml);
 
-    let mut roots = RootCertStore::empty();
-    roots.add(generated.cert.der().clone()).expect("root");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config = certificate.client_config();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let tcp = tokio::net::TcpStream::connect(duet.address)
         .await

@@ -8,35 +8,19 @@ use duet_testbed::config::DuetConfig;
 use duet_testbed::{Backend, BackendOptions};
 use std::{sync::Arc, time::Duration};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::{
-    rustls::{self, pki_types::ServerName, RootCertStore},
-    TlsConnector,
-};
+use tokio_rustls::{rustls::pki_types::ServerName, TlsConnector};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_in_http_out() {
-    let generated =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
-    let dir = TempDir::new();
-    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
-    std::fs::write(&cert, generated.cert.pem()).expect("cert");
-    std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
-
+    let certificate = support::TestCertificate::localhost();
     let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
     let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
         .workers(2)
-        .tls(&cert.display().to_string(), &key.display().to_string())
+        .tls(&certificate.cert, &certificate.key)
         .to_yaml();
     let duet = Duet::start(&yaml);
 
-    let mut roots = RootCertStore::empty();
-    roots.add(generated.cert.der().clone()).expect("root");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = certificate.client_config();
     let connector = TlsConnector::from(Arc::new(config));
     for _ in 0..3 {
         let tcp = tokio::net::TcpStream::connect(duet.address)
@@ -73,14 +57,7 @@ async fn https_in_http_out() {
 
 /// GET over TLS trusting only `root`; the response, or why the handshake failed.
 async fn fetch(address: std::net::SocketAddr, root: &rcgen::Certificate) -> Result<String, String> {
-    let mut roots = RootCertStore::empty();
-    roots.add(root.der().clone()).map_err(|e| e.to_string())?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = support::client_trusting(root)?;
     let tcp = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|e| e.to_string())?;

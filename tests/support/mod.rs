@@ -258,3 +258,49 @@ pub(crate) async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::Head
         .to_bytes();
     (status, headers, body)
 }
+
+/// A self-signed certificate for `localhost`, written as `cert.pem` and `key.pem` in a directory of
+/// its own, for a TLS listener.
+pub(crate) struct TestCertificate {
+    pub(crate) generated: rcgen::CertifiedKey<rcgen::KeyPair>,
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    _dir: TempDir,
+}
+
+impl TestCertificate {
+    pub(crate) fn localhost() -> Self {
+        let generated =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
+        let dir = TempDir::new();
+        let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+        std::fs::write(&cert, generated.cert.pem()).expect("cert");
+        std::fs::write(&key, generated.signing_key.serialize_pem()).expect("key");
+        Self {
+            generated,
+            cert: cert.display().to_string(),
+            key: key.display().to_string(),
+            _dir: dir,
+        }
+    }
+
+    /// A client that trusts this certificate alone.
+    pub(crate) fn client_config(&self) -> tokio_rustls::rustls::ClientConfig {
+        client_trusting(&self.generated.cert).expect("a client config")
+    }
+}
+
+/// A rustls client config that trusts `root` alone.
+pub(crate) fn client_trusting(
+    root: &rcgen::Certificate,
+) -> Result<tokio_rustls::rustls::ClientConfig, String> {
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root.der().clone()).map_err(|e| e.to_string())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}

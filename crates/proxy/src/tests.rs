@@ -91,6 +91,11 @@ impl Harness {
         (status, backend, body)
     }
 
+    /// Connections waiting in the worker's parking lot now.
+    fn parked(&self) -> usize {
+        (self.connections.shared().parking_lot()).map_or(0, crate::conn::parking::ParkingLot::len)
+    }
+
     fn eligible(&self, backend: SocketAddr) -> bool {
         self.proxy
             .with_balance("app", |b| {
@@ -506,13 +511,7 @@ async fn an_idle_connection_leaves_its_task_for_the_parking_lot_and_comes_back_o
     local(async {
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
         let harness = Harness::start(&parking_soon(backend.address())).await;
-        let parked = || {
-            harness
-                .connections
-                .shared()
-                .parking_lot()
-                .map_or(0, crate::conn::parking::ParkingLot::len)
-        };
+        let parked = || harness.parked();
         let counters = harness.proxy.counters_handle();
         let gauge =
             |cell: &std::sync::atomic::AtomicU64| cell.load(std::sync::atomic::Ordering::Relaxed);
@@ -560,13 +559,7 @@ async fn at_the_cap_the_longest_idle_parked_connections_are_closed_first() {
     local(async {
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
         let harness = Harness::start(&parking_soon(backend.address())).await;
-        let parked = || {
-            harness
-                .connections
-                .shared()
-                .parking_lot()
-                .map_or(0, crate::conn::parking::ParkingLot::len)
-        };
+        let parked = || harness.parked();
         let counters = harness.proxy.counters_handle();
         let gauge =
             |cell: &std::sync::atomic::AtomicU64| cell.load(std::sync::atomic::Ordering::Relaxed);
@@ -628,13 +621,7 @@ async fn at_the_cap_a_parked_connection_whose_request_has_arrived_is_not_reclaim
         let backend = Backend::start(BackendOptions::named("a")).expect("backend");
         // Parked connections are not taken back by the loop: the test looks at the lot itself.
         let harness = Harness::start_with(&parking_soon(backend.address()), None, false).await;
-        let lot = || {
-            harness
-                .connections
-                .shared()
-                .parking_lot()
-                .map_or(0, crate::conn::parking::ParkingLot::len)
-        };
+        let lot = || harness.parked();
         let mut asking = tokio::net::TcpStream::connect(harness.address)
             .await
             .expect("connect");
@@ -679,13 +666,7 @@ async fn at_the_drain_a_parked_connection_whose_request_has_arrived_is_served_an
             .expect("connect");
         assert_eq!(exchange(&mut idle).await, 200);
         assert_eq!(exchange(&mut asking).await, 200);
-        let lot = || {
-            harness
-                .connections
-                .shared()
-                .parking_lot()
-                .map_or(0, crate::conn::parking::ParkingLot::len)
-        };
+        let lot = || harness.parked();
         until("both connections park", || lot() == 2).await;
         // The drain begins just as `asking` sends its next request to its parked connection.
         asking
