@@ -44,9 +44,10 @@ mod units;
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
-    http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderMatch, HealthCheck,
-    HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern, Policy,
-    Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, ValueMatch, Workers,
+    http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
+    HealthCheck, HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, PathRewrite,
+    Pattern, Policy, Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles,
+    ValueMatch, WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

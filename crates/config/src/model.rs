@@ -118,6 +118,17 @@ pub struct Route {
     /// upload never holds a backend (nginx's `proxy_request_buffering on`). A larger body gets 413: it is
     /// never streamed, nor spooled to disk. `None` (the default): bodies are streamed as they arrive.
     pub buffer_request: Option<usize>,
+    /// `request_headers:`: what is changed in the request on its way to the backend, after duet's own
+    /// fields (hop-by-hop out, `X-Forwarded-*` and `X-Request-Id` in) are settled.
+    pub request_headers: HeaderEdits,
+    /// `response_headers:`: what is changed in a backend's response on its way to the client (duet's
+    /// own answers, such as a 502 or a redirect, are left as duet writes them).
+    pub response_headers: HeaderEdits,
+    /// `rewrite:`: the path and Host the backend gets instead of the request's.
+    pub rewrite: Rewrite,
+    /// `retries: { attempts }`: attempts per request on this route, the first included, in place of
+    /// its cluster's `retries.attempts`. `None`: the cluster's.
+    pub retry_attempts: Option<u32>,
 }
 
 impl Route {
@@ -129,14 +140,40 @@ impl Route {
             .is_none_or(|listeners| listeners.contains(&listener))
     }
 
-    /// Where the route sends requests, for people to read: the cluster's name, or the redirect.
+    /// Where the route sends requests, for people to read: the cluster's name, a split as
+    /// `api-v1:95 api-v2:5` (each cluster with its weight), or the redirect.
     pub fn target(&self, clusters: &[Cluster]) -> String {
+        let name = |index: usize| clusters.get(index).map_or("", |c| c.name.as_str());
         match &self.action {
-            Action::Cluster(index) => clusters
-                .get(*index)
-                .map_or_else(String::new, |c| c.name.clone()),
+            Action::Cluster(index) => name(*index).to_owned(),
+            Action::Split(split) => split
+                .iter()
+                .map(|w| format!("{}:{}", name(w.cluster), w.weight))
+                .collect::<Vec<_>>()
+                .join(" "),
             Action::Redirect(redirect) => redirect.to_string(),
         }
+    }
+
+    /// The route's filters, for people to read: empty when there are none, else each after a space,
+    /// as ` request_headers set x-team=api rewrite path_prefix /v2 retries 2`.
+    pub fn filters(&self) -> String {
+        let mut text = String::new();
+        for (name, edits) in [
+            ("request_headers", &self.request_headers),
+            ("response_headers", &self.response_headers),
+        ] {
+            if !edits.is_empty() {
+                text.push_str(&format!(" {name}{edits}"));
+            }
+        }
+        if !self.rewrite.is_empty() {
+            text.push_str(&format!(" rewrite{}", self.rewrite));
+        }
+        if let Some(attempts) = self.retry_attempts {
+            text.push_str(&format!(" retries {attempts}"));
+        }
+        text
     }
 
     /// The matchers beyond host and path, for people to read (`check`, `check --diff`): empty when
@@ -168,18 +205,121 @@ impl Route {
 pub enum Action {
     /// Proxy to the cluster at this index into [`Config::clusters`].
     Cluster(usize),
+    /// Proxy each request to one of two or more clusters, in shares set by their weights (smooth
+    /// weighted round robin, per worker): `backends: [{ cluster, weight }, ...]`. Clusters of weight 0
+    /// get nothing (a canary staged before it ramps up); at least one weight is above 0.
+    Split(Vec<WeightedCluster>),
     /// Answer with a redirect, without touching a backend.
     Redirect(Redirect),
 }
 
 impl Action {
-    /// The cluster's index, for a route that proxies.
+    /// The cluster's index, for a route that proxies to one cluster.
     pub fn cluster(&self) -> Option<usize> {
         match self {
             Self::Cluster(index) => Some(*index),
-            Self::Redirect(_) => None,
+            Self::Split(_) | Self::Redirect(_) => None,
         }
     }
+
+    /// Every cluster the route may send to (indexes into [`Config::clusters`]), in the order written,
+    /// weight-0 ones included; none for a redirect.
+    pub fn clusters(&self) -> impl Iterator<Item = usize> + '_ {
+        let split = match self {
+            Self::Split(split) => &split[..],
+            Self::Cluster(_) | Self::Redirect(_) => &[],
+        };
+        self.cluster()
+            .into_iter()
+            .chain(split.iter().map(|w| w.cluster))
+    }
+}
+
+/// One cluster of a split and its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightedCluster {
+    /// Index into [`Config::clusters`].
+    pub cluster: usize,
+    /// Relative share, 0 to 1,000,000 (Gateway API's range); default 1.
+    pub weight: u32,
+}
+
+/// `request_headers:` or `response_headers:`. Applied in the order remove, set, add; never to
+/// hop-by-hop or framing fields, nor to Host (which only `rewrite.host` changes): the config refuses
+/// those.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeaderEdits {
+    /// Fields replaced (every field of that name goes, then this one is added), names lowercased.
+    pub set: Vec<(String, String)>,
+    /// Fields appended beside any of the same name already there.
+    pub add: Vec<(String, String)>,
+    /// Fields removed, names lowercased.
+    pub remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+impl std::fmt::Display for HeaderEdits {
+    /// ` set x-team=api add x-via=duet remove server`: each edit after a space.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (name, value) in &self.set {
+            write!(f, " set {name}={value}")?;
+        }
+        for (name, value) in &self.add {
+            write!(f, " add {name}={value}")?;
+        }
+        for name in &self.remove {
+            write!(f, " remove {name}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `rewrite:`: what the backend gets in place of the request's path and Host. The query is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rewrite {
+    /// The new path; `None`: the request's (normalised) path.
+    pub path: Option<PathRewrite>,
+    /// The Host the backend gets (`name` or `name:port`, lowercased); `None`: the request's.
+    /// `X-Forwarded-Host` still names the request's.
+    pub host: Option<String>,
+}
+
+impl Rewrite {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.path.is_none() && self.host.is_none()
+    }
+}
+
+impl std::fmt::Display for Rewrite {
+    /// ` path_prefix /v2 host internal.example.com`: each part after a space.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(PathRewrite::Full(path)) => write!(f, " path {path}")?,
+            Some(PathRewrite::Prefix(prefix)) => write!(f, " path_prefix {prefix}")?,
+            None => {}
+        }
+        if let Some(host) = &self.host {
+            write!(f, " host {host}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How a rewrite changes the path (normalised, as every path written in the config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathRewrite {
+    /// The whole path is replaced.
+    Full(String),
+    /// The prefix the route matched is replaced (Gateway API's `ReplacePrefixMatch`), only on a route
+    /// that matches a prefix.
+    Prefix(String),
 }
 
 /// `redirect:`: the parts of the request's URL to change; the query is always kept.

@@ -65,6 +65,53 @@ pub(crate) struct RawRoute {
     #[serde(default)]
     pub(crate) listeners: Option<Spanned<Vec<Spanned<Scalar>>>>,
     pub(crate) buffer_request: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) backends: Option<Spanned<Vec<Spanned<RawWeighted>>>>,
+    #[serde(default)]
+    pub(crate) request_headers: Option<Spanned<RawHeaderEdits>>,
+    #[serde(default)]
+    pub(crate) response_headers: Option<Spanned<RawHeaderEdits>>,
+    #[serde(default)]
+    pub(crate) rewrite: Option<Spanned<RawRewrite>>,
+    #[serde(default)]
+    pub(crate) retries: Option<RawRouteRetries>,
+}
+
+/// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawWeighted {
+    pub(crate) cluster: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) weight: Option<Spanned<Scalar>>,
+}
+
+/// `request_headers:` / `response_headers:`: `{ set: { k: v }, add: { k: v }, remove: [k] }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawHeaderEdits {
+    #[serde(default)]
+    pub(crate) set: Option<Pairs<Spanned<Scalar>>>,
+    #[serde(default)]
+    pub(crate) add: Option<Pairs<Spanned<Scalar>>>,
+    #[serde(default)]
+    pub(crate) remove: Option<Vec<Spanned<Scalar>>>,
+}
+
+/// `rewrite: { path | path_prefix, host }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawRewrite {
+    #[serde(default)]
+    pub(crate) path: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) path_prefix: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) host: Option<Spanned<Scalar>>,
+}
+
+/// A route's `retries: { attempts }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawRouteRetries {
+    #[serde(default)]
+    pub(crate) attempts: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -428,7 +475,15 @@ static LISTENER: Shape = Shape {
 };
 static ROUTE: Shape = Shape {
     fields: fields_of::<RawRoute>,
-    children: &[("match", &MATCH), ("redirect", &leaf::<RawRedirect>())],
+    children: &[
+        ("match", &MATCH),
+        ("redirect", &leaf::<RawRedirect>()),
+        ("backends", &leaf::<RawWeighted>()),
+        ("request_headers", &leaf::<RawHeaderEdits>()),
+        ("response_headers", &leaf::<RawHeaderEdits>()),
+        ("rewrite", &leaf::<RawRewrite>()),
+        ("retries", &leaf::<RawRouteRetries>()),
+    ],
 };
 static MATCH: Shape = Shape {
     fields: fields_of::<RawMatch>,

@@ -162,7 +162,7 @@ fn each_redirect_mistake_is_located() {
         "r.yaml:5:64: routes[2].redirect.path_prefix: the route matches no prefix to replace",
         "r.yaml:6:17: routes[3].redirect: changes nothing",
         "r.yaml:7:31: routes[4].redirect: both `cluster` and `redirect`",
-        "r.yaml:8:5: routes[5]: neither `cluster` nor `redirect`",
+        "r.yaml:8:5: routes[5]: neither `cluster`, `backends` nor `redirect`",
         "r.yaml:9:25: routes[6].redirect.path: `//evil.example` would read as a host",
     ];
     for (i, want) in expected.iter().enumerate() {

@@ -9,15 +9,17 @@ use crate::{
     exchange::InService,
     peer::Client,
     request_id::RequestIds,
+    stage::filters::Filters,
     stage::prepare,
     stage::respond,
     stage::retry,
     stage::route,
+    stage::split::Splitter,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     view::{HealthView, ResolvedNames},
 };
-use duet_config::{Action, Config};
+use duet_config::{Action, Config, Route};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
@@ -40,8 +42,8 @@ pub struct WorkerProxy {
 struct Table {
     config: Arc<Config>,
     clusters: Vec<Rc<Cluster>>,
-    /// Each route's latency histograms, in `config.routes` order.
-    routes: Vec<Arc<RouteTimings>>,
+    /// What this worker keeps for each route, in `config.routes` order.
+    routes: Vec<RouteState>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -119,8 +121,8 @@ impl WorkerProxy {
             .enumerate()
             .map(|(index, cluster)| {
                 let mut cells = cluster.cells();
-                cells.routes = (table.config.routes.iter().zip(&table.routes))
-                    .filter(|(route, _)| route.action.cluster() == Some(index))
+                cells.routes = (table.routes.iter().flat_map(|route| &route.timings))
+                    .filter(|(to, _)| *to == index)
                     .map(|(_, timings)| timings.clone())
                     .collect();
                 cells
@@ -215,22 +217,24 @@ impl WorkerProxy {
                 Ok(routed) => routed,
                 Err(error) => return Ok(self.unrouted(&error, log)),
             };
-        let index = match &routed.route.action {
-            Action::Cluster(index) => *index,
-            Action::Redirect(redirect) => {
-                let (matched, host) = (&routed.route.path, routed.host.as_ref());
-                return Ok(respond::redirect(
-                    redirect, matched, &request, host, client.tls, log,
-                ));
-            }
+        if let Action::Redirect(redirect) = &routed.route.action {
+            let (matched, host) = (&routed.route.path, routed.host.as_ref());
+            return Ok(respond::redirect(
+                redirect, matched, &request, host, client.tls, log,
+            ));
+        }
+        let state = &table.routes[routed.index];
+        let Some((index, timings)) = state.pick() else {
+            return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log));
         };
         let cluster = &table.clusters[index];
         if let Some(log) = log.as_mut() {
             log.cluster = Some(cluster.name.clone());
         }
 
+        let route = (routed.route, &state.filters);
         let mut prepared =
-            match prepare::prepare(request, cluster, routed.route, routed.host, client).await {
+            match prepare::prepare(request, cluster, route, routed.host, client).await {
                 Ok(prepared) => prepared,
                 Err(error) => {
                     tracing::debug!(client = %client.address, "{error}");
@@ -238,7 +242,6 @@ impl WorkerProxy {
                     return Ok(respond::local_error(&error, log));
                 }
             };
-        let timings = &table.routes[routed.index];
         let outcome =
             retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
         if outcome.is_err() {
@@ -249,7 +252,7 @@ impl WorkerProxy {
         let mut response = respond::respond(
             cluster,
             outcome,
-            prepared.upgrade,
+            (prepared.upgrade, &state.filters.response),
             client.address,
             connection,
         );
@@ -299,22 +302,8 @@ impl Table {
         previous: Option<&Table>,
         health: &SharedHealth,
     ) -> Self {
-        let routes = config
-            .routes
-            .iter()
-            .map(|route| {
-                let target = route.target(&config.clusters);
-                previous
-                    .and_then(|old| {
-                        old.config.routes.iter().zip(&old.routes).find(|(r, _)| {
-                            r.name == route.name && r.target(&old.config.clusters) == target
-                        })
-                    })
-                    .map_or_else(
-                        || Arc::new(RouteTimings::new(&route.name)),
-                        |(_, kept)| kept.clone(),
-                    )
-            })
+        let routes = (config.routes.iter())
+            .map(|route| RouteState::new(route, &config.clusters, previous))
             .collect();
         let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
@@ -342,5 +331,60 @@ impl Table {
             routes,
             keep_alive,
         }
+    }
+}
+
+/// What a worker keeps for one route: its split, its filters compiled, and the latency histograms of
+/// each cluster it sends to.
+struct RouteState {
+    /// The index of each cluster the route sends to, and its histograms for the route (the `cluster`
+    /// label of its series), in the order of the route's action.
+    timings: Vec<(usize, Arc<RouteTimings>)>,
+    /// The smooth weighted round robin of a split route.
+    split: Option<Splitter>,
+    filters: Filters,
+}
+
+impl RouteState {
+    /// The state of `route`, keeping the histograms `previous` had for the same route name and
+    /// cluster name, so that a reload does not reset their series.
+    fn new(route: &Route, clusters: &[duet_config::Cluster], previous: Option<&Table>) -> Self {
+        let name = |clusters: &[duet_config::Cluster], index: usize| {
+            clusters.get(index).map(|c| c.name.clone())
+        };
+        let kept = |index: usize| {
+            let old = previous?;
+            let (_, state) =
+                (old.config.routes.iter().zip(&old.routes)).find(|(r, _)| r.name == route.name)?;
+            let wanted = name(clusters, index);
+            (state.timings.iter())
+                .find(|(to, _)| name(&old.config.clusters, *to) == wanted)
+                .map(|(_, timings)| timings.clone())
+        };
+        let timings = (route.action.clusters())
+            .map(|index| {
+                let timings =
+                    kept(index).unwrap_or_else(|| Arc::new(RouteTimings::new(&route.name)));
+                (index, timings)
+            })
+            .collect();
+        let split = match &route.action {
+            Action::Split(split) => Some(Splitter::new(split)),
+            Action::Cluster(_) | Action::Redirect(_) => None,
+        };
+        Self {
+            timings,
+            split,
+            filters: Filters::new(route),
+        }
+    }
+
+    /// The cluster (its index) that takes this request, and the route's histograms for it; `None`
+    /// for a redirect route.
+    fn pick(&self) -> Option<(usize, &Arc<RouteTimings>)> {
+        let position = self.split.as_ref().map_or(0, Splitter::pick);
+        self.timings
+            .get(position)
+            .map(|(index, timings)| (*index, timings))
     }
 }

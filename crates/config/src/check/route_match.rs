@@ -154,7 +154,7 @@ fn query(
 }
 
 /// RFC 9110 §5.6.2's token, which header names and methods are.
-fn token(text: &str) -> bool {
+pub(super) fn token(text: &str) -> bool {
     !text.is_empty()
         && text
             .bytes()

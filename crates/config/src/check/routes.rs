@@ -1,6 +1,6 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field, redirect, route_match};
+use super::{checker::Checker, field::Field, redirect, route_filters, route_match, split};
 use crate::{
     error::{did_you_mean, ConfigError},
     model::{http_method, Action, HostPattern, Listener, PathMatch, Route},
@@ -31,6 +31,7 @@ pub(super) fn routes(
         let field = list.index(ri);
         let matchers = route_match::matchers(checker, r.matcher.as_ref(), &field);
         let action = action(checker, spanned, &field, clusters, &matchers.path);
+        let filters = route_filters::filters(checker, r, &field, &matchers.path);
         let retry_methods = match &r.retry_methods {
             None => http_method::idempotent(),
             Some(list) => route_match::methods(checker, list, &field.key("retry_methods")),
@@ -78,6 +79,10 @@ pub(super) fn routes(
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
                 buffer_request: buffer_request.filter(|&size| size > 0),
+                request_headers: filters.request_headers,
+                response_headers: filters.response_headers,
+                rewrite: filters.rewrite,
+                retry_attempts: filters.retry_attempts,
             });
         }
     }
@@ -155,7 +160,7 @@ fn unknown_listener(
     checker.push(e);
 }
 
-/// The route's `cluster:` or `redirect:`, exactly one of them.
+/// The route's `cluster:`, `backends:` or `redirect:`, exactly one of them.
 fn action(
     checker: &mut Checker,
     route: &Spanned<RawRoute>,
@@ -163,20 +168,37 @@ fn action(
     clusters: &[String],
     path: &PathMatch,
 ) -> Option<Action> {
-    match (&route.value.cluster, &route.value.redirect) {
-        (Some(wanted), None) => cluster(checker, wanted, field, clusters).map(Action::Cluster),
-        (None, Some(redirect)) => {
+    let r = &route.value;
+    match (&r.cluster, &r.backends, &r.redirect) {
+        (Some(wanted), None, None) => {
+            cluster(checker, wanted, field, clusters).map(Action::Cluster)
+        }
+        (None, Some(backends), None) => split::split(checker, backends, field, clusters),
+        (None, None, Some(redirect)) => {
             redirect::redirect(checker, redirect, field, path).map(Action::Redirect)
         }
-        (Some(_), Some(redirect)) => {
+        (Some(_), Some(backends), _) => {
+            let message = "both `cluster` and `backends`: write `cluster: NAME` for one cluster, \
+                           `backends:` to split over several";
+            checker.reject(backends, field.key("backends"), message);
+            None
+        }
+        (Some(_), None, Some(redirect)) => {
             let message = "both `cluster` and `redirect`: a route either proxies or redirects";
             checker.reject(redirect, field.key("redirect"), message);
             None
         }
-        (None, None) => {
-            let e = checker.error(route, field, "neither `cluster` nor `redirect`");
-            checker
-                .push(e.hint("add `cluster: NAME` to proxy, or `redirect: { ... }` to redirect"));
+        (None, Some(_), Some(redirect)) => {
+            let message = "both `backends` and `redirect`: a route either proxies or redirects";
+            checker.reject(redirect, field.key("redirect"), message);
+            None
+        }
+        (None, None, None) => {
+            let e = checker.error(route, field, "neither `cluster`, `backends` nor `redirect`");
+            checker.push(e.hint(
+                "add `cluster: NAME` to proxy, `backends: [{ cluster: NAME, weight: N }, ...]` to \
+                 split, or `redirect: { ... }` to redirect",
+            ));
             None
         }
     }

@@ -7,3 +7,7 @@ pub(crate) mod forward;
 pub(crate) mod prepare;
 pub(crate) mod respond;
 pub(crate) mod route;
+
+pub(crate) mod filters;
+pub(crate) mod rewrite;
+pub(crate) mod split;

@@ -8,6 +8,7 @@ use crate::{
     exchange::{Prepared, Upgrade},
     headers,
     peer::Client,
+    stage::filters::Filters,
 };
 use duet_config::Route;
 use http::{header, HeaderValue, Request};
@@ -15,15 +16,16 @@ use http_body::Body;
 use hyper::body::Incoming;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust) and decides
-/// how the body is sent: read in full first when the route buffers requests or when it is small and
-/// retries may need it again, streamed otherwise. A body in a transfer coding other than chunked gets
-/// 501, one that is malformed 400, one larger than the route's `buffer_request` 413, one that stalls
-/// longer than `limits.body_read_timeout` or falls behind `limits.min_upload_rate` 408.
+/// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust; then the
+/// route's `filters`) and decides how the body is sent: read in full first when the route buffers
+/// requests or when it is small and retries may need it again, streamed otherwise. A body in a transfer
+/// coding other than chunked gets 501, one that is malformed 400, one larger than the route's
+/// `buffer_request` 413, one that stalls longer than `limits.body_read_timeout` or falls behind
+/// `limits.min_upload_rate` 408.
 pub(crate) async fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
-    route: &Route,
+    (route, filters): (&Route, &Filters),
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Prepared, ProxyError> {
@@ -51,7 +53,11 @@ pub(crate) async fn prepare(
     request_headers.remove(header::EXPECT);
 
     let (mut parts, body) = request.into_parts();
-    let source = body_source(body, cluster, route.buffer_request)
+    filters
+        .apply(&mut parts.uri, &mut parts.headers)
+        .map_err(ProxyError::new)?;
+    let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
+    let source = body_source(body, cluster, route.buffer_request, attempts)
         .await
         .map_err(ProxyError::new)?;
     if matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
@@ -73,6 +79,7 @@ async fn body_source(
     body: Incoming,
     cluster: &Cluster,
     buffer: Option<usize>,
+    attempts: u32,
 ) -> Result<BodySource, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodySource::Empty);
@@ -84,9 +91,7 @@ async fn body_source(
             return Err(ErrorKind::BodyTooLarge)
         }
         Some(limit) => limit,
-        None if cluster.attempts > 1
-            && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) =>
-        {
+        None if attempts > 1 && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
             cluster.replay_body_limit
         }
         None => {

@@ -8,6 +8,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
     headers,
+    stage::filters::HeaderEditor,
     telemetry::access_log::AccessLog,
     tunnel::PendingTunnel,
 };
@@ -17,11 +18,12 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode
 use hyper::body::Incoming;
 use std::{net::SocketAddr, time::Duration};
 
-/// The client's response for what the attempts came to.
+/// The client's response for what the attempts came to; a backend's gets the route's response
+/// `edits`, duet's own answer none.
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
-    upgrade: Option<Upgrade>,
+    (upgrade, edits): (Option<Upgrade>, &HeaderEditor),
     client: SocketAddr,
     connection: &ConnectionState,
 ) -> Response<ProxyBody> {
@@ -29,7 +31,7 @@ pub(crate) fn respond(
         Ok((response, completion)) => relay(
             response,
             completion,
-            upgrade,
+            (upgrade, edits),
             client,
             (connection, cluster.tunnel_idle()),
         ),
@@ -47,7 +49,7 @@ pub(crate) fn respond(
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    upgrade: Option<Upgrade>,
+    (upgrade, edits): (Option<Upgrade>, &HeaderEditor),
     client: SocketAddr,
     (connection, idle): (&ConnectionState, Duration),
 ) -> Response<ProxyBody> {
@@ -82,6 +84,7 @@ fn relay(
     let headers = response.headers_mut();
     headers::remove_hop_by_hop(headers, protocol);
     single_content_length(headers);
+    edits.apply(headers);
     let (parts, body) = response.into_parts();
     completion.on_head(&parts);
     Response::from_parts(parts, ProxyBody::upstream(body, completion))

@@ -48,7 +48,7 @@ pub(crate) async fn send(
             .iter()
             .any(|m| m == prepared.parts.method.as_str());
     cluster.count_request();
-    let attempts = cluster.attempts as usize;
+    let attempts = route.retry_attempts.unwrap_or(cluster.attempts).max(1) as usize;
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut last_error = None;
     loop {
