@@ -19,6 +19,7 @@ mod limits;
 mod readme;
 mod reload;
 mod resilience;
+mod route_filters;
 mod routing;
 mod streaming;
 mod tls;
