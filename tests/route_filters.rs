@@ -101,3 +101,145 @@ clusters:
         metrics()
     );
 }
+
+/// What a backend receives: the route's rewrite of path and Host (query kept, on the normalised path),
+/// and its request edits made after duet's own forwarding fields, so a client cannot undo them.
+#[test]
+fn the_backend_gets_the_rewritten_path_and_host_and_the_edited_headers() {
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - match: {{ path_prefix: /api/ }}
+    cluster: app
+    rewrite: {{ path_prefix: /v2/, host: internal.example.com }}
+    request_headers:
+      set: {{ x-team: api, x-forwarded-host: edge.example.com }}
+      add: {{ x-via: duet }}
+      remove: [ x-debug ]
+  - {{ match: {{ path: {{ exact: /old }} }}, cluster: app, rewrite: {{ path: /fixed }} }}
+  - {{ match: {{ path_prefix: /v1 }}, cluster: app, rewrite: {{ path_prefix: / }} }}
+  - {{ cluster: app }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        app.address()
+    );
+    let duet = Duet::start(&yaml);
+    let (status, _) = exchange(
+        &duet,
+        "GET /api/users/../items/7?x=1&y HTTP/1.1\r\nHost: shop.test\r\nX-Team: client\r\n\
+         X-Via: client\r\nX-Debug: 1\r\n",
+    );
+    assert_eq!(status, "200");
+    let seen = app.recorded().pop().expect("one request");
+    assert_eq!(seen.uri, "/v2/items/7?x=1&y");
+    assert_eq!(values(&seen, "host"), ["internal.example.com"]);
+    assert_eq!(values(&seen, "x-team"), ["api"], "set replaces the client's");
+    assert_eq!(values(&seen, "x-via"), ["client", "duet"], "add appends");
+    assert_eq!(values(&seen, "x-debug"), Vec::<String>::new());
+    assert_eq!(
+        values(&seen, "x-forwarded-host"),
+        ["edge.example.com"],
+        "edits come after duet's own fields"
+    );
+    assert_eq!(values(&seen, "x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(values(&seen, "x-request-id").len(), 1);
+
+    let cases = [
+        ("/old?q=%20", "/fixed?q=%20"),
+        ("/v1", "/"),
+        ("/v1/a/b", "/a/b"),
+        ("/v1x", "/x"),
+        ("/other/./page", "/other/page"),
+    ];
+    for (target, want) in cases {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: shop.test\r\nX-Debug: 1\r\n");
+        assert_eq!(exchange(&duet, &request).0, "200", "{target}");
+        let seen = app.recorded().pop().expect("request");
+        assert_eq!(seen.uri, want, "{target}");
+        assert_eq!(values(&seen, "host"), ["shop.test"], "{target}");
+        assert_eq!(values(&seen, "x-debug"), ["1"], "no edits on {target}");
+        assert!(!seen.headers.contains_key("x-team"), "{target}");
+    }
+    assert_eq!(app.requests(), 6);
+}
+
+/// The route's response edits apply to what its backend answers; duet's own answer (here a 502 from
+/// a cluster whose backend refuses connections) is left as duet writes it.
+#[test]
+fn response_edits_apply_to_backend_responses_not_to_duets_own() {
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let edits = "response_headers: { set: { strict-transport-security: \"max-age=63072000\" }, \
+                 add: { x-via: duet }, remove: [ x-backend ] }";
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /down }}, cluster: down, {edits} }}
+  - {{ cluster: app, {edits} }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+  - {{ name: down, backends: [ {{ address: {} }} ], retries: {{ attempts: 1 }} }}
+",
+        app.address(),
+        closed_port()
+    );
+    let duet = Duet::start(&yaml);
+    let (status, head) = exchange(&duet, "GET /up HTTP/1.1\r\nHost: shop.test\r\n");
+    assert_eq!(status, "200");
+    let field = |name: &str| -> Vec<&str> {
+        (head.iter())
+            .filter_map(|l| l.split_once(": "))
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+            .collect()
+    };
+    assert_eq!(field("strict-transport-security"), ["max-age=63072000"]);
+    assert_eq!(field("x-via"), ["duet"]);
+    assert_eq!(field("x-backend"), Vec::<&str>::new(), "{head:?}");
+    assert_eq!(field("content-length"), ["3"], "framing untouched");
+
+    let (status, head) = exchange(&duet, "GET /down HTTP/1.1\r\nHost: shop.test\r\n");
+    assert_eq!(status, "502", "{head:?}");
+    let edited = head.iter().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("strict-transport-security") || l.starts_with("x-via")
+    });
+    assert!(!edited, "{head:?}");
+}
+
+/// A route's `retries.attempts` replaces its cluster's: on a round-robin cluster of one refusing and
+/// one live backend that never retries, the route allowing two attempts always gets an answer, the
+/// route left to the cluster fails every other request.
+#[test]
+fn a_routes_retry_attempts_override_its_clusters() {
+    let live = Backend::start(BackendOptions::named("live")).expect("live");
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /retried }}, cluster: pair, retries: {{ attempts: 2 }} }}
+  - {{ cluster: pair }}
+clusters:
+  - name: pair
+    policy: round_robin
+    backends: [ {{ address: {} }}, {{ address: {} }} ]
+    retries: {{ attempts: 1 }}
+    outlier_detection: {{ consecutive_failures: 0 }}
+",
+        closed_port(),
+        live.address()
+    );
+    let duet = Duet::start(&yaml);
+    let statuses = |target: &str| -> Vec<String> {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: shop.test\r\n");
+        (0..10).map(|_| exchange(&duet, &request).0).collect()
+    };
+    let once = statuses("/once");
+    assert_eq!(once.iter().filter(|s| *s == "502").count(), 5, "{once:?}");
+    assert_eq!(once.iter().filter(|s| *s == "200").count(), 5, "{once:?}");
+    assert_eq!(statuses("/retried"), vec!["200"; 10]);
+    assert_eq!(live.requests(), 15);
+}
