@@ -136,7 +136,11 @@ clusters:
     let seen = app.recorded().pop().expect("one request");
     assert_eq!(seen.uri, "/v2/items/7?x=1&y");
     assert_eq!(values(&seen, "host"), ["internal.example.com"]);
-    assert_eq!(values(&seen, "x-team"), ["api"], "set replaces the client's");
+    assert_eq!(
+        values(&seen, "x-team"),
+        ["api"],
+        "set replaces the client's"
+    );
     assert_eq!(values(&seen, "x-via"), ["client", "duet"], "add appends");
     assert_eq!(values(&seen, "x-debug"), Vec::<String>::new());
     assert_eq!(

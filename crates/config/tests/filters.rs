@@ -46,7 +46,11 @@ fn a_split_is_read_with_its_weights() {
         Action::Split(vec![weighted(0, 1), weighted(1, 0)]),
         "weight 1 by default; 0 stages a cluster without traffic"
     );
-    assert_eq!(found[2].action, Action::Cluster(1), "one cluster is `cluster:`");
+    assert_eq!(
+        found[2].action,
+        Action::Cluster(1),
+        "one cluster is `cluster:`"
+    );
     let clusters = duet_config::parse(&yaml("  - { cluster: v1 }\n"), "f.yaml")
         .expect("valid")
         .clusters;
