@@ -100,6 +100,23 @@ clusters:
         "{}",
         metrics()
     );
+    // The status page lists the route with its split: weights, configured shares, requests taken.
+    let request = "GET /status?format=text HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let page = raw_exchange(admin, request.as_bytes(), Duration::from_secs(5)).0;
+    let words: Vec<String> = (page.lines())
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .skip_while(|l| !l.starts_with("route canary"))
+        .take(3)
+        .collect();
+    assert_eq!(
+        words,
+        [
+            "route canary (host * path /)",
+            "-> api-v1 weight 95 95.0% 1900 requests",
+            "-> api-v2 weight 5 5.0% 100 requests",
+        ],
+        "{page}"
+    );
 }
 
 /// What a backend receives: the route's rewrite of path and Host (query kept, on the normalised path),

@@ -17,6 +17,7 @@ use crate::{
     stage::split::Splitter,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
+    telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
 use duet_config::{Action, Config, Route};
@@ -129,6 +130,7 @@ impl WorkerProxy {
             })
             .collect();
         registry.publish(*index, cells);
+        registry.publish_routes(*index, RouteCells::of(&table.config));
     }
 
     /// Switches to a new config. Clusters are matched by name: a cluster that keeps its policy keeps its

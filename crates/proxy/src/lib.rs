@@ -83,6 +83,7 @@ pub use peer::Client;
 pub use telemetry::access_log::set_access_log_sink;
 pub use telemetry::metrics::{config_hash, DiscoveryCounters, Registry};
 pub use telemetry::status::{
-    BackendStatus, ClusterStatus, ConfigStatus, Status, StatusWindow, Totals,
+    BackendStatus, ClusterStatus, ConfigStatus, RouteStatus, SplitShare, Status, StatusWindow,
+    Totals,
 };
 pub use view::{Endpoint, HealthView, ResolvedNames};

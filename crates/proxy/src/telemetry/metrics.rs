@@ -9,6 +9,7 @@
 use crate::{
     outcome::Failure,
     telemetry::histogram::{AttemptCounts, Histogram},
+    telemetry::route_cells::RouteCells,
 };
 use duet_balance::EndpointLoad;
 use std::{
@@ -155,6 +156,8 @@ pub(crate) struct ClusterCells {
 pub(crate) struct WorkerEntry {
     pub(crate) counters: Arc<WorkerCounters>,
     pub(crate) clusters: Vec<ClusterCells>,
+    /// The routes of the worker's table, described for the status page.
+    pub(crate) routes: Vec<RouteCells>,
 }
 
 /// What the control plane's discovery counts.
@@ -319,6 +322,15 @@ impl Registry {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         workers.entry(worker).or_default().clusters = clusters;
+    }
+
+    /// The routes of `worker`'s table (after a start or a reload).
+    pub(crate) fn publish_routes(&self, worker: usize, routes: Vec<RouteCells>) {
+        let mut workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        workers.entry(worker).or_default().routes = routes;
     }
 }
 

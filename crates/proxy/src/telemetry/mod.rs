@@ -10,4 +10,6 @@ pub(crate) mod metrics_families;
 
 pub(crate) mod metrics;
 
+pub(crate) mod route_cells;
+
 pub(crate) mod histogram;

@@ -7,6 +7,7 @@ use crate::{
     telemetry::metrics::{
         unix_seconds, BackendCell, ClusterCells, ProcessState, Registry, WorkerEntry,
     },
+    telemetry::route_cells::RouteCells,
     view::HealthView,
 };
 use serde::Serialize;
@@ -35,6 +36,37 @@ pub struct Status {
     pub config: ConfigStatus,
     /// Every cluster, in configuration order.
     pub clusters: Vec<ClusterStatus>,
+    /// Every route, in configuration order (first match wins).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteStatus>,
+}
+
+/// One route: what it matches, where it sends and what it changes.
+#[derive(Debug, Serialize)]
+pub struct RouteStatus {
+    /// Its name (the `route` label).
+    pub name: String,
+    /// Its matchers, as `host api.example.com path /v1 method GET`.
+    pub matches: String,
+    /// The clusters it sends to, each with its weight and share; empty for a redirect route.
+    pub split: Vec<SplitShare>,
+    /// What a redirect route answers, as `redirect 308 scheme https`; `None` for a route that proxies.
+    pub redirect: Option<String>,
+    /// Its filters, as `request_headers set x-team=api rewrite path_prefix /v2`; empty without any.
+    pub filters: String,
+}
+
+/// One cluster of a route.
+#[derive(Debug, Serialize)]
+pub struct SplitShare {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Its weight in the split (1 for a route's only cluster).
+    pub weight: u32,
+    /// Its configured share: its weight over the route's total.
+    pub share: f64,
+    /// Requests of the route it took in the window, all workers.
+    pub requests: u64,
 }
 
 /// The running configuration and its reloads.
@@ -105,6 +137,8 @@ pub struct BackendStatus {
 #[derive(Debug, Clone, Default)]
 pub struct Totals {
     clusters: HashMap<String, Summed>,
+    /// Request durations by (cluster, route).
+    routes: HashMap<(String, String), Summed>,
     backends: HashMap<(String, SocketAddr), Counts>,
 }
 
@@ -116,6 +150,12 @@ impl Totals {
             let summed = totals.clusters.entry(cluster.name.clone()).or_default();
             for route in &cluster.routes {
                 summed.add(&route.request_duration);
+                let key = (cluster.name.clone(), route.route.to_string());
+                totals
+                    .routes
+                    .entry(key)
+                    .or_default()
+                    .add(&route.request_duration);
             }
             for backend in &cluster.backends {
                 let counts = totals
@@ -239,6 +279,9 @@ impl Registry {
             let clusters = entries.first().map_or_else(Vec::new, |first| {
                 first.clusters.iter().map(|c| view.cluster(c)).collect()
             });
+            let routes = entries.first().map_or_else(Vec::new, |first| {
+                first.routes.iter().map(|r| view.route(r)).collect()
+            });
             let uptime = (unix_seconds() - process.started_unix_seconds).max(0.0);
             Status {
                 version: env!("CARGO_PKG_VERSION"),
@@ -248,6 +291,7 @@ impl Registry {
                 draining,
                 config: ConfigStatus::of(process),
                 clusters,
+                routes,
             }
         })
     }
@@ -316,6 +360,32 @@ impl View<'_> {
             requests: durations.count(),
             p99_ms: durations.quantile_bound(0.99).map(|s| s * 1000.0),
             backends,
+        }
+    }
+
+    /// A route (the first worker's description) with the requests each of its clusters took.
+    fn route(&self, route: &RouteCells) -> RouteStatus {
+        let total: u64 = route.split.iter().map(|(_, w)| u64::from(*w)).sum();
+        let empty = Summed::default();
+        let split = (route.split.iter())
+            .map(|(cluster, weight)| {
+                let key = (cluster.clone(), route.name.clone());
+                let now = self.totals.routes.get(&key).unwrap_or(&empty);
+                let then = self.baseline.routes.get(&key).unwrap_or(&empty);
+                SplitShare {
+                    cluster: cluster.clone(),
+                    weight: *weight,
+                    share: u64::from(*weight) as f64 / total.max(1) as f64,
+                    requests: now.since(then).count(),
+                }
+            })
+            .collect();
+        RouteStatus {
+            name: route.name.clone(),
+            matches: route.matches.clone(),
+            split,
+            redirect: (!route.redirect.is_empty()).then(|| route.redirect.clone()),
+            filters: route.filters.trim_start().to_owned(),
         }
     }
 
@@ -418,6 +488,25 @@ impl Status {
                 );
             }
         }
+        for route in &self.routes {
+            let _ = writeln!(out, "\nroute {} ({})", route.name, route.matches);
+            if let Some(redirect) = &route.redirect {
+                let _ = writeln!(out, "  {redirect}");
+            }
+            for s in &route.split {
+                let _ = writeln!(
+                    out,
+                    "  -> {:<20} weight {:>7} {:>6.1}% {:>10} requests",
+                    s.cluster,
+                    s.weight,
+                    s.share * 100.0,
+                    s.requests
+                );
+            }
+            if !route.filters.is_empty() {
+                let _ = writeln!(out, "  filters: {}", route.filters);
+            }
+        }
         out
     }
 
@@ -443,6 +532,7 @@ impl Status {
             }
             out.push_str("</table>\n");
         }
+        self.write_html_routes(&mut out);
         out.push_str(
             "<p class=\"meta\">Counts, shares, error rates and p99 over the window above, summed over \
              workers; p99 is the upper bound of the histogram bucket that holds it. \
@@ -481,6 +571,43 @@ impl Status {
             self.config.reloads_succeeded,
             self.config.reloads_failed,
         );
+    }
+
+    /// The routes' table, in match order: each route's matchers, where it sends (each cluster of a
+    /// split with its weight, configured share and requests in the window) and its filters.
+    fn write_html_routes(&self, out: &mut String) {
+        if self.routes.is_empty() {
+            return;
+        }
+        out.push_str(
+            "<h2>routes <span class=\"meta\">first match wins</span></h2>\n<table>\
+             <tr><th>route</th><th>matches</th><th>sends to</th><th>filters</th></tr>\n",
+        );
+        for route in &self.routes {
+            let to = match &route.redirect {
+                Some(redirect) => escape(redirect),
+                None => (route.split.iter())
+                    .map(|s| {
+                        format!(
+                            "{} (weight {}, {:.1}%): {} requests",
+                            escape(&s.cluster),
+                            s.weight,
+                            s.share * 100.0,
+                            s.requests
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("<br>"),
+            };
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{to}</td><td>{}</td></tr>",
+                escape(&route.name),
+                escape(&route.matches),
+                escape(&route.filters),
+            );
+        }
+        out.push_str("</table>\n");
     }
 
     /// One backend's row of its cluster's table.

@@ -1,0 +1,54 @@
+//! A route as the status page shows it: what it matches, where it sends (each cluster of a split with
+//! its weight) and its filters, as text for people. Each worker publishes its table's routes beside
+//! its cluster cells; they change only with the config.
+
+use duet_config::{Action, Config, HostPattern, Route};
+
+/// One route, described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RouteCells {
+    pub(crate) name: String,
+    /// `host api.example.com path /v1 method GET`: its matchers.
+    pub(crate) matches: String,
+    /// Each cluster it sends to and its weight (a single `cluster:` at weight 1); empty for a redirect.
+    pub(crate) split: Vec<(String, u32)>,
+    /// `redirect 308 scheme https`, for a redirect route; empty otherwise.
+    pub(crate) redirect: String,
+    /// ` request_headers set x-team=api rewrite path_prefix /v2`: its filters, empty without any.
+    pub(crate) filters: String,
+}
+
+impl RouteCells {
+    /// Every route of `config`, in order.
+    pub(crate) fn of(config: &Config) -> Vec<Self> {
+        (config.routes.iter())
+            .map(|route| Self::route(route, config))
+            .collect()
+    }
+
+    fn route(route: &Route, config: &Config) -> Self {
+        let host = match &route.host {
+            None => "*".to_owned(),
+            Some(HostPattern::Exact(host)) => host.clone(),
+            Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+        };
+        let name = |index: usize| {
+            (config.clusters.get(index)).map_or_else(String::new, |c| c.name.clone())
+        };
+        let (split, redirect) = match &route.action {
+            Action::Cluster(index) => (vec![(name(*index), 1)], String::new()),
+            Action::Split(split) => (
+                split.iter().map(|w| (name(w.cluster), w.weight)).collect(),
+                String::new(),
+            ),
+            Action::Redirect(redirect) => (Vec::new(), redirect.to_string()),
+        };
+        Self {
+            name: route.name.clone(),
+            matches: format!("host {host} path {}{}", route.path, route.conditions()),
+            split,
+            redirect,
+            filters: route.filters(),
+        }
+    }
+}
