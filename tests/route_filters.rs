@@ -264,3 +264,49 @@ clusters:
     assert_eq!(statuses("/retried"), vec!["200"; 10]);
     assert_eq!(live.requests(), 15);
 }
+
+/// `duet check` lists each route with its split (each cluster and its weight) and its filters, and
+/// refuses a split naming no cluster at its line and column.
+#[test]
+fn check_lists_a_routes_split_and_filters_and_locates_a_bad_one() {
+    let dir = std::env::temp_dir().join(format!("duet-route-filters-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("duet.yaml");
+    let check = |yaml: &str| {
+        std::fs::write(&path, yaml).expect("write");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_duet"))
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .expect("run duet");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text)
+    };
+    let yaml = "listeners: [ { address: 127.0.0.1:0 } ]
+routes:
+  - name: canary
+    match: { path_prefix: /api }
+    backends: [ { cluster: v1, weight: 95 }, { cluster: v2, weight: 5 } ]
+    rewrite: { path_prefix: /v2 }
+    response_headers: { remove: [ server ] }
+clusters:
+  - { name: v1, backends: [ { address: 127.0.0.1:9001 } ] }
+  - { name: v2, backends: [ { address: 127.0.0.1:9002 } ] }
+";
+    let (ok, text) = check(yaml);
+    assert!(ok, "{text}");
+    assert!(
+        text.lines().any(|l| l
+            == "  route canary host * path /api -> v1:95 v2:5 \
+                response_headers remove server rewrite path_prefix /v2"),
+        "{text}"
+    );
+    let (ok, text) = check(&yaml.replace("cluster: v2,", "cluster: v3,"));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(":5:57: routes[0].backends[1].cluster: no cluster is named `v3`"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -100,11 +100,12 @@ fn summary(
         });
         let _ = writeln!(
             out,
-            "  route {} host {host} path {}{} -> {}{only_on}",
+            "  route {} host {host} path {}{} -> {}{only_on}{}",
             route.name,
             route.path,
             route.conditions(),
-            route.target(&config.clusters)
+            route.target(&config.clusters),
+            route.filters()
         );
     }
     let mut unresolved = Vec::new();
