@@ -310,3 +310,64 @@ clusters:
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reload that turns a one-cluster route into a 1:1 split applies between requests: from then on
+/// the clusters alternate, and the route's series for the cluster it kept goes on counting (not reset).
+#[test]
+fn a_reload_turns_a_route_into_a_split_and_keeps_its_series() {
+    let v1 = Backend::start(BackendOptions::named("v1")).expect("v1");
+    let v2 = Backend::start(BackendOptions::named("v2")).expect("v2");
+    let yaml = |listener: SocketAddr, to: &str| {
+        format!(
+            "workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+listeners: [ {{ address: {listener} }} ]
+routes:
+  - {{ name: canary, {to} }}
+clusters:
+  - {{ name: v1, backends: [ {{ address: {} }} ] }}
+  - {{ name: v2, backends: [ {{ address: {} }} ] }}
+",
+            v1.address(),
+            v2.address()
+        )
+    };
+    let duet = Duet::start(&yaml(
+        "127.0.0.1:0".parse().expect("address"),
+        "cluster: v1",
+    ));
+    for _ in 0..10 {
+        assert_eq!(support::served_by(duet.address), "v1");
+    }
+    let split = "backends: [ { cluster: v1 }, { cluster: v2 } ]";
+    std::fs::write(duet.config_path(), yaml(duet.address, split)).expect("rewrite");
+    duet.signal("HUP");
+    assert!(
+        support::eventually(Duration::from_secs(10), || support::served_by(duet.address)
+            == "v2"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let next: Vec<String> = (0..6).map(|_| support::served_by(duet.address)).collect();
+    assert_eq!(next, ["v1", "v2", "v1", "v2", "v1", "v2"]);
+    let admin = duet.admin_address();
+    let line = |cluster: &str, count: u64| {
+        format!(
+            "duet_request_duration_seconds_count{{cluster=\"{cluster}\",route=\"canary\"}} {count}"
+        )
+    };
+    let counted = || {
+        let request = "GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+        let text = raw_exchange(admin, request.as_bytes(), Duration::from_secs(5)).0;
+        [line("v1", v1.requests()), line("v2", v2.requests())]
+            .iter()
+            .all(|want| text.lines().any(|l| l == want))
+    };
+    assert!(v1.requests() > 10 && v2.requests() == 4);
+    assert!(
+        support::eventually(Duration::from_secs(10), counted),
+        "v1 {} v2 {}",
+        v1.requests(),
+        v2.requests()
+    );
+}
