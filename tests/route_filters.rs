@@ -117,6 +117,32 @@ clusters:
         ],
         "{page}"
     );
+    let request = "GET /status?format=json HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let page = raw_exchange(admin, request.as_bytes(), Duration::from_secs(5)).0;
+    let json = page.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let mut status: serde_json::Value = serde_json::from_str(json).expect("JSON");
+    // Requests there cover the page's window, which may start after the first requests: the text page
+    // above counts them since start.
+    for share in status["routes"][0]["split"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        share.as_object_mut().map(|s| s.remove("requests"));
+    }
+    assert_eq!(
+        status["routes"],
+        serde_json::json!([{
+            "name": "canary",
+            "matches": "host * path /",
+            "split": [
+                { "cluster": "api-v1", "weight": 95, "share": 0.95 },
+                { "cluster": "api-v2", "weight": 5, "share": 0.05 },
+            ],
+            "redirect": null,
+            "filters": "",
+        }])
+    );
 }
 
 /// What a backend receives: the route's rewrite of path and Host (query kept, on the normalised path),
