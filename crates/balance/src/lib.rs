@@ -182,8 +182,9 @@
 //! * `candidates`: the candidates as one value, rebuilt on change, read by every pick; and what a retry
 //!   leaves of them (excluded endpoints are skipped by rank, never copied out).
 //! * `p2c` and `alias` ([`algo`]): the two-choices rule and the weighted draw, free of any service.
-//! * `future`, `completion`, `guard`, `load`, `clock`, `draw`, `error`: the response future, when a
-//!   request completes, the in-flight guard, the load metrics, the time source, the random draws.
+//! * `future`, `completion`, `guard`, `memory`, `load`, `clock`, `draw`, `error`: the response future,
+//!   when a request completes, the in-flight guard, which endpoint completed last
+//!   ([`Policy::P2cMemory`]), the load metrics, the time source, the random draws.
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -214,6 +215,8 @@ mod future;
 mod completion;
 
 mod guard;
+
+mod memory;
 
 mod load;
 

@@ -120,6 +120,33 @@ impl P2c {
         }
     }
 
+    /// P2C with memory: the remembered candidate `remembered` against one fresh candidate drawn uniformly
+    /// among the others (`j = d % (n - 1)`, `j += 1` if `j >= remembered`), `load(i)` called exactly twice,
+    /// the lighter wins, equal loads go to a fair coin as in [`select`](Self::select). The remembered
+    /// candidate comes first in [`Selection::candidates`]. Without a memory (`None`, or an index not
+    /// below `n`) this is [`select`](Self::select), draws included.
+    ///
+    /// Memory here means Mitzenmacher, Prabhakar and Shah's *Load balancing with memory* (2002): one of
+    /// the two candidates is not a fresh sample but one known to be a good bet. What to remember is the
+    /// caller's choice; [`Policy::P2cMemory`](crate::Policy::P2cMemory) remembers the endpoint whose
+    /// request completed last, which has just freed a slot, and uses it once.
+    #[inline]
+    pub fn select_with_memory(
+        &mut self,
+        n: usize,
+        remembered: Option<usize>,
+        mut load: impl FnMut(usize) -> f64,
+    ) -> Result<Selection, NoEligibleEndpoint> {
+        let Some(m) = remembered.filter(|&m| m < n && n >= 2) else {
+            return self.select(n, load);
+        };
+        let mut j = (self.draws.next_draw() % (n as u64 - 1)) as usize;
+        if j >= m {
+            j += 1;
+        }
+        Ok(self.compare(m, load(m), j, load(j)))
+    }
+
     /// Selects among weighted candidates: both are drawn independently in proportion to weight through
     /// `table`, and `load(i)` (the weighted load) is called exactly twice when the table has two or more
     /// columns. A candidate drawn twice faces a challenger drawn uniformly among the others, which wins
@@ -398,6 +425,72 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_ne!(run(), run());
+    }
+
+    #[test]
+    fn memory_reads_exactly_two_loads_and_never_pairs_the_remembered_with_itself() {
+        let mut p2c = P2c::with_seed(21);
+        for n in [2, 3, 10, 4096] {
+            for m in [0, n / 2, n - 1] {
+                for _ in 0..100 {
+                    let reads = Cell::new(0);
+                    let sel = p2c
+                        .select_with_memory(n, Some(m), |i| {
+                            reads.set(reads.get() + 1);
+                            i as f64
+                        })
+                        .expect("n >= 2");
+                    assert_eq!(reads.get(), 2, "n = {n}");
+                    let [a, b] = sel.candidates.expect("two");
+                    assert_eq!(a.index, m, "the remembered candidate is read first");
+                    assert_ne!(b.index, m);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_remembered_candidate_meets_one_fresh_draw() {
+        // Remembered 2 of 4, draw 2: 2 % 3 = 2 >= 2, so the fresh candidate is 3.
+        let loads = [4.0, 1.0, 2.0, 3.0];
+        let mut p2c = scripted(vec![2]);
+        let sel = p2c
+            .select_with_memory(4, Some(2), |i| loads[i])
+            .expect("four");
+        assert_eq!(
+            sel.candidates.map(|c| (c[0].index, c[1].index)),
+            Some((2, 3))
+        );
+        assert_eq!(sel.chosen, 2, "load 2 beats load 3");
+        // Draw 1: 1 % 3 = 1 < 2, the fresh candidate is 1, lighter than the remembered one.
+        let mut p2c = scripted(vec![1]);
+        let sel = p2c
+            .select_with_memory(4, Some(2), |i| loads[i])
+            .expect("four");
+        assert_eq!(sel.chosen, 1, "load 1 beats the remembered load 2");
+        // Equal loads: the draw after the fresh one is the coin, and an even coin keeps the first.
+        let mut p2c = scripted(vec![0, 2]);
+        let sel = p2c.select_with_memory(3, Some(1), |_| 5.0).expect("three");
+        assert!(sel.tie);
+        assert_eq!(sel.chosen, 1);
+    }
+
+    #[test]
+    fn without_a_memory_it_is_plain_p2c() {
+        let mut plain = P2c::with_seed(8);
+        let mut with = P2c::with_seed(8);
+        for n in [2, 5, 9] {
+            for remembered in [None, Some(n), Some(n + 3)] {
+                let a = plain.select(n, |i| (i % 3) as f64).expect("n");
+                let b = with
+                    .select_with_memory(n, remembered, |i| (i % 3) as f64)
+                    .expect("n");
+                assert_eq!(a, b);
+            }
+        }
+        let mut one = P2c::with_draws(Draws::from_source(|| -> u64 { panic!("drew") }));
+        let sel = one.select_with_memory(1, Some(0), |_| 0.0).expect("one");
+        assert_eq!((sel.chosen, sel.candidates), (0, None));
     }
 
     proptest! {

@@ -14,6 +14,17 @@ pub enum Policy {
     /// Power of two choices on the configured [`LoadMetric`](crate::LoadMetric). The product.
     #[default]
     P2c,
+    /// Power of two choices with memory (Mitzenmacher, Prabhakar and Shah, *Load balancing with memory*,
+    /// 2002), still exactly two load reads per pick: when a request of this balancer has completed since
+    /// the last pick, the endpoint it completed on (it has just freed a request slot) is one of the two
+    /// candidates, against one drawn at random among the others; the lighter wins, equal loads go to the
+    /// coin. A completion vouches for one pick; with none since, or with weights that differ (the memory
+    /// would bend the weight shares), or on a retry that excludes endpoints, the pick is plain
+    /// [`P2c`](Self::P2c). Opt-in: in duet-sim's finite-capacity model (backends with several request
+    /// slots near saturation) it cuts plain P2C's p50 by 5–10% and its p99 by 3–7% under either metric,
+    /// without losing the slow- or degraded-backend results, but it has not yet been measured on real
+    /// traffic.
+    P2cMemory,
     /// Each eligible endpoint in turn, ignoring load, in proportion to weight (smooth weighted round
     /// robin). A baseline for benchmarks.
     RoundRobin,
@@ -39,6 +50,23 @@ pub(crate) fn p2c(
         None => p2c.select_mapped(left.len(), |rank| left.nth(rank), load),
     };
     selection.ok()
+}
+
+/// [`p2c`] with `remembered` (a slot of `left`'s candidates) as one of the two candidates when nothing
+/// is excluded and the candidates weigh the same; otherwise plain [`p2c`].
+#[inline]
+pub(crate) fn p2c_remembering(
+    left: Remaining<'_>,
+    p2c: &mut P2c,
+    remembered: Option<usize>,
+    load: impl FnMut(usize) -> f64,
+) -> Option<Selection> {
+    match remembered {
+        Some(slot) if left.is_all() && left.candidates().weights().is_none() => {
+            p2c.select_with_memory(left.len(), Some(slot), load).ok()
+        }
+        _ => self::p2c(left, p2c, load),
+    }
 }
 
 /// One endpoint of `left` at random, in proportion to weight; one left takes no draw.
