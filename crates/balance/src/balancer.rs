@@ -94,7 +94,7 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     pub(crate) service_load: Option<fn(&S) -> f64>,
     /// The slots a pick excludes, ascending: kept between picks so a retry allocates nothing.
     excluded: Vec<u32>,
-    /// Under [`Policy::P2cMemory`]: the endpoint a request completed on last.
+    /// Under [`Policy::P2cMemory`]: the endpoints requests completed on last.
     freed: Option<Arc<LastFreed>>,
     pub(crate) completion: C,
     pub(crate) reserved: Reserved,
@@ -402,10 +402,10 @@ where
                     .uses_clock()
                     .then(|| endpoints.clock().now());
                 // A retry keeps the memory for the next first pick.
-                let remembered = freed
-                    .as_ref()
-                    .filter(|_| left.is_all())
-                    .and_then(|freed| freed.take(candidates.generation()));
+                let remembered = match freed {
+                    Some(freed) if left.is_all() => freed.take(candidates.generation()),
+                    _ => [None, None],
+                };
                 let loads = Loads {
                     endpoints,
                     service_load: *service_load,
@@ -433,7 +433,7 @@ struct Loads<'a, K, S> {
     now: Option<u64>,
 }
 
-/// P2C among `left` (with the `remembered` slot as one candidate, see [`policy::p2c_remembering`]),
+/// P2C among `left` (the `remembered` slots as candidates, see [`policy::p2c_remembering`]),
 /// with the loads the balancer compares (the services' own when `service_load` is set, else the
 /// metric's, divided by weight when weights differ); counts reads, ties and idle pairs.
 #[inline]
@@ -442,7 +442,7 @@ fn compare<K, S>(
     loads: &Loads<'_, K, S>,
     p2c: &mut P2c,
     stats: &mut PickStats,
-    remembered: Option<usize>,
+    remembered: [Option<usize>; 2],
 ) -> Option<Selection>
 where
     K: Hash + Eq + Clone,

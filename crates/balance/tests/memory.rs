@@ -1,5 +1,5 @@
-//! `Policy::P2cMemory`: the endpoint a request completed on last is one of the next pick's two
-//! candidates, once; exactly two load reads per pick either way.
+//! `Policy::P2cMemory`: the endpoints requests completed on since the last pick (the last two) are the
+//! next pick's candidates, once; exactly two load reads per pick either way.
 
 use duet_balance::{Balance, Draws, LoadMetric, Policy};
 use std::{
@@ -90,6 +90,28 @@ fn the_remembered_endpoint_loses_to_a_lighter_fresh_candidate() {
     let (&chosen, _, _guard) = balance.pick_and_claim().expect("eligible");
     assert_eq!(chosen, 3);
     assert_eq!(events.lock().expect("lock")[4], ([1, 3], 3));
+    assert_eq!(balance.stats().load_reads, 10);
+}
+
+#[test]
+fn two_completions_make_both_candidates_without_a_draw() {
+    let (mut balance, events) = scripted(vec![
+        // As above: 0, 1, 2, then 1 again (in flight 1, 2, 1, 0).
+        0, 0, 2, 0, 0, 2, 1, 1, 1,
+        0,
+        // Endpoints 1 then 0 complete: 0 (load 0) against 1 (load 1), no draw -> 0.
+    ]);
+    let mut guards: Vec<_> = (0..4)
+        .map(|_| {
+            let (&key, _, guard) = balance.pick_and_claim().expect("eligible");
+            (key, guard)
+        })
+        .collect();
+    guards.remove(1);
+    guards.remove(0);
+    let (&chosen, _, _guard) = balance.pick_and_claim().expect("eligible");
+    assert_eq!(chosen, 0);
+    assert_eq!(events.lock().expect("lock")[4], ([0, 1], 0));
     assert_eq!(balance.stats().load_reads, 10);
 }
 
