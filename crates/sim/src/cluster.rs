@@ -24,17 +24,38 @@ pub enum SimPolicy {
     P2cInflight,
     /// P2C on the worker's own PeakEWMA estimates × (in flight + 1).
     P2cPeakEwma,
+    /// PROTO memory in flight
+    P2cMemoryInflight,
+    /// PROTO memory peak
+    P2cMemoryPeakEwma,
+    /// PROTO sed
+    P2cSed,
+    /// PROTO memory sed
+    P2cMemorySed,
+    /// PROTO idle-first peak
+    P2cIdleFirstPeakEwma,
+    /// PROTO memory idle-first peak
+    P2cMemoryIdleFirstPeakEwma,
 }
 
 impl SimPolicy {
     /// All policies, for `--policy` parsing.
-    pub const ALL: [(&'static str, SimPolicy); 6] = [
+    pub const ALL: [(&'static str, SimPolicy); 12] = [
         ("random", Self::Random),
         ("round_robin", Self::RoundRobin),
         ("least_loaded_stale", Self::LeastLoadedStale),
         ("p2c_stale", Self::P2cStale),
         ("p2c_inflight", Self::P2cInflight),
         ("p2c_peak_ewma", Self::P2cPeakEwma),
+        ("p2c_memory_inflight", Self::P2cMemoryInflight),
+        ("p2c_memory_peak_ewma", Self::P2cMemoryPeakEwma),
+        ("p2c_sed", Self::P2cSed),
+        ("p2c_memory_sed", Self::P2cMemorySed),
+        ("p2c_idle_first_peak_ewma", Self::P2cIdleFirstPeakEwma),
+        (
+            "p2c_memory_idle_first_peak_ewma",
+            Self::P2cMemoryIdleFirstPeakEwma,
+        ),
     ];
 
     /// The policy's name.
@@ -140,6 +161,10 @@ struct Selector {
     ewma: Vec<f64>,
     stamp: Vec<f64>,
     next_in_turn: usize,
+    memory: Option<usize>,
+    memory2: Option<usize>,
+    ring: Vec<usize>,
+    smooth: Vec<f64>,
 }
 
 /// Runs a scenario. Every selection goes through duet-balance's `P2c` (seeded per worker) and, for
@@ -179,6 +204,130 @@ fn check(scenario: &Scenario) -> Result<(), String> {
         return Err("utilisation must be in [0, 1.5) and capacities positive".into());
     }
     Ok(())
+}
+
+fn peak(selector: &Selector, scenario: &Scenario, now: f64, i: usize) -> f64 {
+    let in_flight = u64::from(selector.in_flight[i]);
+    let projected = peak_ewma::project(
+        selector.ewma[i],
+        now - selector.stamp[i],
+        scenario.ewma_decay,
+        in_flight,
+    );
+    peak_ewma::load(projected, in_flight)
+}
+
+fn sed(selector: &Selector, i: usize) -> f64 {
+    selector.smooth[i] * f64::from(selector.in_flight[i] + 1)
+}
+
+fn idle_first(selector: &Selector, scenario: &Scenario, now: f64, i: usize) -> f64 {
+    let base = peak(selector, scenario, now, i);
+    if selector.in_flight[i] == 0 {
+        base
+    } else {
+        base + 1e6
+    }
+}
+
+fn ring_pick(
+    p2c: &mut P2c,
+    selector: &mut Selector,
+    n: usize,
+    load: impl Fn(&Selector, usize) -> f64,
+) -> usize {
+    let rule = std::env::var("MEMRULE").unwrap_or_default();
+    let Some(m) = selector.ring.pop() else {
+        return p2c.select(n, |i| load(selector, i)).expect("n>=2").chosen;
+    };
+    let j = match selector.ring.pop() {
+        Some(j) => j,
+        None => {
+            let mut j = (p2c.draw() % (n as u64 - 1)) as usize;
+            if j >= m {
+                j += 1;
+            }
+            j
+        }
+    };
+    let (lm, lj) = (load(selector, m), load(selector, j));
+    let (win, lose) = if lm < lj {
+        (m, j)
+    } else if lj < lm {
+        (j, m)
+    } else if p2c.draw() & 1 == 0 {
+        (m, j)
+    } else {
+        (j, m)
+    };
+    if rule.contains("keeploser") {
+        selector.ring.push(lose);
+    }
+    win
+}
+
+fn memory_pick(
+    p2c: &mut P2c,
+    selector: &mut Selector,
+    n: usize,
+    load: impl Fn(&Selector, usize) -> f64,
+) -> usize {
+    let rule = std::env::var("MEMRULE").unwrap_or_default();
+    if rule.contains("ring") {
+        return ring_pick(p2c, selector, n, load);
+    }
+    let m = match selector.memory {
+        Some(m) => m,
+        None => {
+            if rule.contains("only") {
+                let sel = p2c.select(n, |i| load(selector, i)).expect("n>=2");
+                return sel.chosen;
+            }
+            (p2c.draw() % n as u64) as usize
+        }
+    };
+    let mut j = (p2c.draw() % (n as u64 - 1)) as usize;
+    if j >= m {
+        j += 1;
+    }
+    if rule.contains("two") {
+        if let Some(m2) = selector.memory2.take() {
+            if m2 != m {
+                j = m2;
+            }
+        }
+    }
+    let (lm, lj) = (load(selector, m), load(selector, j));
+    let (win, lose, lw, ll) = if lm < lj || (lm == lj && rule.contains("stick")) {
+        (m, j, lm, lj)
+    } else if lj < lm || rule.contains("fresh") {
+        (j, m, lj, lm)
+    } else if p2c.draw() & 1 == 0 {
+        (m, j, lm, lj)
+    } else {
+        (j, m, lj, lm)
+    };
+    selector.memory = Some(if rule.contains("only") {
+        selector.memory = None;
+        return win;
+    } else if rule.contains("mps") {
+        // least loaded after placement: winner's load grows by one request's worth.
+        selector.in_flight[win] += 1;
+        let after = load(selector, win);
+        selector.in_flight[win] -= 1;
+        let _ = lw;
+        if ll < after {
+            lose
+        } else {
+            win
+        }
+    } else if rule.contains("loser") {
+        lose
+    } else {
+        win
+    });
+    let _ = ll;
+    win
 }
 
 /// A departure: (time, worker, backend, arrival time bits).
@@ -228,6 +377,10 @@ impl<'a> Sim<'a> {
                     ewma: vec![1.0; n],
                     stamp: vec![0.0; n],
                     next_in_turn: s,
+                    memory: None,
+                    memory2: None,
+                    ring: Vec::new(),
+                    smooth: vec![1.0; n],
                 })
                 .collect(),
             table: scenario.weighted.then(|| AliasTable::new(&weights)),
@@ -254,6 +407,20 @@ impl<'a> Sim<'a> {
             self.queue[b] -= 1;
             let selector = &mut self.selectors[s];
             selector.in_flight[b] -= 1;
+            if std::env::var("MEMRULE")
+                .unwrap_or_default()
+                .contains("freed")
+            {
+                let k: usize = std::env::var("MEMK")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(2);
+                selector.ring.retain(|&x| x != b);
+                selector.ring.push(b);
+                if selector.ring.len() > k {
+                    selector.ring.remove(0);
+                }
+            }
             let rtt = t - f64::from_bits(started_bits);
             selector.ewma[b] = peak_ewma::update(
                 selector.ewma[b],
@@ -261,6 +428,8 @@ impl<'a> Sim<'a> {
                 t - selector.stamp[b],
                 self.scenario.ewma_decay,
             );
+            let w = (-(t - selector.stamp[b]) / self.scenario.ewma_decay).exp();
+            selector.smooth[b] = selector.smooth[b] * w + rtt * (1.0 - w);
             selector.stamp[b] = t;
         }
     }
@@ -320,16 +489,22 @@ impl<'a> Sim<'a> {
             }
             SimPolicy::P2cStale => compare(&|i| f64::from(view[i]))?,
             SimPolicy::P2cInflight => compare(&|i| f64::from(selector.in_flight[i]))?,
-            SimPolicy::P2cPeakEwma => compare(&|i| {
-                let in_flight = u64::from(selector.in_flight[i]);
-                let projected = peak_ewma::project(
-                    selector.ewma[i],
-                    now - selector.stamp[i],
-                    scenario.ewma_decay,
-                    in_flight,
-                );
-                peak_ewma::load(projected, in_flight)
-            })?,
+            SimPolicy::P2cPeakEwma => compare(&|i| peak(selector, scenario, now, i))?,
+            SimPolicy::P2cSed => compare(&|i| sed(selector, i))?,
+            SimPolicy::P2cIdleFirstPeakEwma => {
+                compare(&|i| idle_first(selector, scenario, now, i))?
+            }
+            SimPolicy::P2cMemoryInflight => {
+                let load = |sel: &Selector, i: usize| f64::from(sel.in_flight[i]);
+                memory_pick(p2c, selector, n, load)
+            }
+            SimPolicy::P2cMemoryPeakEwma => {
+                memory_pick(p2c, selector, n, |sel, i| peak(sel, scenario, now, i))
+            }
+            SimPolicy::P2cMemorySed => memory_pick(p2c, selector, n, sed),
+            SimPolicy::P2cMemoryIdleFirstPeakEwma => {
+                memory_pick(p2c, selector, n, |sel, i| idle_first(sel, scenario, now, i))
+            }
         })
     }
 
