@@ -24,23 +24,22 @@ pub enum SimPolicy {
     P2cInflight,
     /// P2C on the worker's own PeakEWMA estimates × (in flight + 1).
     P2cPeakEwma,
-    /// PROTO memory in flight
+    /// P2C with memory on the worker's own in-flight counts (duet-balance's `Policy::P2cMemory`): the
+    /// last two backends the worker's requests completed on since its last pick are the candidates,
+    /// in place of fresh draws.
     P2cMemoryInflight,
-    /// PROTO memory peak
+    /// P2C with memory on the worker's own PeakEWMA loads.
     P2cMemoryPeakEwma,
-    /// PROTO sed
+    /// Shortest expected delay, sampled: P2C on (in flight + 1) × a plain (not peak) EWMA of the
+    /// latency, with the PeakEWMA time constant. Simulator only.
     P2cSed,
-    /// PROTO memory sed
+    /// P2C with memory on the shortest-expected-delay cost. Simulator only.
     P2cMemorySed,
-    /// PROTO idle-first peak
-    P2cIdleFirstPeakEwma,
-    /// PROTO memory idle-first peak
-    P2cMemoryIdleFirstPeakEwma,
 }
 
 impl SimPolicy {
     /// All policies, for `--policy` parsing.
-    pub const ALL: [(&'static str, SimPolicy); 12] = [
+    pub const ALL: [(&'static str, SimPolicy); 10] = [
         ("random", Self::Random),
         ("round_robin", Self::RoundRobin),
         ("least_loaded_stale", Self::LeastLoadedStale),
@@ -51,11 +50,6 @@ impl SimPolicy {
         ("p2c_memory_peak_ewma", Self::P2cMemoryPeakEwma),
         ("p2c_sed", Self::P2cSed),
         ("p2c_memory_sed", Self::P2cMemorySed),
-        ("p2c_idle_first_peak_ewma", Self::P2cIdleFirstPeakEwma),
-        (
-            "p2c_memory_idle_first_peak_ewma",
-            Self::P2cMemoryIdleFirstPeakEwma,
-        ),
     ];
 
     /// The policy's name.
@@ -160,15 +154,44 @@ struct Selector {
     in_flight: Vec<u32>,
     ewma: Vec<f64>,
     stamp: Vec<f64>,
-    next_in_turn: usize,
-    memory: Option<usize>,
-    memory2: Option<usize>,
-    ring: Vec<usize>,
+    /// Plain EWMA of the latency, for the shortest-expected-delay cost.
     smooth: Vec<f64>,
+    next_in_turn: usize,
+    /// The last two distinct backends this worker's requests completed on since its last pick, latest
+    /// first: the memory of the memory policies, kept as duet-balance's guards keep it.
+    freed: [Option<usize>; 2],
 }
 
-/// Runs a scenario. Every selection goes through duet-balance's `P2c` (seeded per worker) and, for
-/// PeakEWMA, its `peak_ewma` arithmetic.
+impl Selector {
+    /// A request of this worker completed on `backend`.
+    fn freed(&mut self, backend: usize) {
+        if self.freed[0] != Some(backend) {
+            if self.freed[0].is_some() {
+                self.freed[1] = self.freed[0];
+            }
+            self.freed[0] = Some(backend);
+        }
+    }
+
+    fn in_flight(&self, i: usize) -> f64 {
+        f64::from(self.in_flight[i])
+    }
+
+    /// PeakEWMA's load, as duet-balance computes it.
+    fn peak_ewma(&self, i: usize, now: f64, tau: f64) -> f64 {
+        let in_flight = u64::from(self.in_flight[i]);
+        let projected = peak_ewma::project(self.ewma[i], now - self.stamp[i], tau, in_flight);
+        peak_ewma::load(projected, in_flight)
+    }
+
+    /// Shortest expected delay: (in flight + 1) × the plain latency average.
+    fn expected_delay(&self, i: usize) -> f64 {
+        self.smooth[i] * f64::from(self.in_flight[i] + 1)
+    }
+}
+
+/// Runs a scenario. Every selection goes through duet-balance's `P2c` (seeded per worker; with memory,
+/// `P2c::select_with_memory`) and, for PeakEWMA, its `peak_ewma` arithmetic.
 pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
     check(scenario)?;
     let mut sim = Sim::new(scenario);
@@ -204,130 +227,6 @@ fn check(scenario: &Scenario) -> Result<(), String> {
         return Err("utilisation must be in [0, 1.5) and capacities positive".into());
     }
     Ok(())
-}
-
-fn peak(selector: &Selector, scenario: &Scenario, now: f64, i: usize) -> f64 {
-    let in_flight = u64::from(selector.in_flight[i]);
-    let projected = peak_ewma::project(
-        selector.ewma[i],
-        now - selector.stamp[i],
-        scenario.ewma_decay,
-        in_flight,
-    );
-    peak_ewma::load(projected, in_flight)
-}
-
-fn sed(selector: &Selector, i: usize) -> f64 {
-    selector.smooth[i] * f64::from(selector.in_flight[i] + 1)
-}
-
-fn idle_first(selector: &Selector, scenario: &Scenario, now: f64, i: usize) -> f64 {
-    let base = peak(selector, scenario, now, i);
-    if selector.in_flight[i] == 0 {
-        base
-    } else {
-        base + 1e6
-    }
-}
-
-fn ring_pick(
-    p2c: &mut P2c,
-    selector: &mut Selector,
-    n: usize,
-    load: impl Fn(&Selector, usize) -> f64,
-) -> usize {
-    let rule = std::env::var("MEMRULE").unwrap_or_default();
-    let Some(m) = selector.ring.pop() else {
-        return p2c.select(n, |i| load(selector, i)).expect("n>=2").chosen;
-    };
-    let j = match selector.ring.pop() {
-        Some(j) => j,
-        None => {
-            let mut j = (p2c.draw() % (n as u64 - 1)) as usize;
-            if j >= m {
-                j += 1;
-            }
-            j
-        }
-    };
-    let (lm, lj) = (load(selector, m), load(selector, j));
-    let (win, lose) = if lm < lj {
-        (m, j)
-    } else if lj < lm {
-        (j, m)
-    } else if p2c.draw() & 1 == 0 {
-        (m, j)
-    } else {
-        (j, m)
-    };
-    if rule.contains("keeploser") {
-        selector.ring.push(lose);
-    }
-    win
-}
-
-fn memory_pick(
-    p2c: &mut P2c,
-    selector: &mut Selector,
-    n: usize,
-    load: impl Fn(&Selector, usize) -> f64,
-) -> usize {
-    let rule = std::env::var("MEMRULE").unwrap_or_default();
-    if rule.contains("ring") {
-        return ring_pick(p2c, selector, n, load);
-    }
-    let m = match selector.memory {
-        Some(m) => m,
-        None => {
-            if rule.contains("only") {
-                let sel = p2c.select(n, |i| load(selector, i)).expect("n>=2");
-                return sel.chosen;
-            }
-            (p2c.draw() % n as u64) as usize
-        }
-    };
-    let mut j = (p2c.draw() % (n as u64 - 1)) as usize;
-    if j >= m {
-        j += 1;
-    }
-    if rule.contains("two") {
-        if let Some(m2) = selector.memory2.take() {
-            if m2 != m {
-                j = m2;
-            }
-        }
-    }
-    let (lm, lj) = (load(selector, m), load(selector, j));
-    let (win, lose, lw, ll) = if lm < lj || (lm == lj && rule.contains("stick")) {
-        (m, j, lm, lj)
-    } else if lj < lm || rule.contains("fresh") {
-        (j, m, lj, lm)
-    } else if p2c.draw() & 1 == 0 {
-        (m, j, lm, lj)
-    } else {
-        (j, m, lj, lm)
-    };
-    selector.memory = Some(if rule.contains("only") {
-        selector.memory = None;
-        return win;
-    } else if rule.contains("mps") {
-        // least loaded after placement: winner's load grows by one request's worth.
-        selector.in_flight[win] += 1;
-        let after = load(selector, win);
-        selector.in_flight[win] -= 1;
-        let _ = lw;
-        if ll < after {
-            lose
-        } else {
-            win
-        }
-    } else if rule.contains("loser") {
-        lose
-    } else {
-        win
-    });
-    let _ = ll;
-    win
 }
 
 /// A departure: (time, worker, backend, arrival time bits).
@@ -376,11 +275,9 @@ impl<'a> Sim<'a> {
                     in_flight: vec![0; n],
                     ewma: vec![1.0; n],
                     stamp: vec![0.0; n],
-                    next_in_turn: s,
-                    memory: None,
-                    memory2: None,
-                    ring: Vec::new(),
                     smooth: vec![1.0; n],
+                    next_in_turn: s,
+                    freed: [None, None],
                 })
                 .collect(),
             table: scenario.weighted.then(|| AliasTable::new(&weights)),
@@ -407,29 +304,16 @@ impl<'a> Sim<'a> {
             self.queue[b] -= 1;
             let selector = &mut self.selectors[s];
             selector.in_flight[b] -= 1;
-            if std::env::var("MEMRULE")
-                .unwrap_or_default()
-                .contains("freed")
-            {
-                let k: usize = std::env::var("MEMK")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(2);
-                selector.ring.retain(|&x| x != b);
-                selector.ring.push(b);
-                if selector.ring.len() > k {
-                    selector.ring.remove(0);
-                }
-            }
+            selector.freed(b);
             let rtt = t - f64::from_bits(started_bits);
+            let w = (-(t - selector.stamp[b]) / self.scenario.ewma_decay).exp();
+            selector.smooth[b] = selector.smooth[b] * w + rtt * (1.0 - w);
             selector.ewma[b] = peak_ewma::update(
                 selector.ewma[b],
                 rtt,
                 t - selector.stamp[b],
                 self.scenario.ewma_decay,
             );
-            let w = (-(t - selector.stamp[b]) / self.scenario.ewma_decay).exp();
-            selector.smooth[b] = selector.smooth[b] * w + rtt * (1.0 - w);
             selector.stamp[b] = t;
         }
     }
@@ -465,13 +349,24 @@ impl<'a> Sim<'a> {
                 1.0
             }
         };
+        // The memory policies take what the worker remembers, as `Policy::P2cMemory` does, and ignore
+        // it where it does (weights differ).
+        let remembered = match scenario.policy {
+            SimPolicy::P2cMemoryInflight | SimPolicy::P2cMemoryPeakEwma | SimPolicy::P2cMemorySed
+                if table.is_none() =>
+            {
+                std::mem::take(&mut selector.freed)
+            }
+            _ => [None, None],
+        };
         let mut compare = |load: &dyn Fn(usize) -> f64| -> Result<usize, String> {
             let selection = match table {
                 Some(table) => p2c.select_weighted(table, |i| load(i) / weight_of(i)),
-                None => p2c.select(n, load),
+                None => p2c.select_with_memory(n, remembered, load),
             };
             selection.map(|s| s.chosen).map_err(|e| e.to_string())
         };
+        let tau = scenario.ewma_decay;
         Ok(match scenario.policy {
             SimPolicy::Random => match table {
                 Some(table) => table.sample(p2c.draw()),
@@ -488,22 +383,14 @@ impl<'a> Sim<'a> {
                 ties[(p2c.draw() % ties.len() as u64) as usize]
             }
             SimPolicy::P2cStale => compare(&|i| f64::from(view[i]))?,
-            SimPolicy::P2cInflight => compare(&|i| f64::from(selector.in_flight[i]))?,
-            SimPolicy::P2cPeakEwma => compare(&|i| peak(selector, scenario, now, i))?,
-            SimPolicy::P2cSed => compare(&|i| sed(selector, i))?,
-            SimPolicy::P2cIdleFirstPeakEwma => {
-                compare(&|i| idle_first(selector, scenario, now, i))?
+            SimPolicy::P2cInflight | SimPolicy::P2cMemoryInflight => {
+                compare(&|i| selector.in_flight(i))?
             }
-            SimPolicy::P2cMemoryInflight => {
-                let load = |sel: &Selector, i: usize| f64::from(sel.in_flight[i]);
-                memory_pick(p2c, selector, n, load)
+            SimPolicy::P2cPeakEwma | SimPolicy::P2cMemoryPeakEwma => {
+                compare(&|i| selector.peak_ewma(i, now, tau))?
             }
-            SimPolicy::P2cMemoryPeakEwma => {
-                memory_pick(p2c, selector, n, |sel, i| peak(sel, scenario, now, i))
-            }
-            SimPolicy::P2cMemorySed => memory_pick(p2c, selector, n, sed),
-            SimPolicy::P2cMemoryIdleFirstPeakEwma => {
-                memory_pick(p2c, selector, n, |sel, i| idle_first(sel, scenario, now, i))
+            SimPolicy::P2cSed | SimPolicy::P2cMemorySed => {
+                compare(&|i| selector.expected_delay(i))?
             }
         })
     }
