@@ -352,7 +352,9 @@ impl<'a> Sim<'a> {
         // The memory policies take what the worker remembers, as `Policy::P2cMemory` does, and ignore
         // it where it does (weights differ).
         let remembered = match scenario.policy {
-            SimPolicy::P2cMemoryInflight | SimPolicy::P2cMemoryPeakEwma | SimPolicy::P2cMemorySed
+            SimPolicy::P2cMemoryInflight
+            | SimPolicy::P2cMemoryPeakEwma
+            | SimPolicy::P2cMemorySed
                 if table.is_none() =>
             {
                 std::mem::take(&mut selector.freed)
