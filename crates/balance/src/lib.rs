@@ -73,6 +73,16 @@
 //! Round robin honours weights too, with nginx's smooth weighted round robin: weights 3:1 give
 //! `a a b a`, never a burst longer than the weights require.
 //!
+//! # Memory
+//!
+//! [`Policy::P2cMemory`] keeps the two reads but not the two fresh draws: the endpoints this balancer's
+//! requests completed on since its last pick (the last two; each has just freed a request slot) are the
+//! candidates, and one is drawn at random when only one is remembered. Guards record the endpoint as
+//! they release it, and a pick takes what they recorded, once (Mitzenmacher, Prabhakar and Shah, *Load
+//! balancing with memory*, 2002). Nothing is shared between balancers, so workers cannot herd through
+//! it. With differing weights and on retries, picks are plain P2C.
+//! [`P2c::select_with_memory`](algo::P2c::select_with_memory) is the rule on its own.
+//!
 //! # Randomness
 //!
 //! Each balancer has its own small fast generator, seeded once from the operating system, so two workers

@@ -23,7 +23,7 @@ pub enum Policy {
     /// endpoints, the pick is plain [`P2c`](Self::P2c). A completion vouches for one pick.
     ///
     /// Opt-in. In duet-sim's finite-capacity model (10 backends of 4 request slots, one at half speed,
-    /// 85–95% load, 1 or 2 workers) it cuts plain P2C's p50 by 8–13% and its p99 by 3–9% under either
+    /// 85–95% load, 1 or 2 workers) it cuts plain P2C's p50 by 8–14% and its p99 by 3–9% under either
     /// metric, and it keeps or improves the slow-backend, degraded-backend and 32-worker results; it has
     /// not yet been measured on real traffic. Remembering the last *winner* instead (the classic
     /// memory) did worse than plain P2C there.
