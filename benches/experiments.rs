@@ -478,6 +478,8 @@ fn capacity(seconds: u64) {
         "random",
         "p2c_inflight",
         "p2c_peak_ewma",
+        "p2c_memory_inflight",
+        "p2c_memory_peak_ewma",
         "nginx",
         "haproxy",
     ];

@@ -51,7 +51,11 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
     let (round_robin, rr_errors) = slow_share("round_robin", &backends);
     let (inflight, if_errors) = slow_share("p2c_inflight", &backends);
     let (peak_ewma, pe_errors) = slow_share("p2c_peak_ewma", &backends);
-    assert_eq!((rr_errors, if_errors, pe_errors), (0, 0, 0));
+    let (memory, memory_errors) = slow_share("p2c_memory_peak_ewma", &backends);
+    assert_eq!(
+        (rr_errors, if_errors, pe_errors, memory_errors),
+        (0, 0, 0, 0)
+    );
     // Round robin ignores load: a third each, exactly, up to the split between two workers.
     assert!(
         (round_robin - 1.0 / 3.0).abs() < 0.02,
@@ -60,6 +64,7 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
     // P2C compares load and the slow backend loses most comparisons.
     assert!(inflight < 0.2, "p2c_inflight gave slow {inflight}");
     assert!(peak_ewma < 0.2, "p2c_peak_ewma gave slow {peak_ewma}");
+    assert!(memory < 0.2, "p2c_memory_peak_ewma gave slow {memory}");
     assert!(
         peak_ewma < round_robin / 2.0,
         "peak_ewma {peak_ewma} vs round robin {round_robin}"
@@ -72,7 +77,14 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
 fn weights_hold_for_every_policy_through_the_binary() {
     let heavy = Backend::start(BackendOptions::named("heavy")).expect("backend");
     let light = Backend::start(BackendOptions::named("light")).expect("backend");
-    for policy in ["round_robin", "random", "p2c_inflight", "p2c_peak_ewma"] {
+    for policy in [
+        "round_robin",
+        "random",
+        "p2c_inflight",
+        "p2c_peak_ewma",
+        "p2c_memory_inflight",
+        "p2c_memory_peak_ewma",
+    ] {
         let config = duet_testbed::config::DuetConfig::new()
             .route(None, "/", "app")
             .cluster(

@@ -9,6 +9,7 @@ use crate::{
     error::NoEligibleEndpoint,
     guard::LoadGuard,
     load::{EndpointLoad, LoadMetric},
+    memory::LastFreed,
     p2c::{P2c, Selection},
     policy::{self, Policy, Turns},
 };
@@ -93,6 +94,8 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     pub(crate) service_load: Option<fn(&S) -> f64>,
     /// The slots a pick excludes, ascending: kept between picks so a retry allocates nothing.
     excluded: Vec<u32>,
+    /// Under [`Policy::P2cMemory`]: the endpoints requests completed on last.
+    freed: Option<Arc<LastFreed>>,
     pub(crate) completion: C,
     pub(crate) reserved: Reserved,
 }
@@ -124,6 +127,7 @@ where
             observer: None,
             service_load: None,
             excluded: Vec::new(),
+            freed: None,
             completion: CompleteOnResponse::default(),
             reserved: Reserved::None,
         }
@@ -145,6 +149,7 @@ where
             observer: self.observer,
             service_load: self.service_load,
             excluded: self.excluded,
+            freed: self.freed,
             completion,
             reserved: Reserved::None,
         }
@@ -165,9 +170,10 @@ where
         self
     }
 
-    /// Chooses with `policy` instead of P2C (baselines for comparison).
+    /// Chooses with `policy` instead of P2C: [`Policy::P2cMemory`], or a baseline for comparison.
     pub fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
+        self.freed = (policy == Policy::P2cMemory).then(LastFreed::new);
         self
     }
 
@@ -331,8 +337,19 @@ where
     /// Claims the endpoint at `position`: the returned guard holds its load until dropped.
     pub(crate) fn claim(&mut self, (at, picked_at): PickedAt) -> (&K, &mut S, LoadGuard) {
         let started = self.started(picked_at);
+        let candidates = self.endpoints.candidates();
+        let remembered = self.freed.as_ref().and_then(|freed| {
+            let slot = candidates.slot(at)?;
+            Some((
+                freed.clone(),
+                LastFreed::token(candidates.generation(), slot),
+            ))
+        });
         let endpoint = self.endpoints.at_mut(at);
-        let guard = LoadGuard::new(endpoint.load.clone(), started);
+        let mut guard = LoadGuard::new(endpoint.load.clone(), started);
+        if let Some((freed, token)) = remembered {
+            guard = guard.remembered_in(freed, token);
+        }
         (&endpoint.key, &mut endpoint.service, guard)
     }
 
@@ -361,6 +378,7 @@ where
             observer,
             service_load,
             excluded,
+            freed,
             ..
         } = self;
         endpoints.refresh();
@@ -378,12 +396,22 @@ where
         let (slot, picked_at) = match rule {
             Policy::RoundRobin => (turns.select(left), None),
             Policy::Random => (policy::random(left, p2c), None),
-            Policy::P2c => {
+            Policy::P2c | Policy::P2cMemory => {
                 let now = endpoints
                     .metric()
                     .uses_clock()
                     .then(|| endpoints.clock().now());
-                let selection = compare(left, endpoints, p2c, stats, *service_load, now);
+                // A retry keeps the memory for the next first pick.
+                let remembered = match freed {
+                    Some(freed) if left.is_all() => freed.take(candidates.generation()),
+                    _ => [None, None],
+                };
+                let loads = Loads {
+                    endpoints,
+                    service_load: *service_load,
+                    now,
+                };
+                let selection = compare(left, &loads, p2c, stats, remembered);
                 if let (Some(observer), Some(selection)) = (observer, &selection) {
                     notify(observer, endpoints, candidates, selection);
                 }
@@ -396,34 +424,48 @@ where
     }
 }
 
-/// P2C among `left`, with the loads the balancer compares (the services' own when `service_load` is
-/// set, else the metric's, divided by weight when weights differ); counts reads, ties and idle pairs.
+/// What a comparison reads loads from.
+struct Loads<'a, K, S> {
+    endpoints: &'a EndpointSet<K, S>,
+    /// The services' own load, when set.
+    service_load: Option<fn(&S) -> f64>,
+    /// The pick's clock reading, when the metric uses latency.
+    now: Option<u64>,
+}
+
+/// P2C among `left` (the `remembered` slots as candidates, see [`policy::p2c_remembering`]),
+/// with the loads the balancer compares (the services' own when `service_load` is set, else the
+/// metric's, divided by weight when weights differ); counts reads, ties and idle pairs.
 #[inline]
 fn compare<K, S>(
     left: Remaining<'_>,
-    endpoints: &EndpointSet<K, S>,
+    loads: &Loads<'_, K, S>,
     p2c: &mut P2c,
     stats: &mut PickStats,
-    service_load: Option<fn(&S) -> f64>,
-    now: Option<u64>,
+    remembered: [Option<usize>; 2],
 ) -> Option<Selection>
 where
     K: Hash + Eq + Clone,
 {
+    let Loads {
+        endpoints,
+        service_load,
+        now,
+    } = *loads;
     let reads = &mut stats.load_reads;
     let candidates = left.candidates();
     let endpoint = |slot: usize| endpoints.at(candidates.position(slot));
     let (metric, now) = (endpoints.metric(), now.unwrap_or(0));
     let selection = match (service_load, candidates.weights()) {
-        (Some(service_load), _) => policy::p2c(left, p2c, |slot| {
+        (Some(service_load), _) => policy::p2c_remembering(left, p2c, remembered, |slot| {
             *reads += 1;
             service_load(&endpoint(slot).service)
         }),
-        (None, Some(weights)) => policy::p2c(left, p2c, |slot| {
+        (None, Some(weights)) => policy::p2c_remembering(left, p2c, remembered, |slot| {
             *reads += 1;
             metric.weighted_load(&endpoint(slot).load, now, weights.unit(slot))
         }),
-        (None, None) => policy::p2c(left, p2c, |slot| {
+        (None, None) => policy::p2c_remembering(left, p2c, remembered, |slot| {
             *reads += 1;
             metric.load(&endpoint(slot).load, now)
         }),

@@ -1,4 +1,7 @@
-use crate::load::{EndpointLoad, SampleAt};
+use crate::{
+    load::{EndpointLoad, SampleAt},
+    memory::LastFreed,
+};
 use std::sync::Arc;
 
 /// One request's claim on an endpoint's load.
@@ -15,6 +18,9 @@ pub struct LoadGuard {
     /// The latency sample is still to come: the request counts among the endpoint's waiting ones
     /// (see [`PeakEwmaConfig`](crate::PeakEwmaConfig)).
     waiting: bool,
+    /// Under [`Policy::P2cMemory`](crate::Policy::P2cMemory): where to record, on release, that this
+    /// endpoint freed a slot, and the endpoint's token there.
+    freed: Option<(Arc<LastFreed>, u64)>,
 }
 
 impl LoadGuard {
@@ -29,7 +35,14 @@ impl LoadGuard {
             load,
             started: started.unwrap_or(0),
             waiting: started.is_some(),
+            freed: None,
         }
+    }
+
+    /// Records `token` in `freed` when the request releases its endpoint.
+    pub(crate) fn remembered_in(mut self, freed: Arc<LastFreed>, token: u64) -> Self {
+        self.freed = Some((freed, token));
+        self
     }
 
     /// The sample is taken (or will never be): the request no longer counts as waiting for it.
@@ -84,6 +97,9 @@ impl Drop for LoadGuard {
             self.load.finish_waiting(self.started);
         } else {
             self.load.finish();
+        }
+        if let Some((freed, token)) = &self.freed {
+            freed.record(*token);
         }
     }
 }

@@ -73,6 +73,16 @@
 //! Round robin honours weights too, with nginx's smooth weighted round robin: weights 3:1 give
 //! `a a b a`, never a burst longer than the weights require.
 //!
+//! # Memory
+//!
+//! [`Policy::P2cMemory`] keeps the two reads but not the two fresh draws: the endpoints this balancer's
+//! requests completed on since its last pick (the last two; each has just freed a request slot) are the
+//! candidates, and one is drawn at random when only one is remembered. Guards record the endpoint as
+//! they release it, and a pick takes what they recorded, once (Mitzenmacher, Prabhakar and Shah, *Load
+//! balancing with memory*, 2002). Nothing is shared between balancers, so workers cannot herd through
+//! it. With differing weights and on retries, picks are plain P2C.
+//! [`P2c::select_with_memory`](algo::P2c::select_with_memory) is the rule on its own.
+//!
 //! # Randomness
 //!
 //! Each balancer has its own small fast generator, seeded once from the operating system, so two workers
@@ -182,8 +192,9 @@
 //! * `candidates`: the candidates as one value, rebuilt on change, read by every pick; and what a retry
 //!   leaves of them (excluded endpoints are skipped by rank, never copied out).
 //! * `p2c` and `alias` ([`algo`]): the two-choices rule and the weighted draw, free of any service.
-//! * `future`, `completion`, `guard`, `load`, `clock`, `draw`, `error`: the response future, when a
-//!   request completes, the in-flight guard, the load metrics, the time source, the random draws.
+//! * `future`, `completion`, `guard`, `memory`, `load`, `clock`, `draw`, `error`: the response future,
+//!   when a request completes, the in-flight guard, which endpoint completed last
+//!   ([`Policy::P2cMemory`]), the load metrics, the time source, the random draws.
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -214,6 +225,8 @@ mod future;
 mod completion;
 
 mod guard;
+
+mod memory;
 
 mod load;
 

@@ -120,6 +120,37 @@ impl P2c {
         }
     }
 
+    /// P2C with memory: candidates the caller remembers take the place of fresh draws. Two distinct
+    /// remembered indices below `n` are compared with no draw; one is compared with a candidate drawn
+    /// uniformly among the others (`j = d % (n - 1)`, `j += 1` if `j >= m`); none is
+    /// [`select`](Self::select), draws included. Either way `load(i)` is called exactly twice when
+    /// `n >= 2`, the lighter wins, equal loads go to a fair coin, and the remembered candidates come first
+    /// in [`Selection::candidates`]. A remembered index not below `n`, or repeated, is ignored.
+    ///
+    /// Memory here means Mitzenmacher, Prabhakar and Shah's *Load balancing with memory* (2002): some of
+    /// the candidates are not fresh samples but good bets kept from before, at no extra load read. What to
+    /// remember is the caller's choice; [`Policy::P2cMemory`](crate::Policy::P2cMemory) remembers the
+    /// last two endpoints that a request completed on, each of which has just freed a request slot.
+    #[inline]
+    pub fn select_with_memory(
+        &mut self,
+        n: usize,
+        remembered: [Option<usize>; 2],
+        mut load: impl FnMut(usize) -> f64,
+    ) -> Result<Selection, NoEligibleEndpoint> {
+        let valid = |m: Option<usize>| m.filter(|&m| m < n && n >= 2);
+        let (m, other) = match (valid(remembered[0]), valid(remembered[1])) {
+            (Some(a), Some(b)) if a != b => (a, Some(b)),
+            (Some(a), _) | (None, Some(a)) => (a, None),
+            (None, None) => return self.select(n, load),
+        };
+        let j = other.unwrap_or_else(|| {
+            let j = (self.draws.next_draw() % (n as u64 - 1)) as usize;
+            j + usize::from(j >= m)
+        });
+        Ok(self.compare(m, load(m), j, load(j)))
+    }
+
     /// Selects among weighted candidates: both are drawn independently in proportion to weight through
     /// `table`, and `load(i)` (the weighted load) is called exactly twice when the table has two or more
     /// columns. A candidate drawn twice faces a challenger drawn uniformly among the others, which wins
@@ -398,6 +429,104 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_ne!(run(), run());
+    }
+
+    #[test]
+    fn memory_reads_exactly_two_loads_and_never_pairs_a_candidate_with_itself() {
+        let mut p2c = P2c::with_seed(21);
+        for n in [2, 3, 10, 4096] {
+            for memory in [
+                [Some(n - 1), None],
+                [None, Some(n / 2)],
+                [Some(0), Some(n - 1)],
+                [Some(1), Some(1)],
+            ] {
+                for _ in 0..100 {
+                    let reads = Cell::new(0);
+                    let sel = p2c
+                        .select_with_memory(n, memory, |i| {
+                            reads.set(reads.get() + 1);
+                            i as f64
+                        })
+                        .expect("n >= 2");
+                    assert_eq!(reads.get(), 2, "n = {n}");
+                    let [a, b] = sel.candidates.expect("two");
+                    assert_ne!(a.index, b.index);
+                    assert_eq!(Some(a.index), memory[0].or(memory[1]), "remembered first");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_remembered_candidate_meets_one_fresh_draw() {
+        // Remembered 2 of 4, draw 2: 2 % 3 = 2 >= 2, so the fresh candidate is 3.
+        let loads = [4.0, 1.0, 2.0, 3.0];
+        let mut p2c = scripted(vec![2]);
+        let sel = p2c
+            .select_with_memory(4, [Some(2), None], |i| loads[i])
+            .expect("four");
+        assert_eq!(
+            sel.candidates.map(|c| (c[0].index, c[1].index)),
+            Some((2, 3))
+        );
+        assert_eq!(sel.chosen, 2, "load 2 beats load 3");
+        // Draw 1: 1 % 3 = 1 < 2, the fresh candidate is 1, lighter than the remembered one.
+        let mut p2c = scripted(vec![1]);
+        let sel = p2c
+            .select_with_memory(4, [Some(2), None], |i| loads[i])
+            .expect("four");
+        assert_eq!(sel.chosen, 1, "load 1 beats the remembered load 2");
+        // Equal loads: the draw after the fresh one is the coin, and an even coin keeps the first.
+        let mut p2c = scripted(vec![0, 2]);
+        let sel = p2c
+            .select_with_memory(3, [Some(1), None], |_| 5.0)
+            .expect("three");
+        assert!(sel.tie);
+        assert_eq!(sel.chosen, 1);
+    }
+
+    #[test]
+    fn two_remembered_candidates_take_no_draw() {
+        let loads = [4.0, 1.0, 2.0, 3.0];
+        let mut p2c = P2c::with_draws(Draws::from_source(|| -> u64 { panic!("drew") }));
+        let sel = p2c
+            .select_with_memory(4, [Some(3), Some(2)], |i| loads[i])
+            .expect("four");
+        assert_eq!(
+            sel.candidates.map(|c| (c[0].index, c[1].index)),
+            Some((3, 2))
+        );
+        assert_eq!(
+            sel.chosen, 2,
+            "load 2 beats load 3, and endpoint 1 was never read"
+        );
+        // A tie takes the coin, and only the coin.
+        let mut p2c = scripted(vec![1]);
+        let sel = p2c
+            .select_with_memory(4, [Some(0), Some(3)], |_| 1.0)
+            .expect("four");
+        assert_eq!((sel.tie, sel.chosen), (true, 3));
+    }
+
+    #[test]
+    fn without_a_usable_memory_it_is_plain_p2c() {
+        let mut plain = P2c::with_seed(8);
+        let mut with = P2c::with_seed(8);
+        for n in [2, 5, 9] {
+            for remembered in [[None, None], [Some(n), None], [None, Some(n + 3)]] {
+                let a = plain.select(n, |i| (i % 3) as f64).expect("n");
+                let b = with
+                    .select_with_memory(n, remembered, |i| (i % 3) as f64)
+                    .expect("n");
+                assert_eq!(a, b);
+            }
+        }
+        let mut one = P2c::with_draws(Draws::from_source(|| -> u64 { panic!("drew") }));
+        let sel = one
+            .select_with_memory(1, [Some(0), None], |_| 0.0)
+            .expect("one");
+        assert_eq!((sel.chosen, sel.candidates), (0, None));
     }
 
     proptest! {

@@ -487,6 +487,13 @@ pub enum Policy {
     /// Power of two choices on PeakEWMA latency × (in flight + 1).
     #[default]
     P2cPeakEwma,
+    /// Power of two choices with memory on requests in flight: the backends this worker's requests
+    /// completed on since its last pick (each has just freed a slot) take the place of fresh random
+    /// candidates. Still two load reads per pick. Opt-in: for backends with a few request slots each
+    /// run near saturation.
+    P2cMemoryInflight,
+    /// Power of two choices with memory on PeakEWMA latency × (in flight + 1).
+    P2cMemoryPeakEwma,
     /// Each backend in turn (baseline).
     RoundRobin,
     /// Uniformly random (baseline).
@@ -499,6 +506,8 @@ impl Policy {
         match self {
             Self::P2cInflight => "p2c_inflight",
             Self::P2cPeakEwma => "p2c_peak_ewma",
+            Self::P2cMemoryInflight => "p2c_memory_inflight",
+            Self::P2cMemoryPeakEwma => "p2c_memory_peak_ewma",
             Self::RoundRobin => "round_robin",
             Self::Random => "random",
         }

@@ -85,13 +85,27 @@ fn a_misspelt_field_gets_its_location_and_a_hint() {
 }
 
 #[test]
+fn the_memory_policies_load_by_name() {
+    for (name, policy) in [
+        ("p2c_memory_inflight", Policy::P2cMemoryInflight),
+        ("p2c_memory_peak_ewma", Policy::P2cMemoryPeakEwma),
+    ] {
+        let yaml = VALID.replace("policy: round_robin", &format!("policy: {name}"));
+        let config = parse(&yaml, "memory.yaml").expect("valid");
+        assert_eq!(config.clusters[1].policy, policy);
+        assert_eq!(policy.name(), name);
+    }
+}
+
+#[test]
 fn an_unknown_policy_lists_the_choices() {
     let yaml = VALID.replace("policy: round_robin", "policy: round_robbin");
     let errors = errors(&yaml);
     assert!(
         errors[0].starts_with(
             "bad.yaml:15:13: clusters[1].policy: `round_robbin` is not a policy: expected one of \
-             p2c_inflight, p2c_peak_ewma, round_robin, random"
+             p2c_inflight, p2c_peak_ewma, p2c_memory_inflight, p2c_memory_peak_ewma, round_robin, \
+             random"
         ),
         "{}",
         errors[0]

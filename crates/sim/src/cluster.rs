@@ -24,17 +24,32 @@ pub enum SimPolicy {
     P2cInflight,
     /// P2C on the worker's own PeakEWMA estimates × (in flight + 1).
     P2cPeakEwma,
+    /// P2C with memory on the worker's own in-flight counts (duet-balance's `Policy::P2cMemory`): the
+    /// last two backends the worker's requests completed on since its last pick are the candidates,
+    /// in place of fresh draws.
+    P2cMemoryInflight,
+    /// P2C with memory on the worker's own PeakEWMA loads.
+    P2cMemoryPeakEwma,
+    /// Shortest expected delay, sampled: P2C on (in flight + 1) × a plain (not peak) EWMA of the
+    /// latency, with the PeakEWMA time constant. Simulator only.
+    P2cSed,
+    /// P2C with memory on the shortest-expected-delay cost. Simulator only.
+    P2cMemorySed,
 }
 
 impl SimPolicy {
     /// All policies, for `--policy` parsing.
-    pub const ALL: [(&'static str, SimPolicy); 6] = [
+    pub const ALL: [(&'static str, SimPolicy); 10] = [
         ("random", Self::Random),
         ("round_robin", Self::RoundRobin),
         ("least_loaded_stale", Self::LeastLoadedStale),
         ("p2c_stale", Self::P2cStale),
         ("p2c_inflight", Self::P2cInflight),
         ("p2c_peak_ewma", Self::P2cPeakEwma),
+        ("p2c_memory_inflight", Self::P2cMemoryInflight),
+        ("p2c_memory_peak_ewma", Self::P2cMemoryPeakEwma),
+        ("p2c_sed", Self::P2cSed),
+        ("p2c_memory_sed", Self::P2cMemorySed),
     ];
 
     /// The policy's name.
@@ -139,11 +154,44 @@ struct Selector {
     in_flight: Vec<u32>,
     ewma: Vec<f64>,
     stamp: Vec<f64>,
+    /// Plain EWMA of the latency, for the shortest-expected-delay cost.
+    smooth: Vec<f64>,
     next_in_turn: usize,
+    /// The last two distinct backends this worker's requests completed on since its last pick, latest
+    /// first: the memory of the memory policies, kept as duet-balance's guards keep it.
+    freed: [Option<usize>; 2],
 }
 
-/// Runs a scenario. Every selection goes through duet-balance's `P2c` (seeded per worker) and, for
-/// PeakEWMA, its `peak_ewma` arithmetic.
+impl Selector {
+    /// A request of this worker completed on `backend`.
+    fn freed(&mut self, backend: usize) {
+        if self.freed[0] != Some(backend) {
+            if self.freed[0].is_some() {
+                self.freed[1] = self.freed[0];
+            }
+            self.freed[0] = Some(backend);
+        }
+    }
+
+    fn in_flight(&self, i: usize) -> f64 {
+        f64::from(self.in_flight[i])
+    }
+
+    /// PeakEWMA's load, as duet-balance computes it.
+    fn peak_ewma(&self, i: usize, now: f64, tau: f64) -> f64 {
+        let in_flight = u64::from(self.in_flight[i]);
+        let projected = peak_ewma::project(self.ewma[i], now - self.stamp[i], tau, in_flight);
+        peak_ewma::load(projected, in_flight)
+    }
+
+    /// Shortest expected delay: (in flight + 1) × the plain latency average.
+    fn expected_delay(&self, i: usize) -> f64 {
+        self.smooth[i] * f64::from(self.in_flight[i] + 1)
+    }
+}
+
+/// Runs a scenario. Every selection goes through duet-balance's `P2c` (seeded per worker; with memory,
+/// `P2c::select_with_memory`) and, for PeakEWMA, its `peak_ewma` arithmetic.
 pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
     check(scenario)?;
     let mut sim = Sim::new(scenario);
@@ -227,7 +275,9 @@ impl<'a> Sim<'a> {
                     in_flight: vec![0; n],
                     ewma: vec![1.0; n],
                     stamp: vec![0.0; n],
+                    smooth: vec![1.0; n],
                     next_in_turn: s,
+                    freed: [None, None],
                 })
                 .collect(),
             table: scenario.weighted.then(|| AliasTable::new(&weights)),
@@ -254,7 +304,10 @@ impl<'a> Sim<'a> {
             self.queue[b] -= 1;
             let selector = &mut self.selectors[s];
             selector.in_flight[b] -= 1;
+            selector.freed(b);
             let rtt = t - f64::from_bits(started_bits);
+            let w = (-(t - selector.stamp[b]) / self.scenario.ewma_decay).exp();
+            selector.smooth[b] = selector.smooth[b] * w + rtt * (1.0 - w);
             selector.ewma[b] = peak_ewma::update(
                 selector.ewma[b],
                 rtt,
@@ -296,13 +349,26 @@ impl<'a> Sim<'a> {
                 1.0
             }
         };
+        // The memory policies take what the worker remembers, as `Policy::P2cMemory` does, and ignore
+        // it where it does (weights differ).
+        let remembered = match scenario.policy {
+            SimPolicy::P2cMemoryInflight
+            | SimPolicy::P2cMemoryPeakEwma
+            | SimPolicy::P2cMemorySed
+                if table.is_none() =>
+            {
+                std::mem::take(&mut selector.freed)
+            }
+            _ => [None, None],
+        };
         let mut compare = |load: &dyn Fn(usize) -> f64| -> Result<usize, String> {
             let selection = match table {
                 Some(table) => p2c.select_weighted(table, |i| load(i) / weight_of(i)),
-                None => p2c.select(n, load),
+                None => p2c.select_with_memory(n, remembered, load),
             };
             selection.map(|s| s.chosen).map_err(|e| e.to_string())
         };
+        let tau = scenario.ewma_decay;
         Ok(match scenario.policy {
             SimPolicy::Random => match table {
                 Some(table) => table.sample(p2c.draw()),
@@ -319,17 +385,15 @@ impl<'a> Sim<'a> {
                 ties[(p2c.draw() % ties.len() as u64) as usize]
             }
             SimPolicy::P2cStale => compare(&|i| f64::from(view[i]))?,
-            SimPolicy::P2cInflight => compare(&|i| f64::from(selector.in_flight[i]))?,
-            SimPolicy::P2cPeakEwma => compare(&|i| {
-                let in_flight = u64::from(selector.in_flight[i]);
-                let projected = peak_ewma::project(
-                    selector.ewma[i],
-                    now - selector.stamp[i],
-                    scenario.ewma_decay,
-                    in_flight,
-                );
-                peak_ewma::load(projected, in_flight)
-            })?,
+            SimPolicy::P2cInflight | SimPolicy::P2cMemoryInflight => {
+                compare(&|i| selector.in_flight(i))?
+            }
+            SimPolicy::P2cPeakEwma | SimPolicy::P2cMemoryPeakEwma => {
+                compare(&|i| selector.peak_ewma(i, now, tau))?
+            }
+            SimPolicy::P2cSed | SimPolicy::P2cMemorySed => {
+                compare(&|i| selector.expected_delay(i))?
+            }
         })
     }
 

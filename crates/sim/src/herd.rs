@@ -15,11 +15,13 @@ pub struct HerdReport {
 }
 
 /// The policies compared.
-pub const POLICIES: [SimPolicy; 5] = [
+pub const POLICIES: [SimPolicy; 7] = [
     SimPolicy::LeastLoadedStale,
     SimPolicy::P2cStale,
     SimPolicy::P2cInflight,
     SimPolicy::P2cPeakEwma,
+    SimPolicy::P2cMemoryInflight,
+    SimPolicy::P2cMemoryPeakEwma,
     SimPolicy::Random,
 ];
 

@@ -5,7 +5,8 @@
 //! * [`balls`]: balls into bins, one choice against two (Azar, Broder, Karlin, Upfal 1994).
 //! * [`supermarket`]: Mitzenmacher's supermarket model, against his fixed-point formula.
 //! * [`cluster`]: K balancers × W workers with local views in front of n backends (heterogeneous
-//!   capacity, a backend that degrades at time t), under each policy.
+//!   capacity, request slots, a backend that degrades at time t), under each policy, P2C with memory
+//!   (`P2c::select_with_memory`) included.
 //! * [`herd`]: least-loaded on a stale shared view piles onto one backend as the view ages; P2C on
 //!   local views does not.
 //!

@@ -191,6 +191,8 @@ impl Checker {
         let all = [
             Policy::P2cInflight,
             Policy::P2cPeakEwma,
+            Policy::P2cMemoryInflight,
+            Policy::P2cMemoryPeakEwma,
             Policy::RoundRobin,
             Policy::Random,
         ];

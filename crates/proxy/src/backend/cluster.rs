@@ -330,6 +330,11 @@ fn new_balance(policy: Policy) -> ClusterBalance {
             LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             BalancePolicy::P2c,
         ),
+        Policy::P2cMemoryInflight => (LoadMetric::InFlight, BalancePolicy::P2cMemory),
+        Policy::P2cMemoryPeakEwma => (
+            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
+            BalancePolicy::P2cMemory,
+        ),
         Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
         Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
     };
@@ -340,6 +345,12 @@ fn new_balance(policy: Policy) -> ClusterBalance {
 /// `settings` added to the cluster's YAML mapping.
 #[cfg(test)]
 pub(crate) fn for_tests(backends: &[&str], settings: &str) -> Rc<Cluster> {
+    with_policy(backends, "p2c_inflight", settings)
+}
+
+/// [`for_tests`] under `policy`.
+#[cfg(test)]
+fn with_policy(backends: &[&str], policy: &str, settings: &str) -> Rc<Cluster> {
     let list: Vec<String> = backends
         .iter()
         .map(|b| format!("{{ address: {b} }}"))
@@ -347,7 +358,7 @@ pub(crate) fn for_tests(backends: &[&str], settings: &str) -> Rc<Cluster> {
     let yaml = format!(
         "listeners: [{{ address: 127.0.0.1:0 }}]\n\
          routes: [{{ match: {{ path_prefix: / }}, cluster: app }}]\n\
-         clusters:\n  - {{ name: app, policy: p2c_inflight, backends: [{}]{settings} }}\n",
+         clusters:\n  - {{ name: app, policy: {policy}, backends: [{}]{settings} }}\n",
         list.join(", ")
     );
     let config = duet_config::parse(&yaml, "test.yaml").expect("valid config");
@@ -367,6 +378,19 @@ mod tests {
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().expect("an address")
+    }
+
+    #[test]
+    fn the_memory_policies_build_balancers_with_memory_and_their_metric() {
+        for (name, metric) in [
+            ("p2c_memory_inflight", "InFlight"),
+            ("p2c_memory_peak_ewma", "PeakEwma"),
+        ] {
+            let cluster = with_policy(&["127.0.0.1:9"], name, "");
+            let debug = cluster.with_balance(|b| format!("{b:?}"));
+            assert!(debug.contains("policy: P2cMemory"), "{debug}");
+            assert!(debug.contains(&format!("metric: {metric}")), "{debug}");
+        }
     }
 
     #[test]
