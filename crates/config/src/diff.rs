@@ -257,7 +257,7 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         &prefix,
         old,
         new,
-        [slow_start, dns_refresh, penalty_statuses,]
+        [slow_start, dns_refresh, penalty_statuses, tls,]
     );
     changes.field(
         &prefix,
