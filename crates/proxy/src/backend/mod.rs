@@ -5,6 +5,8 @@ pub(crate) mod cluster;
 
 pub(crate) mod outlier;
 pub(crate) mod pool;
+pub(crate) mod connect;
+pub(crate) mod tls;
 pub(crate) mod request_body;
 
 pub(crate) mod client_body;
