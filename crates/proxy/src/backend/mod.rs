@@ -7,6 +7,7 @@ pub(crate) mod outlier;
 pub(crate) mod pool;
 pub(crate) mod connect;
 pub(crate) mod tls;
+pub(crate) mod probe;
 pub(crate) mod request_body;
 
 pub(crate) mod client_body;
