@@ -100,7 +100,8 @@ pub(crate) async fn forward(
     };
     if fault == Blame::Backend {
         completion.count_failure(match error.kind() {
-            ErrorKind::Connect | ErrorKind::TlsHandshake => Failure::Connect,
+            ErrorKind::Connect => Failure::Connect,
+            ErrorKind::TlsHandshake => Failure::Tls,
             ErrorKind::Timeout => Failure::Timeout,
             _ => Failure::Protocol,
         });

@@ -179,7 +179,7 @@ const FAMILIES: &[Family] = &[
         Read::Backend(|b, i| nth(&b.stats.responses, i)))
         .by("class", CLASSES),
     Family::new("duet_backend_failures_total", COUNTER,
-        "Attempts to the backend that failed, by kind: connect, timeout (no response head in time), protocol (closed or not HTTP), body_reset, body_timeout, local (duet's own resources; never held against the backend).",
+        "Attempts to the backend that failed, by kind: connect, tls (handshake failed), timeout (no response head in time), protocol (closed or not HTTP), body_reset, body_timeout, local (duet's own resources; never held against the backend).",
         Read::Backend(|b, i| nth(&b.stats.failures, i)))
         .by("kind", &Failure::LABELS),
     Family::new("duet_backend_ejections_total", COUNTER,
