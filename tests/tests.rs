@@ -22,3 +22,4 @@ mod resilience;
 mod routing;
 mod streaming;
 mod tls;
+mod upstream_tls;

@@ -111,6 +111,10 @@ impl Probe {
             } else {
                 failures += 1;
                 passes = 0;
+                // A backend that never passed would otherwise never say why (a refused certificate).
+                if failures == 1 && !admitted_once {
+                    tracing::warn!(cluster = %self.cluster, backend = %self.address, reason = %last_failure, "backend not admitted: its health check failed");
+                }
                 if healthy && failures >= self.check.unhealthy_threshold {
                     healthy = false;
                     tracing::warn!(cluster = %self.cluster, backend = %self.address, failures, reason = %last_failure, "backend unhealthy");

@@ -137,7 +137,8 @@ impl fmt::Display for UpstreamError {
         match self {
             Self::ConnectTimeout(limit) => write!(f, "no connection within {limit:?}"),
             Self::Connect(error) => write!(f, "cannot connect: {error}"),
-            Self::Tls(error) => write!(f, "TLS handshake failed: {error}"),
+            // The reason is the source (as ProxyError and the access log print it).
+            Self::Tls(_) => f.write_str("TLS handshake failed"),
             Self::Http { error, .. } => error.fmt(f),
         }
     }

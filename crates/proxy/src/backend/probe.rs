@@ -47,10 +47,13 @@ impl UpstreamClient {
         if let Ok(host) = HeaderValue::from_str(&backend.to_string()) {
             request.headers_mut().insert(header::HOST, host);
         }
-        let (response, lease) = self
-            .send(backend, request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (response, lease) =
+            self.send(backend, request)
+                .await
+                .map_err(|e| match std::error::Error::source(&e) {
+                    Some(cause) => format!("{e}: {cause}"),
+                    None => e.to_string(),
+                })?;
         let status = response.status().as_u16();
         response
             .into_body()
