@@ -649,3 +649,36 @@ fn check_reports_unusable_files_and_warns_about_verify_false() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_server_name_a_backend_is_verified_against_its_host_name() {
+    let dir = TempDir::new();
+    let ca = Ca::new("backends");
+    std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
+    let config = server_config(&ca.server("api.internal", false), None);
+    let backend = TlsBackend::start(config, false).await;
+    let port = backend.address.port();
+    let yaml = format!(
+        "workers: 1\nlisteners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: app }} ]\n\
+         clusters:\n  - name: app\n    backends: [ {{ address: api.internal:{port} }} ]\n\
+         \x20   tls: {{ ca: ca.pem }}\n"
+    );
+    let path = dir.0.join("duet.yaml");
+    std::fs::write(&path, yaml).expect("config");
+    let config = duet_config::load(&path).expect("valid");
+    // Stands in for DNS: the name resolves to the loopback backend.
+    let address = backend.address;
+    let resolver: duet::Resolver = Arc::new(move |name: &str| {
+        assert_eq!(name, format!("api.internal:{port}"));
+        Ok(vec![address])
+    });
+    let server = duet::Server::start_with_resolver(config, resolver).expect("start");
+    let url = format!("http://{}/by-name", server.local_addrs()[0]);
+    let (status, _, body) = support::get(&url, &[]).await;
+    assert_eq!((status, &body[..]), (200, &b"tls-backend"[..]));
+    let seen = backend.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].sni.as_deref(), Some("api.internal"));
+    assert_eq!(seen[0].path, "/by-name");
+    let _ = tokio::task::spawn_blocking(move || server.shutdown()).await;
+}
