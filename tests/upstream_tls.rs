@@ -128,6 +128,8 @@ struct Seen {
     client_cert: Option<CertificateDer<'static>>,
     /// SNI sent by the client.
     sni: Option<String>,
+    /// Whether the connection's handshake resumed an earlier session.
+    resumed: bool,
 }
 
 /// A loopback HTTPS/1.1 backend answering `200 tls-backend` to every request, keeping connections
@@ -207,6 +209,7 @@ async fn serve(
         .peer_certificates()
         .and_then(|certs| certs.first().cloned());
     let sni = session.server_name().map(str::to_owned);
+    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     let mut buffer = Vec::new();
     for _ in 0..100 {
         let head_end = loop {
@@ -226,6 +229,7 @@ async fn serve(
             path,
             client_cert: client_cert.clone(),
             sni: sni.clone(),
+            resumed,
         });
         let connection = if close { "close" } else { "keep-alive" };
         let response = format!(
@@ -316,6 +320,32 @@ async fn a_verified_backend_gets_the_requests_over_one_kept_alive_tls_connection
         ),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_connection_resumes_the_tls_session_of_an_earlier_one() {
+    let dir = TempDir::new();
+    let ca = Ca::new("backends");
+    std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
+    let config = server_config(&ca.server("api.internal", false), None);
+    // The backend closes after each response: every request needs a new connection.
+    let backend = TlsBackend::start(config, true).await;
+    let duet = start_duet(
+        &dir,
+        backend.address,
+        "{ ca: ca.pem, server_name: api.internal }",
+        "",
+    );
+    for _ in 0..3 {
+        assert_eq!(get(&duet, "/").await.0, 200);
+    }
+    let resumed: Vec<bool> = backend.seen().iter().map(|s| s.resumed).collect();
+    assert_eq!(
+        resumed,
+        [false, true, true],
+        "a full handshake, then resumptions"
+    );
+    assert_eq!(backend.handshakes.load(SeqCst), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
