@@ -311,7 +311,17 @@ fn silent_connections_neither_delay_healthz_nor_outstay_the_header_timeout() {
             .set_read_timeout(Some(left.max(Duration::from_millis(1))))
             .expect("timeout");
         let mut byte = [0; 1];
-        let read = stream.read(&mut byte);
+        // A read under SO_RCVTIMEO fails with EINTR when any signal reaches the thread, whatever
+        // SA_RESTART says (signal(7)); the glibc-internal signals other tests' work raises are not
+        // the answer this test waits for. Bounded: at most one retry per signal, within the window.
+        let read = loop {
+            match stream.read(&mut byte) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Interrupted
+                        && opened.elapsed() < Duration::from_secs(9) => {}
+                other => break other,
+            }
+        };
         assert!(
             matches!(read, Ok(0)),
             "a silent connection still open {:?} after it opened: {read:?}",

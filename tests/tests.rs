@@ -23,3 +23,4 @@ mod route_filters;
 mod routing;
 mod streaming;
 mod tls;
+mod upstream_tls;

@@ -1,7 +1,9 @@
 //! What a reload from one configuration to another would change: `duet check --config NEW --diff OLD`,
 //! a plan to read before applying it.
 
-use crate::model::{http_method, Cluster, Config, HostPattern, Listener, Route, Workers};
+use crate::model::{
+    http_method, Cluster, Config, HostPattern, Listener, Route, UpstreamTls, Workers,
+};
 use std::fmt::{self, Debug};
 
 /// `~ prefix.field: old -> new` for each named field of `old` and `new` that differs: the model's field
@@ -167,6 +169,27 @@ impl Changes {
     }
 }
 
+/// A cluster's `tls:` as written (where it is written aside): `off`, or its settings.
+fn tls(tls: Option<&UpstreamTls>) -> String {
+    let Some(tls) = tls else {
+        return "off".to_owned();
+    };
+    let mut parts = vec![match &tls.ca {
+        Some((path, _)) => format!("ca {}", path.display()),
+        None => "system roots".to_owned(),
+    }];
+    if let Some(name) = &tls.server_name {
+        parts.push(format!("server_name {name}"));
+    }
+    if let Some(client) = &tls.client {
+        parts.push(format!("client cert {}", client.cert.display()));
+    }
+    if !tls.verify {
+        parts.push("verify false".to_owned());
+    }
+    parts.join(", ")
+}
+
 fn workers(workers: Workers) -> String {
     match workers {
         Workers::Auto => "auto".to_owned(),
@@ -259,6 +282,10 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         new,
         [slow_start, dns_refresh, penalty_statuses,]
     );
+    let (old_tls, new_tls) = (tls(old.tls.as_ref()), tls(new.tls.as_ref()));
+    if old_tls != new_tls {
+        changes.push(format!("~ {prefix}.tls: {old_tls} -> {new_tls}"));
+    }
     changes.field(
         &prefix,
         "panic_threshold",

@@ -47,7 +47,7 @@ pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
     HealthCheck, HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, PathRewrite,
     Pattern, Policy, Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles,
-    ValueMatch, WeightedCluster, Workers,
+    UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

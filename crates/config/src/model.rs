@@ -542,6 +542,27 @@ pub struct Cluster {
     /// latency, so P2C sends the backend less. They do not eject it (a 503 counts toward
     /// `outlier_detection.consecutive_5xx` only when that is set, as any 5xx). Default 429, 503.
     pub penalty_statuses: Vec<u16>,
+    /// TLS toward the backends; plain HTTP when `None`.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// `tls:` of a cluster: how duet speaks TLS to its backends. The files are read when duet starts and
+/// again on every reload (rotation); nothing here is read by this crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// PEM certificates to trust (the backends' CA) and where `ca` is written; `None`: the system's
+    /// roots.
+    pub ca: Option<(std::path::PathBuf, Location)>,
+    /// The name to send (SNI) and to verify the backend's certificate against; `None`: each
+    /// backend's host name.
+    pub server_name: Option<String>,
+    /// A client certificate and key to present, for backends that require one (mutual TLS).
+    pub client: Option<TlsFiles>,
+    /// Whether the backend's certificate is verified (default true). `false` still encrypts, but
+    /// trusts any certificate: `duet check` warns about it.
+    pub verify: bool,
+    /// Where the `tls` block is written.
+    pub at: Location,
 }
 
 /// Active health checking of a cluster's backends.

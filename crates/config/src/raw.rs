@@ -254,6 +254,22 @@ pub(crate) struct RawCluster {
     pub(crate) dns_refresh: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) penalty_statuses: Option<Vec<Spanned<Scalar>>>,
+    #[serde(default)]
+    pub(crate) tls: Option<Spanned<RawUpstreamTls>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawUpstreamTls {
+    #[serde(default)]
+    pub(crate) ca: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) server_name: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) cert: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) key: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) verify: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -497,6 +513,7 @@ static CLUSTER: Shape = Shape {
         ("health_check", &leaf::<RawHealthCheck>()),
         ("outlier_detection", &leaf::<RawOutlierDetection>()),
         ("retries", &leaf::<RawRetries>()),
+        ("tls", &leaf::<RawUpstreamTls>()),
     ],
 };
 

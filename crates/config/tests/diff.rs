@@ -116,3 +116,38 @@ fn request_buffering_and_the_upload_floor_show_in_the_plan() {
         ]
     );
 }
+
+#[test]
+fn tls_to_backends_shows_as_written_and_parses_from_old_files_unchanged() {
+    let with_tls = |tls: &str| {
+        OLD.replace(
+            "    timeouts: { connect: 1s }\n",
+            &format!("    timeouts: {{ connect: 1s }}\n    tls: {tls}\n"),
+        )
+    };
+    let old = parse(OLD, "old.yaml").expect("old files load unchanged");
+    assert!(old.clusters.iter().all(|c| c.tls.is_none()));
+    let on = parse(
+        &with_tls("{ ca: /etc/duet/ca.pem, server_name: api.internal }"),
+        "x.yaml",
+    )
+    .expect("tls");
+    let rotated = parse(
+        &with_tls("{ server_name: api.internal, cert: c.pem, key: c.key, verify: false }"),
+        "/etc/duet/y.yaml",
+    )
+    .expect("tls");
+    let lines = |a, b| -> Vec<String> { diff(a, b).iter().map(ToString::to_string).collect() };
+    assert_eq!(
+        lines(&old, &on),
+        ["~ cluster api.tls: off -> ca /etc/duet/ca.pem, server_name api.internal"]
+    );
+    assert_eq!(
+        lines(&on, &rotated),
+        [
+            "~ cluster api.tls: ca /etc/duet/ca.pem, server_name api.internal -> system roots, \
+          server_name api.internal, client cert /etc/duet/c.pem, verify false"
+        ]
+    );
+    assert!(diff(&on, &on).is_empty());
+}

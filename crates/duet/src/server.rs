@@ -37,6 +37,19 @@ fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
         .collect()
 }
 
+/// Reads the files of every cluster's `tls:` (the workers read them again to build their clients), so
+/// a CA or client certificate that cannot be used fails the start or the reload, naming its field.
+fn check_upstream_tls(config: &Config) -> io::Result<()> {
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        let Some(tls) = &cluster.tls else { continue };
+        duet_proxy::check_upstream_tls(tls).map_err(|e| {
+            let message = format!("line {}: clusters[{i}].tls.{}: {e}", e.at, e.field);
+            io::Error::new(io::ErrorKind::InvalidData, message)
+        })?;
+    }
+    Ok(())
+}
+
 /// A configuration to reload, with the certificate files it names read. Reading may block (a FIFO, a
 /// hung mount), so `duet run` does it on a thread of its own, never on the one that waits for SIGTERM.
 pub(crate) struct Reload {
@@ -45,9 +58,11 @@ pub(crate) struct Reload {
 }
 
 impl Reload {
-    /// Reads the certificate files `config` names.
+    /// Reads the certificate files `config` names (listeners' and clusters').
     pub(crate) fn read(config: Config) -> Self {
-        let tls = tls_acceptors(&config).map_err(|e| e.to_string());
+        let tls = check_upstream_tls(&config)
+            .and_then(|()| tls_acceptors(&config))
+            .map_err(|e| e.to_string());
         Self { config, tls }
     }
 }
@@ -115,6 +130,7 @@ impl Server {
     /// a warning) until a later refresh finds it: never a failed start.
     pub fn start_with_resolver(config: Config, resolver: discovery::Resolver) -> io::Result<Self> {
         let workers = worker_count(config.workers);
+        check_upstream_tls(&config)?;
         let acceptors = tls_acceptors(&config)?;
         let (addresses, per_worker) = bind_listeners(&config, workers)?;
         let (tls, tls_rx) = watch::channel(Arc::new(acceptors));

@@ -38,6 +38,9 @@ pub enum ErrorKind {
     LocalResource,
     /// The backend could not be connected to (502).
     Connect,
+    /// The TLS handshake with the backend failed: its certificate was refused, or it does not speak
+    /// TLS (502). Never retried in plain text.
+    TlsHandshake,
     /// The backend did not send response headers within `timeouts.response_headers` (504).
     Timeout,
     /// The route's `timeout` passed before any attempt got a response head (504).
@@ -96,6 +99,7 @@ impl ProxyError {
             ErrorKind::NoEligibleBackend => "no_eligible_backend",
             ErrorKind::LocalResource => "local_resource",
             ErrorKind::Connect => "connect_failed",
+            ErrorKind::TlsHandshake => "backend_tls_failed",
             ErrorKind::Timeout => "response_headers_timeout",
             ErrorKind::RouteTimeout => "route_timeout",
             ErrorKind::BadGateway => "backend_error",
@@ -122,7 +126,9 @@ impl ProxyError {
             ErrorKind::NoEligibleBackend | ErrorKind::LocalResource => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ErrorKind::Connect | ErrorKind::BadGateway => StatusCode::BAD_GATEWAY,
+            ErrorKind::Connect | ErrorKind::TlsHandshake | ErrorKind::BadGateway => {
+                StatusCode::BAD_GATEWAY
+            }
             ErrorKind::Timeout | ErrorKind::RouteTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -142,6 +148,7 @@ impl ProxyError {
             ErrorKind::NoEligibleBackend => "no backend available\n",
             ErrorKind::LocalResource => "the proxy is out of resources; try again\n",
             ErrorKind::Connect => "backend unreachable\n",
+            ErrorKind::TlsHandshake => "TLS handshake with the backend failed\n",
             ErrorKind::Timeout => "backend did not answer in time\n",
             ErrorKind::RouteTimeout => "no answer within the route's timeout\n",
             ErrorKind::BadGateway => "backend closed the connection or sent an invalid response\n",

@@ -154,6 +154,7 @@ impl WorkerProxy {
         for (config, cluster) in table.config.clusters.iter().zip(&table.clusters) {
             if config.has_named_backends() {
                 cluster.set_endpoints(&names.endpoints(config));
+                cluster.name_backends(config, names);
             }
         }
         self.publish_cells();
@@ -313,13 +314,15 @@ impl Table {
             .iter()
             .map(|cluster| {
                 let kept = previous.iter().find(|old| *old.name == *cluster.name);
-                Rc::new(Cluster::new(
+                let built = Cluster::new(
                     cluster,
                     kept.map(|c| &**c),
                     &names.endpoints(cluster),
                     health.clone(),
                     BodyPace::new(&config.limits),
-                ))
+                );
+                built.name_backends(cluster, names);
+                Rc::new(built)
             })
             .collect();
         let keep_alive = http::HeaderValue::from_str(&format!(

@@ -24,8 +24,9 @@
 //!   it owns its load guard, latency sample, outlier verdict and access-log record, and settles them
 //!   exactly once when the response body ([`ProxyBody`]) ends, fails (a backend that dies mid-body
 //!   counts as an outlier failure) or is dropped.
-//! - **`backend/`**: a cluster as one worker sees it: its [`duet_balance::Balance`], pooled client,
-//!   outlier ejection and request bodies. Nothing is shared with another worker.
+//! - **`backend/`**: a cluster as one worker sees it: its [`duet_balance::Balance`], pooled client
+//!   (plain, or TLS with the cluster's `tls:`: `backend/connect.rs` is the seam), outlier ejection and
+//!   request bodies. Nothing is shared with another worker.
 //! - **`telemetry/`**: metric cells and their Prometheus text, the status page, the access log.
 //! - leaves: errors, header rules, the peer, request ids, stall timers, tunnels, the control plane's
 //!   [`view`].
@@ -70,7 +71,9 @@ mod fuzz_tests;
 pub use attempt::body::{BodyError, ProxyBody};
 pub use backend::cluster::{ClusterBalance, Upstream};
 pub use backend::pool::{upstream_client, UpstreamClient, UpstreamError};
+pub use backend::probe::health_client;
 pub use backend::request_body::UpstreamBody;
+pub use backend::tls::{check_upstream_tls, UpstreamTlsError};
 pub use conn::parking::Resumed;
 pub use conn::{
     accept::{Accepted, Drained},

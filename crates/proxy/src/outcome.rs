@@ -81,6 +81,8 @@ impl Ending {
 pub(crate) enum Failure {
     /// Could not connect.
     Connect,
+    /// Connected, but the TLS handshake failed (its certificate refused, or no TLS).
+    Tls,
     /// No response head within `timeouts.response_headers`.
     Timeout,
     /// Closed the connection, or answered something that is not HTTP (or not usable).
@@ -95,8 +97,9 @@ pub(crate) enum Failure {
 
 impl Failure {
     /// Every kind, in the order of the metric's series.
-    pub(crate) const ALL: [Self; 6] = [
+    pub(crate) const ALL: [Self; 7] = [
         Self::Connect,
+        Self::Tls,
         Self::Timeout,
         Self::Protocol,
         Self::BodyReset,
@@ -105,8 +108,8 @@ impl Failure {
     ];
 
     /// `ALL`'s labels, in its order (the `kind` label's values).
-    pub(crate) const LABELS: [&'static str; 6] = {
-        let mut labels = [""; 6];
+    pub(crate) const LABELS: [&'static str; 7] = {
+        let mut labels = [""; 7];
         let mut i = 0;
         while i < labels.len() {
             labels[i] = Self::ALL[i].label();
@@ -119,6 +122,7 @@ impl Failure {
     pub(crate) const fn label(self) -> &'static str {
         match self {
             Self::Connect => "connect",
+            Self::Tls => "tls",
             Self::Timeout => "timeout",
             Self::Protocol => "protocol",
             Self::BodyReset => "body_reset",

@@ -1,6 +1,6 @@
 //! `clusters:`: unique names, backends that can be reached and serve, and each cluster's settings.
 
-use super::{checker::Checker, cluster_settings, field::Field};
+use super::{checker::Checker, cluster_settings, field::Field, upstream_tls};
 use crate::{
     model::{Backend, BackendAddress, Cluster},
     raw::{RawBackend, RawCluster},
@@ -50,6 +50,10 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
             .collect(),
         None => vec![429, 503],
     };
+    let tls = c
+        .tls
+        .as_ref()
+        .map(|tls| upstream_tls::upstream_tls(checker, tls, field, &backends));
     Cluster {
         name,
         policy: checker.policy(c.policy.as_ref(), &field.key("policy")),
@@ -74,6 +78,7 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
             Duration::ZERO,
         ),
         penalty_statuses,
+        tls,
     }
 }
 

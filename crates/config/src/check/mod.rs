@@ -1,14 +1,15 @@
 //! The checks after parsing, one function per section of the file. Each returns its part of the
 //! model and records every problem it finds without stopping, so one run reports them all.
 
-// The sections: none uses another (clusters use their settings blocks; routes their matchers,
-// redirects, splits and filters, which use the matching rules).
+// The sections: none uses another (clusters use their settings blocks and `tls`; routes their
+// matchers, redirects, splits and filters, which use the matching rules).
 mod clusters;
 mod listeners;
 mod routes;
 mod settings;
 
 mod cluster_settings;
+mod upstream_tls;
 mod redirect;
 mod split;
 mod route_filters;

@@ -16,7 +16,7 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
         }
     };
     // Certificates are parsed too, as `run` would.
-    let tls_errors: Vec<String> = config
+    let mut tls_errors: Vec<String> = config
         .listeners
         .iter()
         .enumerate()
@@ -30,10 +30,12 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
             )
         })
         .collect();
+    tls_errors.extend(upstream_tls_errors(path, &config));
     if !tls_errors.is_empty() {
         eprintln!("{}", tls_errors.join("\n"));
         return 1;
     }
+    warn_unverified(path, &config);
     let resolver = resolve.then(system_resolver);
     // A closed stdout (`duet check ... | head`) is not an error worth a panic.
     use std::io::Write;
@@ -63,6 +65,38 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
     0
+}
+
+/// Each cluster's `tls:` files that cannot be used, as `run` would refuse them.
+fn upstream_tls_errors(path: &std::path::Path, config: &duet_config::Config) -> Vec<String> {
+    let clusters = config.clusters.iter().enumerate();
+    clusters
+        .filter_map(|(i, c)| Some((i, duet_proxy::check_upstream_tls(c.tls.as_ref()?).err()?)))
+        .map(|(i, e)| {
+            format!(
+                "{}:{}: clusters[{i}].tls.{}: {e}",
+                path.display(),
+                e.at,
+                e.field
+            )
+        })
+        .collect()
+}
+
+/// `verify: false` is valid, but encrypts without authenticating: said on stderr, not an error.
+fn warn_unverified(path: &std::path::Path, config: &duet_config::Config) {
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        let Some(tls) = cluster.tls.as_ref().filter(|tls| !tls.verify) else {
+            continue;
+        };
+        eprintln!(
+            "{}:{}: warning: clusters[{i}].tls.verify: false: cluster `{}` accepts any certificate \
+             from its backends (encrypted, not authenticated: anyone on the path can pose as them)",
+            path.display(),
+            tls.at,
+            cluster.name
+        );
+    }
 }
 
 fn summary(

@@ -1,14 +1,8 @@
 //! Active health checks, run once per process on the control plane (not once per worker: that would
 //! multiply probe traffic by the worker count), published to every worker.
 
-use bytes::Bytes;
 use duet_config::{Config, HealthCheck};
-use duet_proxy::{HealthView, ResolvedNames};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::{
-    client::legacy::{connect::HttpConnector, Client},
-    rt::{TokioExecutor, TokioTimer},
-};
+use duet_proxy::{health_client, HealthView, ResolvedNames, UpstreamClient};
 use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc};
 use tokio::sync::watch;
 
@@ -35,12 +29,8 @@ pub(crate) async fn run(
             let Some(check) = &cluster.health_check else {
                 continue;
             };
-            let mut connector = HttpConnector::new();
-            connector.set_connect_timeout(Some(check.timeout));
-            let client = Client::builder(TokioExecutor::new())
-                .pool_timer(TokioTimer::new())
-                .pool_idle_timeout(check.interval * 2)
-                .build::<_, Empty<Bytes>>(connector);
+            // The cluster's own kind of connection: TLS with its `tls:` settings when it has them.
+            let client = health_client(cluster, &resolved, check.timeout, check.interval * 2);
             for endpoint in resolved.endpoints(cluster) {
                 let initial = view
                     .borrow()
@@ -91,7 +81,7 @@ struct Probe {
     cluster: String,
     address: SocketAddr,
     check: HealthCheck,
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: UpstreamClient,
 }
 
 impl Probe {
@@ -99,15 +89,15 @@ impl Probe {
         let mut healthy = initial;
         let mut admitted_once = initial;
         let (mut passes, mut failures) = (0u32, 0u32);
-        let uri: http::Uri = match format!("http://{}{}", self.address, self.check.path).parse() {
-            Ok(uri) => uri,
-            Err(error) => {
-                tracing::error!(cluster = %self.cluster, backend = %self.address, "bad health check path: {error}");
-                return;
-            }
-        };
+        let mut last_failure = String::new();
         loop {
-            let passed = self.probe(&uri).await;
+            let passed = match self.probe().await {
+                Ok(()) => true,
+                Err(why) => {
+                    last_failure = why;
+                    false
+                }
+            };
             if passed {
                 passes += 1;
                 failures = 0;
@@ -121,9 +111,13 @@ impl Probe {
             } else {
                 failures += 1;
                 passes = 0;
+                // A backend that never passed would otherwise never say why (a refused certificate).
+                if failures == 1 && !admitted_once {
+                    tracing::warn!(cluster = %self.cluster, backend = %self.address, reason = %last_failure, "backend not admitted: its health check failed");
+                }
                 if healthy && failures >= self.check.unhealthy_threshold {
                     healthy = false;
-                    tracing::warn!(cluster = %self.cluster, backend = %self.address, failures, "backend unhealthy");
+                    tracing::warn!(cluster = %self.cluster, backend = %self.address, failures, reason = %last_failure, "backend unhealthy");
                     report(false);
                 }
             }
@@ -131,17 +125,14 @@ impl Probe {
         }
     }
 
-    async fn probe(&self, uri: &http::Uri) -> bool {
-        let attempt = async {
-            let response = self.client.get(uri.clone()).await.ok()?;
-            let status = response.status().as_u16();
-            // Read the body so the connection can be reused for the next check.
-            response.into_body().collect().await.ok()?;
-            Some(self.check.passes(status))
-        };
-        matches!(
-            tokio::time::timeout(self.check.timeout, attempt).await,
-            Ok(Some(true))
-        )
+    /// One check; why it failed, such as a refused certificate (logged when the backend goes down).
+    async fn probe(&self) -> Result<(), String> {
+        let attempt = self.client.probe(self.address, &self.check.path);
+        match tokio::time::timeout(self.check.timeout, attempt).await {
+            Ok(Ok(status)) if self.check.passes(status) => Ok(()),
+            Ok(Ok(status)) => Err(format!("answered {status}")),
+            Ok(Err(why)) => Err(why),
+            Err(_) => Err(format!("no answer within {:?}", self.check.timeout)),
+        }
     }
 }

@@ -7,10 +7,12 @@
 
 use crate::{
     backend::client_body::BodyPace,
+    backend::connect::Connector,
     backend::outlier::Outliers,
-    backend::pool::{upstream_client, UpstreamClient},
+    backend::pool::{upstream_client, upstream_client_over, UpstreamClient},
+    backend::tls,
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
-    view::{Endpoint, HealthView},
+    view::{Endpoint, HealthView, ResolvedNames},
 };
 use duet_balance::{
     Balance, LoadGuard, LoadMetric, NoEligibleEndpoint, PeakEwmaConfig, Policy as BalancePolicy,
@@ -24,6 +26,41 @@ use std::{
 };
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
+
+/// The cluster's client: the previous one (its pooled connections, its TLS session cache) when the
+/// timeouts are the same and so is the TLS, files' contents included, else a new one. The files are
+/// read again here on every reload, so a rotated CA or client certificate is picked up.
+fn client(
+    config: &duet_config::Cluster,
+    previous: Option<&Cluster>,
+    counters: &Arc<ClusterCounters>,
+) -> UpstreamClient {
+    let kept = previous
+        .filter(|p| p.timeouts == config.timeouts)
+        .map(|p| &p.client);
+    let Some(settings) = &config.tls else {
+        return match kept.filter(|c| !c.connector().is_tls()) {
+            Some(client) => client.clone(),
+            None => upstream_client(&config.timeouts),
+        };
+    };
+    let loaded = tls::load(settings).map(Arc::new).map_err(|e| e.to_string());
+    if let (Some(client), Ok(new)) = (kept, &loaded) {
+        if client
+            .connector()
+            .loaded()
+            .is_some_and(|old| old.same_as(new))
+        {
+            return client.clone();
+        }
+    }
+    if let Err(why) = &loaded {
+        // Checked before the reload reached the workers: only a file changed since then gets here.
+        tracing::error!(cluster = %config.name, "backend TLS not set up, every connection fails: {why}");
+    }
+    let connector = Connector::tls(loaded, counters.clone());
+    upstream_client_over(&config.timeouts, connector)
+}
 
 /// The balancer of one cluster in one worker, keyed by backend address.
 pub type ClusterBalance = Balance<SocketAddr, Upstream>;
@@ -77,10 +114,9 @@ impl Cluster {
             .iter()
             .filter_map(|&code| StatusCode::from_u16(code).ok())
             .collect();
-        let client = match previous.filter(|p| p.timeouts == config.timeouts) {
-            Some(previous) => previous.client.clone(),
-            None => upstream_client(&config.timeouts),
-        };
+        // A reload keeps a cluster's counters and histograms: its series never reset.
+        let counters = previous.map_or_else(Arc::default, |p| p.counters.clone());
+        let client = client(config, previous, &counters);
         let (balance, outliers) = match previous.filter(|p| p.policy == config.policy) {
             Some(previous) => previous.take_state(),
             None => (new_balance(config.policy), Outliers::default()),
@@ -107,14 +143,19 @@ impl Cluster {
             replay_body_limit: retries.replay_body_limit,
             body_pace,
             penalised,
-            // A reload keeps a cluster's counters and histograms: its series never reset.
-            counters: previous.map_or_else(Arc::default, |p| p.counters.clone()),
+            counters,
             backend_stats: RefCell::new(
                 previous.map_or_else(HashMap::default, |p| p.backend_stats.borrow().clone()),
             ),
         };
         cluster.set_endpoints(endpoints);
         cluster
+    }
+
+    /// Tells the TLS connector which host name each resolved address came from (the name its
+    /// certificate is verified against when the cluster has no `server_name`).
+    pub(crate) fn name_backends(&self, config: &duet_config::Cluster, names: &ResolvedNames) {
+        self.client.connector().name_backends(config, names);
     }
 
     /// Moves the balancer and outlier view out (for the cluster that replaces this one after a

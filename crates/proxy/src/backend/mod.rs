@@ -1,10 +1,13 @@
-//! A cluster's backends as one worker sees them: the balancer, the connection pool, outlier ejection,
-//! and the request body each attempt sends.
+//! A cluster's backends as one worker sees them: the balancer, the connection pool (plain or TLS),
+//! outlier ejection, and the request body each attempt sends; and the health checks' client.
 
 pub(crate) mod cluster;
+pub(crate) mod probe;
 
 pub(crate) mod outlier;
 pub(crate) mod pool;
+pub(crate) mod connect;
+pub(crate) mod tls;
 pub(crate) mod request_body;
 
 pub(crate) mod client_body;

@@ -9,7 +9,10 @@
 //! its lease and with it the connection. Idle connections are closed after `timeouts.idle` by one
 //! sweeper task per pool, alive only while something is pooled.
 
-use crate::backend::request_body::UpstreamBody;
+use crate::backend::{
+    connect::{Connector, HTTP_1_1},
+    request_body::UpstreamBody,
+};
 use duet_config::Timeouts;
 use http::{Request, Response};
 use hyper::{
@@ -46,6 +49,8 @@ struct Pool {
     connect_timeout: Duration,
     idle_timeout: Duration,
     handshake: http1::Builder,
+    /// Plain or TLS.
+    connector: Connector,
     sweeping: Cell<bool>,
 }
 
@@ -69,6 +74,11 @@ impl fmt::Debug for UpstreamClient {
 /// request may meet the close on the wire: `UpstreamError::closed_when_reused` tells that race from a
 /// failing backend, and an idempotent request is then sent again.
 pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
+    upstream_client_over(timeouts, Connector::default())
+}
+
+/// A client whose connections are made by `connector` (TLS for a cluster with `tls:`).
+pub(crate) fn upstream_client_over(timeouts: &Timeouts, connector: Connector) -> UpstreamClient {
     let mut handshake = http1::Builder::new();
     // Head and small body in one write: measurably cheaper per request (../shared/design.md).
     // A response may carry at most 100 header fields, hyper's default (Envoy's too; HAProxy allows
@@ -82,6 +92,7 @@ pub fn upstream_client(timeouts: &Timeouts) -> UpstreamClient {
             connect_timeout: timeouts.connect,
             idle_timeout: timeouts.idle,
             handshake,
+            connector,
             sweeping: Cell::new(false),
         }),
     }
@@ -110,6 +121,8 @@ pub enum UpstreamError {
     ConnectTimeout(Duration),
     /// The connection was refused or failed.
     Connect(io::Error),
+    /// The TLS handshake failed (the backend's certificate refused, or it does not speak TLS).
+    Tls(io::Error),
     /// The exchange failed on a connection; `reused` when it had answered a request before.
     Http {
         /// hyper's error.
@@ -124,6 +137,8 @@ impl fmt::Display for UpstreamError {
         match self {
             Self::ConnectTimeout(limit) => write!(f, "no connection within {limit:?}"),
             Self::Connect(error) => write!(f, "cannot connect: {error}"),
+            // The reason is the source (as ProxyError and the access log print it).
+            Self::Tls(_) => f.write_str("TLS handshake failed"),
             Self::Http { error, .. } => error.fmt(f),
         }
     }
@@ -133,7 +148,7 @@ impl std::error::Error for UpstreamError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::ConnectTimeout(_) => None,
-            Self::Connect(error) => Some(error),
+            Self::Connect(error) | Self::Tls(error) => Some(error),
             Self::Http { error, .. } => Some(error),
         }
     }
@@ -143,6 +158,11 @@ impl UpstreamError {
     /// Whether the connection was never made.
     pub(crate) fn is_connect(&self) -> bool {
         matches!(self, Self::ConnectTimeout(_) | Self::Connect(_))
+    }
+
+    /// Whether the TLS handshake failed (the request was never sent).
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_))
     }
 
     /// Whether the backend closed a pooled connection that had answered before, with no byte of a
@@ -215,10 +235,14 @@ impl UpstreamClient {
             .map_err(|_| UpstreamError::ConnectTimeout(self.pool.connect_timeout))?
             .map_err(UpstreamError::Connect)?;
         let _ = stream.set_nodelay(true);
+        let io = (self.pool.connector)
+            .connect(stream, backend, HTTP_1_1, self.pool.connect_timeout)
+            .await
+            .map_err(UpstreamError::Tls)?;
         let (sender, connection) = self
             .pool
             .handshake
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|error| UpstreamError::Http {
                 error,
@@ -239,6 +263,11 @@ impl UpstreamClient {
             backend,
             pool: Rc::downgrade(&self.pool),
         }
+    }
+
+    /// How this client's connections are made.
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.pool.connector
     }
 
     /// Connections pooled now, over every backend.

@@ -80,6 +80,9 @@ pub(crate) async fn forward(
                         None => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
                     }
                 }
+                None if error.is_tls() => {
+                    ProxyError::upstream(ErrorKind::TlsHandshake, backend, error)
+                }
                 None if error.is_connect() => {
                     ProxyError::upstream(ErrorKind::Connect, backend, error)
                 }
@@ -98,6 +101,7 @@ pub(crate) async fn forward(
     if fault == Blame::Backend {
         completion.count_failure(match error.kind() {
             ErrorKind::Connect => Failure::Connect,
+            ErrorKind::TlsHandshake => Failure::Tls,
             ErrorKind::Timeout => Failure::Timeout,
             _ => Failure::Protocol,
         });

@@ -116,7 +116,8 @@ async fn attempt(
 /// cluster's retry budget allows.
 fn may_retry(cluster: &Cluster, error: &ProxyError, resendable: bool, prepared: &Prepared) -> bool {
     let safe = match error.kind() {
-        ErrorKind::Connect => true,
+        // Nothing of the request was sent.
+        ErrorKind::Connect | ErrorKind::TlsHandshake => true,
         ErrorKind::BadGateway | ErrorKind::Timeout => resendable,
         _ => false,
     };

@@ -35,6 +35,13 @@ pub(crate) struct ClusterCounters {
     /// Requests sent again because the pooled connection they went out on had been closed by the
     /// backend (the keep-alive close race).
     pub(crate) stale_resends: AtomicU64,
+    /// TLS handshakes with backends that completed (each a new connection: the pool's reuse rate is
+    /// requests over these).
+    pub(crate) tls_handshakes: AtomicU64,
+    /// TLS handshakes with backends that failed (a certificate refused, a timeout, no TLS at all).
+    pub(crate) tls_handshake_failures: AtomicU64,
+    /// Time spent in completed TLS handshakes, in microseconds.
+    pub(crate) tls_handshake_micros: AtomicU64,
     /// Response body bytes passed from backends to clients.
     pub(crate) bytes_sent: AtomicU64,
     /// Request body bytes read from clients (buffered for replay, or passed on as they stream).
@@ -422,6 +429,9 @@ pub(crate) mod fixture {
             &counters.ejections,
             &counters.read_timeouts,
             &counters.stale_resends,
+            &counters.tls_handshakes,
+            &counters.tls_handshake_failures,
+            &counters.tls_handshake_micros,
         ]
         .into_iter()
         .enumerate()
@@ -638,6 +648,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 35, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 38, "{plain}");
     }
 }

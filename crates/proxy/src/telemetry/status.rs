@@ -3,6 +3,7 @@
 //! snapshot of the workers' cells.
 
 use crate::{
+    outcome::Failure,
     telemetry::histogram::{Sum, Summed},
     telemetry::metrics::{
         unix_seconds, BackendCell, ClusterCells, ProcessState, Registry, WorkerEntry,
@@ -174,6 +175,7 @@ struct Counts {
     picks: u64,
     responses: [u64; 5],
     failures: u64,
+    tls_failures: u64,
     head_time: Summed,
 }
 
@@ -189,6 +191,9 @@ impl Counts {
             .iter()
             .map(|f| f.load(Relaxed))
             .sum::<u64>();
+        if let Some(tls) = Failure::ALL.iter().position(|k| *k == Failure::Tls) {
+            self.tls_failures += backend.stats.failures[tls].load(Relaxed);
+        }
         self.head_time.add(&backend.stats.header_time);
     }
 
@@ -210,6 +215,7 @@ impl Counts {
             picks: self.picks.saturating_sub(earlier.picks),
             responses,
             failures: self.failures.saturating_sub(earlier.failures),
+            tls_failures: self.tls_failures.saturating_sub(earlier.tls_failures),
             head_time: self.head_time.since(&earlier.head_time),
         }
     }
@@ -407,7 +413,6 @@ impl View<'_> {
             Some(false) => "failing",
             None => "not checked",
         };
-        let (state, reason) = state(health, eligible_workers, self.entries.len());
         let key = (cluster.to_owned(), backend.address);
         let zero = Counts::default();
         let counts = self
@@ -416,6 +421,16 @@ impl View<'_> {
             .get(&key)
             .unwrap_or(&zero)
             .since(self.baseline.backends.get(&key).unwrap_or(&zero));
+        let (state, mut reason) = state(health, eligible_workers, self.entries.len());
+        if state == "ejected" && counts.tls_failures > 0 {
+            reason = reason.replace(
+                "(consecutive failures)",
+                &format!(
+                    "(consecutive failures; {} TLS handshakes failed)",
+                    counts.tls_failures
+                ),
+            );
+        }
         BackendStatus {
             address: backend.address.to_string(),
             weight: backend.weight,
