@@ -241,6 +241,13 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             new.policy.name()
         ));
     }
+    if old.protocol != new.protocol {
+        changes.push(format!(
+            "~ {prefix}: protocol {} -> {}",
+            old.protocol.name(),
+            new.protocol.name()
+        ));
+    }
     backends(changes, &prefix, old, new);
     let timeouts = format!("{prefix}.timeouts");
     changed!(

@@ -46,7 +46,8 @@ pub use error::{ConfigError, ConfigErrors};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderMatch, HealthCheck,
     HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern, Policy,
-    Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, ValueMatch, Workers,
+    Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol,
+    ValueMatch, Workers,
 };
 
 use error::did_you_mean;

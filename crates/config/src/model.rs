@@ -365,6 +365,26 @@ impl Policy {
     }
 }
 
+/// The protocol duet speaks to a cluster's backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, one request per connection at a time (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 by prior knowledge (gRPC backends): many requests share each connection.
+    H2,
+}
+
+impl UpstreamProtocol {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Http1 => "http1",
+            Self::H2 => "h2",
+        }
+    }
+}
+
 /// A group of interchangeable backends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
@@ -372,6 +392,8 @@ pub struct Cluster {
     pub name: String,
     /// Selection policy.
     pub policy: Policy,
+    /// The protocol toward the backends: `http1` (default) or `h2`.
+    pub protocol: UpstreamProtocol,
     /// The backends.
     pub backends: Vec<Backend>,
     /// Timeouts toward the backends.

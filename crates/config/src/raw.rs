@@ -190,6 +190,8 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) policy: Option<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) protocol: Option<Spanned<Scalar>>,
+    #[serde(default)]
     pub(crate) backends: Vec<RawBackend>,
     #[serde(default)]
     pub(crate) timeouts: Option<RawTimeouts>,

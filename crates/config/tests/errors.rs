@@ -1,6 +1,6 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
-use duet_config::{parse, Action, HostPattern, PathMatch, Policy, Workers};
+use duet_config::{parse, Action, HostPattern, PathMatch, Policy, UpstreamProtocol, Workers};
 use std::time::Duration;
 
 const VALID: &str = "\
@@ -80,6 +80,32 @@ fn a_misspelt_field_gets_its_location_and_a_hint() {
     assert!(
         errors[0].contains("13 |         wieght: 3"),
         "shows the line: {}",
+        errors[0]
+    );
+}
+
+#[test]
+fn a_cluster_speaks_http1_to_its_backends_unless_it_says_h2() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.clusters[0].protocol, UpstreamProtocol::Http1);
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: h2",
+    );
+    let config = parse(&yaml, "valid.yaml").expect("valid");
+    assert_eq!(config.clusters[1].protocol, UpstreamProtocol::H2);
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: http2",
+    );
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "bad.yaml:16:15: clusters[1].protocol: `http2` is not a backend protocol: expected one \
+             of http1, h2"
+        ),
+        "{}",
         errors[0]
     );
 }

@@ -53,6 +53,7 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
     Cluster {
         name,
         policy: checker.policy(c.policy.as_ref(), &field.key("policy")),
+        protocol: checker.upstream_protocol(c.protocol.as_ref(), &field.key("protocol")),
         backends,
         timeouts,
         health_check,
