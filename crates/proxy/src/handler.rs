@@ -181,7 +181,7 @@ impl WorkerProxy {
     pub(crate) fn pooled_connections(&self, cluster: &str) -> Option<usize> {
         let table = self.table.borrow().clone();
         let cluster = table.clusters.iter().find(|c| &*c.name == cluster)?;
-        Some(cluster.client().idle_connections())
+        Some(cluster.client().connections())
     }
 
     /// Proxies one request from `client` through the stages: route, prepare,

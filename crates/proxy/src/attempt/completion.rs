@@ -22,7 +22,7 @@
 
 use crate::{
     backend::cluster::Cluster,
-    backend::pool::Lease,
+    backend::transport::Hold,
     outcome::{Blame, Ending, Failure},
     telemetry::access_log::AccessLog,
     telemetry::metrics::{BackendStats, RouteTimings},
@@ -53,7 +53,7 @@ pub(crate) struct Completion {
     log: Option<Box<AccessLog>>,
     /// The connection the response comes on, pooled again if its body ends cleanly (unless upgraded:
     /// then kept, unpooled, until the attempt settles).
-    lease: Option<Lease>,
+    lease: Option<Hold>,
     upgraded: bool,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
@@ -82,8 +82,8 @@ impl Completion {
         }
     }
 
-    /// The response arrived on `lease`'s connection.
-    pub(crate) fn lend(&mut self, lease: Lease) {
+    /// The response arrived on `lease`'s connection (or stream).
+    pub(crate) fn lend(&mut self, lease: Hold) {
         self.lease = Some(lease);
     }
 
@@ -157,7 +157,7 @@ impl Completion {
             self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
         }
         if how == Ending::Complete && !self.upgraded {
-            if let Some(lease) = self.lease.take() {
+            if let Some(Hold::Lease(lease)) = self.lease.take() {
                 lease.release();
             }
         }

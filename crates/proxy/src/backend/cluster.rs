@@ -8,7 +8,7 @@
 use crate::{
     backend::client_body::BodyPace,
     backend::outlier::Outliers,
-    backend::pool::{upstream_client, UpstreamClient},
+    backend::transport::Transport,
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView},
 };
@@ -45,7 +45,7 @@ pub(crate) struct Cluster {
     pub(crate) name: Arc<str>,
     policy: Policy,
     timeouts: Timeouts,
-    client: UpstreamClient,
+    client: Transport,
     balance: RefCell<ClusterBalance>,
     health: SharedHealth,
     health_checked: bool,
@@ -77,9 +77,12 @@ impl Cluster {
             .iter()
             .filter_map(|&code| StatusCode::from_u16(code).ok())
             .collect();
-        let client = match previous.filter(|p| p.timeouts == config.timeouts) {
+        let same_client = |p: &&Cluster| {
+            p.timeouts == config.timeouts && p.client.protocol() == config.protocol
+        };
+        let client = match previous.filter(same_client) {
             Some(previous) => previous.client.clone(),
-            None => upstream_client(&config.timeouts),
+            None => Transport::new(config.protocol, &config.timeouts),
         };
         let (balance, outliers) = match previous.filter(|p| p.policy == config.policy) {
             Some(previous) => previous.take_state(),
@@ -213,7 +216,7 @@ impl Cluster {
     }
 
     /// The worker's client toward this cluster's backends.
-    pub(crate) fn client(&self) -> &UpstreamClient {
+    pub(crate) fn client(&self) -> &Transport {
         &self.client
     }
 

@@ -4,6 +4,8 @@
 pub(crate) mod cluster;
 
 pub(crate) mod outlier;
+pub(crate) mod transport;
+pub(crate) mod h2_pool;
 pub(crate) mod pool;
 pub(crate) mod request_body;
 

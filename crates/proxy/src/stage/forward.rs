@@ -4,7 +4,9 @@
 use crate::{
     attempt::completion::Completion,
     backend::cluster::{Cluster, Upstream},
+    backend::pool::UpstreamError,
     backend::request_body::{ClientFailure, UpstreamBody},
+    backend::transport::Transport,
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     outcome::{Blame, Failure},
@@ -46,7 +48,11 @@ pub(crate) async fn forward(
     // A request that may meet the keep-alive close race is sent again to the same backend (as one
     // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
     // its body can be sent again, so its headers are copied even for the last attempt.
-    let resendable = prepared.parts.method.is_idempotent() && prepared.source.replayable();
+    // A stream an HTTP/2 backend refused unprocessed (GOAWAY, REFUSED_STREAM) may go again whatever its
+    // method (RFC 9113 §8.7), as long as its body can.
+    let replayable = prepared.source.replayable();
+    let h2 = matches!(cluster.client(), Transport::H2(_));
+    let resendable = (prepared.parts.method.is_idempotent() || h2) && replayable;
     let mut resends = 0;
     let error = loop {
         let request = upstream_request(&mut prepared.parts, &authority, body, last && !resendable);
@@ -68,7 +74,7 @@ pub(crate) async fn forward(
                     completion.fail(Blame::Local);
                     return Err(ProxyError::upstream(kind, backend, error));
                 }
-                None if resendable && resends < MAX_RESENDS && error.closed_when_reused() => {
+                None if resendable && resends < MAX_RESENDS && stale(&error, h2) => {
                     resends += 1;
                     cluster.counters.stale_resends.fetch_add(1, Relaxed);
                     tracing::debug!(%backend, "resending a request that met a pooled connection closing: {error}");
@@ -170,6 +176,17 @@ impl std::fmt::Display for Elapsed {
 }
 
 impl std::error::Error for Elapsed {}
+
+/// Whether the request met a connection closing without being processed: the HTTP/1.1 keep-alive
+/// close race, or an HTTP/2 stream the backend refused (its GOAWAY is a graceful restart, not a
+/// failure).
+fn stale(error: &UpstreamError, h2: bool) -> bool {
+    if h2 {
+        error.refused_by_h2()
+    } else {
+        error.closed_when_reused()
+    }
+}
 
 /// Whether the attempt failed on duet's side: a response head over duet's limits (502), or duet out of
 /// file descriptors or memory for a new connection (503).
