@@ -12,6 +12,7 @@ mod discovery;
 mod edge;
 mod failures;
 mod framing;
+mod grpc;
 mod http2;
 mod layering;
 mod lifecycle;

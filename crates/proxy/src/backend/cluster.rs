@@ -77,9 +77,8 @@ impl Cluster {
             .iter()
             .filter_map(|&code| StatusCode::from_u16(code).ok())
             .collect();
-        let same_client = |p: &&Cluster| {
-            p.timeouts == config.timeouts && p.client.protocol() == config.protocol
-        };
+        let same_client =
+            |p: &&Cluster| p.timeouts == config.timeouts && p.client.protocol() == config.protocol;
         let client = match previous.filter(same_client) {
             Some(previous) => previous.client.clone(),
             None => Transport::new(config.protocol, &config.timeouts),

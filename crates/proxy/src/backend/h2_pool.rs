@@ -205,10 +205,7 @@ impl H2Client {
             idle_since: Rc::new(Cell::new(Instant::now())),
         };
         let mut connections = self.pool.connections.borrow_mut();
-        connections
-            .entry(backend)
-            .or_default()
-            .push(shared.clone());
+        connections.entry(backend).or_default().push(shared.clone());
         Ok(shared)
     }
 

@@ -122,7 +122,9 @@ mod tests {
         assert_eq!(request.headers()[header::TE], "trailers");
 
         // No Host (an HTTP/1.0 client): the backend's address; not gRPC: no TE.
-        let request = Request::get("/").body(UpstreamBody::Empty).expect("request");
+        let request = Request::get("/")
+            .body(UpstreamBody::Empty)
+            .expect("request");
         let request = for_h2(request, backend);
         assert_eq!(request.uri(), "http://10.0.0.1:50051/");
         assert!(request.headers().get(header::TE).is_none());

@@ -1,0 +1,310 @@
+//! gRPC through duet: h2 clients, `protocol: h2` backends, each call balanced on its own.
+//!
+//! The clients and servers are hyper's HTTP/2 with gRPC's framing written by hand (a 5-byte prefix per
+//! message, `grpc-status` in trailers) rather than tonic: the same bytes on the wire, without a protobuf
+//! toolchain in the build.
+
+use crate::support::{self, Duet};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use duet_testbed::config::{Cluster, DuetConfig};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use hyper::{body::Incoming, client::conn::http2, service::service_fn};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicUsize, Ordering::Relaxed},
+        Arc, Mutex,
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+use tokio::net::TcpListener;
+
+/// A body of frames given in advance (data, then trailers).
+struct Frames(VecDeque<Frame<Bytes>>);
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One gRPC message: uncompressed flag, length, bytes.
+fn message(bytes: &[u8]) -> Bytes {
+    let mut framed = BytesMut::with_capacity(5 + bytes.len());
+    framed.put_u8(0);
+    framed.put_u32(bytes.len() as u32);
+    framed.put_slice(bytes);
+    framed.freeze()
+}
+
+/// The messages of a gRPC body.
+fn messages(mut body: Bytes) -> Vec<Bytes> {
+    let mut found = Vec::new();
+    while body.len() >= 5 {
+        let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        body.advance(5);
+        found.push(body.split_to(length.min(body.len())));
+    }
+    found
+}
+
+fn trailers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, HeaderValue::from_str(value).expect("value"));
+    }
+    map
+}
+
+/// What a gRPC backend saw of one call.
+#[derive(Debug, Clone)]
+struct Call {
+    path: String,
+    version: Version,
+    te: Option<String>,
+    messages: Vec<Bytes>,
+}
+
+/// A gRPC server over h2c: `/test.Echo/Unary` answers `NAME:` + the request's message;
+/// `/test.Echo/Stream` answers three messages; `/test.Echo/Fail` ends with `grpc-status: 9`. Every
+/// answer ends with `grpc-status` and `x-served-by` trailers, after `delay`.
+struct GrpcBackend {
+    address: SocketAddr,
+    calls: Arc<Mutex<Vec<Call>>>,
+    connections: Arc<AtomicUsize>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl GrpcBackend {
+    async fn start(name: &'static str, delay: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let server = tokio::spawn(serve(
+            listener,
+            name,
+            delay,
+            calls.clone(),
+            connections.clone(),
+        ));
+        Self {
+            address,
+            calls,
+            connections,
+            _server: server,
+        }
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().expect("calls").clone()
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    name: &'static str,
+    delay: Duration,
+    calls: Arc<Mutex<Vec<Call>>>,
+    connections: Arc<AtomicUsize>,
+) {
+    while let Ok((tcp, _)) = listener.accept().await {
+        connections.fetch_add(1, Relaxed);
+        let calls = calls.clone();
+        let service = service_fn(move |request: Request<Incoming>| {
+            let calls = calls.clone();
+            async move { Ok::<_, Infallible>(answer(name, delay, request, &calls).await) }
+        });
+        tokio::spawn(
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tcp), service),
+        );
+    }
+}
+
+async fn answer(
+    name: &str,
+    delay: Duration,
+    request: Request<Incoming>,
+    calls: &Mutex<Vec<Call>>,
+) -> Response<Frames> {
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let received = messages(body);
+    calls.lock().expect("calls").push(Call {
+        path: parts.uri.path().to_owned(),
+        version: parts.version,
+        te: parts
+            .headers
+            .get("te")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        messages: received.clone(),
+    });
+    tokio::time::sleep(delay).await;
+    let mut frames = VecDeque::new();
+    let status = match parts.uri.path() {
+        "/test.Echo/Unary" => {
+            let first = received.first().cloned().unwrap_or_default();
+            let reply = [name.as_bytes(), b":", &first].concat();
+            frames.push_back(Frame::data(message(&reply)));
+            "0"
+        }
+        "/test.Echo/Stream" => {
+            for i in 0..3 {
+                frames.push_back(Frame::data(message(format!("{name}-{i}").as_bytes())));
+            }
+            "0"
+        }
+        _ => "9",
+    };
+    frames.push_back(Frame::trailers(trailers(&[
+        ("grpc-status", status),
+        ("x-served-by", name),
+    ])));
+    Response::builder()
+        .header("content-type", "application/grpc")
+        .body(Frames(frames))
+        .expect("response")
+}
+
+/// An h2c connection to duet (one TCP connection for every call made on it).
+async fn client(address: SocketAddr) -> http2::SendRequest<Frames> {
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// A finished call: head, messages, trailers.
+struct Answer {
+    head: Response<()>,
+    messages: Vec<Bytes>,
+    trailers: HeaderMap,
+}
+
+async fn call(
+    sender: &http2::SendRequest<Frames>,
+    path: &str,
+    extra: &[(&'static str, &str)],
+) -> Answer {
+    let mut request = Request::post(format!("http://grpc.test{path}"))
+        .version(Version::HTTP_2)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let body = Frames(VecDeque::from([Frame::data(message(b"hello"))]));
+    let request = request.body(body).expect("request");
+    let response = tokio::time::timeout(
+        Duration::from_secs(20),
+        sender.clone().send_request(request),
+    )
+    .await
+    .expect("in time")
+    .expect("response");
+    let (head, body) = response.into_parts();
+    let collected = tokio::time::timeout(Duration::from_secs(20), body.collect())
+        .await
+        .expect("body in time")
+        .expect("body");
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    Answer {
+        head: Response::from_parts(head, ()),
+        messages: messages(collected.to_bytes()),
+        trailers,
+    }
+}
+
+fn h2_cluster(backends: &[&GrpcBackend]) -> Cluster {
+    backends.iter().fold(
+        Cluster::new("app")
+            .policy("p2c_peak_ewma")
+            .set("protocol", "h2"),
+        |cluster, backend| cluster.backend(backend.address),
+    )
+}
+
+fn grpc_status(answer: &Answer) -> Option<&str> {
+    answer
+        .trailers
+        .get("grpc-status")
+        .or_else(|| answer.head.headers().get("grpc-status"))
+        .and_then(|v| v.to_str().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_and_server_streaming_calls_pass_through_with_their_trailers_over_h2_both_sides() {
+    let backend = GrpcBackend::start("one", Duration::ZERO).await;
+    let yaml = DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(h2_cluster(&[&backend]))
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let sender = client(duet.address).await;
+
+    let unary = call(&sender, "/test.Echo/Unary", &[]).await;
+    assert_eq!(unary.head.status(), StatusCode::OK);
+    assert_eq!(unary.head.headers()["content-type"], "application/grpc");
+    assert_eq!(unary.messages, [Bytes::from_static(b"one:hello")]);
+    assert_eq!(grpc_status(&unary), Some("0"));
+    assert_eq!(unary.trailers["x-served-by"], "one");
+
+    let stream = call(&sender, "/test.Echo/Stream", &[]).await;
+    assert_eq!(
+        stream.messages,
+        [
+            Bytes::from_static(b"one-0"),
+            Bytes::from_static(b"one-1"),
+            Bytes::from_static(b"one-2")
+        ]
+    );
+    assert_eq!(grpc_status(&stream), Some("0"));
+
+    let failed = call(&sender, "/test.Echo/Fail", &[]).await;
+    assert_eq!(failed.head.status(), StatusCode::OK);
+    assert_eq!(grpc_status(&failed), Some("9"), "the backend's own status");
+
+    let calls = backend.calls();
+    let paths: Vec<_> = calls.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/test.Echo/Unary", "/test.Echo/Stream", "/test.Echo/Fail"]
+    );
+    for call in &calls {
+        assert_eq!(call.version, Version::HTTP_2, "{}", call.path);
+        assert_eq!(call.te.as_deref(), Some("trailers"), "{}", call.path);
+        assert_eq!(call.messages, [Bytes::from_static(b"hello")]);
+    }
+    assert_eq!(
+        backend.connections.load(Relaxed),
+        1,
+        "the calls shared one connection to the backend"
+    );
+}
