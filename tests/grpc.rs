@@ -4,7 +4,7 @@
 //! message, `grpc-status` in trailers) rather than tonic: the same bytes on the wire, without a protobuf
 //! toolchain in the build.
 
-use crate::support::{self, Duet};
+use crate::support::Duet;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use duet_testbed::config::{Cluster, DuetConfig};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
@@ -128,14 +128,27 @@ async fn serve(
     while let Ok((tcp, _)) = listener.accept().await {
         connections.fetch_add(1, Relaxed);
         let calls = calls.clone();
+        // A call with `x-goaway` makes the backend close this connection gracefully (GOAWAY, then
+        // the streams in flight finish), as a server restarting does.
+        let goaway = Arc::new(tokio::sync::Notify::new());
+        let trigger = goaway.clone();
         let service = service_fn(move |request: Request<Incoming>| {
             let calls = calls.clone();
+            if request.headers().contains_key("x-goaway") {
+                trigger.notify_one();
+            }
             async move { Ok::<_, Infallible>(answer(name, delay, request, &calls).await) }
         });
-        tokio::spawn(
-            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tcp), service),
-        );
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tcp), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = goaway.notified() => connection.as_mut().graceful_shutdown(),
+            }
+            let _ = connection.await;
+        });
     }
 }
 
@@ -162,7 +175,12 @@ async fn answer(
             .map(str::to_owned),
         messages: received.clone(),
     });
-    tokio::time::sleep(delay).await;
+    let extra = parts
+        .headers
+        .get("x-delay-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
+    tokio::time::sleep(delay + extra).await;
     let mut frames = VecDeque::new();
     let status = match parts.uri.path() {
         "/test.Echo/Unary" => {
@@ -307,4 +325,120 @@ async fn unary_and_server_streaming_calls_pass_through_with_their_trailers_over_
         1,
         "the calls shared one connection to the backend"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_goaway_lets_its_stream_finish_and_the_next_call_opens_a_new_connection() {
+    let backend = GrpcBackend::start("restarting", Duration::ZERO).await;
+    let yaml = DuetConfig::new()
+        .admin()
+        .route(None, "/", "app")
+        .cluster(h2_cluster(&[&backend]))
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let sender = client(duet.address).await;
+
+    // The backend sends GOAWAY as soon as it has this call, and answers it 300 ms later.
+    let pending = {
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let headers = [("x-goaway", "1"), ("x-delay-ms", "300")];
+            call(&sender, "/test.Echo/Unary", &headers).await
+        })
+    };
+    assert!(
+        wait_for(|| backend.calls().len() == 1).await,
+        "the first call reached the backend"
+    );
+    // The GOAWAY is on its way to duet; whether duet has it before the next call or meets it on
+    // the wire, a call sent with a body duet can replay lands on a new connection.
+    for _ in 0..3 {
+        let next = call(&sender, "/test.Echo/Unary", &[("content-length", "10")]).await;
+        assert_eq!(grpc_status(&next), Some("0"));
+        assert_eq!(next.messages, [Bytes::from_static(b"restarting:hello")]);
+    }
+    let first = pending.await.expect("first call");
+    assert_eq!(
+        grpc_status(&first),
+        Some("0"),
+        "the stream in flight finished"
+    );
+    assert_eq!(first.messages, [Bytes::from_static(b"restarting:hello")]);
+    assert_eq!(backend.calls().len(), 4);
+    assert_eq!(backend.connections.load(Relaxed), 2);
+
+    let admin = duet.admin_address();
+    let metrics = tokio::task::spawn_blocking(move || crate::admin::get(admin, "/metrics"))
+        .await
+        .expect("metrics");
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_backend_failures_total", ""),
+        0.0,
+        "a GOAWAY is no failure"
+    );
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_backend_ejections_total", ""),
+        0.0
+    );
+}
+
+/// Polls `done` every 10 ms, for at most 10 s.
+async fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..1000 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_from_one_client_connection_are_balanced_each_on_its_own_away_from_a_slow_backend() {
+    // Delays long enough that a busy machine's own hiccups stay small beside them: PeakEWMA takes a
+    // latency peak at once, so a 30 ms stall of a 5 ms backend would make it look slow for seconds.
+    let fast_a = GrpcBackend::start("fast-a", Duration::from_millis(50)).await;
+    let fast_b = GrpcBackend::start("fast-b", Duration::from_millis(50)).await;
+    let slow = GrpcBackend::start("slow", Duration::from_millis(500)).await;
+    let yaml = DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(h2_cluster(&[&fast_a, &slow, &fast_b]))
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    // One client connection (an L4 balancer would pin it, and every call, to one backend), four
+    // calls at a time, 60 each.
+    let sender = client(duet.address).await;
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                let mut served_by = Vec::new();
+                for _ in 0..60 {
+                    let answer = call(&sender, "/test.Echo/Unary", &[]).await;
+                    assert_eq!(grpc_status(&answer), Some("0"));
+                    served_by.push(answer.trailers["x-served-by"].clone());
+                }
+                served_by
+            })
+        })
+        .collect();
+    let mut served_by = Vec::new();
+    for caller in callers {
+        served_by.extend(caller.await.expect("caller"));
+    }
+    assert_eq!(served_by.len(), 240);
+    let share = |name: &str| served_by.iter().filter(|b| *b == name).count();
+    let (a, b, slow_calls) = (share("fast-a"), share("fast-b"), share("slow"));
+    assert_eq!(a + b + slow_calls, 240);
+    assert_eq!(
+        slow.calls().len(),
+        slow_calls,
+        "each call reached the backend named"
+    );
+    eprintln!("calls per backend: fast-a {a}, fast-b {b}, slow {slow_calls}");
+    assert!(
+        slow_calls < 12,
+        "the slow backend's share stays under 5%: {slow_calls} of 240"
+    );
+    assert!(a > 0 && b > 0, "both fast backends served: {a} and {b}");
 }
