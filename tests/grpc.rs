@@ -284,7 +284,7 @@ async fn unary_and_server_streaming_calls_pass_through_with_their_trailers_over_
         .route(None, "/", "app")
         .cluster(h2_cluster(&[&backend]))
         .to_yaml();
-    let duet = Duet::start(&yaml);
+    let duet = Duet::start_with_args(&yaml, &["--log-format", "json"]);
     let sender = client(duet.address).await;
 
     let unary = call(&sender, "/test.Echo/Unary", &[]).await;
@@ -324,6 +324,20 @@ async fn unary_and_server_streaming_calls_pass_through_with_their_trailers_over_
         backend.connections.load(Relaxed),
         1,
         "the calls shared one connection to the backend"
+    );
+    // The status each call ended with, read from the trailers as they passed.
+    assert!(wait_for(|| access_entries(&duet).len() == 3).await);
+    let codes: Vec<_> = access_entries(&duet)
+        .iter()
+        .map(|e| e["grpc_status"].clone())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            serde_json::json!(0),
+            serde_json::json!(0),
+            serde_json::json!(9)
+        ]
     );
 }
 
@@ -441,4 +455,96 @@ async fn calls_from_one_client_connection_are_balanced_each_on_its_own_away_from
         "the slow backend's share stays under 5%: {slow_calls} of 240"
     );
     assert!(a > 0 && b > 0, "both fast backends served: {a} and {b}");
+}
+
+/// The JSON access-log entries written so far.
+fn access_entries(duet: &Duet) -> Vec<serde_json::Value> {
+    duet.log_lines()
+        .iter()
+        .filter(|l| l.contains("\"target\":\"duet::access\""))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_no_backend_answers_gets_a_grpc_status_unavailable_or_deadline_exceeded() {
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let gone = refused.local_addr().expect("address");
+    drop(refused);
+    let slow = GrpcBackend::start("slow", Duration::from_secs(3)).await;
+    let down = Cluster::new("down").set("protocol", "h2").backend(gone);
+    let yaml = DuetConfig::new()
+        .admin()
+        .route(None, "/test.Slow/", "slow")
+        .route(None, "/", "down")
+        .cluster(down)
+        .cluster(
+            Cluster::new("slow")
+                .set("protocol", "h2")
+                .backend(slow.address),
+        )
+        .to_yaml();
+    let duet = Duet::start_with_args(&yaml, &["--log-format", "json"]);
+    let sender = client(duet.address).await;
+
+    let unavailable = call(&sender, "/test.Echo/Unary", &[]).await;
+    assert_eq!(unavailable.head.status(), StatusCode::OK, "not a 502");
+    assert_eq!(grpc_status(&unavailable), Some("14"));
+    assert_eq!(
+        unavailable.head.headers()["grpc-message"],
+        "backend unreachable"
+    );
+    assert_eq!(
+        unavailable.head.headers()["content-type"],
+        "application/grpc"
+    );
+    assert!(unavailable.messages.is_empty());
+
+    // The client's deadline (200 ms) is shorter than the route's (none) and the backend's pace.
+    let late = call(&sender, "/test.Slow/Unary", &[("grpc-timeout", "200m")]).await;
+    assert_eq!(late.head.status(), StatusCode::OK);
+    assert_eq!(grpc_status(&late), Some("4"));
+    assert_eq!(
+        late.head.headers()["grpc-message"],
+        "no answer within the route's timeout"
+    );
+
+    // Not gRPC: the same failure is the usual 502.
+    let plain = Request::get("http://grpc.test/plain")
+        .version(Version::HTTP_2)
+        .body(Frames(VecDeque::new()))
+        .expect("request");
+    let response = sender.clone().send_request(plain).await.expect("response");
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+
+    assert!(wait_for(|| access_entries(&duet).len() == 3).await);
+    let entries = access_entries(&duet);
+    let codes: Vec<_> = entries.iter().map(|e| e["grpc_status"].clone()).collect();
+    assert_eq!(
+        codes,
+        [
+            serde_json::json!(14),
+            serde_json::json!(4),
+            serde_json::Value::Null
+        ]
+    );
+    for entry in &entries {
+        assert_eq!(entry["protocol"], "HTTP/2.0", "{entry}");
+    }
+    assert_eq!(entries[0]["status"], 200);
+    assert_eq!(entries[0]["outcome"], "connect_failed");
+    assert_eq!(entries[1]["outcome"], "route_timeout");
+
+    let admin = duet.admin_address();
+    let metrics = tokio::task::spawn_blocking(move || crate::admin::get(admin, "/metrics"))
+        .await
+        .expect("metrics");
+    let sum = |labels: &str| crate::admin::sum(&metrics, "duet_grpc_responses_total", labels);
+    assert_eq!(sum("cluster=\"down\",code=\"UNAVAILABLE\""), 1.0);
+    assert_eq!(sum("cluster=\"slow\",code=\"DEADLINE_EXCEEDED\""), 1.0);
+    assert_eq!(sum(""), 2.0);
+    assert_eq!(
+        crate::admin::sum(&metrics, "duet_requests_total", "protocol=\"HTTP/2\""),
+        3.0
+    );
 }

@@ -7,6 +7,7 @@ use crate::{
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
     exchange::InService,
+    grpc,
     peer::Client,
     request_id::RequestIds,
     stage::prepare,
@@ -200,6 +201,8 @@ impl WorkerProxy {
         let connection = in_service.connection();
         // HTTP/2 has no connection fields: its connection says GOAWAY when it closes.
         let http2 = request.version() == http::Version::HTTP_2;
+        self.counters.request(request.version());
+        let grpc = grpc::is_grpc(request.headers());
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
@@ -213,7 +216,7 @@ impl WorkerProxy {
         let routed =
             match route::route(routes, client.listener, limits.max_uri_length, &mut request) {
                 Ok(routed) => routed,
-                Err(error) => return Ok(self.unrouted(&error, log)),
+                Err(error) => return Ok(self.unrouted(&error, log, grpc)),
             };
         let index = match &routed.route.action {
             Action::Cluster(index) => *index,
@@ -235,7 +238,7 @@ impl WorkerProxy {
                 Err(error) => {
                     tracing::debug!(client = %client.address, "{error}");
                     cluster.counters.response(error.status().as_u16());
-                    return Ok(respond::local_error(&error, log));
+                    return Ok(respond::cluster_error(cluster, &error, log, grpc));
                 }
             };
         let timings = &table.routes[routed.index];
@@ -252,6 +255,7 @@ impl WorkerProxy {
             prepared.upgrade,
             client.address,
             connection,
+            grpc,
         );
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
             let headers = response.headers_mut();
@@ -271,14 +275,19 @@ impl WorkerProxy {
 
 impl WorkerProxy {
     /// The answer to a request refused before routing, counted by why.
-    fn unrouted(&self, error: &ProxyError, log: Option<Box<AccessLog>>) -> Response<ProxyBody> {
+    fn unrouted(
+        &self,
+        error: &ProxyError,
+        log: Option<Box<AccessLog>>,
+        grpc: bool,
+    ) -> Response<ProxyBody> {
         let counter = match error.kind() {
             ErrorKind::UriTooLong => &self.counters.uri_too_long,
             ErrorKind::NoRoute => &self.counters.no_route,
             _ => &self.counters.malformed,
         };
         counter.fetch_add(1, Relaxed);
-        respond::local_error(error, log)
+        respond::error_response(error, log, grpc)
     }
 }
 

@@ -54,6 +54,7 @@ mod telemetry;
 
 mod path;
 mod outcome;
+mod grpc;
 mod error;
 mod headers;
 mod peer;

@@ -20,6 +20,7 @@
 //! a `429` (and often a `503`) speaks of one client's quota, and one client could otherwise take
 //! backends out of rotation for everyone (Envoy never ejects on a 429 either).
 
+use crate::grpc;
 use crate::{
     backend::cluster::Cluster,
     backend::transport::Hold,
@@ -28,7 +29,7 @@ use crate::{
     telemetry::metrics::{BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
-use http::{response::Parts, StatusCode};
+use http::{response::Parts, HeaderMap, StatusCode};
 use std::{
     net::SocketAddr,
     rc::Rc,
@@ -135,8 +136,26 @@ impl Completion {
         if let Some(log) = self.log.as_mut() {
             log.status = status;
         }
+        // A trailers-only gRPC answer (an error, usually) carries its status in the head.
+        if let Some(code) = grpc::status_of(&head.headers) {
+            self.grpc_status(code);
+        }
         self.guard
             .on_response_head(self.cluster.penalised.contains(status));
+    }
+
+    /// The response's trailers passed to the client: a gRPC call's status is there.
+    pub(crate) fn on_trailers(&mut self, trailers: &HeaderMap) {
+        if let Some(code) = grpc::status_of(trailers) {
+            self.grpc_status(code);
+        }
+    }
+
+    fn grpc_status(&mut self, code: u8) {
+        self.cluster.counters.grpc_status(code);
+        if let Some(log) = self.log.as_mut() {
+            log.grpc_status = Some(code);
+        }
     }
 
     /// Response body bytes passed to the client.
