@@ -548,3 +548,37 @@ async fn a_call_no_backend_answers_gets_a_grpc_status_unavailable_or_deadline_ex
         3.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http11_client_asking_for_trailers_gets_the_h2_backends_grpc_status_chunked() {
+    let backend = GrpcBackend::start("one", Duration::ZERO).await;
+    let yaml = DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(h2_cluster(&[&backend]))
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let mut request = b"POST /test.Echo/Unary HTTP/1.1\r\nHost: grpc.test\r\nTE: trailers\r\n\
+        Content-Type: application/grpc\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"
+        .to_vec();
+    request.extend_from_slice(&message(b"hello"));
+    let address = duet.address;
+    let (response, _) = tokio::task::spawn_blocking(move || {
+        crate::support::raw_exchange(address, &request, Duration::from_secs(10))
+    })
+    .await
+    .expect("exchange");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.contains("transfer-encoding: chunked"),
+        "{response}"
+    );
+    assert!(response.contains("one:hello"), "{response}");
+    assert!(
+        response.ends_with("0\r\ngrpc-status: 0\r\n\r\n"),
+        "the gRPC trailers after the last chunk (only announced ones pass): {response:?}"
+    );
+    let calls = backend.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].version, Version::HTTP_2);
+    assert_eq!(calls[0].messages, [Bytes::from_static(b"hello")]);
+}

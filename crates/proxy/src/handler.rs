@@ -6,7 +6,7 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::InService,
+    exchange::{ConnectionState, InService},
     grpc,
     peer::Client,
     request_id::RequestIds,
@@ -258,22 +258,37 @@ impl WorkerProxy {
             grpc,
         );
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
-            let headers = response.headers_mut();
-            if self.readiness.draining() || connection.requests() >= limits.keepalive_requests {
-                // Clients reconnect (elsewhere) instead of reusing a connection about to close.
-                headers.insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            } else {
-                headers.insert(KEEP_ALIVE, table.keep_alive.clone());
-            }
+            self.http1_fields(&table, connection, response.headers_mut(), grpc);
         }
         Ok(response)
     }
 }
 
 impl WorkerProxy {
+    /// The fields only an HTTP/1.1 response has: whether the connection stays open, and the trailers
+    /// a gRPC response will end with.
+    fn http1_fields(
+        &self,
+        table: &Table,
+        connection: &ConnectionState,
+        headers: &mut http::HeaderMap,
+        grpc: bool,
+    ) {
+        if grpc {
+            respond::announce_grpc_trailers(headers);
+        }
+        let limits = &table.config.limits;
+        if self.readiness.draining() || connection.requests() >= limits.keepalive_requests {
+            // Clients reconnect (elsewhere) instead of reusing a connection about to close.
+            headers.insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        } else {
+            headers.insert(KEEP_ALIVE, table.keep_alive.clone());
+        }
+    }
+
     /// The answer to a request refused before routing, counted by why.
     fn unrouted(
         &self,

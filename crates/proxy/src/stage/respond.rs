@@ -234,6 +234,18 @@ fn split_host(authority: &str) -> (Option<&str>, Option<u16>) {
     (Some(name), port.and_then(|p| p.parse().ok()))
 }
 
+/// A gRPC response to an HTTP/1.1 client: hyper writes only the trailers a response's `Trailer` field
+/// announces (and only to a client that sent `TE: trailers`), and an HTTP/2 backend announces none,
+/// so the gRPC status fields are announced here when the backend did not say.
+pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::TRAILER) {
+        headers.insert(
+            header::TRAILER,
+            HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin"),
+        );
+    }
+}
+
 /// [`error_response`] for a request routed to `cluster`, its gRPC status counted there.
 pub(crate) fn cluster_error(
     cluster: &Cluster,
