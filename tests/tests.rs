@@ -13,6 +13,7 @@ mod edge;
 mod failures;
 mod framing;
 mod grpc;
+mod h2_attacks;
 mod http2;
 mod layering;
 mod lifecycle;
