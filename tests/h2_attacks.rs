@@ -120,3 +120,28 @@ fn a_client_silent_after_its_preface_is_sent_goaway_and_closed() {
     assert!(how == "goaway 0" || how == "closed", "{outcome}");
     still_serving(&duet);
 }
+
+#[test]
+fn the_configured_http2_limits_are_the_settings_clients_see() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .section(
+            "limits",
+            "{ http2: { max_concurrent_streams: 7, max_header_list_size: 16KiB } }",
+        )
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    assert_eq!(
+        attack(python, &duet, "settings"),
+        "settings max_concurrent_streams=7 max_header_list_size=16384 sent=0"
+    );
+    // The defaults: 100 streams, the head limit (64 KiB) for the header list.
+    let (_backend, duet) = self::duet();
+    assert_eq!(
+        attack(python, &duet, "settings"),
+        "settings max_concurrent_streams=100 max_header_list_size=65536 sent=0"
+    );
+}

@@ -91,7 +91,23 @@ def silent(host, port):
     sock, conn = connect(host, port)
     return outcome(sock, conn, time.monotonic() + 10), 0
 
-ATTACKS = {"rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
+def settings(host, port):
+    """Not an attack: the server's SETTINGS, as `settings max_concurrent_streams=N max_header_list_size=M`."""
+    sock, conn = connect(host, port)
+    sock.settimeout(5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.RemoteSettingsChanged):
+                remote = conn.remote_settings
+                return ("settings max_concurrent_streams=%d max_header_list_size=%d"
+                        % (remote.max_concurrent_streams, remote.max_header_list_size)), 0
+    return "no settings", 0
+
+ATTACKS = {"settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

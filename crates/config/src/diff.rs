@@ -72,6 +72,18 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     );
     changed!(
         changes,
+        "limits.http2",
+        old.limits.http2,
+        new.limits.http2,
+        [
+            max_concurrent_streams,
+            max_header_list_size,
+            keepalive_interval,
+            keepalive_timeout,
+        ]
+    );
+    changed!(
+        changes,
         "shutdown",
         old.shutdown,
         new.shutdown,

@@ -45,8 +45,8 @@ pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderMatch, HealthCheck,
-    HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern, Policy,
-    Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol,
+    HostPattern, Http2Limits, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern,
+    Policy, Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol,
     ValueMatch, Workers,
 };
 

@@ -1,6 +1,8 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
-use duet_config::{parse, Action, HostPattern, PathMatch, Policy, UpstreamProtocol, Workers};
+use duet_config::{
+    parse, Action, HostPattern, Http2Limits, PathMatch, Policy, UpstreamProtocol, Workers,
+};
 use std::time::Duration;
 
 const VALID: &str = "\
@@ -107,6 +109,37 @@ fn a_cluster_speaks_http1_to_its_backends_unless_it_says_h2() {
         ),
         "{}",
         errors[0]
+    );
+}
+
+#[test]
+fn http2_limits_have_defaults_and_their_errors_name_the_nested_field() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.limits.http2, Http2Limits::default());
+    assert_eq!(config.limits.http2.max_concurrent_streams, 100);
+    let yaml = format!(
+        "{VALID}limits:\n  http2: {{ max_concurrent_streams: 7, max_header_list_size: 16KiB, \
+         keepalive_interval: 30s }}\n"
+    );
+    let config = parse(&yaml, "valid.yaml").expect("valid");
+    let h2 = config.limits.http2;
+    assert_eq!(h2.max_concurrent_streams, 7);
+    assert_eq!(h2.max_header_list_size, Some(16 * 1024));
+    assert_eq!(h2.keepalive_interval, Duration::from_secs(30));
+    assert_eq!(h2.keepalive_timeout, Duration::from_secs(20));
+    let yaml = format!("{VALID}limits:\n  http2: {{ max_concurrent_streams: 0, pings: 1 }}\n");
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0]
+            .starts_with("bad.yaml:20:36: limits.http2.max_concurrent_streams: 0 is out of range"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].starts_with("bad.yaml:20:39: unknown field `pings`"),
+        "{}",
+        errors[1]
     );
 }
 
