@@ -12,6 +12,8 @@ mod discovery;
 mod edge;
 mod failures;
 mod framing;
+mod grpc;
+mod h2_attacks;
 mod http2;
 mod layering;
 mod lifecycle;

@@ -74,6 +74,18 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     );
     changed!(
         changes,
+        "limits.http2",
+        old.limits.http2,
+        new.limits.http2,
+        [
+            max_concurrent_streams,
+            max_header_list_size,
+            keepalive_interval,
+            keepalive_timeout,
+        ]
+    );
+    changed!(
+        changes,
         "shutdown",
         old.shutdown,
         new.shutdown,
@@ -262,6 +274,13 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             "~ {prefix}: policy {} -> {}",
             old.policy.name(),
             new.policy.name()
+        ));
+    }
+    if old.protocol != new.protocol {
+        changes.push(format!(
+            "~ {prefix}: protocol {} -> {}",
+            old.protocol.name(),
+            new.protocol.name()
         ));
     }
     backends(changes, &prefix, old, new);

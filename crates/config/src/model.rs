@@ -514,6 +514,26 @@ impl Policy {
     }
 }
 
+/// The protocol duet speaks to a cluster's backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, one request per connection at a time (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 by prior knowledge (gRPC backends): many requests share each connection.
+    H2,
+}
+
+impl UpstreamProtocol {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Http1 => "http1",
+            Self::H2 => "h2",
+        }
+    }
+}
+
 /// A group of interchangeable backends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
@@ -521,6 +541,8 @@ pub struct Cluster {
     pub name: String,
     /// Selection policy.
     pub policy: Policy,
+    /// The protocol toward the backends: `http1` (default) or `h2`.
+    pub protocol: UpstreamProtocol,
     /// The backends.
     pub backends: Vec<Backend>,
     /// Timeouts toward the backends.
@@ -767,6 +789,35 @@ pub struct Limits {
     /// Requests served on one connection before duet asks the client to reconnect (`Connection: close`),
     /// so long-lived connections rotate across workers. Default 1,000 (nginx's).
     pub keepalive_requests: u64,
+    /// HTTP/2 client connections.
+    pub http2: Http2Limits,
+}
+
+/// Limits of HTTP/2 client connections (`limits.http2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Limits {
+    /// Streams a client may have open at once on one connection (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    /// Default 100 (nginx's `http2_max_concurrent_streams`, RFC 9113's recommended minimum).
+    pub max_concurrent_streams: u32,
+    /// The decoded header list of one request, counted as RFC 9113 §6.5.2 says (name, value and 32
+    /// bytes per field); larger is 431. `None` (the default): `max_request_head`.
+    pub max_header_list_size: Option<usize>,
+    /// How often an idle connection is sent a PING to check the client is still there. Default 0
+    /// (off: `keepalive_timeout` closes idle connections anyway).
+    pub keepalive_interval: Duration,
+    /// How long a PING may go unanswered before the connection is closed. Default 20 s.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for Http2Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 100,
+            max_header_list_size: None,
+            keepalive_interval: Duration::ZERO,
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -782,6 +833,7 @@ impl Default for Limits {
             max_connections: 10_000,
             keepalive_timeout: Duration::from_secs(75),
             keepalive_requests: 1000,
+            http2: Http2Limits::default(),
         }
     }
 }

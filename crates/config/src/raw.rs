@@ -237,6 +237,8 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) policy: Option<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) protocol: Option<Spanned<Scalar>>,
+    #[serde(default)]
     pub(crate) backends: Vec<RawBackend>,
     #[serde(default)]
     pub(crate) timeouts: Option<RawTimeouts>,
@@ -336,6 +338,18 @@ pub(crate) struct RawTimeouts {
 }
 
 #[derive(Debug, Deserialize)]
+pub(crate) struct RawHttp2Limits {
+    #[serde(default)]
+    pub(crate) max_concurrent_streams: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_header_list_size: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) keepalive_interval: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) keepalive_timeout: Option<Spanned<Scalar>>,
+}
+
+#[derive(Debug, Deserialize)]
 pub(crate) struct RawLimits {
     #[serde(default)]
     pub(crate) max_request_head: Option<Spanned<Scalar>>,
@@ -357,6 +371,8 @@ pub(crate) struct RawLimits {
     pub(crate) keepalive_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) keepalive_requests: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) http2: Option<RawHttp2Limits>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -480,10 +496,14 @@ static CONFIG: Shape = Shape {
         ("listeners", &LISTENER),
         ("routes", &ROUTE),
         ("clusters", &CLUSTER),
-        ("limits", &leaf::<RawLimits>()),
+        ("limits", &LIMITS),
         ("shutdown", &leaf::<RawShutdown>()),
         ("admin", &leaf::<RawAdmin>()),
     ],
+};
+static LIMITS: Shape = Shape {
+    fields: fields_of::<RawLimits>,
+    children: &[("http2", &leaf::<RawHttp2Limits>())],
 };
 static LISTENER: Shape = Shape {
     fields: fields_of::<RawListener>,

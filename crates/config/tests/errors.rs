@@ -1,6 +1,8 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
-use duet_config::{parse, Action, HostPattern, PathMatch, Policy, Workers};
+use duet_config::{
+    parse, Action, HostPattern, Http2Limits, PathMatch, Policy, UpstreamProtocol, Workers,
+};
 use std::time::Duration;
 
 const VALID: &str = "\
@@ -95,6 +97,63 @@ fn the_memory_policies_load_by_name() {
         assert_eq!(config.clusters[1].policy, policy);
         assert_eq!(policy.name(), name);
     }
+}
+
+#[test]
+fn a_cluster_speaks_http1_to_its_backends_unless_it_says_h2() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.clusters[0].protocol, UpstreamProtocol::Http1);
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: h2",
+    );
+    let config = parse(&yaml, "valid.yaml").expect("valid");
+    assert_eq!(config.clusters[1].protocol, UpstreamProtocol::H2);
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: http2",
+    );
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "bad.yaml:16:15: clusters[1].protocol: `http2` is not a backend protocol: expected one \
+             of http1, h2"
+        ),
+        "{}",
+        errors[0]
+    );
+}
+
+#[test]
+fn http2_limits_have_defaults_and_their_errors_name_the_nested_field() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.limits.http2, Http2Limits::default());
+    assert_eq!(config.limits.http2.max_concurrent_streams, 100);
+    let yaml = format!(
+        "{VALID}limits:\n  http2: {{ max_concurrent_streams: 7, max_header_list_size: 16KiB, \
+         keepalive_interval: 30s }}\n"
+    );
+    let config = parse(&yaml, "valid.yaml").expect("valid");
+    let h2 = config.limits.http2;
+    assert_eq!(h2.max_concurrent_streams, 7);
+    assert_eq!(h2.max_header_list_size, Some(16 * 1024));
+    assert_eq!(h2.keepalive_interval, Duration::from_secs(30));
+    assert_eq!(h2.keepalive_timeout, Duration::from_secs(20));
+    let yaml = format!("{VALID}limits:\n  http2: {{ max_concurrent_streams: 0, pings: 1 }}\n");
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0]
+            .starts_with("bad.yaml:20:36: limits.http2.max_concurrent_streams: 0 is out of range"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].starts_with("bad.yaml:20:39: unknown field `pings`"),
+        "{}",
+        errors[1]
+    );
 }
 
 #[test]
@@ -347,5 +406,22 @@ clusters:
             && found[4].contains("did you mean `retries`?"),
         "{}",
         found[4]
+    );
+}
+
+#[test]
+fn tls_to_h2_backends_is_refused_until_the_h2_pool_speaks_it() {
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: h2\n    tls: { verify: false }",
+    );
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "bad.yaml:17:10: clusters[1].tls: TLS to HTTP/2 backends is not supported yet"
+        ),
+        "{}",
+        errors[0]
     );
 }

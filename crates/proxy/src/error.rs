@@ -133,6 +133,11 @@ impl ProxyError {
         }
     }
 
+    /// The error's text on one line (a gRPC error's `grpc-message`).
+    pub(crate) fn message(&self) -> &'static str {
+        self.text().trim_end()
+    }
+
     fn text(&self) -> &'static str {
         match self.kind {
             ErrorKind::NoRoute => "no route matches this host and path\n",

@@ -6,7 +6,8 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::InService,
+    exchange::{ConnectionState, InService},
+    grpc,
     peer::Client,
     request_id::RequestIds,
     stage::filters::Filters,
@@ -186,7 +187,7 @@ impl WorkerProxy {
     pub(crate) fn pooled_connections(&self, cluster: &str) -> Option<usize> {
         let table = self.table.borrow().clone();
         let cluster = table.clusters.iter().find(|c| &*c.name == cluster)?;
-        Some(cluster.client().idle_connections())
+        Some(cluster.client().connections())
     }
 
     /// Proxies one request from `client` through the stages: route, prepare,
@@ -205,6 +206,8 @@ impl WorkerProxy {
         let connection = in_service.connection();
         // HTTP/2 has no connection fields: its connection says GOAWAY when it closes.
         let http2 = request.version() == http::Version::HTTP_2;
+        self.counters.request(request.version());
+        let grpc = grpc::is_grpc(request.headers());
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
@@ -218,7 +221,7 @@ impl WorkerProxy {
         let routed =
             match route::route(routes, client.listener, limits.max_uri_length, &mut request) {
                 Ok(routed) => routed,
-                Err(error) => return Ok(self.unrouted(&error, log)),
+                Err(error) => return Ok(self.unrouted(&error, log, grpc)),
             };
         if let Action::Redirect(redirect) = &routed.route.action {
             let (matched, host) = (&routed.route.path, routed.host.as_ref());
@@ -228,7 +231,7 @@ impl WorkerProxy {
         }
         let state = &table.routes[routed.index];
         let Some((index, timings)) = state.pick() else {
-            return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log));
+            return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
         };
         let cluster = &table.clusters[index];
         if let Some(log) = log.as_mut() {
@@ -242,7 +245,7 @@ impl WorkerProxy {
                 Err(error) => {
                     tracing::debug!(client = %client.address, "{error}");
                     cluster.counters.response(error.status().as_u16());
-                    return Ok(respond::local_error(&error, log));
+                    return Ok(respond::cluster_error(cluster, &error, log, grpc));
                 }
             };
         let outcome =
@@ -258,33 +261,54 @@ impl WorkerProxy {
             (prepared.upgrade, &state.filters.response),
             client.address,
             connection,
+            grpc,
         );
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
-            let headers = response.headers_mut();
-            if self.readiness.draining() || connection.requests() >= limits.keepalive_requests {
-                // Clients reconnect (elsewhere) instead of reusing a connection about to close.
-                headers.insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            } else {
-                headers.insert(KEEP_ALIVE, table.keep_alive.clone());
-            }
+            self.http1_fields(&table, connection, response.headers_mut(), grpc);
         }
         Ok(response)
     }
 }
 
 impl WorkerProxy {
+    /// The fields only an HTTP/1.1 response has: whether the connection stays open, and the trailers
+    /// a gRPC response will end with.
+    fn http1_fields(
+        &self,
+        table: &Table,
+        connection: &ConnectionState,
+        headers: &mut http::HeaderMap,
+        grpc: bool,
+    ) {
+        if grpc {
+            respond::announce_grpc_trailers(headers);
+        }
+        let limits = &table.config.limits;
+        if self.readiness.draining() || connection.requests() >= limits.keepalive_requests {
+            // Clients reconnect (elsewhere) instead of reusing a connection about to close.
+            headers.insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        } else {
+            headers.insert(KEEP_ALIVE, table.keep_alive.clone());
+        }
+    }
+
     /// The answer to a request refused before routing, counted by why.
-    fn unrouted(&self, error: &ProxyError, log: Option<Box<AccessLog>>) -> Response<ProxyBody> {
+    fn unrouted(
+        &self,
+        error: &ProxyError,
+        log: Option<Box<AccessLog>>,
+        grpc: bool,
+    ) -> Response<ProxyBody> {
         let counter = match error.kind() {
             ErrorKind::UriTooLong => &self.counters.uri_too_long,
             ErrorKind::NoRoute => &self.counters.no_route,
             _ => &self.counters.malformed,
         };
         counter.fetch_add(1, Relaxed);
-        respond::local_error(error, log)
+        respond::error_response(error, log, grpc)
     }
 }
 

@@ -55,6 +55,7 @@ mod telemetry;
 
 mod path;
 mod outcome;
+mod grpc;
 mod error;
 mod headers;
 mod peer;

@@ -5,7 +5,7 @@
 use super::field::Field;
 use crate::{
     error::{did_you_mean, ConfigError},
-    model::{Location, Policy},
+    model::{Location, Policy, UpstreamProtocol},
     raw::Scalar,
     units,
 };
@@ -210,6 +210,32 @@ impl Checker {
         }
         self.push(e);
         Policy::default()
+    }
+
+    pub(super) fn upstream_protocol(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+    ) -> UpstreamProtocol {
+        let Some(value) = value else {
+            return UpstreamProtocol::default();
+        };
+        let text = value.value.0.trim();
+        let all = [UpstreamProtocol::Http1, UpstreamProtocol::H2];
+        if let Some(protocol) = all.into_iter().find(|p| p.name() == text) {
+            return protocol;
+        }
+        let names = all.map(UpstreamProtocol::name);
+        let message = format!(
+            "`{text}` is not a backend protocol: expected one of {}",
+            names.join(", ")
+        );
+        let mut e = self.error(value, field, message);
+        if let Some(hint) = did_you_mean(text, names) {
+            e = e.hint(hint);
+        }
+        self.push(e);
+        UpstreamProtocol::default()
     }
 
     /// Status codes and inclusive ranges (`503`, `200-399`).

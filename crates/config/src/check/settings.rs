@@ -2,8 +2,8 @@
 
 use super::{checker::Checker, field::Field};
 use crate::{
-    model::{Limits, Shutdown, Workers},
-    raw::{RawLimits, RawShutdown, Scalar},
+    model::{Http2Limits, Limits, Shutdown, Workers},
+    raw::{RawHttp2Limits, RawLimits, RawShutdown, Scalar},
 };
 use serde_saphyr::Spanned;
 use std::num::NonZeroUsize;
@@ -92,6 +92,35 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             d.keepalive_requests as u32,
             (1, u32::MAX),
         )),
+        http2: http2(checker, raw.and_then(|l| l.http2.as_ref()), &field),
+    }
+}
+
+fn http2(checker: &mut Checker, raw: Option<&RawHttp2Limits>, limits: &Field) -> Http2Limits {
+    let field = limits.key("http2");
+    let d = Http2Limits::default();
+    let list_size = raw.and_then(|h| h.max_header_list_size.as_ref());
+    Http2Limits {
+        max_concurrent_streams: checker.count(
+            raw.and_then(|h| h.max_concurrent_streams.as_ref()),
+            &field.key("max_concurrent_streams"),
+            d.max_concurrent_streams,
+            (1, 10_000),
+        ),
+        max_header_list_size: list_size
+            .map(|value| checker.size(Some(value), &field.key("max_header_list_size"), 0, 1024)),
+        keepalive_interval: checker.duration(
+            raw.and_then(|h| h.keepalive_interval.as_ref()),
+            &field.key("keepalive_interval"),
+            d.keepalive_interval,
+        ),
+        keepalive_timeout: checker.timeout(
+            raw.and_then(|h| h.keepalive_timeout.as_ref()),
+            &field.key("keepalive_timeout"),
+            d.keepalive_timeout,
+            "close every connection at its first PING",
+            None,
+        ),
     }
 }
 

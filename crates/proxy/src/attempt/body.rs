@@ -122,6 +122,9 @@ impl Body for ProxyBody {
                     Some(Ok(frame)) => {
                         if let Some(completion) = completion.as_mut() {
                             completion.on_data(frame.data_ref().map_or(0, Bytes::len));
+                            if let Some(trailers) = frame.trailers_ref() {
+                                completion.on_trailers(trailers);
+                            }
                         }
                         // hyper stops polling once the body says it has ended.
                         body.is_end_stream().then_some(Ending::Complete)

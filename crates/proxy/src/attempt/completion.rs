@@ -20,15 +20,16 @@
 //! a `429` (and often a `503`) speaks of one client's quota, and one client could otherwise take
 //! backends out of rotation for everyone (Envoy never ejects on a 429 either).
 
+use crate::grpc;
 use crate::{
     backend::cluster::Cluster,
-    backend::pool::Lease,
+    backend::transport::Hold,
     outcome::{Blame, Ending, Failure},
     telemetry::access_log::AccessLog,
     telemetry::metrics::{BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
-use http::{response::Parts, StatusCode};
+use http::{response::Parts, HeaderMap, StatusCode};
 use std::{
     net::SocketAddr,
     rc::Rc,
@@ -53,7 +54,7 @@ pub(crate) struct Completion {
     log: Option<Box<AccessLog>>,
     /// The connection the response comes on, pooled again if its body ends cleanly (unless upgraded:
     /// then kept, unpooled, until the attempt settles).
-    lease: Option<Lease>,
+    lease: Option<Hold>,
     upgraded: bool,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
@@ -82,8 +83,8 @@ impl Completion {
         }
     }
 
-    /// The response arrived on `lease`'s connection.
-    pub(crate) fn lend(&mut self, lease: Lease) {
+    /// The response arrived on `lease`'s connection (or stream).
+    pub(crate) fn lend(&mut self, lease: Hold) {
         self.lease = Some(lease);
     }
 
@@ -135,8 +136,26 @@ impl Completion {
         if let Some(log) = self.log.as_mut() {
             log.status = status;
         }
+        // A trailers-only gRPC answer (an error, usually) carries its status in the head.
+        if let Some(code) = grpc::status_of(&head.headers) {
+            self.grpc_status(code);
+        }
         self.guard
             .on_response_head(self.cluster.penalised.contains(status));
+    }
+
+    /// The response's trailers passed to the client: a gRPC call's status is there.
+    pub(crate) fn on_trailers(&mut self, trailers: &HeaderMap) {
+        if let Some(code) = grpc::status_of(trailers) {
+            self.grpc_status(code);
+        }
+    }
+
+    fn grpc_status(&mut self, code: u8) {
+        self.cluster.counters.grpc_status(code);
+        if let Some(log) = self.log.as_mut() {
+            log.grpc_status = Some(code);
+        }
     }
 
     /// Response body bytes passed to the client.
@@ -157,7 +176,7 @@ impl Completion {
             self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
         }
         if how == Ending::Complete && !self.upgraded {
-            if let Some(lease) = self.lease.take() {
+            if let Some(Hold::Lease(lease)) = self.lease.take() {
                 lease.release();
             }
         }

@@ -11,6 +11,7 @@ use crate::{
     backend::outlier::Outliers,
     backend::pool::{upstream_client, upstream_client_over, UpstreamClient},
     backend::tls,
+    backend::transport::Transport,
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView, ResolvedNames},
 };
@@ -18,7 +19,7 @@ use duet_balance::{
     Balance, LoadGuard, LoadMetric, NoEligibleEndpoint, PeakEwmaConfig, Policy as BalancePolicy,
     StatusSet,
 };
-use duet_config::{Policy, Timeouts};
+use duet_config::{Policy, Timeouts, UpstreamProtocol};
 use http::{uri::Authority, StatusCode};
 use rustc_hash::FxBuildHasher;
 use std::{
@@ -34,10 +35,29 @@ fn client(
     config: &duet_config::Cluster,
     previous: Option<&Cluster>,
     counters: &Arc<ClusterCounters>,
+) -> Transport {
+    let kept = previous.filter(|p| p.timeouts == config.timeouts);
+    match config.protocol {
+        UpstreamProtocol::H2 => match kept.map(|p| &p.client) {
+            Some(client @ Transport::H2(_)) => client.clone(),
+            _ => Transport::new(UpstreamProtocol::H2, &config.timeouts),
+        },
+        UpstreamProtocol::Http1 => {
+            let kept = kept.and_then(|p| match &p.client {
+                Transport::Http1(client) => Some(client),
+                Transport::H2(_) => None,
+            });
+            Transport::Http1(http1_client(config, kept, counters))
+        }
+    }
+}
+
+/// An HTTP/1.1 client, plain or TLS per the cluster's `tls`.
+fn http1_client(
+    config: &duet_config::Cluster,
+    kept: Option<&UpstreamClient>,
+    counters: &Arc<ClusterCounters>,
 ) -> UpstreamClient {
-    let kept = previous
-        .filter(|p| p.timeouts == config.timeouts)
-        .map(|p| &p.client);
     let Some(settings) = &config.tls else {
         return match kept.filter(|c| !c.connector().is_tls()) {
             Some(client) => client.clone(),
@@ -82,7 +102,7 @@ pub(crate) struct Cluster {
     pub(crate) name: Arc<str>,
     policy: Policy,
     timeouts: Timeouts,
-    client: UpstreamClient,
+    client: Transport,
     balance: RefCell<ClusterBalance>,
     health: SharedHealth,
     health_checked: bool,
@@ -155,7 +175,9 @@ impl Cluster {
     /// Tells the TLS connector which host name each resolved address came from (the name its
     /// certificate is verified against when the cluster has no `server_name`).
     pub(crate) fn name_backends(&self, config: &duet_config::Cluster, names: &ResolvedNames) {
-        self.client.connector().name_backends(config, names);
+        if let Transport::Http1(client) = &self.client {
+            client.connector().name_backends(config, names);
+        }
     }
 
     /// Moves the balancer and outlier view out (for the cluster that replaces this one after a
@@ -254,7 +276,7 @@ impl Cluster {
     }
 
     /// The worker's client toward this cluster's backends.
-    pub(crate) fn client(&self) -> &UpstreamClient {
+    pub(crate) fn client(&self) -> &Transport {
         &self.client
     }
 

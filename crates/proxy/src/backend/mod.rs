@@ -5,6 +5,8 @@ pub(crate) mod cluster;
 pub(crate) mod probe;
 
 pub(crate) mod outlier;
+pub(crate) mod transport;
+pub(crate) mod h2_pool;
 pub(crate) mod pool;
 pub(crate) mod connect;
 pub(crate) mod tls;

@@ -44,9 +44,6 @@ use tokio::{
 /// What a client speaking HTTP/2 with prior knowledge sends first (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Streams a client may have open at once on one connection (what nginx and Envoy default to, about).
-pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 100;
-
 /// Runs hyper's per-stream tasks on the worker's thread: the proxy's futures hold `Rc`s, so they
 /// cannot be sent to another.
 #[derive(Clone, Copy, Debug)]
@@ -187,15 +184,22 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     }
 }
 
-/// hyper's HTTP/2 server with duet's limits.
+/// hyper's HTTP/2 server with duet's limits (`limits.http2`).
 fn server_builder(limits: &Limits) -> http2::Builder<LocalExec> {
+    let h2 = limits.http2;
+    // The head limit, as HTTP/1.1's unless set apart: the decoded fields of one request, counted as
+    // RFC 9113 §6.5.2 says (name, value and 32 bytes each).
+    let list_size = h2.max_header_list_size.unwrap_or(limits.max_request_head);
     let mut builder = http2::Builder::new(LocalExec);
     builder
         .timer(TokioTimer::new())
-        // The head limit, as HTTP/1.1's: the decoded fields of one request, counted as RFC 9113 §6.5.2
-        // says (name, value and 32 bytes each).
-        .max_header_list_size(u32::try_from(limits.max_request_head).unwrap_or(u32::MAX))
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        .max_header_list_size(u32::try_from(list_size).unwrap_or(u32::MAX))
+        .max_concurrent_streams(h2.max_concurrent_streams);
+    if !h2.keepalive_interval.is_zero() {
+        builder
+            .keep_alive_interval(h2.keepalive_interval)
+            .keep_alive_timeout(h2.keepalive_timeout);
+    }
     builder
 }
 

@@ -4,7 +4,9 @@
 use crate::{
     attempt::completion::Completion,
     backend::cluster::{Cluster, Upstream},
-    backend::request_body::{ClientFailure, UpstreamBody},
+    backend::pool::UpstreamError,
+    backend::request_body::{BodySource, ClientFailure, UpstreamBody},
+    backend::transport::Transport,
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     outcome::{Blame, Failure},
@@ -43,13 +45,16 @@ pub(crate) async fn forward(
         return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
     let mut completion = Completion::new(guard, cluster.clone(), backend, stats);
-    // A request that may meet the keep-alive close race is sent again to the same backend (as one
-    // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
-    // its body can be sent again, so its headers are copied even for the last attempt.
+    // A request that may meet a connection closing unprocessed is sent again to the same backend (as
+    // one attempt, one unit of load), so its headers are copied even for the last attempt: see
+    // `stale` for when.
+    let h2 = matches!(cluster.client(), Transport::H2(_));
     let resendable = prepared.parts.method.is_idempotent() && prepared.source.replayable();
+    let keep_headers = resendable || h2;
     let mut resends = 0;
     let error = loop {
-        let request = upstream_request(&mut prepared.parts, &authority, body, last && !resendable);
+        let request =
+            upstream_request(&mut prepared.parts, &authority, body, last && !keep_headers);
         let upload = prepared.source.upload().cloned();
         let sent = HeadDeadline::new(
             cluster.client().send(backend, request),
@@ -68,7 +73,9 @@ pub(crate) async fn forward(
                     completion.fail(Blame::Local);
                     return Err(ProxyError::upstream(kind, backend, error));
                 }
-                None if resendable && resends < MAX_RESENDS && error.closed_when_reused() => {
+                None if resends < MAX_RESENDS
+                    && stale(&error, h2, resendable, &prepared.source) =>
+                {
                     resends += 1;
                     cluster.counters.stale_resends.fetch_add(1, Relaxed);
                     tracing::debug!(%backend, "resending a request that met a pooled connection closing: {error}");
@@ -174,6 +181,19 @@ impl std::fmt::Display for Elapsed {
 }
 
 impl std::error::Error for Elapsed {}
+
+/// Whether the request met a connection closing without being processed, and can go again: the
+/// HTTP/1.1 keep-alive close race, only when RFC 9110 lets a client resend unasked (`resendable`:
+/// idempotent, body replayable); or an HTTP/2 stream the backend refused (GOAWAY, REFUSED_STREAM: RFC
+/// 9113 §8.7 says unprocessed, so any method) whose body is still whole (replayable, or streamed and
+/// not read yet, as a gRPC call's, which has no length). A GOAWAY is a restart, not a failure.
+fn stale(error: &UpstreamError, h2: bool, resendable: bool, source: &BodySource) -> bool {
+    if h2 {
+        error.refused_by_h2() && source.can_attempt()
+    } else {
+        resendable && error.closed_when_reused()
+    }
+}
 
 /// Whether the attempt failed on duet's side: a response head over duet's limits (502), or duet out of
 /// file descriptors or memory for a new connection (503).

@@ -7,7 +7,7 @@ use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
-    headers,
+    grpc, headers,
     stage::filters::HeaderEditor,
     telemetry::access_log::AccessLog,
     tunnel::PendingTunnel,
@@ -16,16 +16,18 @@ use bytes::Bytes;
 use duet_config::{PathMatch, Redirect, RedirectPath};
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
 
 /// The client's response for what the attempts came to; a backend's gets the route's response
-/// `edits`, duet's own answer none.
+/// `edits`, duet's own answer none; for a gRPC call (`grpc`) that no backend answered, a gRPC error
+/// its client can read.
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
     (upgrade, edits): (Option<Upgrade>, &HeaderEditor),
     client: SocketAddr,
     connection: &ConnectionState,
+    grpc: bool,
 ) -> Response<ProxyBody> {
     let response = match outcome {
         Ok((response, completion)) => relay(
@@ -33,11 +35,12 @@ pub(crate) fn respond(
             completion,
             (upgrade, edits),
             client,
-            (connection, cluster.tunnel_idle()),
+            (connection, cluster),
+            grpc,
         ),
         Err(Failed { error, log }) => {
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
-            local_error(&error, log)
+            cluster_error(cluster, &error, log, grpc)
         }
     };
     cluster.counters.response(response.status().as_u16());
@@ -45,22 +48,21 @@ pub(crate) fn respond(
 }
 
 /// Passes a backend's response on, unless its framing is ambiguous or it switches to a protocol the
-/// client did not ask for: then 502, counted against the backend.
+/// client did not ask for: then 502 (a gRPC error for a gRPC call), counted against the backend.
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
     (upgrade, edits): (Option<Upgrade>, &HeaderEditor),
     client: SocketAddr,
-    (connection, idle): (&ConnectionState, Duration),
+    (connection, cluster): (&ConnectionState, &Cluster),
+    grpc: bool,
 ) -> Response<ProxyBody> {
     let refuse = |completion: Completion, why: &'static str| {
         let backend = completion.backend();
         tracing::warn!(%backend, "refusing the response: {why}");
         let log = completion.reject();
-        local_error(
-            &ProxyError::upstream(ErrorKind::BadGateway, backend, why),
-            log,
-        )
+        let error = ProxyError::upstream(ErrorKind::BadGateway, backend, why);
+        cluster_error(cluster, &error, log, grpc)
     };
     if let Err(why) = check_framing(response.headers()) {
         return refuse(completion, why);
@@ -75,7 +77,7 @@ fn relay(
         // The client's side is this connection, handed back by hyper once the 101 is written.
         connection.expect_tunnel(PendingTunnel {
             backend: hyper::upgrade::on(&mut response),
-            idle,
+            idle: cluster.tunnel_idle(),
             peer: client,
         });
         protocol = Some(upgrade.protocol);
@@ -233,6 +235,53 @@ fn split_host(authority: &str) -> (Option<&str>, Option<u16>) {
         },
     };
     (Some(name), port.and_then(|p| p.parse().ok()))
+}
+
+/// A gRPC response to an HTTP/1.1 client: hyper writes only the trailers a response's `Trailer` field
+/// announces (and only to a client that sent `TE: trailers`), and an HTTP/2 backend announces none,
+/// so the gRPC status fields are announced here when the backend did not say.
+pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::TRAILER) {
+        headers.insert(
+            header::TRAILER,
+            HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin"),
+        );
+    }
+}
+
+/// [`error_response`] for a request routed to `cluster`, its gRPC status counted there.
+pub(crate) fn cluster_error(
+    cluster: &Cluster,
+    error: &ProxyError,
+    log: Option<Box<AccessLog>>,
+    grpc: bool,
+) -> Response<ProxyBody> {
+    if grpc {
+        cluster.counters.grpc_status(grpc::code_for(error.kind()));
+    }
+    error_response(error, log, grpc)
+}
+
+/// [`local_error`], or for a gRPC call (`grpc`) a trailers-only gRPC status: HTTP 200 with
+/// `grpc-status` and `grpc-message`, since gRPC clients cannot read why from an HTTP 502 or 504.
+pub(crate) fn error_response(
+    error: &ProxyError,
+    mut log: Option<Box<AccessLog>>,
+    grpc: bool,
+) -> Response<ProxyBody> {
+    if !grpc {
+        return local_error(error, log);
+    }
+    let (code, response) = grpc::error_response(error);
+    if let Some(log) = log.as_mut() {
+        log.status = response.status();
+        log.grpc_status = Some(code);
+        if log.backend.is_none() {
+            log.backend = error.backend();
+        }
+    }
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, ProxyBody::error(body, log, error.flag()))
 }
 
 /// A short text response for a request duet could not proxy.

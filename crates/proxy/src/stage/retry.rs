@@ -13,6 +13,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     exchange::{Failed, Outcome},
+    grpc,
     stage::forward::forward,
     telemetry::access_log::AccessLog,
     telemetry::metrics::RouteTimings,
@@ -41,7 +42,9 @@ pub(crate) async fn send(
     if let Some(log) = log.as_mut() {
         log.received = prepared.source.received();
     }
-    let deadline = route.timeout.map(|limit| Instant::now() + limit);
+    // A gRPC client's deadline bounds the route's timeout: past it, nobody waits for the answer.
+    let limit = grpc::bound(route.timeout, grpc::timeout(&prepared.parts.headers));
+    let deadline = limit.map(|limit| Instant::now() + limit);
     let resendable = prepared.source.replayable()
         && route
             .retry_methods

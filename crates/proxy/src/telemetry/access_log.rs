@@ -44,6 +44,9 @@ pub(crate) struct AccessLog {
     /// How the response ended: `complete`, `upgraded`, `client_gone` until told, `backend_error`,
     /// `backend_read_timeout`, or for a response duet made itself the reason (`no_route`, `timeout`...).
     pub(crate) outcome: &'static str,
+    /// A gRPC call's status (its trailers, a trailers-only head, or duet's own error); the field is
+    /// written only when there is one.
+    pub(crate) grpc_status: Option<u8>,
 }
 
 impl AccessLog {
@@ -79,6 +82,7 @@ impl AccessLog {
             bytes: 0,
             received: Received::Known(0),
             outcome: "client_gone",
+            grpc_status: None,
         }))
     }
 }
@@ -164,6 +168,7 @@ impl Drop for AccessLog {
             bytes = self.bytes,
             bytes_received = self.received.bytes(),
             outcome = %self.outcome,
+            grpc_status = %OrDash(self.grpc_status),
             user_agent = %ClientText::quoted(self.user_agent.as_ref().map(HeaderValue::as_bytes)),
             request_id = %ClientText::bare(Some(self.request_id.as_bytes())),
         );
@@ -264,6 +269,9 @@ impl AccessLog {
         fields.number("bytes", self.bytes);
         fields.number("bytes_received", self.received.bytes());
         fields.text("outcome", self.outcome);
+        if let Some(code) = self.grpc_status {
+            fields.number("grpc_status", u64::from(code));
+        }
         fields.client_text("user_agent", self.user_agent.as_ref(), ClientText::quoted);
         fields.client_text("request_id", Some(&self.request_id), ClientText::bare);
         if json {

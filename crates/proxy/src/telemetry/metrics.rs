@@ -48,9 +48,18 @@ pub(crate) struct ClusterCounters {
     pub(crate) bytes_received: AtomicU64,
     /// Attempts per request that reached the retry stage.
     pub(crate) attempts: AttemptCounts,
+    /// gRPC calls by the status they ended with (0 … 16), the backend's or duet's own.
+    pub(crate) grpc: [AtomicU64; 17],
 }
 
 impl ClusterCounters {
+    /// A gRPC call ended with `code`.
+    pub(crate) fn grpc_status(&self, code: u8) {
+        if let Some(cell) = self.grpc.get(usize::from(code)) {
+            cell.fetch_add(1, Relaxed);
+        }
+    }
+
     pub(crate) fn response(&self, status: u16) {
         if let Some(cell) = self
             .responses
@@ -103,6 +112,20 @@ pub(crate) struct WorkerCounters {
     pub(crate) at_capacity: AtomicU64,
     /// Idle parked connections closed to make room for a new one at `limits.max_connections`.
     pub(crate) reclaimed: AtomicU64,
+    /// Requests by the protocol the client spoke: HTTP/1.0 (or 0.9), HTTP/1.1, HTTP/2.
+    pub(crate) requests: [AtomicU64; 3],
+}
+
+impl WorkerCounters {
+    /// A request arrived over `version`.
+    pub(crate) fn request(&self, version: http::Version) {
+        let index = match version {
+            http::Version::HTTP_2 => 2,
+            http::Version::HTTP_11 => 1,
+            _ => 0,
+        };
+        self.requests[index].fetch_add(1, Relaxed);
+    }
 }
 
 /// What one worker saw of one backend's answers.
@@ -443,6 +466,10 @@ pub(crate) mod fixture {
         for attempts in [1, 1, 2, 3, 7] {
             counters.attempts.observe(attempts);
         }
+        // gRPC: OK twice, one UNAVAILABLE; the other codes stay out of the exposition.
+        for code in [0, 0, 14] {
+            counters.grpc_status(code);
+        }
         let routes = routes
             .iter()
             .enumerate()
@@ -514,6 +541,9 @@ pub(crate) mod fixture {
                 &counters.parks,
                 &counters.at_capacity,
                 &counters.reclaimed,
+                &counters.requests[0],
+                &counters.requests[1],
+                &counters.requests[2],
             ]
             .into_iter()
             .enumerate()
@@ -648,6 +678,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 38, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 39, "{plain}");
     }
 }

