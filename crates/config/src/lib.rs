@@ -41,11 +41,12 @@ mod model;
 mod raw;
 mod units;
 
+pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderMatch, HealthCheck,
-    HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern, Policy,
+    HostPattern, Limits, Listener, Location, Mirror, OutlierDetection, PathMatch, Pattern, Policy,
     Redirect, RedirectPath, Retries, Route, Shutdown, Timeouts, TlsFiles, ValueMatch, Workers,
 };
 

@@ -65,6 +65,17 @@ pub(crate) struct RawRoute {
     #[serde(default)]
     pub(crate) listeners: Option<Spanned<Vec<Spanned<Scalar>>>>,
     pub(crate) buffer_request: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) mirror: Option<Spanned<RawMirror>>,
+}
+
+/// `mirror: { cluster: shadow, percent: 10 }`: a copy of some requests to another cluster.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawMirror {
+    #[serde(default)]
+    pub(crate) cluster: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) percent: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -294,6 +305,8 @@ pub(crate) struct RawLimits {
     pub(crate) keepalive_timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) keepalive_requests: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_mirrors_in_flight: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -428,7 +441,11 @@ static LISTENER: Shape = Shape {
 };
 static ROUTE: Shape = Shape {
     fields: fields_of::<RawRoute>,
-    children: &[("match", &MATCH), ("redirect", &leaf::<RawRedirect>())],
+    children: &[
+        ("match", &MATCH),
+        ("redirect", &leaf::<RawRedirect>()),
+        ("mirror", &leaf::<RawMirror>()),
+    ],
 };
 static MATCH: Shape = Shape {
     fields: fields_of::<RawMatch>,

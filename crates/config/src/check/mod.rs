@@ -8,7 +8,9 @@ mod routes;
 mod settings;
 
 mod cluster_settings;
+mod mirror;
 mod redirect;
+pub(crate) mod shadowing;
 mod route_match;
 mod matching;
 

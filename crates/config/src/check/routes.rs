@@ -1,9 +1,9 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field, redirect, route_match};
+use super::{checker::Checker, field::Field, mirror, redirect, route_match};
 use crate::{
     error::{did_you_mean, ConfigError},
-    model::{http_method, Action, HostPattern, Listener, PathMatch, Route},
+    model::{http_method, Action, HostPattern, Listener, Location, PathMatch, Route},
     raw::{RawListener, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -65,6 +65,13 @@ pub(super) fn routes(
             }
         };
         names.push(name.clone());
+        let primary = action.as_ref().and_then(Action::cluster);
+        let mirror =
+            (r.mirror.as_ref()).and_then(|m| mirror::mirror(checker, m, &field, clusters, primary));
+        let at = Location {
+            line: spanned.referenced.line(),
+            column: spanned.referenced.column(),
+        };
         if let Some(action) = action {
             routes.push(Route {
                 name,
@@ -78,6 +85,8 @@ pub(super) fn routes(
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
                 buffer_request: buffer_request.filter(|&size| size > 0),
+                mirror,
+                at,
             });
         }
     }

@@ -34,6 +34,10 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
         eprintln!("{}", tls_errors.join("\n"));
         return 1;
     }
+    // Dead routes are mistakes to fix, not errors: the file still runs as written.
+    for shadowed in duet_config::shadowed_routes(&config) {
+        eprintln!("warning: {}: {shadowed}", path.display());
+    }
     let resolver = resolve.then(system_resolver);
     // A closed stdout (`duet check ... | head`) is not an error worth a panic.
     use std::io::Write;
@@ -63,6 +67,13 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
     0
+}
+
+/// Logs each route that can never match, when duet loads or reloads `config` from `path`.
+pub(super) fn log_shadowed(path: &std::path::Path, config: &duet_config::Config) {
+    for shadowed in duet_config::shadowed_routes(config) {
+        tracing::warn!("{}: {shadowed}", path.display());
+    }
 }
 
 fn summary(
@@ -98,9 +109,16 @@ fn summary(
                 .collect();
             format!(" (only on {})", named.join(", "))
         });
+        let mirror = route.mirror.map_or_else(String::new, |m| {
+            let cluster = config
+                .clusters
+                .get(m.cluster)
+                .map_or("", |c| c.name.as_str());
+            format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
+        });
         let _ = writeln!(
             out,
-            "  route {} host {host} path {}{} -> {}{only_on}",
+            "  route {} host {host} path {}{} -> {}{only_on}{mirror}",
             route.name,
             route.path,
             route.conditions(),
