@@ -6,18 +6,19 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::InService,
+    exchange::{InService, Prepared},
     peer::Client,
     request_id::RequestIds,
+    stage::mirror::{self, MirrorsInFlight, RouteMirror},
     stage::prepare,
     stage::respond,
     stage::retry,
     stage::route,
     telemetry::access_log::AccessLog,
-    telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
+    telemetry::metrics::{MirrorCounts, Readiness, Registry, RouteTimings, WorkerCounters},
     view::{HealthView, ResolvedNames},
 };
-use duet_config::{Action, Config};
+use duet_config::{Action, Config, Route};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
@@ -35,6 +36,7 @@ pub struct WorkerProxy {
     registry: Option<(usize, Registry)>,
     readiness: Arc<Readiness>,
     ids: RequestIds,
+    mirrors_in_flight: MirrorsInFlight,
 }
 
 struct Table {
@@ -42,6 +44,8 @@ struct Table {
     clusters: Vec<Rc<Cluster>>,
     /// Each route's latency histograms, in `config.routes` order.
     routes: Vec<Arc<RouteTimings>>,
+    /// Each route's mirroring state (`None` for a route without `mirror:`), in `config.routes` order.
+    mirrors: Vec<Option<RouteMirror>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -88,6 +92,7 @@ impl WorkerProxy {
             registry,
             readiness,
             ids: RequestIds::new(),
+            mirrors_in_flight: MirrorsInFlight::default(),
         };
         proxy.publish_cells();
         proxy
@@ -122,6 +127,10 @@ impl WorkerProxy {
                 cells.routes = (table.config.routes.iter().zip(&table.routes))
                     .filter(|(route, _)| route.action.cluster() == Some(index))
                     .map(|(_, timings)| timings.clone())
+                    .collect();
+                cells.mirrors = (table.config.routes.iter().zip(&table.mirrors))
+                    .filter(|(route, _)| route.mirror.is_some_and(|m| m.cluster == index))
+                    .filter_map(|(_, state)| Some(state.as_ref()?.counts.clone()))
                     .collect();
                 cells
             })
@@ -238,6 +247,7 @@ impl WorkerProxy {
                     return Ok(respond::local_error(&error, log));
                 }
             };
+        self.start_mirror(&table, routed.route, routed.index, &prepared);
         let timings = &table.routes[routed.index];
         let outcome =
             retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
@@ -270,6 +280,25 @@ impl WorkerProxy {
 }
 
 impl WorkerProxy {
+    /// Copies the request to the route's mirror cluster, if it has one: never waited for.
+    fn start_mirror(&self, table: &Table, route: &Route, index: usize, prepared: &Prepared) {
+        let (Some(mirror), Some(Some(state))) = (&route.mirror, table.mirrors.get(index)) else {
+            return;
+        };
+        let Some(cluster) = table.clusters.get(mirror.cluster) else {
+            return;
+        };
+        let cap = table.config.limits.max_mirrors_in_flight;
+        mirror::mirror(
+            mirror,
+            state,
+            cluster,
+            &self.mirrors_in_flight,
+            cap,
+            prepared,
+        );
+    }
+
     /// The answer to a request refused before routing, counted by why.
     fn unrouted(&self, error: &ProxyError, log: Option<Box<AccessLog>>) -> Response<ProxyBody> {
         let counter = match error.kind() {
@@ -316,6 +345,7 @@ impl Table {
                     )
             })
             .collect();
+        let mirrors = mirror_states(&config, previous);
         let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
             .clusters
@@ -340,7 +370,30 @@ impl Table {
             config,
             clusters,
             routes,
+            mirrors,
             keep_alive,
         }
     }
+}
+
+/// Each route's mirroring state; a route that mirrors to the same cluster under the same name as in
+/// `previous` keeps its counts.
+fn mirror_states(config: &Config, previous: Option<&Table>) -> Vec<Option<RouteMirror>> {
+    let mirror_cluster = |config: &Config, route: &Route| {
+        let mirror = route.mirror?;
+        Some(config.clusters.get(mirror.cluster)?.name.clone())
+    };
+    (config.routes.iter())
+        .map(|route| {
+            let target = mirror_cluster(config, route)?;
+            let kept = previous.and_then(|old| {
+                let (_, state) = (old.config.routes.iter().zip(&old.mirrors)).find(|(r, _)| {
+                    r.name == route.name && mirror_cluster(&old.config, r).as_ref() == Some(&target)
+                })?;
+                Some(state.as_ref()?.counts.clone())
+            });
+            let counts = kept.unwrap_or_else(|| Arc::new(MirrorCounts::new(&route.name)));
+            Some(RouteMirror::new(counts))
+        })
+        .collect()
 }

@@ -319,6 +319,7 @@ impl Cluster {
             counters: self.counters.clone(),
             backends,
             routes: Vec::new(),
+            mirrors: Vec::new(),
         }
     }
 }

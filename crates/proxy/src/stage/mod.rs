@@ -1,6 +1,7 @@
 //! The stages a request runs through, in order: route, prepare, retry (which runs forward for each
 //! attempt), respond. Each knows only what is passed to it (`exchange`) and the layers below.
 
+pub(crate) mod mirror;
 pub(crate) mod retry;
 
 pub(crate) mod forward;
