@@ -15,6 +15,7 @@ mod framing;
 mod http2;
 mod layering;
 mod lifecycle;
+mod mirror;
 mod limits;
 mod readme;
 mod reload;

@@ -77,28 +77,28 @@ mod tests {
                 basis_points: 1_250
             }))
         );
-        let unknown = config("{ cluster: shadw }").unwrap_err();
+        let unknown = config("{ cluster: shadw }").expect_err("refused");
         assert!(
             unknown.contains("t.yaml:6:40: routes[0].mirror.cluster: no cluster is named `shadw`"),
             "{unknown}"
         );
         assert!(unknown.contains("did you mean `shadow`?"), "{unknown}");
-        let itself = config("{ cluster: web }").unwrap_err();
+        let itself = config("{ cluster: web }").expect_err("refused");
         assert!(
             itself.contains("routes[0].mirror.cluster: `web` is the cluster the route proxies to"),
             "{itself}"
         );
-        let share = config("{ cluster: shadow, percent: 150 }").unwrap_err();
+        let share = config("{ cluster: shadow, percent: 150 }").expect_err("refused");
         assert!(
             share.contains("routes[0].mirror.percent: `150` is not a percentage"),
             "{share}"
         );
-        let none = config("{ percent: 5 }").unwrap_err();
+        let none = config("{ percent: 5 }").expect_err("refused");
         assert!(
             none.contains("routes[0].mirror: a mirror needs `cluster`"),
             "{none}"
         );
-        let typo = config("{ cluster: shadow, percnt: 5 }").unwrap_err();
+        let typo = config("{ cluster: shadow, percnt: 5 }").expect_err("refused");
         assert!(
             typo.contains("unknown field `percnt`, expected one of cluster, percent"),
             "{typo}"

@@ -48,22 +48,7 @@ pub(super) fn routes(
             .buffer_request
             .as_ref()
             .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
-        let name = match &r.name {
-            Some(given) => given_name(checker, given, &field, &names),
-            None => {
-                let host = match &matchers.host {
-                    None => "*".to_owned(),
-                    Some(HostPattern::Exact(h)) => h.clone(),
-                    Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
-                };
-                let derived = format!("{host}{}", matchers.path);
-                if names.contains(&derived) {
-                    format!("{derived}#{ri}")
-                } else {
-                    derived
-                }
-            }
-        };
+        let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let primary = action.as_ref().and_then(Action::cluster);
         let mirror =
@@ -97,6 +82,31 @@ pub(super) fn routes(
         );
     }
     routes
+}
+
+/// `name:` as given, or else the route's host and path (`*/api`), made unique by its position.
+fn route_name(
+    checker: &mut Checker,
+    route: &Spanned<RawRoute>,
+    field: &Field,
+    matchers: &route_match::Matchers,
+    names: &[String],
+    position: usize,
+) -> String {
+    if let Some(given) = &route.value.name {
+        return given_name(checker, given, field, names);
+    }
+    let host = match &matchers.host {
+        None => "*".to_owned(),
+        Some(HostPattern::Exact(h)) => h.clone(),
+        Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+    };
+    let derived = format!("{host}{}", matchers.path);
+    if names.contains(&derived) {
+        format!("{derived}#{position}")
+    } else {
+        derived
+    }
 }
 
 /// A route's `listeners:`: each a listener's `name:` or its address as written.

@@ -96,34 +96,7 @@ fn summary(
         };
     }
     for route in &config.routes {
-        let host = match &route.host {
-            None => "*".to_owned(),
-            Some(duet_config::HostPattern::Exact(h)) => h.clone(),
-            Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
-        };
-        let only_on = route.listeners.as_ref().map_or_else(String::new, |only| {
-            let named: Vec<String> = only
-                .iter()
-                .filter_map(|&i| config.listeners.get(i))
-                .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
-                .collect();
-            format!(" (only on {})", named.join(", "))
-        });
-        let mirror = route.mirror.map_or_else(String::new, |m| {
-            let cluster = config
-                .clusters
-                .get(m.cluster)
-                .map_or("", |c| c.name.as_str());
-            format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
-        });
-        let _ = writeln!(
-            out,
-            "  route {} host {host} path {}{} -> {}{only_on}{mirror}",
-            route.name,
-            route.path,
-            route.conditions(),
-            route.target(&config.clusters)
-        );
+        let _ = writeln!(out, "{}", route_line(config, route));
     }
     let mut unresolved = Vec::new();
     for cluster in &config.clusters {
@@ -159,6 +132,37 @@ fn summary(
         );
     }
     out
+}
+
+/// `  route NAME host H path P [conditions] -> TARGET [(only on ...)] [(mirror ...)]`.
+fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> String {
+    let host = match &route.host {
+        None => "*".to_owned(),
+        Some(duet_config::HostPattern::Exact(h)) => h.clone(),
+        Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
+    };
+    let only_on = route.listeners.as_ref().map_or_else(String::new, |only| {
+        let named: Vec<String> = only
+            .iter()
+            .filter_map(|&i| config.listeners.get(i))
+            .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
+            .collect();
+        format!(" (only on {})", named.join(", "))
+    });
+    let mirror = route.mirror.map_or_else(String::new, |m| {
+        let cluster = config
+            .clusters
+            .get(m.cluster)
+            .map_or("", |c| c.name.as_str());
+        format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
+    });
+    format!(
+        "  route {} host {host} path {}{} -> {}{only_on}{mirror}",
+        route.name,
+        route.path,
+        route.conditions(),
+        route.target(&config.clusters)
+    )
 }
 
 /// What `check` says about a backend's address, and whether it resolved (IP addresses and names not
