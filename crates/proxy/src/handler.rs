@@ -14,6 +14,7 @@ use crate::{
     stage::respond,
     stage::retry,
     stage::route,
+    stage::route_index::RouteIndex,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{MirrorCounts, Readiness, Registry, RouteTimings, WorkerCounters},
     view::{HealthView, ResolvedNames},
@@ -44,6 +45,8 @@ struct Table {
     clusters: Vec<Rc<Cluster>>,
     /// Each route's latency histograms, in `config.routes` order.
     routes: Vec<Arc<RouteTimings>>,
+    /// `config.routes` by exact host, so a large table is not scanned per request.
+    index: RouteIndex,
     /// Each route's mirroring state (`None` for a route without `mirror:`), in `config.routes` order.
     mirrors: Vec<Option<RouteMirror>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
@@ -218,12 +221,10 @@ impl WorkerProxy {
             return Ok(respond::asterisk(&request, log));
         }
         let limits = &table.config.limits;
-        let routes = &table.config.routes;
-        let routed =
-            match route::route(routes, client.listener, limits.max_uri_length, &mut request) {
-                Ok(routed) => routed,
-                Err(error) => return Ok(self.unrouted(&error, log)),
-            };
+        let routed = match table.route(client.listener, &mut request) {
+            Ok(routed) => routed,
+            Err(error) => return Ok(self.unrouted(&error, log)),
+        };
         let index = match &routed.route.action {
             Action::Cluster(index) => *index,
             Action::Redirect(redirect) => {
@@ -312,6 +313,22 @@ impl WorkerProxy {
 }
 
 impl Table {
+    /// Stage 1 on this table's routes.
+    fn route<B>(
+        &self,
+        listener: usize,
+        request: &mut Request<B>,
+    ) -> Result<route::Routed<'_>, ProxyError> {
+        let (routes, limits) = (&self.config.routes, &self.config.limits);
+        route::route(
+            routes,
+            &self.index,
+            listener,
+            limits.max_uri_length,
+            request,
+        )
+    }
+
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
     fn trust(&self, client: Client) -> Client {
@@ -346,6 +363,7 @@ impl Table {
             })
             .collect();
         let mirrors = mirror_states(&config, previous);
+        let index = RouteIndex::new(&config.routes);
         let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
             .clusters
@@ -370,6 +388,7 @@ impl Table {
             config,
             clusters,
             routes,
+            index,
             mirrors,
             keep_alive,
         }

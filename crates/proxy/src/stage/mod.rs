@@ -8,3 +8,4 @@ pub(crate) mod forward;
 pub(crate) mod prepare;
 pub(crate) mod respond;
 pub(crate) mod route;
+pub(crate) mod route_index;
