@@ -28,8 +28,11 @@ fn table(routes: usize, host: impl Fn(usize) -> String) -> Vec<duet_config::Rout
         .routes
 }
 
+/// A kind of table: its name, route `i`'s host pattern, and a host that route `i` matches.
+type Kind = (&'static str, fn(usize) -> String, fn(usize) -> String);
+
 fn lookups(c: &mut Criterion) {
-    let kinds: [(&str, fn(usize) -> String, fn(usize) -> String); 2] = [
+    let kinds: [Kind; 2] = [
         (
             "host_prefix",
             |i| format!("svc{i}.example.com"),
