@@ -184,3 +184,26 @@ fn the_demo_runs_and_shows_p2c_steering_away_from_the_slow_backend() {
     assert!((round_robin - 33.3).abs() < 2.0, "{stdout}");
     assert!(peak_ewma < round_robin / 2.0, "{stdout}");
 }
+
+#[test]
+fn check_warns_of_a_route_that_can_never_match_with_both_lines_and_exits_0() {
+    let dir = crate::support::TempDir::new();
+    let path = dir.0.join("shadowed.yaml");
+    let yaml = "listeners: [ { address: 127.0.0.1:0 } ]\nclusters:\n  - { name: app, backends: [ { address: 127.0.0.1:9 } ] }\nroutes:\n  - name: api\n    match: { path_prefix: /api }\n    cluster: app\n  - name: api-v1\n    match: { path_prefix: /api/v1, method: [GET] }\n    cluster: app\n  - { name: rest, match: { path_prefix: / }, cluster: app }\n";
+    std::fs::write(&path, yaml).expect("write");
+    let (code, stdout, stderr) = duet(&["check", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("shadowed.yaml: ok"), "{stdout}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(
+        warnings,
+        [format!(
+            "warning: {}: line 8: route `api-v1` can never match: route `api` (line 5) comes first and matches every request it would",
+            path.display()
+        )],
+        "{stderr}"
+    );
+}

@@ -17,6 +17,7 @@ mod h2_attacks;
 mod http2;
 mod layering;
 mod lifecycle;
+mod mirror;
 mod limits;
 mod readme;
 mod reload;

@@ -70,6 +70,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             max_connections,
             keepalive_timeout,
             keepalive_requests,
+            max_mirrors_in_flight,
         ]
     );
     changed!(
@@ -209,62 +210,82 @@ fn workers(workers: Workers) -> String {
     }
 }
 
-/// Routes are matched in order, so they are compared as a list: each is described by what it matches
-/// and where it sends, and an order that changed is said so.
+/// Routes are matched by name (a route without `name:` is named by its host and path): each is
+/// described by what it matches and where it sends, a route whose description changed is shown before
+/// and after, and an order that changed is said so (the first match wins).
 fn routes(changes: &mut Changes, old: &Config, new: &Config) {
-    let describe = |config: &Config, route: &Route| {
-        let host = match &route.host {
-            None => "*".to_owned(),
-            Some(HostPattern::Exact(host)) => host.clone(),
-            Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
-        };
-        let mut line = format!(
-            "route host {host} path {}{} -> {}",
-            route.path,
-            route.conditions(),
-            route.target(&config.clusters)
-        );
-        if route.name != format!("{host}{}", route.path) {
-            line.push_str(&format!(" (name {})", route.name));
-        }
-        if let Some(timeout) = route.timeout {
-            line.push_str(&format!(" (timeout {timeout:?})"));
-        }
-        if let Some(only) = &route.listeners {
-            let named: Vec<String> = only
-                .iter()
-                .filter_map(|&i| config.listeners.get(i))
-                .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
-                .collect();
-            line.push_str(&format!(" (listeners {})", named.join(",")));
-        }
-        if let Some(size) = route.buffer_request {
-            line.push_str(&format!(" (buffer_request {size} bytes)"));
-        }
-        if route.retry_methods != http_method::idempotent() {
-            line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
-        }
-        line
-    };
-    let before: Vec<String> = old.routes.iter().map(|r| describe(old, r)).collect();
-    let after: Vec<String> = new.routes.iter().map(|r| describe(new, r)).collect();
-    for route in &after {
-        if !before.contains(route) {
-            changes.push(format!("+ {route}"));
+    let before: Vec<(&str, String)> = (old.routes.iter())
+        .map(|r| (r.name.as_str(), describe_route(old, r)))
+        .collect();
+    let after: Vec<(&str, String)> = (new.routes.iter())
+        .map(|r| (r.name.as_str(), describe_route(new, r)))
+        .collect();
+    for (name, now) in &after {
+        match before.iter().find(|(n, _)| n == name) {
+            None => changes.push(format!("+ route {name}: {now}")),
+            Some((_, was)) if was != now => {
+                changes.push(format!("~ route {name}: was {was}; now {now}"))
+            }
+            Some(_) => {}
         }
     }
-    for route in &before {
-        if !after.contains(route) {
-            changes.push(format!("- {route}"));
+    for (name, was) in &before {
+        if !after.iter().any(|(n, _)| n == name) {
+            changes.push(format!("- route {name}: {was}"));
         }
     }
-    let kept = |list: &[String], other: &[String]| -> Vec<String> {
-        list.iter().filter(|r| other.contains(r)).cloned().collect()
+    let kept = |list: &[(&str, String)], other: &[(&str, String)]| -> Vec<String> {
+        (list.iter())
+            .filter(|(name, _)| other.iter().any(|(n, _)| n == name))
+            .map(|(name, _)| (*name).to_owned())
+            .collect()
     };
     if kept(&before, &after) != kept(&after, &before) {
         changes
             .push("~ routes: the same routes in another order (the first match wins)".to_owned());
     }
+}
+
+/// What a route matches and does, for people to read: `host * path /api method GET -> api (timeout 2s)`.
+fn describe_route(config: &Config, route: &Route) -> String {
+    let host = match &route.host {
+        None => "*".to_owned(),
+        Some(HostPattern::Exact(host)) => host.clone(),
+        Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+    };
+    let mut line = format!(
+        "host {host} path {}{} -> {}",
+        route.path,
+        route.conditions(),
+        route.target(&config.clusters)
+    );
+    if let Some(timeout) = route.timeout {
+        line.push_str(&format!(" (timeout {timeout:?})"));
+    }
+    if let Some(only) = &route.listeners {
+        let named: Vec<String> = only
+            .iter()
+            .filter_map(|&i| config.listeners.get(i))
+            .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
+            .collect();
+        line.push_str(&format!(" (listeners {})", named.join(",")));
+    }
+    if let Some(size) = route.buffer_request {
+        line.push_str(&format!(" (buffer_request {size} bytes)"));
+    }
+    if route.retry_methods != http_method::idempotent() {
+        line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
+    }
+    if let Some(mirror) = &route.mirror {
+        let cluster = config.clusters.get(mirror.cluster);
+        line.push_str(&format!(
+            " (mirror {} {}%)",
+            cluster.map_or("", |c| c.name.as_str()),
+            f64::from(mirror.basis_points) / 100.0
+        ));
+    }
+    line.push_str(&route.filters());
+    line
 }
 
 fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {

@@ -41,13 +41,15 @@ mod model;
 mod raw;
 mod units;
 
+pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Http2Limits, Limits, Listener, Location, OutlierDetection, PathMatch,
-    PathRewrite, Pattern, Policy, Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown,
-    Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
+    HealthCheck, HostPattern, Http2Limits, Limits, Listener, Location, Mirror, OutlierDetection,
+    PathMatch, PathRewrite, Pattern, Policy, Redirect, RedirectPath, Retries, Rewrite, Route,
+    Shutdown, Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster,
+    Workers,
 };
 
 use error::did_you_mean;

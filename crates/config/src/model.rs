@@ -129,6 +129,24 @@ pub struct Route {
     /// `retries: { attempts }`: attempts per request on this route, the first included, in place of
     /// its cluster's `retries.attempts`. `None`: the cluster's.
     pub retry_attempts: Option<u32>,
+    /// A copy of some of the route's requests for another cluster, fire and forget; `None`: none.
+    pub mirror: Option<Mirror>,
+    /// Where the route starts in the file, for warnings about it (`duet check`'s shadowed routes).
+    pub at: Location,
+}
+
+/// `mirror:`: a share of a route's requests copied to another cluster, whose answers are discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mirror {
+    /// The cluster the copies go to (an index into [`Config::clusters`]).
+    pub cluster: usize,
+    /// The share of requests copied, in hundredths of a percent (`10%` is 1,000; all is 10,000).
+    pub basis_points: u32,
+}
+
+impl Mirror {
+    /// Every request: `percent` left out.
+    pub const ALL: u32 = 10_000;
 }
 
 impl Route {
@@ -789,6 +807,9 @@ pub struct Limits {
     /// Requests served on one connection before duet asks the client to reconnect (`Connection: close`),
     /// so long-lived connections rotate across workers. Default 1,000 (nginx's).
     pub keepalive_requests: u64,
+    /// Mirrored requests (`mirror:` on a route) in flight at once, per worker; past it a request is not
+    /// mirrored (counted as `skipped_cap`), so a slow mirror cluster cannot pile up copies. Default 64.
+    pub max_mirrors_in_flight: usize,
     /// HTTP/2 client connections.
     pub http2: Http2Limits,
 }
@@ -834,6 +855,7 @@ impl Default for Limits {
             keepalive_timeout: Duration::from_secs(75),
             keepalive_requests: 1000,
             http2: Http2Limits::default(),
+            max_mirrors_in_flight: 64,
         }
     }
 }

@@ -75,6 +75,8 @@ pub(crate) struct RawRoute {
     pub(crate) rewrite: Option<Spanned<RawRewrite>>,
     #[serde(default)]
     pub(crate) retries: Option<RawRouteRetries>,
+    #[serde(default)]
+    pub(crate) mirror: Option<Spanned<RawMirror>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
@@ -112,6 +114,15 @@ pub(crate) struct RawRewrite {
 pub(crate) struct RawRouteRetries {
     #[serde(default)]
     pub(crate) attempts: Option<Spanned<Scalar>>,
+}
+
+/// `mirror: { cluster: shadow, percent: 10 }`: a copy of some requests to another cluster.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawMirror {
+    #[serde(default)]
+    pub(crate) cluster: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) percent: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -373,6 +384,7 @@ pub(crate) struct RawLimits {
     pub(crate) keepalive_requests: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) http2: Option<RawHttp2Limits>,
+    pub(crate) max_mirrors_in_flight: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -519,6 +531,7 @@ static ROUTE: Shape = Shape {
         ("response_headers", &leaf::<RawHeaderEdits>()),
         ("rewrite", &leaf::<RawRewrite>()),
         ("retries", &leaf::<RawRouteRetries>()),
+        ("mirror", &leaf::<RawMirror>()),
     ],
 };
 static MATCH: Shape = Shape {

@@ -89,8 +89,7 @@ fn a_route_limited_to_a_listener_is_a_route_change() {
         lines,
         [
             "~ listener 127.0.0.1:8080.name: none -> public",
-            "+ route host * path /api -> api (listeners public)",
-            "- route host * path /api -> api",
+            "~ route */api: was host * path /api -> api; now host * path /api -> api (listeners public)",
         ]
     );
     assert!(changes.iter().all(|c| !c.needs_restart));
@@ -110,8 +109,7 @@ fn request_buffering_and_the_upload_floor_show_in_the_plan() {
     assert_eq!(
         lines,
         [
-            "+ route host * path /api -> api (buffer_request 1048576 bytes)",
-            "- route host * path /api -> api",
+            "~ route */api: was host * path /api -> api; now host * path /api -> api (buffer_request 1048576 bytes)",
             "~ limits.min_upload_rate: 0 -> 1024",
         ]
     );
@@ -150,4 +148,34 @@ fn tls_to_backends_shows_as_written_and_parses_from_old_files_unchanged() {
         ]
     );
     assert!(diff(&on, &on).is_empty());
+}
+
+#[test]
+fn routes_are_matched_by_name_added_removed_and_changed() {
+    let base = "\
+listeners: [ { address: 127.0.0.1:8080 } ]
+clusters:
+  - { name: web, backends: [ { address: 127.0.0.1:9001 } ] }
+  - { name: shadow, backends: [ { address: 127.0.0.1:9002 } ] }
+routes:
+";
+    let old = format!(
+        "{base}  - {{ name: api, match: {{ path_prefix: /api }}, cluster: web }}\n  - {{ name: old, match: {{ path_prefix: /old }}, cluster: web }}\n"
+    );
+    let new = format!(
+        "{base}  - {{ name: api, match: {{ path_prefix: /api, method: [GET] }}, cluster: web, mirror: {{ cluster: shadow, percent: 10 }} }}\n  - {{ name: fresh, match: {{ path: {{ exact: /new }} }}, redirect: {{ path: /api }} }}\n"
+    );
+    let (old, new) = (
+        parse(&old, "old.yaml").expect("old"),
+        parse(&new, "new.yaml").expect("new"),
+    );
+    let lines: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "~ route api: was host * path /api -> web; now host * path /api method GET -> web (mirror shadow 10%)",
+            "+ route fresh: host * path =/new -> redirect 302 path /api",
+            "- route old: host * path /old -> web",
+        ]
+    );
 }

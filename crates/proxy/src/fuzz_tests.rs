@@ -787,7 +787,7 @@ mod routing {
                 .header(http::header::HOST, header)
                 .body(())
                 .expect("a valid request");
-            let routed = route(&ROUTES, 0, 8192, &mut request).map(|r| r.index).map_err(|e| e.kind());
+            let routed = route(&ROUTES, &crate::stage::route_index::RouteIndex::new(&ROUTES), 0, 8192, &mut request).map(|r| r.index).map_err(|e| e.kind());
             let expected = match path::normalise(&path) {
                 Ok(normalised) => reference(host, &normalised).ok_or(ErrorKind::NoRoute),
                 Err(kind) => Err(kind),

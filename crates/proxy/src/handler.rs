@@ -6,18 +6,20 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::{ConnectionState, InService},
+    exchange::{ConnectionState, InService, Prepared},
     grpc,
     peer::Client,
     request_id::RequestIds,
     stage::filters::Filters,
+    stage::mirror::{self, MirrorsInFlight, RouteMirror},
     stage::prepare,
     stage::respond,
     stage::retry,
     stage::route,
+    stage::route_index::RouteIndex,
     stage::split::Splitter,
     telemetry::access_log::AccessLog,
-    telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
+    telemetry::metrics::{MirrorCounts, Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
@@ -39,6 +41,7 @@ pub struct WorkerProxy {
     registry: Option<(usize, Registry)>,
     readiness: Arc<Readiness>,
     ids: RequestIds,
+    mirrors_in_flight: MirrorsInFlight,
 }
 
 struct Table {
@@ -46,6 +49,10 @@ struct Table {
     clusters: Vec<Rc<Cluster>>,
     /// What this worker keeps for each route, in `config.routes` order.
     routes: Vec<RouteState>,
+    /// `config.routes` by exact host, so a large table is not scanned per request.
+    index: RouteIndex,
+    /// Each route's mirroring state (`None` for a route without `mirror:`), in `config.routes` order.
+    mirrors: Vec<Option<RouteMirror>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -92,6 +99,7 @@ impl WorkerProxy {
             registry,
             readiness,
             ids: RequestIds::new(),
+            mirrors_in_flight: MirrorsInFlight::default(),
         };
         proxy.publish_cells();
         proxy
@@ -126,6 +134,10 @@ impl WorkerProxy {
                 cells.routes = (table.routes.iter().flat_map(|route| &route.timings))
                     .filter(|(to, _)| *to == index)
                     .map(|(_, timings)| timings.clone())
+                    .collect();
+                cells.mirrors = (table.config.routes.iter().zip(&table.mirrors))
+                    .filter(|(route, _)| route.mirror.is_some_and(|m| m.cluster == index))
+                    .filter_map(|(_, state)| Some(state.as_ref()?.counts.clone()))
                     .collect();
                 cells
             })
@@ -216,13 +228,10 @@ impl WorkerProxy {
         if request.uri().path() == "*" {
             return Ok(respond::asterisk(&request, log));
         }
-        let limits = &table.config.limits;
-        let routes = &table.config.routes;
-        let routed =
-            match route::route(routes, client.listener, limits.max_uri_length, &mut request) {
-                Ok(routed) => routed,
-                Err(error) => return Ok(self.unrouted(&error, log, grpc)),
-            };
+        let routed = match table.route(client.listener, &mut request) {
+            Ok(routed) => routed,
+            Err(error) => return Ok(self.unrouted(&error, log, grpc)),
+        };
         if let Action::Redirect(redirect) = &routed.route.action {
             let (matched, host) = (&routed.route.path, routed.host.as_ref());
             return Ok(respond::redirect(
@@ -248,6 +257,7 @@ impl WorkerProxy {
                     return Ok(respond::cluster_error(cluster, &error, log, grpc));
                 }
             };
+        self.start_mirror(&table, routed.route, routed.index, &prepared);
         let outcome =
             retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
         if outcome.is_err() {
@@ -295,6 +305,25 @@ impl WorkerProxy {
         }
     }
 
+    /// Copies the request to the route's mirror cluster, if it has one: never waited for.
+    fn start_mirror(&self, table: &Table, route: &Route, index: usize, prepared: &Prepared) {
+        let (Some(mirror), Some(Some(state))) = (&route.mirror, table.mirrors.get(index)) else {
+            return;
+        };
+        let Some(cluster) = table.clusters.get(mirror.cluster) else {
+            return;
+        };
+        let cap = table.config.limits.max_mirrors_in_flight;
+        mirror::mirror(
+            mirror,
+            state,
+            cluster,
+            &self.mirrors_in_flight,
+            cap,
+            prepared,
+        );
+    }
+
     /// The answer to a request refused before routing, counted by why.
     fn unrouted(
         &self,
@@ -313,6 +342,22 @@ impl WorkerProxy {
 }
 
 impl Table {
+    /// Stage 1 on this table's routes.
+    fn route<B>(
+        &self,
+        listener: usize,
+        request: &mut Request<B>,
+    ) -> Result<route::Routed<'_>, ProxyError> {
+        let (routes, limits) = (&self.config.routes, &self.config.limits);
+        route::route(
+            routes,
+            &self.index,
+            listener,
+            limits.max_uri_length,
+            request,
+        )
+    }
+
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
     fn trust(&self, client: Client) -> Client {
@@ -332,6 +377,8 @@ impl Table {
         let routes = (config.routes.iter())
             .map(|route| RouteState::new(route, &config.clusters, previous))
             .collect();
+        let mirrors = mirror_states(&config, previous);
+        let index = RouteIndex::new(&config.routes);
         let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
             .clusters
@@ -358,6 +405,8 @@ impl Table {
             config,
             clusters,
             routes,
+            index,
+            mirrors,
             keep_alive,
         }
     }
@@ -416,4 +465,26 @@ impl RouteState {
             .get(position)
             .map(|(index, timings)| (*index, timings))
     }
+}
+
+/// Each route's mirroring state; a route that mirrors to the same cluster under the same name as in
+/// `previous` keeps its counts.
+fn mirror_states(config: &Config, previous: Option<&Table>) -> Vec<Option<RouteMirror>> {
+    let mirror_cluster = |config: &Config, route: &Route| {
+        let mirror = route.mirror?;
+        Some(config.clusters.get(mirror.cluster)?.name.clone())
+    };
+    (config.routes.iter())
+        .map(|route| {
+            let target = mirror_cluster(config, route)?;
+            let kept = previous.and_then(|old| {
+                let (_, state) = (old.config.routes.iter().zip(&old.mirrors)).find(|(r, _)| {
+                    r.name == route.name && mirror_cluster(&old.config, r).as_ref() == Some(&target)
+                })?;
+                Some(state.as_ref()?.counts.clone())
+            });
+            let counts = kept.unwrap_or_else(|| Arc::new(MirrorCounts::new(&route.name)));
+            Some(RouteMirror::new(counts))
+        })
+        .collect()
 }

@@ -84,6 +84,8 @@ pub use conn::{
 pub use error::{ErrorKind, ProxyError};
 pub use handler::WorkerProxy;
 pub use peer::Client;
+pub use stage::route::lookup as route_lookup;
+pub use stage::route_index::RouteIndex;
 pub use telemetry::access_log::set_access_log_sink;
 pub use telemetry::metrics::{config_hash, DiscoveryCounters, Registry};
 pub use telemetry::status::{

@@ -10,7 +10,9 @@ mod settings;
 
 mod cluster_settings;
 mod upstream_tls;
+mod mirror;
 mod redirect;
+pub(crate) mod shadowing;
 mod split;
 mod route_filters;
 mod route_match;

@@ -1,9 +1,9 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field, redirect, route_filters, route_match, split};
+use super::{checker::Checker, field::Field, mirror, redirect, route_filters, route_match, split};
 use crate::{
     error::{did_you_mean, ConfigError},
-    model::{http_method, Action, HostPattern, Listener, PathMatch, Route},
+    model::{http_method, Action, HostPattern, Listener, Location, PathMatch, Route},
     raw::{RawListener, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -49,23 +49,15 @@ pub(super) fn routes(
             .buffer_request
             .as_ref()
             .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
-        let name = match &r.name {
-            Some(given) => given_name(checker, given, &field, &names),
-            None => {
-                let host = match &matchers.host {
-                    None => "*".to_owned(),
-                    Some(HostPattern::Exact(h)) => h.clone(),
-                    Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
-                };
-                let derived = format!("{host}{}", matchers.path);
-                if names.contains(&derived) {
-                    format!("{derived}#{ri}")
-                } else {
-                    derived
-                }
-            }
-        };
+        let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
+        let primary = action.as_ref().and_then(Action::cluster);
+        let mirror =
+            (r.mirror.as_ref()).and_then(|m| mirror::mirror(checker, m, &field, clusters, primary));
+        let at = Location {
+            line: spanned.referenced.line(),
+            column: spanned.referenced.column(),
+        };
         if let Some(action) = action {
             routes.push(Route {
                 name,
@@ -83,6 +75,8 @@ pub(super) fn routes(
                 response_headers: filters.response_headers,
                 rewrite: filters.rewrite,
                 retry_attempts: filters.retry_attempts,
+                mirror,
+                at,
             });
         }
     }
@@ -93,6 +87,31 @@ pub(super) fn routes(
         );
     }
     routes
+}
+
+/// `name:` as given, or else the route's host and path (`*/api`), made unique by its position.
+fn route_name(
+    checker: &mut Checker,
+    route: &Spanned<RawRoute>,
+    field: &Field,
+    matchers: &route_match::Matchers,
+    names: &[String],
+    position: usize,
+) -> String {
+    if let Some(given) = &route.value.name {
+        return given_name(checker, given, field, names);
+    }
+    let host = match &matchers.host {
+        None => "*".to_owned(),
+        Some(HostPattern::Exact(h)) => h.clone(),
+        Some(HostPattern::Wildcard(suffix)) => format!("*{suffix}"),
+    };
+    let derived = format!("{host}{}", matchers.path);
+    if names.contains(&derived) {
+        format!("{derived}#{position}")
+    } else {
+        derived
+    }
 }
 
 /// A route's `listeners:`: each a listener's `name:` or its address as written.

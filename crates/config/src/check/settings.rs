@@ -92,6 +92,12 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             d.keepalive_requests as u32,
             (1, u32::MAX),
         )),
+        max_mirrors_in_flight: checker.count(
+            raw.and_then(|l| l.max_mirrors_in_flight.as_ref()),
+            &field.key("max_mirrors_in_flight"),
+            d.max_mirrors_in_flight as u32,
+            (0, 1_000_000),
+        ) as usize,
         http2: http2(checker, raw.and_then(|l| l.http2.as_ref()), &field),
     }
 }

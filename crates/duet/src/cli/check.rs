@@ -36,6 +36,10 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
         return 1;
     }
     warn_unverified(path, &config);
+    // Dead routes are mistakes to fix, not errors: the file still runs as written.
+    for shadowed in duet_config::shadowed_routes(&config) {
+        eprintln!("warning: {}: {shadowed}", path.display());
+    }
     let resolver = resolve.then(system_resolver);
     // A closed stdout (`duet check ... | head`) is not an error worth a panic.
     use std::io::Write;
@@ -99,6 +103,13 @@ fn warn_unverified(path: &std::path::Path, config: &duet_config::Config) {
     }
 }
 
+/// Logs each route that can never match, when duet loads or reloads `config` from `path`.
+pub(super) fn log_shadowed(path: &std::path::Path, config: &duet_config::Config) {
+    for shadowed in duet_config::shadowed_routes(config) {
+        tracing::warn!("{}: {shadowed}", path.display());
+    }
+}
+
 fn summary(
     path: &std::path::Path,
     config: &duet_config::Config,
@@ -119,28 +130,7 @@ fn summary(
         };
     }
     for route in &config.routes {
-        let host = match &route.host {
-            None => "*".to_owned(),
-            Some(duet_config::HostPattern::Exact(h)) => h.clone(),
-            Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
-        };
-        let only_on = route.listeners.as_ref().map_or_else(String::new, |only| {
-            let named: Vec<String> = only
-                .iter()
-                .filter_map(|&i| config.listeners.get(i))
-                .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
-                .collect();
-            format!(" (only on {})", named.join(", "))
-        });
-        let _ = writeln!(
-            out,
-            "  route {} host {host} path {}{} -> {}{only_on}{}",
-            route.name,
-            route.path,
-            route.conditions(),
-            route.target(&config.clusters),
-            route.filters()
-        );
+        let _ = writeln!(out, "{}", route_line(config, route));
     }
     let mut unresolved = Vec::new();
     for cluster in &config.clusters {
@@ -176,6 +166,38 @@ fn summary(
         );
     }
     out
+}
+
+/// `  route NAME host H path P [conditions] -> TARGET [(only on ...)] [(mirror ...)]`.
+fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> String {
+    let host = match &route.host {
+        None => "*".to_owned(),
+        Some(duet_config::HostPattern::Exact(h)) => h.clone(),
+        Some(duet_config::HostPattern::Wildcard(s)) => format!("*{s}"),
+    };
+    let only_on = route.listeners.as_ref().map_or_else(String::new, |only| {
+        let named: Vec<String> = only
+            .iter()
+            .filter_map(|&i| config.listeners.get(i))
+            .map(|l| l.name.clone().unwrap_or_else(|| l.address.to_string()))
+            .collect();
+        format!(" (only on {})", named.join(", "))
+    });
+    let mirror = route.mirror.map_or_else(String::new, |m| {
+        let cluster = config
+            .clusters
+            .get(m.cluster)
+            .map_or("", |c| c.name.as_str());
+        format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
+    });
+    format!(
+        "  route {} host {host} path {}{} -> {}{only_on}{mirror}{}",
+        route.name,
+        route.path,
+        route.conditions(),
+        route.target(&config.clusters),
+        route.filters()
+    )
 }
 
 /// What `check` says about a backend's address, and whether it resolved (IP addresses and names not

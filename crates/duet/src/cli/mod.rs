@@ -5,9 +5,9 @@
 mod run;
 
 mod args;
+mod reload;
 mod check;
 mod logging;
-mod reload;
 
 pub use run::DRAIN_CUT_SHORT;
 

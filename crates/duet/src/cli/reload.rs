@@ -196,7 +196,12 @@ impl<'a> Reloader<'a> {
 /// configuration with the certificates it names.
 fn read(path: &Path, forced: bool, seen: u64) -> Outcome {
     let hash = file_hash(path);
-    let loaded = (forced || hash != seen).then(|| duet_config::load(path).map(Reload::read));
+    let loaded = (forced || hash != seen).then(|| {
+        duet_config::load(path).map(|config| {
+            super::check::log_shadowed(path, &config);
+            Reload::read(config)
+        })
+    });
     Outcome { hash, loaded }
 }
 

@@ -32,6 +32,7 @@ pub(super) fn run(
             return 1;
         }
     };
+    super::check::log_shadowed(path, &config);
     // Every client and backend connection is a descriptor: use all the hard limit allows (as nginx's
     // worker_rlimit_nofile and Envoy do), and say what it is.
     match rlimit::increase_nofile_limit(u64::MAX) {

@@ -382,6 +382,7 @@ impl Cluster {
             counters: self.counters.clone(),
             backends,
             routes: Vec::new(),
+            mirrors: Vec::new(),
         }
     }
 }

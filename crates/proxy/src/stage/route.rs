@@ -23,6 +23,7 @@
 
 use crate::error::{ErrorKind, ProxyError};
 use crate::path;
+use crate::stage::route_index::{strip_port, RouteIndex};
 use duet_config::{HostPattern, Route};
 use http::{header, HeaderValue, Request, Uri, Version};
 
@@ -39,9 +40,10 @@ pub(crate) struct Routed<'t> {
 
 /// Finds the first route for `request`, which came on the listener at `listener`, after checking its
 /// Host and normalising its path in place. 414 for a target over `max_uri_length`, 400 for a bad Host
-/// or path, 404 if no route for that listener matches.
+/// or path, 404 if no route for that listener matches. `index` is `routes`' index.
 pub(crate) fn route<'t, B>(
     routes: &'t [Route],
+    index: &RouteIndex,
     listener: usize,
     max_uri_length: usize,
     request: &mut Request<B>,
@@ -53,14 +55,26 @@ pub(crate) fn route<'t, B>(
     path::normalise_uri(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
     let path = request.uri().path();
-    let (index, route) = routes
-        .iter()
-        .enumerate()
+    let (index, route) = (index.candidates(host_name))
+        .filter_map(|i| Some((i, routes.get(i)?)))
         .find(|(_, r)| {
             r.serves(listener) && matches(r, host_name, path) && conditions_hold(r, request)
         })
         .ok_or_else(|| ProxyError::new(ErrorKind::NoRoute))?;
     Ok(Routed { route, index, host })
+}
+
+/// The position of the route `request` takes, or `None` if it gets an error response instead
+/// (benchmarks and tools: the proxy's own lookup, Host check and path normalisation included).
+pub fn lookup<B>(
+    routes: &[Route],
+    index: &RouteIndex,
+    listener: usize,
+    request: &mut Request<B>,
+) -> Option<usize> {
+    route(routes, index, listener, usize::MAX, request)
+        .ok()
+        .map(|r| r.index)
 }
 
 /// The host a request names: its absolute-form target's authority, else its one Host field.
@@ -187,17 +201,6 @@ pub(crate) fn host_matches(pattern: &HostPattern, host: &str) -> bool {
     }
 }
 
-fn strip_port(host: &str) -> &str {
-    if let Some(bracketed) = host.strip_prefix('[') {
-        // [v6]:port
-        return bracketed.split(']').next().unwrap_or(bracketed);
-    }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    }
-}
-
 /// The length of the request target as the client sent it, without building a string.
 fn uri_length(uri: &Uri) -> usize {
     let authority = uri.authority().map_or(0, |a| a.as_str().len());
@@ -236,7 +239,7 @@ mod tests {
             request = request.header(header::HOST, host);
         }
         let mut request = request.body(()).expect("request");
-        route(routes, 0, 64, &mut request)
+        route(routes, &RouteIndex::new(routes), 0, 64, &mut request)
             .map(|r| r.route.action.cluster().unwrap_or(usize::MAX))
             .map_err(|e| e.kind())
     }
@@ -250,9 +253,15 @@ mod tests {
                 .header(header::HOST, "x")
                 .body(())
                 .expect("request");
-            route(&routes, listener, 64, &mut request)
-                .map(|r| r.index)
-                .map_err(|e| e.kind())
+            route(
+                &routes,
+                &RouteIndex::new(&routes),
+                listener,
+                64,
+                &mut request,
+            )
+            .map(|r| r.index)
+            .map_err(|e| e.kind())
         };
         assert_eq!(on(1, "/admin/users"), Ok(0));
         assert_eq!(on(0, "/admin/users"), Ok(1), "the next match, as if absent");
@@ -273,7 +282,7 @@ mod tests {
                 request = request.header(*name, *value);
             }
             let mut request = request.body(()).expect("request");
-            route(&routes, 0, 256, &mut request)
+            route(&routes, &RouteIndex::new(&routes), 0, 256, &mut request)
                 .map(|r| r.index)
                 .map_err(|e| e.kind())
         };
@@ -371,7 +380,7 @@ mod tests {
                 request = request.header(header::HOST, host);
             }
             let mut request = request.body(()).expect("request");
-            route(&routes, 0, 64, &mut request)
+            route(&routes, &RouteIndex::new(&routes), 0, 64, &mut request)
                 .map(|r| (r.route.action.cluster(), r.host))
                 .map_err(|e| e.kind())
         };

@@ -91,6 +91,41 @@ impl RouteTimings {
     }
 }
 
+/// What became of the copies one route mirrors to one cluster, in one worker.
+#[derive(Debug)]
+pub(crate) struct MirrorCounts {
+    /// The route's name (`route` label).
+    pub(crate) route: Arc<str>,
+    /// By [`MirrorCounts::OUTCOMES`], in that order.
+    pub(crate) outcomes: [AtomicU64; 4],
+}
+
+impl MirrorCounts {
+    /// `sent`: the mirror cluster answered (any status); `failed`: it did not (no backend eligible,
+    /// refused, timed out); `skipped_cap`: not sent, `limits.max_mirrors_in_flight` copies were in
+    /// flight; `skipped_body`: not sent, the body was streamed (not buffered within the mirror
+    /// cluster's `replay_body_limit`) or the request asked for an upgrade.
+    pub(crate) const OUTCOMES: [&'static str; 4] =
+        ["sent", "failed", "skipped_cap", "skipped_body"];
+    pub(crate) const SENT: usize = 0;
+    pub(crate) const FAILED: usize = 1;
+    pub(crate) const SKIPPED_CAP: usize = 2;
+    pub(crate) const SKIPPED_BODY: usize = 3;
+
+    pub(crate) fn new(route: &str) -> Self {
+        Self {
+            route: route.into(),
+            outcomes: Default::default(),
+        }
+    }
+
+    pub(crate) fn count(&self, outcome: usize) {
+        if let Some(cell) = self.outcomes.get(outcome) {
+            cell.fetch_add(1, Relaxed);
+        }
+    }
+}
+
 /// Counters of one worker that belong to no cluster.
 #[derive(Debug, Default)]
 pub(crate) struct WorkerCounters {
@@ -180,6 +215,8 @@ pub(crate) struct ClusterCells {
     pub(crate) backends: Vec<BackendCell>,
     /// The timings of the routes that lead to this cluster.
     pub(crate) routes: Vec<Arc<RouteTimings>>,
+    /// The routes that mirror requests to this cluster.
+    pub(crate) mirrors: Vec<Arc<MirrorCounts>>,
 }
 
 #[derive(Debug, Default)]
@@ -470,7 +507,7 @@ pub(crate) mod fixture {
         for code in [0, 0, 14] {
             counters.grpc_status(code);
         }
-        let routes = routes
+        let routes: Vec<Arc<RouteTimings>> = routes
             .iter()
             .enumerate()
             .map(|(i, route)| {
@@ -486,12 +523,24 @@ pub(crate) mod fixture {
                 Arc::new(timings)
             })
             .collect();
+        let mirrors = routes
+            .iter()
+            .take(1)
+            .map(|r| {
+                let counts = MirrorCounts::new(&r.route);
+                for (i, cell) in counts.outcomes.iter().enumerate() {
+                    add(cell, seed * 100 + i as u64);
+                }
+                Arc::new(counts)
+            })
+            .collect();
         ClusterCells {
             name: name.to_owned(),
             policy,
             counters: Arc::new(counters),
             backends,
             routes,
+            mirrors,
         }
     }
 
@@ -678,6 +727,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 39, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 40, "{plain}");
     }
 }

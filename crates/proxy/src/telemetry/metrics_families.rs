@@ -14,8 +14,8 @@ use crate::{
     outcome::Failure,
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
-        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, ProcessState,
-        Registry, RouteTimings, WorkerCounters, WorkerEntry,
+        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, MirrorCounts,
+        ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
     },
 };
 use std::{
@@ -52,6 +52,8 @@ enum Read {
     Cluster(fn(&ClusterCounters, usize) -> Value),
     /// Each worker's backends' (`worker`, `cluster`, `backend`).
     Backend(fn(&BackendCell, usize) -> Value),
+    /// Each worker's mirroring routes' (`worker`, `cluster`: the mirror cluster, `route`).
+    Mirror(fn(&MirrorCounts, usize) -> Value),
     /// A histogram of each route, summed over workers (`cluster`, `route`).
     RouteLatency(fn(&RouteTimings) -> &Histogram),
     /// Attempts per request of each cluster, summed over workers (`cluster`).
@@ -166,6 +168,10 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_ejections_total", COUNTER,
         "Backends ejected by outlier detection.",
         Read::Cluster(|c, _| count(&c.ejections))),
+    Family::new("duet_mirrors_total", COUNTER,
+        "Requests a route copied to its mirror cluster (cluster), by outcome: sent (answered, answer discarded), failed (no answer), skipped_cap (limits.max_mirrors_in_flight copies in flight), skipped_body (a streamed body or an upgrade: not copied).",
+        Read::Mirror(|m, i| nth(&m.outcomes, i)))
+        .by("outcome", &MirrorCounts::OUTCOMES),
     Family::new("duet_request_duration_seconds", HISTOGRAM,
         "From a request's arrival to the end of its response (all attempts): the client's view.",
         Read::RouteLatency(|r| &r.request_duration)),
@@ -329,7 +335,9 @@ impl Family {
                     .backends()
                     .map(|(_, c, b)| (Labels::backend(&c.name, b.address), cell(&b.stats))),
             ),
-            Read::Worker(_) | Read::Cluster(_) | Read::Backend(_) if aggregate => {
+            Read::Worker(_) | Read::Cluster(_) | Read::Backend(_) | Read::Mirror(_)
+                if aggregate =>
+            {
                 let mut sums = WorkerSums::default();
                 self.samples(scrape, &mut |labels, value| sums.add(labels, value));
                 sums.write(out, name);
@@ -369,6 +377,17 @@ impl Family {
                 for (w, c, b) in scrape.backends() {
                     let labels = Labels::worker(w).with_backend(&c.name, b.address);
                     self.series(labels, |i| read(b, i), emit);
+                }
+            }
+            Read::Mirror(read) => {
+                for (w, c) in scrape.clusters() {
+                    for m in &c.mirrors {
+                        let labels = Labels {
+                            route: Some(&m.route),
+                            ..Labels::worker(w).with_cluster(&c.name)
+                        };
+                        self.series(labels, |i| read(m, i), emit);
+                    }
                 }
             }
             Read::RouteLatency(_) | Read::Attempts | Read::BackendLatency(_) => {}

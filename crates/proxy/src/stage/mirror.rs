@@ -1,0 +1,159 @@
+//! Beside stage 3, mirror: a copy of a share of a route's requests sent to another cluster, fire and
+//! forget (Envoy's `request_mirror_policies`, nginx's `mirror`).
+//!
+//! - **What is copied**: the prepared request (headers as the primary backend gets them) with a body
+//!   that is empty, or already read in full (buffered for retries or by `buffer_request`) and within
+//!   the mirror cluster's `replay_body_limit`. A streamed body is never copied: it would have to be
+//!   held for the mirror, or slow the client to the mirror's pace. Nor is an upgrade (a tunnel to a
+//!   shadow service has no meaning).
+//! - **Never in the client's way**: the copy runs in its own task on the worker, after the request is
+//!   prepared and before the primary attempt; its response is read and dropped; it is never retried on
+//!   another backend; nothing it does reaches the client's response.
+//! - **Bounded**: at most `limits.max_mirrors_in_flight` copies per worker at once; past it a request is
+//!   not copied. Each copy is bounded in time by the mirror cluster's timeouts (`response_headers`,
+//!   then `read` mid-body).
+//! - **Balanced**: the mirror cluster's P2C balancer picks the backend and counts the copy as its
+//!   load, so the mirror's backends see the same balancing as any other cluster's.
+//! - **Sampling**: `percent` is kept exactly in the long run by a per-worker accumulator per route
+//!   (10% mirrors every tenth request of the route), not by chance.
+
+use crate::{
+    attempt::body::ProxyBody, backend::cluster::Cluster, backend::request_body::BodySource,
+    exchange::Prepared, stage::forward::forward, telemetry::metrics::MirrorCounts,
+};
+use duet_config::Mirror;
+use http::Request;
+use http_body_util::BodyExt;
+use std::{cell::Cell, rc::Rc, sync::Arc};
+
+/// A route's mirroring state in one worker: what is due, and the counts.
+pub(crate) struct RouteMirror {
+    /// Hundredths of a percent accumulated: a copy is due each time it reaches [`Mirror::ALL`].
+    due: Cell<u32>,
+    pub(crate) counts: Arc<MirrorCounts>,
+}
+
+impl RouteMirror {
+    pub(crate) fn new(counts: Arc<MirrorCounts>) -> Self {
+        Self {
+            due: Cell::new(0),
+            counts,
+        }
+    }
+
+    /// Whether this request is one of the route's `basis_points` share.
+    fn sample(&self, basis_points: u32) -> bool {
+        let due = self.due.get() + basis_points.min(Mirror::ALL);
+        let take = due >= Mirror::ALL;
+        self.due.set(if take { due - Mirror::ALL } else { due });
+        take
+    }
+}
+
+/// Copies in flight on one worker.
+#[derive(Default)]
+pub(crate) struct MirrorsInFlight(Rc<Cell<usize>>);
+
+/// One copy in flight, counted until dropped.
+struct InFlight(Rc<Cell<usize>>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+/// Starts a copy of `prepared` to `cluster` if this request is in the route's share, its body can be
+/// copied and fewer than `cap` copies are in flight; counts what it did. Returns at once.
+pub(crate) fn mirror(
+    mirror: &Mirror,
+    state: &RouteMirror,
+    cluster: &Rc<Cluster>,
+    in_flight: &MirrorsInFlight,
+    cap: usize,
+    prepared: &Prepared,
+) {
+    if !state.sample(mirror.basis_points) {
+        return;
+    }
+    let source = match &prepared.source {
+        _ if prepared.upgrade.is_some() => None,
+        BodySource::Empty => Some(BodySource::Empty),
+        BodySource::Buffered(bytes) if bytes.len() <= cluster.replay_body_limit => {
+            Some(BodySource::Buffered(bytes.clone()))
+        }
+        BodySource::Buffered(_) | BodySource::Streaming(_) => None,
+    };
+    let Some(source) = source else {
+        return state.counts.count(MirrorCounts::SKIPPED_BODY);
+    };
+    if in_flight.0.get() >= cap {
+        return state.counts.count(MirrorCounts::SKIPPED_CAP);
+    }
+    let Some(copy) = copy(prepared, source) else {
+        return state.counts.count(MirrorCounts::SKIPPED_BODY);
+    };
+    in_flight.0.set(in_flight.0.get() + 1);
+    let held = InFlight(in_flight.0.clone());
+    let (cluster, counts) = (cluster.clone(), state.counts.clone());
+    tokio::task::spawn_local(async move {
+        let outcome = send(&cluster, copy).await;
+        counts.count(outcome);
+        drop(held);
+    });
+}
+
+/// The request again, with its own copy of the headers (`Parts` cannot be cloned: its extensions).
+fn copy(prepared: &Prepared, source: BodySource) -> Option<Prepared> {
+    let parts = &prepared.parts;
+    let mut request = Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone())
+        .version(parts.version)
+        .body(())
+        .ok()?;
+    *request.headers_mut() = parts.headers.clone();
+    Some(Prepared {
+        parts: request.into_parts().0,
+        source,
+        upgrade: None,
+    })
+}
+
+/// One attempt, its response read to the end and dropped: `sent` if the mirror answered.
+async fn send(cluster: &Rc<Cluster>, mut copy: Prepared) -> usize {
+    match forward(cluster, &mut copy, &[], true).await {
+        Ok((response, mut completion)) => {
+            let (head, body) = response.into_parts();
+            completion.on_head(&head);
+            // The body settles the attempt (load, latency, connection back to the pool) as it ends.
+            let mut body = ProxyBody::upstream(body, completion);
+            while let Some(Ok(_)) = body.frame().await {}
+            MirrorCounts::SENT
+        }
+        Err(error) => {
+            tracing::debug!(cluster = %cluster.name, "mirror: {error}");
+            MirrorCounts::FAILED
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_is_kept_exactly_by_accumulating_it() {
+        let state = RouteMirror::new(Arc::new(MirrorCounts::new("r")));
+        let taken: Vec<bool> = (0..20).map(|_| state.sample(1_000)).collect();
+        let tenth: Vec<bool> = (1..=20).map(|i| i % 10 == 0).collect();
+        assert_eq!(taken, tenth, "10%: every tenth request");
+        assert!((0..5).all(|_| state.sample(Mirror::ALL)), "100%: every one");
+        assert!((0..100).all(|_| !state.sample(0)), "0%: none");
+        let thirds = (0..300).filter(|_| state.sample(3_333)).count();
+        assert_eq!(
+            thirds, 99,
+            "33.33% of 300, rounded down by the share left over"
+        );
+    }
+}
