@@ -206,6 +206,9 @@ fn routes(changes: &mut Changes, old: &Config, new: &Config) {
         if let Some(size) = route.buffer_request {
             line.push_str(&format!(" (buffer_request {size} bytes)"));
         }
+        if let Some(hedge) = &route.hedge {
+            line.push_str(&format!(" (hedge {hedge})"));
+        }
         if route.retry_methods != http_method::idempotent() {
             line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
         }

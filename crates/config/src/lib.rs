@@ -37,12 +37,14 @@
 mod check;
 mod diff;
 mod error;
+mod hedge;
 mod model;
 mod raw;
 mod units;
 
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
+pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderMatch, HealthCheck,
     HostPattern, Limits, Listener, Location, OutlierDetection, PathMatch, Pattern, Policy,

@@ -118,6 +118,9 @@ pub struct Route {
     /// upload never holds a backend (nginx's `proxy_request_buffering on`). A larger body gets 413: it is
     /// never streamed, nor spooled to disk. `None` (the default): bodies are streamed as they arrive.
     pub buffer_request: Option<usize>,
+    /// Sends a request that waits too long for its first response head once more, to another backend
+    /// (`hedge:`); `None` (the default): never.
+    pub hedge: Option<crate::hedge::Hedge>,
 }
 
 impl Route {

@@ -65,6 +65,19 @@ pub(crate) struct RawRoute {
     #[serde(default)]
     pub(crate) listeners: Option<Spanned<Vec<Spanned<Scalar>>>>,
     pub(crate) buffer_request: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) hedge: Option<Spanned<RawHedge>>,
+}
+
+/// `hedge: { after, max_extra, methods }`: each part left out takes its default.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawHedge {
+    #[serde(default)]
+    pub(crate) after: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_extra: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) methods: Option<Vec<Spanned<Scalar>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -428,7 +441,11 @@ static LISTENER: Shape = Shape {
 };
 static ROUTE: Shape = Shape {
     fields: fields_of::<RawRoute>,
-    children: &[("match", &MATCH), ("redirect", &leaf::<RawRedirect>())],
+    children: &[
+        ("match", &MATCH),
+        ("redirect", &leaf::<RawRedirect>()),
+        ("hedge", &leaf::<RawHedge>()),
+    ],
 };
 static MATCH: Shape = Shape {
     fields: fields_of::<RawMatch>,

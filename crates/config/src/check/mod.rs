@@ -8,6 +8,7 @@ mod routes;
 mod settings;
 
 mod cluster_settings;
+mod hedge;
 mod redirect;
 mod route_match;
 mod matching;

@@ -1,6 +1,6 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field, redirect, route_match};
+use super::{checker::Checker, field::Field, hedge, redirect, route_match};
 use crate::{
     error::{did_you_mean, ConfigError},
     model::{http_method, Action, HostPattern, Listener, PathMatch, Route},
@@ -48,6 +48,10 @@ pub(super) fn routes(
             .buffer_request
             .as_ref()
             .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
+        let hedge = r.hedge.as_ref().and_then(|h| {
+            let proxies = !matches!(action, Some(Action::Redirect(_)));
+            hedge::hedge(checker, h, &field, proxies)
+        });
         let name = match &r.name {
             Some(given) => given_name(checker, given, &field, &names),
             None => {
@@ -78,6 +82,7 @@ pub(super) fn routes(
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
                 buffer_request: buffer_request.filter(|&size| size > 0),
+                hedge,
             });
         }
     }
