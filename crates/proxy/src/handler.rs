@@ -9,6 +9,7 @@ use crate::{
     exchange::InService,
     peer::Client,
     request_id::RequestIds,
+    stage::hedge_state::RouteHedging,
     stage::prepare,
     stage::respond,
     stage::retry,
@@ -42,6 +43,8 @@ struct Table {
     clusters: Vec<Rc<Cluster>>,
     /// Each route's latency histograms, in `config.routes` order.
     routes: Vec<Arc<RouteTimings>>,
+    /// Each hedging route's delay and budget in this worker, in `config.routes` order.
+    hedging: Vec<Option<Rc<RouteHedging>>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -239,8 +242,17 @@ impl WorkerProxy {
                 }
             };
         let timings = &table.routes[routed.index];
-        let outcome =
-            retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
+        let hedging = table.hedging[routed.index].as_deref();
+        let outcome = retry::send(
+            cluster,
+            routed.route,
+            timings,
+            &mut prepared,
+            started,
+            log,
+            hedging,
+        )
+        .await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)
@@ -316,6 +328,7 @@ impl Table {
                     )
             })
             .collect();
+        let hedging = hedging(&config, previous);
         let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
             .clusters
@@ -340,7 +353,29 @@ impl Table {
             config,
             clusters,
             routes,
+            hedging,
             keep_alive,
         }
     }
+}
+
+/// Each route's hedging state: a route that keeps its name, cluster and `hedge:` across a reload
+/// keeps its latency window and budget (no new warm-up).
+fn hedging(config: &Config, previous: Option<&Table>) -> Vec<Option<Rc<RouteHedging>>> {
+    let kept = |route: &duet_config::Route| {
+        let old = previous?;
+        let target = route.target(&config.clusters);
+        let at = old.config.routes.iter().position(|r| {
+            r.name == route.name
+                && r.hedge == route.hedge
+                && r.target(&old.config.clusters) == target
+        })?;
+        old.hedging.get(at).cloned().flatten()
+    };
+    (config.routes.iter())
+        .map(|route| {
+            let hedge = route.hedge.clone()?;
+            Some(kept(route).unwrap_or_else(|| Rc::new(RouteHedging::new(hedge))))
+        })
+        .collect()
 }

@@ -51,7 +51,8 @@ pub(crate) async fn prepare(
     request_headers.remove(header::EXPECT);
 
     let (mut parts, body) = request.into_parts();
-    let source = body_source(body, cluster, route.buffer_request)
+    let replay = cluster.attempts > 1 || route.hedge.is_some();
+    let source = body_source(body, cluster, route.buffer_request, replay)
         .await
         .map_err(ProxyError::new)?;
     if matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
@@ -68,11 +69,12 @@ pub(crate) async fn prepare(
 
 /// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
 /// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
-/// and retries may need it again; streamed otherwise.
+/// and retries or a hedge (`replay`) may need it again; streamed otherwise.
 async fn body_source(
     body: Incoming,
     cluster: &Cluster,
     buffer: Option<usize>,
+    replay: bool,
 ) -> Result<BodySource, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodySource::Empty);
@@ -84,9 +86,7 @@ async fn body_source(
             return Err(ErrorKind::BodyTooLarge)
         }
         Some(limit) => limit,
-        None if cluster.attempts > 1
-            && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) =>
-        {
+        None if replay && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
             cluster.replay_body_limit
         }
         None => {

@@ -13,8 +13,8 @@ use crate::{
     outcome::Failure,
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
-        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, ProcessState,
-        Registry, RouteTimings, WorkerCounters, WorkerEntry,
+        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, HedgeOutcome,
+        ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
     },
 };
 use std::{
@@ -48,6 +48,8 @@ enum Read {
     Cluster(fn(&ClusterCounters, usize) -> Value),
     /// Each worker's backends' (`worker`, `cluster`, `backend`).
     Backend(fn(&BackendCell, usize) -> Value),
+    /// Each worker's routes' counters (`worker`, `cluster`, `route`).
+    Route(fn(&RouteTimings, usize) -> Value),
     /// A histogram of each route, summed over workers (`cluster`, `route`).
     RouteLatency(fn(&RouteTimings) -> &Histogram),
     /// Attempts per request of each cluster, summed over workers (`cluster`).
@@ -144,6 +146,10 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_ejections_total", COUNTER,
         "Backends ejected by outlier detection.",
         Read::Cluster(|c, _| count(&c.ejections))),
+    Family::new("duet_hedges_total", COUNTER,
+        "Hedges (a second attempt sent to another backend when the first had no response head after the route's hedge delay), by outcome: won (answered first), lost (the first answered first, or both failed), cancelled (the request ended before either answered).",
+        Read::Route(|r, i| nth(&r.hedges, i)))
+        .by("outcome", &HedgeOutcome::LABELS),
     Family::new("duet_request_duration_seconds", HISTOGRAM,
         "From a request's arrival to the end of its response (all attempts): the client's view.",
         Read::RouteLatency(|r| &r.request_duration)),
@@ -301,7 +307,7 @@ impl Family {
                     .backends()
                     .map(|(_, c, b)| (Labels::backend(&c.name, b.address), cell(&b.stats))),
             ),
-            Read::Worker(_) | Read::Cluster(_) | Read::Backend(_) if aggregate => {
+            Read::Worker(_) | Read::Cluster(_) | Read::Route(_) | Read::Backend(_) if aggregate => {
                 let mut sums = WorkerSums::default();
                 self.samples(scrape, &mut |labels, value| sums.add(labels, value));
                 sums.write(out, name);
@@ -335,6 +341,17 @@ impl Family {
                 for (w, c) in scrape.clusters() {
                     let labels = Labels::worker(w).with_cluster(&c.name);
                     self.series(labels, |i| read(&c.counters, i), emit);
+                }
+            }
+            Read::Route(read) => {
+                for (w, c) in scrape.clusters() {
+                    for r in &c.routes {
+                        let labels = Labels {
+                            route: Some(&r.route),
+                            ..Labels::worker(w).with_cluster(&c.name)
+                        };
+                        self.series(labels, |i| read(r, i), emit);
+                    }
                 }
             }
             Read::Backend(read) => {
