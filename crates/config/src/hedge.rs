@@ -1,7 +1,6 @@
 //! A route's `hedge:`: when a request that has waited too long for its first response head is sent
 //! once more to another backend, and how many such extra attempts a route may send.
 
-use crate::model::http_method::Method;
 use std::{fmt, time::Duration};
 
 /// `hedge: { after: p95 | 20ms, max_extra: 5%, methods: [GET, HEAD] }` on a route.
@@ -14,7 +13,7 @@ pub struct Hedge {
     pub max_extra_ppm: u32,
     /// The methods that may be hedged (upper case). Default: GET, HEAD, OPTIONS, which are safe to
     /// send twice and rarely carry a body.
-    pub methods: Vec<Method>,
+    pub methods: Vec<String>,
 }
 
 impl Hedge {
@@ -24,7 +23,7 @@ impl Hedge {
     }
 
     /// The methods hedged when `methods` is left out.
-    pub fn default_methods() -> Vec<Method> {
+    pub fn default_methods() -> Vec<String> {
         ["GET", "HEAD", "OPTIONS"].map(String::from).to_vec()
     }
 }

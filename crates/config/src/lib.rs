@@ -37,8 +37,8 @@
 mod check;
 mod diff;
 mod error;
-mod hedge;
 mod model;
+mod hedge;
 mod raw;
 mod units;
 

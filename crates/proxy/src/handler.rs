@@ -12,7 +12,7 @@ use crate::{
     stage::hedge_state::RouteHedging,
     stage::prepare,
     stage::respond,
-    stage::retry,
+    stage::retry::{self, RouteState},
     stage::route,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
@@ -241,22 +241,12 @@ impl WorkerProxy {
                     return Ok(respond::local_error(&error, log));
                 }
             };
-        let timings = &table.routes[routed.index];
-        let hedging = table.hedging[routed.index].as_deref();
-        let outcome = retry::send(
-            cluster,
-            routed.route,
-            timings,
-            &mut prepared,
-            started,
-            log,
-            hedging,
-        )
-        .await;
+        let state = table.route_state(routed.index);
+        let outcome = retry::send(cluster, routed.route, state, &mut prepared, started, log).await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)
-            timings.request_duration.observe(started.elapsed());
+            state.timings.request_duration.observe(started.elapsed());
         }
         let mut response = respond::respond(
             cluster,
@@ -295,6 +285,14 @@ impl WorkerProxy {
 }
 
 impl Table {
+    /// What the route at `index` keeps in this worker.
+    fn route_state(&self, index: usize) -> RouteState<'_> {
+        RouteState {
+            timings: &self.routes[index],
+            hedging: self.hedging[index].as_deref(),
+        }
+    }
+
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
     fn trust(&self, client: Client) -> Client {

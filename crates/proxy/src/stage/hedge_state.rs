@@ -102,9 +102,9 @@ impl RouteHedging {
             state.samples.push(micros);
         }
         state.recorded += 1;
-        if state.recorded >= WARM_UP && state.recorded % REFRESH_EVERY == 0
-            || state.recorded == WARM_UP
-        {
+        let due = state.recorded == WARM_UP
+            || state.recorded > WARM_UP && state.recorded.is_multiple_of(REFRESH_EVERY);
+        if due {
             state.delay = Some(percentile(&state.samples, tenths).max(FLOOR));
         }
     }

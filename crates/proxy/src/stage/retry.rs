@@ -30,16 +30,23 @@ use std::{
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
+/// What a route keeps in one worker: its latency histograms and hedge counters, and its hedging
+/// state when it hedges.
+#[derive(Clone, Copy)]
+pub(crate) struct RouteState<'a> {
+    pub(crate) timings: &'a Arc<RouteTimings>,
+    pub(crate) hedging: Option<&'a RouteHedging>,
+}
+
 /// Sends `prepared` to `cluster`, retrying failed attempts where that is safe, and hedging the first
-/// one when the route says so (`hedging`).
+/// one when the route says so.
 pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     route: &Route,
-    timings: &Arc<RouteTimings>,
+    RouteState { timings, hedging }: RouteState<'_>,
     prepared: &mut Prepared,
     started: Instant,
     log: Option<Box<AccessLog>>,
-    hedging: Option<&RouteHedging>,
 ) -> Outcome {
     let mut log = log;
     if let Some(log) = log.as_mut() {
