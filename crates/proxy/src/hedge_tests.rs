@@ -118,6 +118,9 @@ async fn a_stalled_first_attempt_is_hedged_and_the_fast_backend_answers() {
         // Every attempt the slow backend got was either a first one that a hedge beat, or a hedge
         // that the fast backend beat (only if it took over 5 ms on a busy machine).
         assert_eq!(slow.requests(), won + lost);
+        // A dropped attempt's connection is closed, never pooled mid-response: each attempt to the
+        // slow backend needed a connection of its own.
+        assert_eq!(slow.connections(), slow.requests());
         assert_eq!(hedges(&registry, "cancelled"), 0);
         until("every attempt settled", || {
             load(&harness, slow.address()).0 == 0 && load(&harness, fast.address()).0 == 0
