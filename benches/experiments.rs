@@ -568,13 +568,14 @@ fn capacity(seconds: u64) {
 
 /// Stalls that hit any backend at random (issue #29): 6 backends, exponential service of mean 5 ms, 1%
 /// of requests stalling 100 ms more; open loop at 1,500 req/s, 1 worker. duet over the same backends
-/// without stalls (the floor), then with stalls unhedged and hedged (`after: p95, max_extra: 5%`), and
-/// nginx and HAProxy when installed. `extra` is the backend requests beyond one per client request.
+/// without stalls (the floor), then with stalls unhedged and hedged (`after: p95` or `p99`, `max_extra:
+/// 5%`), and nginx and HAProxy when installed. `extra` is the backend requests beyond one per client
+/// request.
 fn stalls(seconds: u64) {
-    let (rate, hedge) = (1500.0, "{ after: p95, max_extra: 5% }");
+    let rate = 1500.0;
     println!(
         "\nRandom stalls: 6 backends, exponential 5 ms, 1% stall +100 ms; open loop {rate} req/s, \
-         {seconds} s; 1 worker each; p2c_peak_ewma; hedge {hedge}"
+         {seconds} s; 1 worker each; p2c_peak_ewma; hedged: max_extra 5%"
     );
     println!(
         "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8}",
@@ -586,7 +587,15 @@ fn stalls(seconds: u64) {
         .build()
         .expect("runtime");
     let (mut results, mut cdf) = (Vec::new(), Vec::new());
-    for target in ["no stalls", "duet", "duet hedged", "nginx", "haproxy"] {
+    let targets = [
+        "no stalls",
+        "duet",
+        "duet hedge p95",
+        "duet hedge p99",
+        "nginx",
+        "haproxy",
+    ];
+    for target in targets {
         let backends: Vec<Backend> = (0..6)
             .map(|i| {
                 let options = BackendOptions::named(&format!("b{i}"))
@@ -607,8 +616,10 @@ fn stalls(seconds: u64) {
                     continue;
                 }
             },
-            "duet hedged" => {
-                let duet = Duet::start_hedged(1, "p2c_peak_ewma", &addresses, hedge);
+            hedged if hedged.starts_with("duet hedge ") => {
+                let after = hedged.trim_start_matches("duet hedge ");
+                let hedge = format!("{{ after: {after}, max_extra: 5% }}");
+                let duet = Duet::start_hedged(1, "p2c_peak_ewma", &addresses, &hedge);
                 (duet.address, Some(duet), None)
             }
             _ => {
