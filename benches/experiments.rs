@@ -5,6 +5,7 @@
 //! cargo bench --bench experiments -- tower      # tower PR #76: 10 backends of very different latency
 //! cargo bench --bench experiments -- linkerd    # Linkerd "beyond round robin": one backend goes slow
 //! cargo bench --bench experiments -- capacity   # finite-capacity backends at 80% and 95% utilisation
+//! cargo bench --bench experiments -- stalls     # random stalls on every backend, hedged or not
 //! cargo bench --bench experiments -- --quick    # all of them, scaled down
 //! ```
 
@@ -45,6 +46,15 @@ impl Duet {
         Self::start_checked(workers, policy, backends, None)
     }
 
+    /// Like `start`, with the route's `hedge:` set to `hedge` (the YAML of one).
+    fn start_hedged(workers: usize, policy: &str, backends: &[SocketAddr], hedge: &str) -> Self {
+        let yaml = Self::yaml(workers, policy, backends, None).replace(
+            "cluster: app }",
+            &format!("cluster: app, hedge: {hedge} }}"),
+        );
+        Self::run(&yaml, &format!("{policy}-hedged-{workers}"))
+    }
+
     /// Balancing alone: no retries, no ejection, so each policy is measured by its choices; with
     /// `health_check` (the YAML of one), active checks as an operator would run them.
     fn start_checked(
@@ -53,7 +63,17 @@ impl Duet {
         backends: &[SocketAddr],
         health_check: Option<&str>,
     ) -> Self {
-        let yaml = DuetConfig::single(policy, backends)
+        let yaml = Self::yaml(workers, policy, backends, health_check);
+        Self::run(&yaml, &format!("{policy}-{workers}"))
+    }
+
+    fn yaml(
+        workers: usize,
+        policy: &str,
+        backends: &[SocketAddr],
+        health_check: Option<&str>,
+    ) -> String {
+        DuetConfig::single(policy, backends)
             .workers(workers)
             .with_cluster("app", |c| {
                 let c = c
@@ -64,9 +84,13 @@ impl Duet {
                     None => c,
                 }
             })
-            .to_yaml();
+            .to_yaml()
+    }
+
+    /// The binary on `yaml`, once it listens (`label` names its config file).
+    fn run(yaml: &str, label: &str) -> Self {
         let config = std::env::temp_dir().join(format!(
-            "duet-experiment-{}-{policy}-{workers}.yaml",
+            "duet-experiment-{}-{label}.yaml",
             std::process::id()
         ));
         std::fs::write(&config, yaml).expect("write config");
@@ -544,6 +568,116 @@ fn capacity(seconds: u64) {
     );
 }
 
+/// Stalls that hit any backend at random (issue #29): 6 backends, exponential service of mean 5 ms, 1%
+/// of requests stalling 100 ms more; open loop at 1,500 req/s, 1 worker. duet over the same backends
+/// without stalls (the floor), then with stalls unhedged and hedged (`after: p95` or `p99`, `max_extra:
+/// 5%`), and nginx and HAProxy when installed. `extra` is the backend requests beyond one per client
+/// request.
+fn stalls(seconds: u64) {
+    let rate = 1500.0;
+    println!(
+        "\nRandom stalls: 6 backends, exponential 5 ms, 1% stall +100 ms; open loop {rate} req/s, \
+         {seconds} s; 1 worker each; p2c_peak_ewma; hedged: max_extra 5%"
+    );
+    println!(
+        "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "balancer", "success", "p50 ms", "p99 ms", "p99.9 ms", "extra"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (mut results, mut cdf) = (Vec::new(), Vec::new());
+    let targets = [
+        "no stalls",
+        "duet",
+        "duet hedge p95",
+        "duet hedge p99",
+        "nginx",
+        "haproxy",
+    ];
+    for target in targets {
+        let backends: Vec<Backend> = (0..6)
+            .map(|i| {
+                let options = BackendOptions::named(&format!("b{i}"))
+                    .exponential_delay(Duration::from_millis(5));
+                let options = match target {
+                    "no stalls" => options,
+                    _ => options.random_stalls(0.01, Duration::from_millis(100)),
+                };
+                Backend::start(options).expect("backend")
+            })
+            .collect();
+        let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+        let (address, _duet, _anchor) = match target {
+            "nginx" | "haproxy" => match Anchor::start(target, &addresses) {
+                Some(anchor) => (anchor.address, None, Some(anchor)),
+                None => {
+                    println!("{target:<15} not installed: apt-get install nginx-light haproxy");
+                    continue;
+                }
+            },
+            hedged if hedged.starts_with("duet hedge ") => {
+                let after = hedged.trim_start_matches("duet hedge ");
+                let hedge = format!("{{ after: {after}, max_extra: 5% }}");
+                let duet = Duet::start_hedged(1, "p2c_peak_ewma", &addresses, &hedge);
+                (duet.address, Some(duet), None)
+            }
+            _ => {
+                let duet = Duet::start(1, "p2c_peak_ewma", &addresses);
+                (duet.address, Some(duet), None)
+            }
+        };
+        let uri = format!("http://{address}/").parse().expect("uri");
+        let samples = runtime.block_on(open_loop(
+            uri,
+            rate,
+            Duration::from_secs(seconds),
+            Duration::from_secs(10),
+        ));
+        let (success, q) = summary(&samples);
+        let sent: u64 = backends.iter().map(Backend::requests).sum();
+        let extra = sent as f64 / samples.len().max(1) as f64 - 1.0;
+        println!(
+            "{target:<15} {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.2}%",
+            success * 100.0,
+            q(0.5),
+            q(0.99),
+            q(0.999),
+            extra * 100.0
+        );
+        results.push(json!({
+            "balancer": target, "rate": rate, "requests": samples.len(), "success_rate": success,
+            "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "extra_requests": extra,
+        }));
+        let mut latencies: Vec<f64> = samples.iter().map(|s| ms(s.latency)).collect();
+        latencies.sort_unstable_by(f64::total_cmp);
+        let n = latencies.len().max(1) as f64;
+        let step = (latencies.len() / 400).max(1);
+        cdf.push(Series {
+            name: target.to_owned(),
+            points: (latencies.iter().enumerate().step_by(step))
+                .map(|(i, l)| (l.max(0.01), (i + 1) as f64 / n))
+                .collect(),
+        });
+    }
+    let docs = docs();
+    let _ = std::fs::write(
+        docs.join("experiments/stalls.json"),
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    );
+    let axes = Axes {
+        log_x: true,
+        log_y: false,
+    };
+    let title = "Latency CDF, 6 backends, 1% random stalls of 100 ms, 1,500 req/s";
+    let (x, y) = ("latency (ms, log scale)", "fraction of requests");
+    if let Err(e) = plot::line_chart(&docs.join("stalls-cdf.svg"), title, x, y, &cdf, axes) {
+        eprintln!("plot: {e}");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -564,5 +698,8 @@ fn main() {
     }
     if run_all || which.contains(&"capacity") {
         capacity(if quick { 8 } else { 20 });
+    }
+    if run_all || which.contains(&"stalls") {
+        stalls(if quick { 8 } else { 30 });
     }
 }

@@ -346,6 +346,7 @@ fn client_supplied_text_is_quoted_and_escaped_in_the_access_log() {
             "backend",
             "tried",
             "attempts",
+            "hedged",
             "duration_ms",
             "upstream_head_ms",
             "bytes",

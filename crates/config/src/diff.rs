@@ -273,6 +273,9 @@ fn describe_route(config: &Config, route: &Route) -> String {
     if let Some(size) = route.buffer_request {
         line.push_str(&format!(" (buffer_request {size} bytes)"));
     }
+    if let Some(hedge) = &route.hedge {
+        line.push_str(&format!(" (hedge {hedge})"));
+    }
     if route.retry_methods != http_method::idempotent() {
         line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
     }

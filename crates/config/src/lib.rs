@@ -38,12 +38,14 @@ mod check;
 mod diff;
 mod error;
 mod model;
+mod hedge;
 mod raw;
 mod units;
 
 pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
+pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
     HealthCheck, HostPattern, Http2Limits, Limits, Listener, Location, Mirror, OutlierDetection,

@@ -133,6 +133,9 @@ pub struct Route {
     pub mirror: Option<Mirror>,
     /// Where the route starts in the file, for warnings about it (`duet check`'s shadowed routes).
     pub at: Location,
+    /// Sends a request that waits too long for its first response head once more, to another backend
+    /// (`hedge:`); `None` (the default): never.
+    pub hedge: Option<crate::hedge::Hedge>,
 }
 
 /// `mirror:`: a share of a route's requests copied to another cluster, whose answers are discarded.

@@ -77,6 +77,8 @@ pub(crate) struct RawRoute {
     pub(crate) retries: Option<RawRouteRetries>,
     #[serde(default)]
     pub(crate) mirror: Option<Spanned<RawMirror>>,
+    #[serde(default)]
+    pub(crate) hedge: Option<Spanned<RawHedge>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
@@ -123,6 +125,17 @@ pub(crate) struct RawMirror {
     pub(crate) cluster: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) percent: Option<Spanned<Scalar>>,
+}
+
+/// `hedge: { after, max_extra, methods }`: each part left out takes its default.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawHedge {
+    #[serde(default)]
+    pub(crate) after: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_extra: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) methods: Option<Vec<Spanned<Scalar>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -532,6 +545,7 @@ static ROUTE: Shape = Shape {
         ("rewrite", &leaf::<RawRewrite>()),
         ("retries", &leaf::<RawRouteRetries>()),
         ("mirror", &leaf::<RawMirror>()),
+        ("hedge", &leaf::<RawHedge>()),
     ],
 };
 static MATCH: Shape = Shape {

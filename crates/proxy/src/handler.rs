@@ -11,6 +11,7 @@ use crate::{
     peer::Client,
     request_id::RequestIds,
     stage::filters::Filters,
+    stage::hedge_state::RouteHedging,
     stage::mirror::{self, MirrorsInFlight, RouteMirror},
     stage::prepare,
     stage::respond,
@@ -53,6 +54,8 @@ struct Table {
     index: RouteIndex,
     /// Each route's mirroring state (`None` for a route without `mirror:`), in `config.routes` order.
     mirrors: Vec<Option<RouteMirror>>,
+    /// Each hedging route's delay and budget in this worker, in `config.routes` order.
+    hedging: Vec<Option<Rc<RouteHedging>>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -258,8 +261,10 @@ impl WorkerProxy {
                 }
             };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
+        let hedging = table.hedging[routed.index].as_deref();
+        let attempts = retry::RouteState { timings, hedging };
         let outcome =
-            retry::send(cluster, routed.route, timings, &mut prepared, started, log).await;
+            retry::send(cluster, routed.route, attempts, &mut prepared, started, log).await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)
@@ -379,6 +384,7 @@ impl Table {
             .collect();
         let mirrors = mirror_states(&config, previous);
         let index = RouteIndex::new(&config.routes);
+        let hedging = hedging(&config, previous);
         let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
         let clusters = config
             .clusters
@@ -407,6 +413,7 @@ impl Table {
             routes,
             index,
             mirrors,
+            hedging,
             keep_alive,
         }
     }
@@ -485,6 +492,27 @@ fn mirror_states(config: &Config, previous: Option<&Table>) -> Vec<Option<RouteM
             });
             let counts = kept.unwrap_or_else(|| Arc::new(MirrorCounts::new(&route.name)));
             Some(RouteMirror::new(counts))
+        })
+        .collect()
+}
+
+/// Each route's hedging state: a route that keeps its name, cluster and `hedge:` across a reload
+/// keeps its latency window and budget (no new warm-up).
+fn hedging(config: &Config, previous: Option<&Table>) -> Vec<Option<Rc<RouteHedging>>> {
+    let kept = |route: &duet_config::Route| {
+        let old = previous?;
+        let target = route.target(&config.clusters);
+        let at = old.config.routes.iter().position(|r| {
+            r.name == route.name
+                && r.hedge == route.hedge
+                && r.target(&old.config.clusters) == target
+        })?;
+        old.hedging.get(at).cloned().flatten()
+    };
+    (config.routes.iter())
+        .map(|route| {
+            let hedge = route.hedge.clone()?;
+            Some(kept(route).unwrap_or_else(|| Rc::new(RouteHedging::new(hedge))))
         })
         .collect()
 }

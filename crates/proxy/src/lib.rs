@@ -68,6 +68,8 @@ pub mod view;
 mod tests;
 #[cfg(test)]
 mod fuzz_tests;
+#[cfg(test)]
+mod hedge_tests;
 
 pub use attempt::body::{BodyError, ProxyBody};
 pub use backend::cluster::{ClusterBalance, Upstream};

@@ -15,7 +15,7 @@ use tokio::{net::TcpListener, sync::watch};
 /// One worker's proxy serving a loopback listener on the current `LocalSet`, through the worker's
 /// accept loop (`Connections::run`).
 pub(crate) struct Harness {
-    proxy: Rc<WorkerProxy>,
+    pub(crate) proxy: Rc<WorkerProxy>,
     connections: Connections,
     pub(crate) address: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -29,7 +29,11 @@ impl Harness {
     /// Like `start`, publishing the worker's metric cells in `registry` (as worker 0). Without
     /// `resuming`, connections are served but parked ones are not taken back (as in a worker whose
     /// drain has begun), so a test can hand them back itself.
-    async fn start_with(yaml: &str, registry: Option<crate::Registry>, resuming: bool) -> Self {
+    pub(crate) async fn start_with(
+        yaml: &str,
+        registry: Option<crate::Registry>,
+        resuming: bool,
+    ) -> Self {
         let config = Arc::new(duet_config::parse(yaml, "test.yaml").expect("valid config"));
         let proxy = Rc::new(match registry {
             Some(registry) => {

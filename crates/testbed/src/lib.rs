@@ -73,6 +73,9 @@ pub struct BackendOptions {
     pub exponential_mean: Option<Duration>,
     /// From `.0` to `.1` after the backend starts, default answers take `.2`.
     pub slow_window: Option<(Duration, Duration, Duration)>,
+    /// Each default answer, with probability `.0`, takes `.1` longer (a GC pause, a cold cache): a
+    /// stall that can hit any request of any backend.
+    pub stalls: Option<(f64, Duration)>,
     /// Keep every request head for [`Backend::recorded`] (tests); off for a long-running backend, whose
     /// memory would otherwise grow with every request.
     pub record_requests: bool,
@@ -91,7 +94,14 @@ impl BackendOptions {
             exponential_mean: None,
             record_requests: true,
             slow_window: None,
+            stalls: None,
         }
+    }
+
+    /// With probability `chance`, a default answer takes `extra` longer.
+    pub fn random_stalls(mut self, chance: f64, extra: Duration) -> Self {
+        self.stalls = Some((chance, extra));
+        self
     }
 
     /// Default answers wait a uniform random time in `[low, high)`.
@@ -340,15 +350,26 @@ struct Behaviour {
 
 impl Behaviour {
     fn delay(&self) -> Duration {
+        let base = self.base_delay();
+        match self.options.stalls {
+            Some((chance, extra)) if self.unit() < chance => base + extra,
+            _ => base,
+        }
+    }
+
+    /// A uniform draw in [0, 1).
+    fn unit(&self) -> f64 {
+        (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn base_delay(&self) -> Duration {
         if let Some((from, to, latency)) = self.options.slow_window {
             let since = self.started.elapsed();
             if since >= from && since < to {
                 return latency;
             }
         }
-        let unit = || {
-            (rand::Rng::next_u64(&mut *self.random.borrow_mut()) >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let unit = || self.unit();
         if let Some(mean) = self.options.exponential_mean {
             // Inverse transform: -ln(U) for U in (0, 1] is exponential with mean 1.
             return mean.mul_f64(-(1.0 - unit()).ln());

@@ -11,6 +11,7 @@ mod settings;
 mod cluster_settings;
 mod upstream_tls;
 mod mirror;
+mod hedge;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;

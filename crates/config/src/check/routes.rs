@@ -1,6 +1,8 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{checker::Checker, field::Field, mirror, redirect, route_filters, route_match, split};
+use super::{
+    checker::Checker, field::Field, hedge, mirror, redirect, route_filters, route_match, split,
+};
 use crate::{
     error::{did_you_mean, ConfigError},
     model::{http_method, Action, HostPattern, Listener, Location, PathMatch, Route},
@@ -49,6 +51,10 @@ pub(super) fn routes(
             .buffer_request
             .as_ref()
             .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
+        let hedge = r.hedge.as_ref().and_then(|h| {
+            let proxies = !matches!(action, Some(Action::Redirect(_)));
+            hedge::hedge(checker, h, &field, proxies)
+        });
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let primary = action.as_ref().and_then(Action::cluster);
@@ -77,6 +83,7 @@ pub(super) fn routes(
                 retry_attempts: filters.retry_attempts,
                 mirror,
                 at,
+                hedge,
             });
         }
     }

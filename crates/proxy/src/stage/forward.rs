@@ -12,7 +12,10 @@ use crate::{
     outcome::{Blame, Failure},
     telemetry::upload::Upload,
 };
-use http::{header, request::Parts, uri::Authority, HeaderValue, Request, Response, Uri, Version};
+use duet_balance::LoadGuard;
+use http::{
+    header, request::Parts, uri::Authority, HeaderMap, HeaderValue, Request, Response, Uri, Version,
+};
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use std::{
@@ -29,6 +32,9 @@ use tokio::time::{Instant, Sleep};
 /// (each resend takes another pooled connection, or a new one).
 const MAX_RESENDS: u32 = 3;
 
+/// A backend the balancer picked for one attempt, counted as its load while the guard lives.
+pub(crate) type Picked = (SocketAddr, Upstream, LoadGuard);
+
 /// Sends `prepared` to a backend of `cluster` not in `tried`, counted as that backend's load until the
 /// returned [`Completion`] settles. `last` says this is the last attempt, so the headers can be moved
 /// instead of copied.
@@ -38,23 +44,41 @@ pub(crate) async fn forward(
     tried: &[SocketAddr],
     last: bool,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
-    let Some(mut body) = prepared.source.attempt() else {
+    let Some(body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
-    let Ok((backend, Upstream { authority, stats }, guard)) = cluster.pick(tried) else {
+    let Ok(picked) = cluster.pick(tried) else {
         return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
+    // A request that may meet the keep-alive close race is sent again to the same backend (as one
+    // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
+    // its body can be sent again, so its headers are copied even for the last attempt.
+    // An h2 stream the backend refused (GOAWAY) is sent again the same way.
+    let keep = resendable(prepared) || matches!(cluster.client(), Transport::H2(_));
+    let headers = (last && !keep).then(|| std::mem::take(&mut prepared.parts.headers));
+    send(cluster, prepared, picked, body, headers).await
+}
+
+/// Whether an attempt that met a pooled connection closing may be sent again.
+fn resendable(prepared: &Prepared) -> bool {
+    prepared.parts.method.is_idempotent() && prepared.source.replayable()
+}
+
+/// Sends `prepared` with `body` to the backend `picked` for it: with `headers` when the caller moved
+/// them out (the last attempt), else with a copy of the prepared ones.
+pub(crate) async fn send(
+    cluster: &Rc<Cluster>,
+    prepared: &Prepared,
+    (backend, Upstream { authority, stats }, guard): Picked,
+    mut body: UpstreamBody,
+    mut headers: Option<HeaderMap>,
+) -> Result<(Response<Incoming>, Completion), ProxyError> {
     let mut completion = Completion::new(guard, cluster.clone(), backend, stats);
-    // A request that may meet a connection closing unprocessed is sent again to the same backend (as
-    // one attempt, one unit of load), so its headers are copied even for the last attempt: see
-    // `stale` for when.
+    let resendable = resendable(prepared);
     let h2 = matches!(cluster.client(), Transport::H2(_));
-    let resendable = prepared.parts.method.is_idempotent() && prepared.source.replayable();
-    let keep_headers = resendable || h2;
     let mut resends = 0;
     let error = loop {
-        let request =
-            upstream_request(&mut prepared.parts, &authority, body, last && !keep_headers);
+        let request = upstream_request(&prepared.parts, &authority, body, headers.take());
         let upload = prepared.source.upload().cloned();
         let sent = HeadDeadline::new(
             cluster.client().send(backend, request),
@@ -220,13 +244,13 @@ fn local_fault(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
 }
 
 /// The request for one attempt: the client's method and origin-form target over HTTP/1.1, with `Host`
-/// (an HTTP/1.0 client may have sent none: then the backend's address). The last attempt takes the
-/// headers; earlier ones copy them.
+/// (an HTTP/1.0 client may have sent none: then the backend's address). The last attempt brings the
+/// headers it moved out of `parts`; earlier ones copy them.
 fn upstream_request(
-    parts: &mut Parts,
+    parts: &Parts,
     authority: &Authority,
     body: UpstreamBody,
-    last: bool,
+    headers: Option<HeaderMap>,
 ) -> Request<UpstreamBody> {
     let mut request = Request::new(body);
     *request.uri_mut() = parts
@@ -235,11 +259,7 @@ fn upstream_request(
         .map_or_else(|| Uri::from_static("/"), |target| Uri::from(target.clone()));
     *request.method_mut() = parts.method.clone();
     *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = if last {
-        std::mem::take(&mut parts.headers)
-    } else {
-        parts.headers.clone()
-    };
+    *request.headers_mut() = headers.unwrap_or_else(|| parts.headers.clone());
     if !request.headers().contains_key(header::HOST) {
         if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
             request.headers_mut().insert(header::HOST, host);
@@ -304,7 +324,7 @@ mod tests {
         let authority = Authority::from_static("10.0.0.1:8080");
         let mut absolute = parts("http://example.com/a/b?c=d", Some("example.com"));
         absolute.version = Version::HTTP_10;
-        let request = upstream_request(&mut absolute, &authority, UpstreamBody::Empty, false);
+        let request = upstream_request(&absolute, &authority, UpstreamBody::Empty, None);
         assert_eq!(request.uri(), "/a/b?c=d");
         assert_eq!(request.version(), Version::HTTP_11);
         assert_eq!(request.headers()[header::HOST], "example.com");
@@ -314,9 +334,9 @@ mod tests {
         // An HTTP/1.0 request without Host gets the backend's address; the last attempt moves the
         // headers out.
         let mut bare = parts("/x", None);
-        let request = upstream_request(&mut bare, &authority, UpstreamBody::Empty, true);
+        let moved = std::mem::take(&mut bare.headers);
+        let request = upstream_request(&bare, &authority, UpstreamBody::Empty, Some(moved));
         assert_eq!(request.headers()[header::HOST], "10.0.0.1:8080");
         assert_eq!(request.headers()["x-kept"], "1");
-        assert!(bare.headers.is_empty(), "moved, not copied");
     }
 }

@@ -4,6 +4,9 @@
 pub(crate) mod mirror;
 pub(crate) mod retry;
 
+pub(crate) mod hedge;
+pub(crate) mod hedge_state;
+
 pub(crate) mod forward;
 pub(crate) mod prepare;
 pub(crate) mod respond;

@@ -57,7 +57,8 @@ pub(crate) async fn prepare(
         .apply(&mut parts.uri, &mut parts.headers)
         .map_err(ProxyError::new)?;
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
-    let source = body_source(body, cluster, route.buffer_request, attempts)
+    let replay = attempts > 1 || route.hedge.is_some();
+    let source = body_source(body, cluster, route.buffer_request, replay)
         .await
         .map_err(ProxyError::new)?;
     if matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
@@ -74,12 +75,12 @@ pub(crate) async fn prepare(
 
 /// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
 /// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
-/// and retries may need it again; streamed otherwise.
+/// and retries or a hedge (`replay`) may need it again; streamed otherwise.
 async fn body_source(
     body: Incoming,
     cluster: &Cluster,
     buffer: Option<usize>,
-    attempts: u32,
+    replay: bool,
 ) -> Result<BodySource, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodySource::Empty);
@@ -91,7 +92,7 @@ async fn body_source(
             return Err(ErrorKind::BodyTooLarge)
         }
         Some(limit) => limit,
-        None if attempts > 1 && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
+        None if replay && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
             cluster.replay_body_limit
         }
         None => {

@@ -15,6 +15,8 @@ use crate::{
     exchange::{Failed, Outcome},
     grpc,
     stage::forward::forward,
+    stage::hedge::{race, Answered},
+    stage::hedge_state::RouteHedging,
     telemetry::access_log::AccessLog,
     telemetry::metrics::RouteTimings,
 };
@@ -29,11 +31,20 @@ use std::{
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
-/// Sends `prepared` to `cluster`, retrying failed attempts where that is safe.
+/// What a route keeps in one worker: its latency histograms and hedge counters, and its hedging
+/// state when it hedges.
+#[derive(Clone, Copy)]
+pub(crate) struct RouteState<'a> {
+    pub(crate) timings: &'a Arc<RouteTimings>,
+    pub(crate) hedging: Option<&'a RouteHedging>,
+}
+
+/// Sends `prepared` to `cluster`, retrying failed attempts where that is safe, and hedging the first
+/// one when the route says so.
 pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     route: &Route,
-    timings: &Arc<RouteTimings>,
+    RouteState { timings, hedging }: RouteState<'_>,
     prepared: &mut Prepared,
     started: Instant,
     log: Option<Box<AccessLog>>,
@@ -54,23 +65,39 @@ pub(crate) async fn send(
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts).max(1) as usize;
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut last_error = None;
+    let mut hedge = hedging.map(|hedging| (hedging, hedge_delay(hedging, prepared)));
+    let mut raced = None;
     loop {
         if !tried.is_empty() {
             cluster.counters.retries.fetch_add(1, Relaxed);
         }
         let last = tried.len() + 1 >= attempts;
-        let Some(result) = attempt(cluster, prepared, &tried, last, deadline).await else {
+        let result = match hedge.take() {
+            Some((hedging, delay)) => {
+                let race = Box::pin(race(cluster, prepared, &mut tried, hedging, timings, delay));
+                within(deadline, race).await.map(|r| {
+                    raced = Some((r.dropped, r.answered));
+                    r.result
+                })
+            }
+            None => attempt(cluster, prepared, &tried, last, deadline).await,
+        };
+        let Some(result) = result else {
             let error = ProxyError::new(ErrorKind::RouteTimeout);
             return Err(failed(cluster, error, log, &tried));
         };
         let error = match result {
             Ok((response, mut completion)) => {
                 let answered = Some(completion.backend());
-                cluster
-                    .counters
-                    .attempts
-                    .observe(attempts_sent(&tried, answered));
-                completion.attach_request(started, timings.clone(), noted(log, &tried, answered));
+                let (dropped, hedged) = raced.unwrap_or((false, None));
+                let sent = attempts_sent(&tried, answered) + usize::from(dropped);
+                cluster.counters.attempts.observe(sent);
+                let log = noted(log, &tried, answered).map(|mut log| {
+                    log.attempts = sent as u32;
+                    log.hedged = hedged.map_or("-", Answered::log_value);
+                    log
+                });
+                completion.attach_request(started, timings.clone(), log);
                 return Ok((response, completion));
             }
             Err(error) => error,
@@ -111,6 +138,24 @@ async fn attempt(
                 .await
                 .ok()
         }
+    }
+}
+
+/// How long `prepared`'s first attempt may wait before it is hedged: `None` if it may not be (a
+/// method the route does not hedge, a streamed body that cannot be sent twice, an upgrade, or a
+/// percentile still warming up). A hedgeable request earns its share of the budget here.
+fn hedge_delay(hedging: &RouteHedging, prepared: &Prepared) -> Option<std::time::Duration> {
+    let hedgeable = prepared.upgrade.is_none()
+        && prepared.source.replayable()
+        && hedging.hedges(&prepared.parts.method);
+    hedgeable.then(|| hedging.arrived()).flatten()
+}
+
+/// `future`, bounded by the route's deadline if it has one: `None` once the deadline has passed.
+async fn within<F: std::future::Future>(deadline: Option<Instant>, future: F) -> Option<F::Output> {
+    match deadline {
+        None => Some(future.await),
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
     }
 }
 

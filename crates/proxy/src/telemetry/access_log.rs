@@ -18,7 +18,8 @@ use tokio::time::Instant;
 /// The fields are those of nginx's `combined` format and Envoy's default line: who (client address,
 /// after `trusted_proxies`; user agent), what (method, host, path, protocol, request id), where to
 /// (cluster, the backend that answered and every backend tried before it), how it went (status,
-/// attempts, duration, the backend's response-head time, bytes sent and received, outcome).
+/// attempts, which one answered first when a hedge was sent, duration, the backend's response-head
+/// time, bytes sent and received, outcome).
 pub(crate) struct AccessLog {
     method: Method,
     /// The request's target as received (a shared slice of it: no copy); the log shows its path.
@@ -34,8 +35,11 @@ pub(crate) struct AccessLog {
     pub(crate) backend: Option<SocketAddr>,
     /// Backends whose attempts failed before the last one.
     pub(crate) tried: Vec<SocketAddr>,
-    /// Attempts sent to backends (0: none was picked).
+    /// Attempts sent to backends (0: none was picked), a hedge included.
     pub(crate) attempts: u32,
+    /// Whether a hedge was sent and which attempt's response head came first: `first` or `hedge`
+    /// (`-`: no hedge was sent, or neither answered).
+    pub(crate) hedged: &'static str,
     /// From the answering attempt's start to its response head.
     pub(crate) upstream_head_ms: Option<f64>,
     pub(crate) bytes: u64,
@@ -78,6 +82,7 @@ impl AccessLog {
             backend: None,
             tried: Vec::new(),
             attempts: 0,
+            hedged: "-",
             upstream_head_ms: None,
             bytes: 0,
             received: Received::Known(0),
@@ -163,6 +168,7 @@ impl Drop for AccessLog {
             backend = %OrDash(self.backend),
             tried = %Joined(&self.tried),
             attempts = self.attempts,
+            hedged = %self.hedged,
             duration_ms,
             upstream_head_ms,
             bytes = self.bytes,
@@ -264,6 +270,7 @@ impl AccessLog {
             });
         }
         fields.number("attempts", u64::from(self.attempts));
+        fields.text("hedged", self.hedged);
         fields.millis("duration_ms", duration_ms);
         fields.millis("upstream_head_ms", upstream_head_ms);
         fields.number("bytes", self.bytes);

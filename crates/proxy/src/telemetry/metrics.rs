@@ -79,6 +79,8 @@ pub(crate) struct RouteTimings {
     pub(crate) request_duration: Histogram,
     /// From a request's arrival to its response head from a backend (retries included).
     pub(crate) response_head: Histogram,
+    /// Hedges sent, by how they ended ([`HedgeOutcome`]).
+    pub(crate) hedges: [AtomicU64; HedgeOutcome::LABELS.len()],
 }
 
 impl RouteTimings {
@@ -87,8 +89,30 @@ impl RouteTimings {
             route: route.into(),
             request_duration: Histogram::default(),
             response_head: Histogram::default(),
+            hedges: Default::default(),
         }
     }
+
+    /// Counts a hedge that ended as `outcome`.
+    pub(crate) fn hedge(&self, outcome: HedgeOutcome) {
+        self.hedges[outcome as usize].fetch_add(1, Relaxed);
+    }
+}
+
+/// How a hedge (the second attempt sent beside a slow first one) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HedgeOutcome {
+    /// Its response head came first: the client got its answer.
+    Won,
+    /// The first attempt answered first, or both failed: it was dropped or came to nothing.
+    Lost,
+    /// The request ended before either answered (the route's timeout, the client went away).
+    Cancelled,
+}
+
+impl HedgeOutcome {
+    /// The `outcome` label's values, in the order of [`RouteTimings::hedges`].
+    pub(crate) const LABELS: [&'static str; 3] = ["won", "lost", "cancelled"];
 }
 
 /// What became of the copies one route mirrors to one cluster, in one worker.
@@ -520,6 +544,9 @@ pub(crate) mod fixture {
                         .response_head
                         .observe(Duration::from_micros(micros / 2));
                 }
+                for (j, cell) in timings.hedges.iter().enumerate() {
+                    add(cell, seed * 10 + (i + j) as u64);
+                }
                 Arc::new(timings)
             })
             .collect();
@@ -727,6 +754,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 40, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 42, "{plain}");
     }
 }

@@ -14,8 +14,8 @@ use crate::{
     outcome::Failure,
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
-        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, MirrorCounts,
-        ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
+        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, HedgeOutcome,
+        MirrorCounts, ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
     },
 };
 use std::{
@@ -54,6 +54,8 @@ enum Read {
     Backend(fn(&BackendCell, usize) -> Value),
     /// Each worker's mirroring routes' (`worker`, `cluster`: the mirror cluster, `route`).
     Mirror(fn(&MirrorCounts, usize) -> Value),
+    /// Each worker's routes' counters (`worker`, `cluster`, `route`).
+    Route(fn(&RouteTimings, usize) -> Value),
     /// A histogram of each route, summed over workers (`cluster`, `route`).
     RouteLatency(fn(&RouteTimings) -> &Histogram),
     /// Attempts per request of each cluster, summed over workers (`cluster`).
@@ -172,6 +174,10 @@ const FAMILIES: &[Family] = &[
         "Requests a route copied to its mirror cluster (cluster), by outcome: sent (answered, answer discarded), failed (no answer), skipped_cap (limits.max_mirrors_in_flight copies in flight), skipped_body (a streamed body or an upgrade: not copied).",
         Read::Mirror(|m, i| nth(&m.outcomes, i)))
         .by("outcome", &MirrorCounts::OUTCOMES),
+    Family::new("duet_hedges_total", COUNTER,
+        "Hedges (a second attempt sent to another backend when the first had no response head after the route's hedge delay), by outcome: won (answered first), lost (the first answered first, or both failed), cancelled (the request ended before either answered).",
+        Read::Route(|r, i| nth(&r.hedges, i)))
+        .by("outcome", &HedgeOutcome::LABELS),
     Family::new("duet_request_duration_seconds", HISTOGRAM,
         "From a request's arrival to the end of its response (all attempts): the client's view.",
         Read::RouteLatency(|r| &r.request_duration)),
@@ -335,7 +341,11 @@ impl Family {
                     .backends()
                     .map(|(_, c, b)| (Labels::backend(&c.name, b.address), cell(&b.stats))),
             ),
-            Read::Worker(_) | Read::Cluster(_) | Read::Backend(_) | Read::Mirror(_)
+            Read::Worker(_)
+            | Read::Cluster(_)
+            | Read::Route(_)
+            | Read::Backend(_)
+            | Read::Mirror(_)
                 if aggregate =>
             {
                 let mut sums = WorkerSums::default();
@@ -371,6 +381,17 @@ impl Family {
                 for (w, c) in scrape.clusters() {
                     let labels = Labels::worker(w).with_cluster(&c.name);
                     self.series(labels, |i| read(&c.counters, i), emit);
+                }
+            }
+            Read::Route(read) => {
+                for (w, c) in scrape.clusters() {
+                    for r in &c.routes {
+                        let labels = Labels {
+                            route: Some(&r.route),
+                            ..Labels::worker(w).with_cluster(&c.name)
+                        };
+                        self.series(labels, |i| read(r, i), emit);
+                    }
                 }
             }
             Read::Backend(read) => {

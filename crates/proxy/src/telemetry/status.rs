@@ -96,6 +96,8 @@ pub struct ClusterStatus {
     pub requests: u64,
     /// Upper bound of the bucket holding the 99th percentile of request durations, in ms.
     pub p99_ms: Option<f64>,
+    /// Hedges sent by its routes since start, summed over workers: won, lost, cancelled.
+    pub hedges: [u64; 3],
     /// Its backends.
     pub backends: Vec<BackendStatus>,
 }
@@ -360,11 +362,18 @@ impl View<'_> {
                 backend.picks as f64 / picks as f64
             };
         }
+        let mut hedges = [0; 3];
+        for route in same.iter().flat_map(|c| &c.routes) {
+            for (sum, cell) in hedges.iter_mut().zip(&route.hedges) {
+                *sum += cell.load(std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         ClusterStatus {
             name: cluster.name.clone(),
             policy: cluster.policy,
             requests: durations.count(),
             p99_ms: durations.quantile_bound(0.99).map(|s| s * 1000.0),
+            hedges,
             backends,
         }
     }
@@ -502,6 +511,9 @@ impl Status {
                     b.rtt_estimate_ms
                 );
             }
+            if let Some(hedges) = cluster.hedges_line() {
+                let _ = writeln!(out, "  {hedges}");
+            }
         }
         for route in &self.routes {
             let _ = writeln!(out, "\nroute {} ({})", route.name, route.matches);
@@ -532,7 +544,7 @@ impl Status {
         for cluster in &self.clusters {
             let _ = write!(
                 out,
-                "<h2>{} <span class=\"meta\">{} · {} requests · p99 {}</span></h2>\n<table>\
+                "<h2>{} <span class=\"meta\">{} · {} requests · p99 {}{}</span></h2>\n<table>\
                  <tr><th>backend</th><th>state</th><th>weight</th><th>health checks</th>\
                  <th>eligible</th><th>in flight</th><th>PeakEWMA</th><th>picks</th><th>share</th>\
                  <th>2xx</th><th>4xx</th><th>5xx</th><th>failed</th><th>error rate</th>\
@@ -541,6 +553,9 @@ impl Status {
                 cluster.policy,
                 cluster.requests,
                 millis(cluster.p99_ms),
+                cluster
+                    .hedges_line()
+                    .map_or_else(String::new, |hedges| format!(" · {hedges}")),
             );
             for backend in &cluster.backends {
                 self.write_html_row(&mut out, backend);
@@ -656,6 +671,15 @@ impl Status {
             b.error_rate * 100.0,
             millis(b.p99_ms),
         );
+    }
+}
+
+impl ClusterStatus {
+    /// `hedges since start: 3 won, 1 lost, 0 cancelled`, if its routes sent any.
+    fn hedges_line(&self) -> Option<String> {
+        let [won, lost, cancelled] = self.hedges;
+        (won + lost + cancelled > 0)
+            .then(|| format!("hedges since start: {won} won, {lost} lost, {cancelled} cancelled"))
     }
 }
 
