@@ -122,8 +122,8 @@ fn hedging_shows_in_the_reload_plan() {
     assert_eq!(
         lines,
         [
-            "+ route host * path / -> web (hedge after 5ms, max_extra 0.5%, GET,HEAD,OPTIONS)",
-            "- route host * path / -> web",
+            "~ route */: was host * path / -> web; now host * path / -> web (hedge after 5ms, \
+          max_extra 0.5%, GET,HEAD,OPTIONS)"
         ]
     );
 }
