@@ -8,8 +8,10 @@ use crate::{
 };
 use serde_saphyr::Spanned;
 
-/// What `after` means when left out: the tail Dean and Barroso hedge at.
-const DEFAULT_AFTER: HedgeAfter = HedgeAfter::Percentile(950);
+/// What `after` means when left out. Not Dean and Barroso's p95: 5% of first attempts pass p95 by
+/// definition, so with the default 5% budget the tokens are spent on ordinary slow answers before a
+/// stall comes (measured: p99 65 ms at p95 against 34.5 ms at p99, floor 25 ms; docs/experiments).
+const DEFAULT_AFTER: HedgeAfter = HedgeAfter::Percentile(990);
 /// What `max_extra` means when left out.
 const DEFAULT_MAX_EXTRA: f64 = 0.05;
 
