@@ -847,3 +847,25 @@ async fn an_h2_cluster_refuses_a_tls_backend_that_does_not_choose_h2_by_alpn() {
     let failures = "duet_upstream_tls_handshake_failures_total{worker=\"0\",cluster=\"app\"} 1\n";
     assert!(metrics.contains(failures), "{metrics}");
 }
+
+/// A known limit (README "TLS to backends"): health checks probe over HTTP/1.1, which an h2-only TLS
+/// backend refuses by ALPN; the log says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_only_tls_backend_refuses_the_http11_health_check_and_the_log_says_why() {
+    let dir = TempDir::new();
+    let ca = Ca::new("backends");
+    std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
+    let backend = H2TlsBackend::start(&ca.server("grpc.internal", false)).await;
+    let duet = start_duet(
+        &dir,
+        backend.address,
+        "{ ca: ca.pem, server_name: grpc.internal }",
+        "    protocol: h2\n    health_check: { path: /healthz, interval: 100ms, timeout: 2s }\n",
+    );
+    assert!(
+        logged(&duet, "received fatal alert: NoApplicationProtocol"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    assert!(backend.calls.lock().expect("calls").is_empty());
+}
