@@ -807,6 +807,18 @@ async fn grpc_calls_reach_an_h2_backend_over_tls_with_their_trailers_on_one_conn
     }
     // One TLS connection carried every call.
     assert_eq!(backend.connections.load(SeqCst), 1);
+
+    // A reload that reads the same files keeps the h2 pool, its connection included.
+    duet.signal("HUP");
+    assert!(
+        logged(&duet, "configuration reloaded"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let answer = grpc::call(&sender, "/test.Echo/Unary", &[]).await;
+    assert_eq!(grpc::grpc_status(&answer), Some("0"));
+    assert_eq!(backend.calls.lock().expect("calls").len(), 4);
+    assert_eq!(backend.connections.load(SeqCst), 1);
     let metrics = admin(&duet, "/metrics").await;
     assert!(
         metrics.contains("duet_upstream_tls_handshakes_total{worker=\"0\",cluster=\"app\"} 1\n"),
