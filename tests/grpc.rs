@@ -27,7 +27,7 @@ use std::{
 use tokio::net::TcpListener;
 
 /// A body of frames given in advance (data, then trailers).
-struct Frames(VecDeque<Frame<Bytes>>);
+pub(crate) struct Frames(VecDeque<Frame<Bytes>>);
 
 impl Body for Frames {
     type Data = Bytes;
@@ -75,11 +75,11 @@ fn trailers(pairs: &[(&'static str, &str)]) -> HeaderMap {
 
 /// What a gRPC backend saw of one call.
 #[derive(Debug, Clone)]
-struct Call {
-    path: String,
-    version: Version,
-    te: Option<String>,
-    messages: Vec<Bytes>,
+pub(crate) struct Call {
+    pub(crate) path: String,
+    pub(crate) version: Version,
+    pub(crate) te: Option<String>,
+    pub(crate) messages: Vec<Bytes>,
 }
 
 /// A gRPC server over h2c: `/test.Echo/Unary` answers `NAME:` + the request's message;
@@ -152,7 +152,7 @@ async fn serve(
     }
 }
 
-async fn answer(
+pub(crate) async fn answer(
     name: &str,
     delay: Duration,
     request: Request<Incoming>,
@@ -208,7 +208,7 @@ async fn answer(
 }
 
 /// An h2c connection to duet (one TCP connection for every call made on it).
-async fn client(address: SocketAddr) -> http2::SendRequest<Frames> {
+pub(crate) async fn client(address: SocketAddr) -> http2::SendRequest<Frames> {
     let tcp = tokio::net::TcpStream::connect(address)
         .await
         .expect("connect");
@@ -220,13 +220,13 @@ async fn client(address: SocketAddr) -> http2::SendRequest<Frames> {
 }
 
 /// A finished call: head, messages, trailers.
-struct Answer {
-    head: Response<()>,
-    messages: Vec<Bytes>,
-    trailers: HeaderMap,
+pub(crate) struct Answer {
+    pub(crate) head: Response<()>,
+    pub(crate) messages: Vec<Bytes>,
+    pub(crate) trailers: HeaderMap,
 }
 
-async fn call(
+pub(crate) async fn call(
     sender: &http2::SendRequest<Frames>,
     path: &str,
     extra: &[(&'static str, &str)],
@@ -269,7 +269,7 @@ fn h2_cluster(backends: &[&GrpcBackend]) -> Cluster {
     )
 }
 
-fn grpc_status(answer: &Answer) -> Option<&str> {
+pub(crate) fn grpc_status(answer: &Answer) -> Option<&str> {
     answer
         .trailers
         .get("grpc-status")

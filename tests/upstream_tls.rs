@@ -2,12 +2,19 @@
 //! CAs made here (rcgen). duet verifies them, presents a client certificate, refuses what it should
 //! (502, never a plain-text retry), and picks up rotated files on SIGHUP.
 
-use crate::support::{self, Duet, TempDir};
+use crate::{
+    grpc,
+    support::{self, Duet, TempDir},
+};
+use bytes::Bytes;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
 use std::{
+    convert::Infallible,
     net::SocketAddr,
     path::Path,
     sync::{
@@ -711,4 +718,166 @@ async fn without_server_name_a_backend_is_verified_against_its_host_name() {
     assert_eq!(seen[0].sni.as_deref(), Some("api.internal"));
     assert_eq!(seen[0].path, "/by-name");
     let _ = tokio::task::spawn_blocking(move || server.shutdown()).await;
+}
+
+/// A gRPC backend speaking h2 over TLS, offering only `h2` by ALPN; counts the TCP connections it
+/// accepts.
+struct H2TlsBackend {
+    address: SocketAddr,
+    calls: Arc<Mutex<Vec<grpc::Call>>>,
+    connections: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for H2TlsBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl H2TlsBackend {
+    async fn start(cert: &Issued) -> Self {
+        let mut config = (*server_config(cert, None)).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (c, n) = (calls.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                n.fetch_add(1, SeqCst);
+                let (acceptor, calls) = (acceptor.clone(), c.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = service_fn(move |request| {
+                        let calls = calls.clone();
+                        async move {
+                            let answer = grpc::answer("h2tls", Duration::ZERO, request, &calls);
+                            Ok::<_, Infallible>(answer.await)
+                        }
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            address,
+            calls,
+            connections,
+            task,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_reach_an_h2_backend_over_tls_with_their_trailers_on_one_connection() {
+    let dir = TempDir::new();
+    let ca = Ca::new("backends");
+    std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
+    let backend = H2TlsBackend::start(&ca.server("grpc.internal", false)).await;
+    let duet = start_duet(
+        &dir,
+        backend.address,
+        "{ ca: ca.pem, server_name: grpc.internal }",
+        "    protocol: h2\n",
+    );
+    let sender = grpc::client(duet.address).await;
+    for _ in 0..3 {
+        let answer = grpc::call(&sender, "/test.Echo/Unary", &[]).await;
+        assert_eq!(answer.head.status(), 200);
+        assert_eq!(answer.messages, [Bytes::from_static(b"h2tls:hello")]);
+        assert_eq!(grpc::grpc_status(&answer), Some("0"));
+        assert_eq!(answer.trailers["x-served-by"], "h2tls");
+    }
+    let calls = backend.calls.lock().expect("calls").clone();
+    assert_eq!(calls.len(), 3);
+    for call in &calls {
+        assert_eq!(call.path, "/test.Echo/Unary");
+        assert_eq!(call.version, http::Version::HTTP_2);
+        assert_eq!(call.te.as_deref(), Some("trailers"));
+        assert_eq!(call.messages, [Bytes::from_static(b"hello")]);
+    }
+    // One TLS connection carried every call.
+    assert_eq!(backend.connections.load(SeqCst), 1);
+
+    // A reload that reads the same files keeps the h2 pool, its connection included.
+    duet.signal("HUP");
+    assert!(
+        logged(&duet, "configuration reloaded"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let answer = grpc::call(&sender, "/test.Echo/Unary", &[]).await;
+    assert_eq!(grpc::grpc_status(&answer), Some("0"));
+    assert_eq!(backend.calls.lock().expect("calls").len(), 4);
+    assert_eq!(backend.connections.load(SeqCst), 1);
+    let metrics = admin(&duet, "/metrics").await;
+    assert!(
+        metrics.contains("duet_upstream_tls_handshakes_total{worker=\"0\",cluster=\"app\"} 1\n"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_cluster_refuses_a_tls_backend_that_does_not_choose_h2_by_alpn() {
+    let dir = TempDir::new();
+    let ca = Ca::new("backends");
+    std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
+    // An HTTP/1.1 backend with no ALPN at all: its handshake succeeds, but it chose no h2.
+    let config = server_config(&ca.server("api.internal", false), None);
+    let backend = TlsBackend::start(config, false).await;
+    let duet = start_duet(
+        &dir,
+        backend.address,
+        "{ ca: ca.pem, server_name: api.internal }",
+        "    protocol: h2\n    retries: { attempts: 1 }\n",
+    );
+    assert_eq!(
+        get(&duet, "/x").await,
+        (502, "TLS handshake with the backend failed\n".to_owned())
+    );
+    assert_eq!(backend.seen(), [], "no h2 preface sent to it, no request");
+    assert!(
+        logged(&duet, "did not choose h2 by ALPN"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let metrics = admin(&duet, "/metrics").await;
+    let failed = format!(
+        "duet_backend_failures_total{{worker=\"0\",cluster=\"app\",backend=\"{}\",kind=\"tls\"}} 1\n",
+        backend.address
+    );
+    assert!(metrics.contains(&failed), "{metrics}");
+    let failures = "duet_upstream_tls_handshake_failures_total{worker=\"0\",cluster=\"app\"} 1\n";
+    assert!(metrics.contains(failures), "{metrics}");
+}
+
+/// A known limit (README "TLS to backends"): health checks probe over HTTP/1.1, which an h2-only TLS
+/// backend refuses by ALPN; the log says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_only_tls_backend_refuses_the_http11_health_check_and_the_log_says_why() {
+    let dir = TempDir::new();
+    let ca = Ca::new("backends");
+    std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
+    let backend = H2TlsBackend::start(&ca.server("grpc.internal", false)).await;
+    let duet = start_duet(
+        &dir,
+        backend.address,
+        "{ ca: ca.pem, server_name: grpc.internal }",
+        "    protocol: h2\n    health_check: { path: /healthz, interval: 100ms, timeout: 2s }\n",
+    );
+    assert!(
+        logged(&duet, "received fatal alert: NoApplicationProtocol"),
+        "{:#?}",
+        duet.log_lines()
+    );
+    assert!(backend.calls.lock().expect("calls").is_empty());
 }

@@ -410,18 +410,14 @@ clusters:
 }
 
 #[test]
-fn tls_to_h2_backends_is_refused_until_the_h2_pool_speaks_it() {
+fn tls_to_h2_backends_loads() {
     let yaml = VALID.replace(
         "policy: round_robin",
         "policy: round_robin\n    protocol: h2\n    tls: { verify: false }",
     );
-    let errors = errors(&yaml);
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(
-        errors[0].starts_with(
-            "bad.yaml:17:10: clusters[1].tls: TLS to HTTP/2 backends is not supported yet"
-        ),
-        "{}",
-        errors[0]
-    );
+    let config = duet_config::parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let cluster = &config.clusters[1];
+    assert_eq!(cluster.protocol, duet_config::UpstreamProtocol::H2);
+    let tls = cluster.tls.as_ref().expect("tls kept");
+    assert!(!tls.verify);
 }

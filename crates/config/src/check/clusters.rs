@@ -2,7 +2,7 @@
 
 use super::{checker::Checker, cluster_settings, field::Field, upstream_tls};
 use crate::{
-    model::{Backend, BackendAddress, Cluster, UpstreamProtocol},
+    model::{Backend, BackendAddress, Cluster},
     raw::{RawBackend, RawCluster},
 };
 use std::{collections::HashSet, time::Duration};
@@ -55,15 +55,6 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         .as_ref()
         .map(|tls| upstream_tls::upstream_tls(checker, tls, field, &backends));
     let protocol = checker.upstream_protocol(c.protocol.as_ref(), &field.key("protocol"));
-    if let (UpstreamProtocol::H2, Some(spanned)) = (protocol, &c.tls) {
-        // The seam is there (the connector takes its ALPN list), the h2 pool does not use it yet.
-        checker.reject(
-            spanned,
-            field.key("tls").to_string(),
-            "TLS to HTTP/2 backends is not supported yet: use `protocol: http1` with `tls`, or \
-             `protocol: h2` over plain TCP",
-        );
-    }
     Cluster {
         name,
         policy: checker.policy(c.policy.as_ref(), &field.key("policy")),

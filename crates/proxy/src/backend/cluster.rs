@@ -8,6 +8,7 @@
 use crate::{
     backend::client_body::BodyPace,
     backend::connect::Connector,
+    backend::h2_pool::{h2_client, h2_client_over, H2Client},
     backend::outlier::Outliers,
     backend::pool::{upstream_client, upstream_client_over, UpstreamClient},
     backend::tls,
@@ -36,50 +37,61 @@ fn client(
     previous: Option<&Cluster>,
     counters: &Arc<ClusterCounters>,
 ) -> Transport {
-    let kept = previous.filter(|p| p.timeouts == config.timeouts);
+    let kept = previous
+        .filter(|p| p.timeouts == config.timeouts)
+        .map(|p| &p.client);
     match config.protocol {
-        UpstreamProtocol::H2 => match kept.map(|p| &p.client) {
-            Some(client @ Transport::H2(_)) => client.clone(),
-            _ => Transport::new(UpstreamProtocol::H2, &config.timeouts),
-        },
+        UpstreamProtocol::H2 => {
+            let kept = kept.and_then(|client| match client {
+                Transport::H2(client) => Some(client),
+                Transport::Http1(_) => None,
+            });
+            let kept_connector = kept.map(H2Client::connector);
+            Transport::H2(match (kept, connector(config, kept_connector, counters)) {
+                (_, Some(connector)) => h2_client_over(&config.timeouts, connector),
+                (Some(client), None) => client.clone(),
+                (None, None) => h2_client(&config.timeouts),
+            })
+        }
         UpstreamProtocol::Http1 => {
-            let kept = kept.and_then(|p| match &p.client {
+            let kept = kept.and_then(|client| match client {
                 Transport::Http1(client) => Some(client),
                 Transport::H2(_) => None,
             });
-            Transport::Http1(http1_client(config, kept, counters))
+            let kept_connector = kept.map(UpstreamClient::connector);
+            Transport::Http1(match (kept, connector(config, kept_connector, counters)) {
+                (_, Some(connector)) => upstream_client_over(&config.timeouts, connector),
+                (Some(client), None) => client.clone(),
+                (None, None) => upstream_client(&config.timeouts),
+            })
         }
     }
 }
 
-/// An HTTP/1.1 client, plain or TLS per the cluster's `tls`.
-fn http1_client(
+/// A new connector, plain or TLS per the cluster's `tls`; `None` when `kept` (the previous client's)
+/// already is the right one: plain for a plain cluster, TLS from the same settings and file contents.
+fn connector(
     config: &duet_config::Cluster,
-    kept: Option<&UpstreamClient>,
+    kept: Option<&Connector>,
     counters: &Arc<ClusterCounters>,
-) -> UpstreamClient {
+) -> Option<Connector> {
     let Some(settings) = &config.tls else {
-        return match kept.filter(|c| !c.connector().is_tls()) {
-            Some(client) => client.clone(),
-            None => upstream_client(&config.timeouts),
+        return match kept {
+            Some(connector) if !connector.is_tls() => None,
+            _ => Some(Connector::default()),
         };
     };
     let loaded = tls::load(settings).map(Arc::new).map_err(|e| e.to_string());
-    if let (Some(client), Ok(new)) = (kept, &loaded) {
-        if client
-            .connector()
-            .loaded()
-            .is_some_and(|old| old.same_as(new))
-        {
-            return client.clone();
+    if let (Some(connector), Ok(new)) = (kept, &loaded) {
+        if connector.loaded().is_some_and(|old| old.same_as(new)) {
+            return None;
         }
     }
     if let Err(why) = &loaded {
         // Checked before the reload reached the workers: only a file changed since then gets here.
         tracing::error!(cluster = %config.name, "backend TLS not set up, every connection fails: {why}");
     }
-    let connector = Connector::tls(loaded, counters.clone());
-    upstream_client_over(&config.timeouts, connector)
+    Some(Connector::tls(loaded, counters.clone()))
 }
 
 /// The balancer of one cluster in one worker, keyed by backend address.
@@ -175,9 +187,11 @@ impl Cluster {
     /// Tells the TLS connector which host name each resolved address came from (the name its
     /// certificate is verified against when the cluster has no `server_name`).
     pub(crate) fn name_backends(&self, config: &duet_config::Cluster, names: &ResolvedNames) {
-        if let Transport::Http1(client) = &self.client {
-            client.connector().name_backends(config, names);
-        }
+        let connector = match &self.client {
+            Transport::Http1(client) => client.connector(),
+            Transport::H2(client) => client.connector(),
+        };
+        connector.name_backends(config, names);
     }
 
     /// Moves the balancer and outlier view out (for the cluster that replaces this one after a

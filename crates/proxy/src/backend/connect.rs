@@ -28,6 +28,10 @@ use tokio_rustls::{client::TlsStream, TlsConnector};
 /// ALPN for HTTP/1.1 connections.
 pub(crate) const HTTP_1_1: &[&[u8]] = &[b"http/1.1"];
 
+/// ALPN for HTTP/2 connections: a TLS backend must choose it (RFC 9113 §3.2), since sending the h2
+/// preface to a server that chose HTTP/1.1, or nothing, only fails later and less clearly.
+pub(crate) const H2: &[&[u8]] = &[b"h2"];
+
 /// How a cluster's connections are made: plain (the default), or TLS. Cheap to clone; the pool and
 /// its cluster share one.
 #[derive(Clone, Default)]
@@ -135,9 +139,15 @@ impl TlsTarget {
             // An IP backend without `server_name` passed the config check only with `verify: false`.
             .unwrap_or_else(|| ServerName::IpAddress(backend.ip().into()));
         let connector = TlsConnector::from(loaded.config.clone());
-        let alpn = alpn.iter().map(|p| p.to_vec()).collect();
-        let handshake = connector.with_alpn(alpn).connect(name, stream);
+        let offered = alpn.iter().map(|p| p.to_vec()).collect();
+        let handshake = connector.with_alpn(offered).connect(name, stream);
         match tokio::time::timeout(limit, handshake).await {
+            Ok(Ok(tls)) if alpn == H2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") => {
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the backend did not choose h2 by ALPN",
+                ))
+            }
             Ok(Ok(tls)) => Ok(UpstreamIo::Tls(Box::new(tls))),
             Ok(Err(error)) => Err(error),
             Err(_) => Err(io::Error::new(

@@ -12,7 +12,11 @@
 //! is never picked again, the next request opens a new one, and a request that the GOAWAY refused
 //! (RFC 9113 §8.7: never processed) is sent again on a new connection, not counted as a failure.
 
-use crate::backend::{pool::UpstreamError, request_body::UpstreamBody};
+use crate::backend::{
+    connect::{Connector, H2},
+    pool::UpstreamError,
+    request_body::UpstreamBody,
+};
 use duet_config::Timeouts;
 use http::{Request, Response};
 use hyper::{
@@ -61,6 +65,7 @@ struct H2Pool {
     connect_timeout: Duration,
     idle_timeout: Duration,
     handshake: http2::Builder<LocalSpawn>,
+    connector: Connector,
 }
 
 /// One connection and the streams this worker has open on it (clones share the counts).
@@ -107,8 +112,14 @@ impl Drop for StreamSlot {
 }
 
 /// Builds a worker's HTTP/2 client for a cluster's timeouts (`connect`; `idle` closes a connection
-/// that carried no stream for that long).
+/// that carried no stream for that long), over plain TCP.
 pub(crate) fn h2_client(timeouts: &Timeouts) -> H2Client {
+    h2_client_over(timeouts, Connector::default())
+}
+
+/// [`h2_client`] whose connections are made by `connector` (TLS offering only `h2` for a cluster with
+/// `tls:`).
+pub(crate) fn h2_client_over(timeouts: &Timeouts, connector: Connector) -> H2Client {
     let mut handshake = http2::Builder::new(LocalSpawn);
     handshake.timer(hyper_util::rt::TokioTimer::new());
     H2Client {
@@ -117,6 +128,7 @@ pub(crate) fn h2_client(timeouts: &Timeouts) -> H2Client {
             connect_timeout: timeouts.connect,
             idle_timeout: timeouts.idle,
             handshake,
+            connector,
         }),
     }
 }
@@ -184,10 +196,14 @@ impl H2Client {
             .map_err(|_| UpstreamError::ConnectTimeout(limit))?
             .map_err(UpstreamError::Connect)?;
         let _ = stream.set_nodelay(true);
+        let io = (self.pool.connector)
+            .connect(stream, backend, H2, limit)
+            .await
+            .map_err(UpstreamError::Tls)?;
         let (sender, connection) = self
             .pool
             .handshake
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|error| UpstreamError::Http {
                 error,
@@ -207,6 +223,11 @@ impl H2Client {
         let mut connections = self.pool.connections.borrow_mut();
         connections.entry(backend).or_default().push(shared.clone());
         Ok(shared)
+    }
+
+    /// How its connections are made (to keep it across a reload that reads the same TLS files).
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.pool.connector
     }
 
     /// Connections open now, over every backend.

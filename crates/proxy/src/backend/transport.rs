@@ -3,11 +3,10 @@
 //! `protocol`. The stages above see one `send`, and one [`Hold`] that the attempt keeps until it settles.
 
 use crate::backend::{
-    h2_pool::{h2_client, H2Client, StreamSlot},
-    pool::{upstream_client, Lease, UpstreamClient, UpstreamError},
+    h2_pool::{H2Client, StreamSlot},
+    pool::{Lease, UpstreamClient, UpstreamError},
     request_body::UpstreamBody,
 };
-use duet_config::{Timeouts, UpstreamProtocol};
 use http::{header, uri::Authority, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use std::net::SocketAddr;
@@ -30,13 +29,6 @@ pub(crate) enum Hold {
 }
 
 impl Transport {
-    pub(crate) fn new(protocol: UpstreamProtocol, timeouts: &Timeouts) -> Self {
-        match protocol {
-            UpstreamProtocol::Http1 => Self::Http1(upstream_client(timeouts)),
-            UpstreamProtocol::H2 => Self::H2(h2_client(timeouts)),
-        }
-    }
-
     /// Sends `request`, built for HTTP/1.1 (origin-form target, `Host` set), in this protocol.
     pub(crate) async fn send(
         &self,
@@ -49,7 +41,7 @@ impl Transport {
                 Ok((response, Hold::Lease(lease)))
             }
             Self::H2(client) => {
-                let request = for_h2(request, backend);
+                let request = for_h2(request, backend, client.connector().is_tls());
                 let (response, slot) = client.send(backend, request).await?;
                 Ok((response, Hold::Stream(slot)))
             }
@@ -68,16 +60,24 @@ impl Transport {
 
 /// An HTTP/1.1-shaped request as an HTTP/2 one: `Host` becomes `:authority` (RFC 9113 §8.3.1: a
 /// client that sends both must send the same; duet sends only the pseudo-header), the target becomes
-/// absolute so hyper sends `:scheme` and `:authority`, and a gRPC request keeps the `te: trailers`
+/// absolute so hyper sends `:scheme` (`https` over TLS) and `:authority`, and a gRPC request keeps the `te: trailers`
 /// gRPC servers require (the prepare stage drops `TE` as hop-by-hop).
-fn for_h2(mut request: Request<UpstreamBody>, backend: SocketAddr) -> Request<UpstreamBody> {
+fn for_h2(
+    mut request: Request<UpstreamBody>,
+    backend: SocketAddr,
+    tls: bool,
+) -> Request<UpstreamBody> {
     let authority = request
         .headers_mut()
         .remove(header::HOST)
         .and_then(|host| Authority::try_from(host.as_bytes()).ok())
         .or_else(|| Authority::try_from(backend.to_string()).ok());
     let mut parts = std::mem::take(request.uri_mut()).into_parts();
-    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.scheme = Some(if tls {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    });
     parts.authority = authority;
     if parts.path_and_query.is_none() {
         parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
@@ -108,7 +108,7 @@ mod tests {
             .body(UpstreamBody::Empty)
             .expect("request");
         let backend: SocketAddr = "10.0.0.1:50051".parse().expect("address");
-        let request = for_h2(request, backend);
+        let request = for_h2(request, backend, false);
         assert_eq!(request.uri(), "http://api.example.com/pkg.Svc/Call?x=1");
         assert_eq!(request.version(), Version::HTTP_2);
         assert!(request.headers().get(header::HOST).is_none());
@@ -118,8 +118,15 @@ mod tests {
         let request = Request::get("/")
             .body(UpstreamBody::Empty)
             .expect("request");
-        let request = for_h2(request, backend);
+        let request = for_h2(request, backend, false);
         assert_eq!(request.uri(), "http://10.0.0.1:50051/");
         assert!(request.headers().get(header::TE).is_none());
+
+        // Over TLS, the scheme says so.
+        let request = Request::get("/x")
+            .body(UpstreamBody::Empty)
+            .expect("request");
+        let request = for_h2(request, backend, true);
+        assert_eq!(request.uri(), "https://10.0.0.1:50051/x");
     }
 }
