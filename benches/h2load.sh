@@ -12,7 +12,9 @@
 #            listener serves a connection opening with the h2 preface as h2c
 #   HAProxy  nbthread 1, balance leastconn, http-reuse always; `bind ... proto h2`
 #   nginx    worker_processes 1, least_conn, upstream keepalive 64; `listen ... http2` (nginx 1.22 has no
-#            `http2 on`; a plain http2 listener is h2c prior knowledge only)
+#            `http2 on`; a plain http2 listener is h2c prior knowledge only); keepalive_requests raised
+#            on both sides: its default of 1,000 ends each h2 connection after 1,000 streams, and h2load
+#            does not reconnect (the run would measure 16,000 requests and then errors)
 # In each repetition, for -m 1 and -m 10, the proxies run in turn, each a fresh process:
 #   h2load -t1 -c16 -m M -D SECONDS: requests/s and CPU µs per request (the proxy's utime + stime from
 #   /proc over the run, over the requests h2load saw succeed)
@@ -22,7 +24,9 @@ cd "$(dirname "$0")/.."
 REPS=${1:-3}
 SECS=${2:-10}
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# A proxy is started in a command substitution, so it is not one of our jobs: its pid is kept to stop it.
+PROXY_PID=""
+trap 'kill $(jobs -p) $PROXY_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 LAUNCH=${LAUNCH:-taskset -c 0}
 
 if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ] || ! command -v h2load >/dev/null 2>&1; then
@@ -60,10 +64,12 @@ error_log $WORK/nginx/logs/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
+  keepalive_requests 100000000;
   upstream app {
     least_conn;
     server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; server 127.0.0.1:19304;
     keepalive 64;
+    keepalive_requests 100000000;
   }
   server {
     listen 127.0.0.1:18410 http2;
@@ -131,9 +137,10 @@ for rep in $(seq 1 "$REPS"); do
   for streams in 1 10; do
     for proxy in $PROXIES; do
       pid=$(start "$proxy")
+      PROXY_PID=$pid
       wait_for "$(port "$proxy")"
       curl -sf --http2-prior-knowledge "http://127.0.0.1:$(port "$proxy")/x" >/dev/null ||
-        { echo "$proxy is not answering h2c"; tail "$WORK"/*.err; exit 1; }
+        { echo "$proxy is not answering h2c"; tail "$WORK"/*.err "$WORK"/*/logs/error.log; exit 1; }
       read -r rps cpu bad ok <<<"$(measure "$proxy" "$streams" "$pid")"
       printf "%-4s %-8s %-8s %10.0f %12.1f %8s\n" "$rep" "$streams" "$proxy" "$rps" "$cpu" "$bad"
       echo "$rep $streams $proxy $rps $cpu $bad" >>"$RESULTS"

@@ -3,6 +3,7 @@
 # backends, side by side in one run, on loopback.
 #
 #   benches/upstream_tls.sh [REPETITIONS] [SECONDS]   (defaults: 3 repetitions of 10 s per proxy)
+#   RUNS="nginx-tls" benches/upstream_tls.sh 1 2       one run alone, to try a configuration (no ratios)
 #
 # Installs nginx-light, haproxy, wrk and openssl with apt if missing and builds duet in release mode.
 # Certificates (a test CA and a P-256 server certificate for backend.test) are made by openssl in a
@@ -14,8 +15,10 @@
 #   duet      workers 1, p2c_peak_ewma, retries, admin listener (metrics) on, access log off
 #             (RUST_LOG=warn); TLS: `tls: { ca, server_name: backend.test }` (verified)
 #   nginx     worker_processes 1, least_conn, upstream keepalive 64, access log off; TLS: proxy_pass
-#             https:// with proxy_ssl_verify on, proxy_ssl_trusted_certificate, proxy_ssl_name,
-#             proxy_ssl_session_reuse on
+#             https:// with proxy_ssl_protocols TLSv1.3 (1.22 offers up to 1.2 by default), proxy_ssl_verify on, proxy_ssl_trusted_certificate, proxy_ssl_name,
+#             proxy_ssl_session_reuse on; keepalive_requests raised on both sides (its default of 1,000
+#             would close every pooled backend connection after 1,000 requests and handshake again,
+#             which duet does not do)
 # Each proxy is pinned to CPU 0; the backends and wrk share CPU 1. In each repetition the four runs
 # (duet plain, duet TLS, nginx plain, nginx TLS) go in turn, each a fresh process: wrk -t1 -c64 for
 # SECONDS, closed loop. CPU is the proxy's own (utime + stime from /proc, before and after). Reported:
@@ -26,7 +29,9 @@ cd "$(dirname "$0")/.."
 REPS=${1:-3}
 SECS=${2:-10}
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# A proxy is started in a command substitution, so it is not one of our jobs: its pid is kept to stop it.
+PROXY_PID=""
+trap 'kill $(jobs -p) $PROXY_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 LAUNCH=${LAUNCH:-taskset -c 0}
 
 if [ ! -x /usr/sbin/nginx ] || ! command -v wrk >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
@@ -102,7 +107,7 @@ YAML
     local scheme=http ssl=""
     if [ $tls = tls ]; then
       scheme=https
-      ssl="proxy_ssl_verify on; proxy_ssl_trusted_certificate $WORK/ca.pem; proxy_ssl_name backend.test;
+      ssl="proxy_ssl_protocols TLSv1.3; proxy_ssl_verify on; proxy_ssl_trusted_certificate $WORK/ca.pem; proxy_ssl_name backend.test;
       proxy_ssl_server_name on; proxy_ssl_session_reuse on;"
     fi
     mkdir -p "$WORK/nginx-$tls/logs"
@@ -114,10 +119,12 @@ error_log $WORK/nginx-$tls/logs/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
+  keepalive_requests 100000000;
   upstream app {
     least_conn;
     server 127.0.0.1:${base}1; server 127.0.0.1:${base}2; server 127.0.0.1:${base}3; server 127.0.0.1:${base}4;
     keepalive 64;
+    keepalive_requests 100000000;
   }
   server {
     listen 127.0.0.1:18410;
@@ -168,14 +175,15 @@ reuse() { # -> "requests handshakes" from duet's /metrics
 }
 
 write_configs
-RUNS="duet-plain duet-tls nginx-plain nginx-tls"
+RUNS=${RUNS:-duet-plain duet-tls nginx-plain nginx-tls}
 RESULTS="$WORK/results.txt"
 printf "%-4s %-12s %10s %12s %8s %22s\n" rep run req/s "CPU us/req" errors "requests/handshakes"
 for rep in $(seq 1 "$REPS"); do
   for run in $RUNS; do
     pid=$(start "$run")
+    PROXY_PID=$pid
     wait_for "$(port "$run")"
-    curl -sf "http://127.0.0.1:$(port "$run")/x" >/dev/null || { echo "$run is not answering"; tail "$WORK"/*.err; exit 1; }
+    curl -sf "http://127.0.0.1:$(port "$run")/x" >/dev/null || { echo "$run is not answering"; tail "$WORK"/*.err "$WORK"/*/logs/error.log; exit 1; }
     read -r rps cpu bad total <<<"$(measure "$run" "$pid")"
     pool="-"
     if [ "$run" = duet-tls ]; then
@@ -199,6 +207,8 @@ for line in open(sys.argv[1]):
     if pool != "-":
         requests, handshakes = (int(x) for x in pool.split("/"))
         pools.append((requests, handshakes))
+if any(len(v) < 4 for v in data.values()):
+    sys.exit("(RUNS left some of the four runs out: no ratios)")
 med = lambda run, i: statistics.median(v[run][i] for v in data.values())
 ratio = lambda f: statistics.median(f(v) for v in data.values())
 print()
