@@ -136,6 +136,7 @@ printf "%-4s %-8s %-8s %10s %12s %8s\n" rep streams proxy req/s "CPU us/req" err
 for rep in $(seq 1 "$REPS"); do
   for streams in 1 10; do
     for proxy in $PROXIES; do
+      refuse_taken "$(port "$proxy")" # another benchmark on the same ports would share the traffic
       pid=$(start "$proxy")
       PROXY_PID=$pid
       wait_for "$(port "$proxy")"

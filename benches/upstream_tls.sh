@@ -180,6 +180,7 @@ RESULTS="$WORK/results.txt"
 printf "%-4s %-12s %10s %12s %8s %22s\n" rep run req/s "CPU us/req" errors "requests/handshakes"
 for rep in $(seq 1 "$REPS"); do
   for run in $RUNS; do
+    refuse_taken "$(port "$run")" # another benchmark on the same ports would share the traffic
     pid=$(start "$run")
     PROXY_PID=$pid
     wait_for "$(port "$run")"
