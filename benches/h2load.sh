@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# HTTP/2 from clients (issue #28): h2load against duet, nginx and HAProxy side by side in one run, each
+# speaking h2c (prior knowledge) to the client and HTTP/1.1 to the same four loopback backends, at 1 and
+# at 10 streams per connection.
+#
+#   benches/h2load.sh [REPETITIONS] [SECONDS]      (defaults: 3 repetitions of 10 s per proxy and run)
+#
+# Installs nginx-light, haproxy and nghttp2-client (h2load) with apt if missing and builds duet in release
+# mode. Each proxy gets one worker pinned to CPU 0, access log off; four duet-backend processes and h2load
+# share CPU 1.
+#   duet     workers 1, p2c_peak_ewma, retries, admin listener (metrics) on, RUST_LOG=warn; its plain
+#            listener serves a connection opening with the h2 preface as h2c
+#   HAProxy  nbthread 1, balance leastconn, http-reuse always; `bind ... proto h2`
+#   nginx    worker_processes 1, least_conn, upstream keepalive 64; `listen ... http2` (nginx 1.22 has no
+#            `http2 on`; a plain http2 listener is h2c prior knowledge only); keepalive_requests raised
+#            on both sides: its default of 1,000 ends each h2 connection after 1,000 streams, and h2load
+#            does not reconnect (the run would measure 16,000 requests and then errors)
+# In each repetition, for -m 1 and -m 10, the proxies run in turn, each a fresh process:
+#   h2load -t1 -c16 -m M -D SECONDS: requests/s and CPU µs per request (the proxy's utime + stime from
+#   /proc over the run, over the requests h2load saw succeed)
+# Reported: medians, and the medians of per-repetition ratios of duet to nginx and to HAProxy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${1:-3}
+SECS=${2:-10}
+WORK=$(mktemp -d)
+# A proxy is started in a command substitution, so it is not one of our jobs: its pid is kept to stop it.
+PROXY_PID=""
+trap 'kill $(jobs -p) $PROXY_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
+LAUNCH=${LAUNCH:-taskset -c 0}
+
+if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ] || ! command -v h2load >/dev/null 2>&1; then
+  echo "== installing nginx-light, haproxy and nghttp2-client"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy nghttp2-client >/dev/null
+fi
+echo "== building duet (release)"
+cargo build --release -q --bin duet --bin duet-backend
+source "$(dirname "$0")/proc_cpu.sh"
+for port in 18400 18409 18410 18420 19301 19302 19303 19304; do refuse_taken "$port"; done
+for port in 19301 19302 19303 19304; do
+  taskset -c 1 target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
+done
+wait_for 19304
+
+cat >"$WORK/duet.yaml" <<YAML
+workers: 1
+listeners: [ { address: 127.0.0.1:18400 } ]
+admin: { address: 127.0.0.1:18409 }
+routes:
+  - match: { path_prefix: / }
+    cluster: app
+clusters:
+  - name: app
+    policy: p2c_peak_ewma
+    backends: [ { address: 127.0.0.1:19301 }, { address: 127.0.0.1:19302 }, { address: 127.0.0.1:19303 }, { address: 127.0.0.1:19304 } ]
+    retries: { attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }
+YAML
+mkdir -p "$WORK/nginx/logs"
+cat >"$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  upstream app {
+    least_conn;
+    server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; server 127.0.0.1:19304;
+    keepalive 64;
+    keepalive_requests 100000000;
+  }
+  server {
+    listen 127.0.0.1:18410 http2;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+cat >"$WORK/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend app
+  bind 127.0.0.1:18420 proto h2
+  default_backend app
+backend app
+  balance leastconn
+  server b1 127.0.0.1:19301
+  server b2 127.0.0.1:19302
+  server b3 127.0.0.1:19303
+  server b4 127.0.0.1:19304
+CONF
+
+start() { # proxy -> pid (its output never to our stdout)
+  case $1 in
+    duet)
+      RUST_LOG=warn $LAUNCH target/release/duet run --config "$WORK/duet.yaml" >/dev/null 2>"$WORK/duet.err" &
+      echo $! ;;
+    nginx)
+      $LAUNCH /usr/sbin/nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" >/dev/null 2>"$WORK/nginx.err" &
+      echo $! ;;
+    haproxy)
+      $LAUNCH /usr/sbin/haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.err" 2>&1 &
+      echo $! ;;
+  esac
+}
+port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; esac; }
+
+measure() { # proxy streams pid -> "rps cpu_us_per_request failed succeeded"
+  local before after out
+  before=$(cpu_ticks "$3")
+  out=$(taskset -c 1 timeout $((SECS + 30)) h2load -t1 -c16 -m"$2" -D "$SECS" "http://127.0.0.1:$(port "$1")/x")
+  after=$(cpu_ticks "$3")
+  python3 -c '
+import re, sys
+text = sys.stdin.read()
+before, after = [int(x) for x in sys.argv[1].split()], [int(x) for x in sys.argv[2].split()]
+ticks = after[0] - before[0] + after[1] - before[1]
+m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", text)
+done, ok, failed, errored = (int(x) for x in m.groups())
+rps = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", text).group(1))
+codes = re.search(r"status codes: (\d+) 2xx", text)
+print(rps, ticks / 100 * 1e6 / max(ok, 1), failed + errored + (ok - int(codes.group(1))), ok)' "$before" "$after" <<<"$out"
+}
+
+RESULTS="$WORK/results.txt"
+PROXIES="duet haproxy nginx"
+printf "%-4s %-8s %-8s %10s %12s %8s\n" rep streams proxy req/s "CPU us/req" errors
+for rep in $(seq 1 "$REPS"); do
+  for streams in 1 10; do
+    for proxy in $PROXIES; do
+      refuse_taken "$(port "$proxy")" # another benchmark on the same ports would share the traffic
+      pid=$(start "$proxy")
+      PROXY_PID=$pid
+      wait_for "$(port "$proxy")"
+      curl -sf --http2-prior-knowledge "http://127.0.0.1:$(port "$proxy")/x" >/dev/null ||
+        { echo "$proxy is not answering h2c"; tail "$WORK"/*.err "$WORK"/*/logs/error.log; exit 1; }
+      read -r rps cpu bad ok <<<"$(measure "$proxy" "$streams" "$pid")"
+      printf "%-4s %-8s %-8s %10.0f %12.1f %8s\n" "$rep" "$streams" "$proxy" "$rps" "$cpu" "$bad"
+      echo "$rep $streams $proxy $rps $cpu $bad" >>"$RESULTS"
+      stop "$pid"
+    done
+  done
+done
+
+python3 - "$RESULTS" <<'PY'
+import collections, statistics, sys
+data = collections.defaultdict(dict)  # (rep, streams) -> proxy -> (rps, cpu)
+bad = 0
+for line in open(sys.argv[1]):
+    rep, streams, proxy, rps, cpu, b = line.split()
+    data[(rep, streams)][proxy] = (float(rps), float(cpu))
+    bad += int(b)
+print()
+for streams in ("1", "10"):
+    runs = [v for (r, s), v in data.items() if s == streams]
+    med = lambda proxy, i: statistics.median(v[proxy][i] for v in runs)
+    ratio = lambda f: statistics.median(f(v) for v in runs)
+    print(f"h2load -c16 -m{streams}:")
+    for proxy in ("duet", "haproxy", "nginx"):
+        print(f"  {proxy:<8} {med(proxy, 0):>8.0f} req/s  {med(proxy, 1):6.1f} us CPU per request")
+    for other in ("nginx", "haproxy"):
+        print(f"  duet / {other:<8} req/s {ratio(lambda v: v['duet'][0] / v[other][0]):.2f}"
+              f"   CPU per request {ratio(lambda v: v['duet'][1] / v[other][1]):.2f}")
+print(f"errors (failed, errored or non-2xx streams) across all runs: {bad}")
+PY
