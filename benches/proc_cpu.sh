@@ -1,5 +1,5 @@
-# CPU of a process tree from /proc, sourced by benches/upstream_tls.sh and benches/h2load.sh (the same
-# measure as benches/record.sh): utime + stime, in clock ticks of 1/100 s.
+# CPU of a process tree from /proc, sourced by benches/record.sh, benches/upstream_tls.sh and
+# benches/h2load.sh: utime + stime, in clock ticks of 1/100 s.
 cpu_ticks() { # pid: "utime stime" of it and its children
   python3 - "$1" <<'PY'
 import os, sys

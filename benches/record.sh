@@ -42,26 +42,8 @@ done
 # The three proxies, their configurations and how each is started: shared with benches/instructions.sh.
 source "$(dirname "$0")/anchors.sh"
 
-cpu_ticks() { # pid: "utime stime" of it and its children
-  python3 - "$1" <<'PY'
-import os, sys
-root = int(sys.argv[1])
-def stat(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
-user = kernel = 0
-for entry in os.listdir("/proc"):
-    if entry.isdigit():
-        try:
-            fields = stat(entry)
-        except OSError:
-            continue
-        if int(entry) == root or int(fields[1]) == root:
-            user += int(fields[11])
-            kernel += int(fields[12])
-print(user, kernel)
-PY
-}
+# cpu_ticks PID: utime and stime of a process tree (shared with upstream_tls.sh and h2load.sh).
+source "$(dirname "$0")/proc_cpu.sh"
 
 cat >"$WORK/fixed.lua" <<'LUA'
 -- 16 connections, each waiting 16/1500 s between requests: 1,500 requests/s in all.
