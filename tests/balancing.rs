@@ -73,10 +73,17 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
 
 /// Weights 3:1 between two equal backends through the real binary, one request at a time: every policy
 /// gives the weight-3 backend three quarters.
+///
+/// The in-flight and baseline policies see equal loads on every pick, so the share is the weighted
+/// coin's (±0.05 is over 3 standard deviations at 800 requests). The latency policies see each backend's
+/// measured latency, and on a busy machine scheduling noise makes equal backends look unequal for a while,
+/// which P2C then rightly acts on: both backends take a 3 ms delay so that the noise is small beside the
+/// latency, and those policies get ±0.10.
 #[test]
 fn weights_hold_for_every_policy_through_the_binary() {
-    let heavy = Backend::start(BackendOptions::named("heavy")).expect("backend");
-    let light = Backend::start(BackendOptions::named("light")).expect("backend");
+    let delay = Duration::from_millis(3);
+    let heavy = Backend::start(BackendOptions::named("heavy").delay(delay)).expect("backend");
+    let light = Backend::start(BackendOptions::named("light").delay(delay)).expect("backend");
     for policy in [
         "round_robin",
         "random",
@@ -99,8 +106,13 @@ fn weights_hold_for_every_policy_through_the_binary() {
             .filter(|_| crate::support::served_by(duet.address) == "heavy")
             .count() as f64
             / f64::from(requests);
+        let tolerance = if policy.ends_with("peak_ewma") {
+            0.10
+        } else {
+            0.05
+        };
         assert!(
-            (heavy_share - 0.75).abs() <= 0.05,
+            (heavy_share - 0.75).abs() <= tolerance,
             "{policy}: the weight-3 backend got {heavy_share:.3}"
         );
     }
