@@ -233,8 +233,17 @@ async fn a_discover_balance_is_a_load_so_it_nests_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn counters_hold_when_guards_end_on_other_threads() {
-    let metric = LoadMetric::default();
-    let balance = Arc::new(Mutex::new(Balance::new(metric)));
+    // A mock clock standing still an hour after its zero: every request takes no time, so every
+    // estimate read is the starting 30 ms exactly, however slowly a loaded machine runs the threads. A
+    // read that tore the counts from the sum of start times would see a start counted but missing from
+    // the sum, an age of an hour over the number waiting: minutes. (With the real clock, a thread
+    // descheduled while it held a guard made real samples of hundreds of milliseconds.)
+    let (clock, time) = duet_balance::Clock::mock();
+    time.advance(std::time::Duration::from_secs(3600));
+    let starting = std::time::Duration::from_millis(30);
+    let balance = Arc::new(Mutex::new(
+        Balance::new(LoadMetric::default()).with_clock(clock),
+    ));
     for name in ["a", "b", "c", "d"] {
         let mut balance = balance.lock().expect("lock");
         balance.insert(name, 1, Switch::new(name).0);
@@ -284,23 +293,15 @@ async fn counters_hold_when_guards_end_on_other_threads() {
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let (worst, reads) = reader.join().expect("reader");
-    // 30 ms is the starting estimate; nothing here takes longer than a scheduling hiccup.
-    assert!(
-        worst < std::time::Duration::from_millis(200),
-        "{worst:?} over {reads} reads"
-    );
+    assert_eq!(worst, starting, "over {reads} reads");
     let balance = balance.lock().expect("lock");
     let picks: u64 = balance.endpoints().map(|e| e.load.picks()).sum();
     assert_eq!(picks, 8 * 500);
     for endpoint in balance.endpoints() {
         assert_eq!(endpoint.load.in_flight(), 0, "{}", endpoint.key);
         assert_eq!(endpoint.load.waiting(), 0, "{}", endpoint.key);
-        // Nothing is waiting for a sample any more: the estimate is the EWMA alone, a few µs at most.
-        let estimate = endpoint.load.rtt_estimate();
-        assert!(
-            estimate < std::time::Duration::from_millis(50),
-            "{}: {estimate:?}",
-            endpoint.key
-        );
+        // Nothing is waiting for a sample any more: the estimate is the EWMA alone, which samples of
+        // no time at no time apart leave where it started.
+        assert_eq!(endpoint.load.rtt_estimate(), starting, "{}", endpoint.key);
     }
 }
