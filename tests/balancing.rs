@@ -80,10 +80,18 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
 /// gives the weight-3 backend three quarters.
 ///
 /// The in-flight and baseline policies see equal loads on every pick, so the share is the weighted
-/// coin's (±0.05 is over 3 standard deviations at 800 requests). The latency policies see each backend's
-/// measured latency, and on a busy machine scheduling noise makes equal backends look unequal for a while,
-/// which P2C then rightly acts on: both backends take a 3 ms delay so that the noise is small beside the
-/// latency, and those policies get ±0.10.
+/// coin's: ±0.05 is over 3 standard deviations at 800 requests, and no timing enters.
+///
+/// The latency policies see each backend's measured latency, and P2C counts two estimates as equal only
+/// within `LIKE_LOADS` (0.75) of each other. On a loaded machine one descheduled request is a sample
+/// several times the 3 ms floor; PeakEWMA takes that peak at once, and an idle backend's estimate decays
+/// with τ = 10 s, so the other backend wins every pick for the rest of the run (CI and a loaded 2-core
+/// machine saw 0.698, 0.606 and 0.999: the share then says which backend was unlucky, not whether weights
+/// hold). What weights do to PeakEWMA is pinned on virtual time in duet-balance's tests/weights.rs; here
+/// the binary must show it on a run that no such stall hit: up to five runs of 400 requests (±0.10 is
+/// 4.6 standard deviations), each on a fresh duet (fresh estimates), the first within the margin passes.
+/// Weights ignored give 0.5 on every quiet run, so a lost weight still fails wherever the machine is
+/// quiet enough to run the others.
 #[test]
 fn weights_hold_for_every_policy_through_the_binary() {
     let delay = Duration::from_millis(3);
@@ -97,28 +105,36 @@ fn weights_hold_for_every_policy_through_the_binary() {
         "p2c_memory_inflight",
         "p2c_memory_peak_ewma",
     ] {
-        let config = duet_testbed::config::DuetConfig::new()
-            .route(None, "/", "app")
-            .cluster(
-                duet_testbed::config::Cluster::new("app")
-                    .policy(policy)
-                    .weighted(heavy.address(), 3)
-                    .weighted(light.address(), 1),
-            );
-        let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
-        let requests = 800;
-        let heavy_share = (0..requests)
-            .filter(|_| crate::support::served_by(duet.address) == "heavy")
-            .count() as f64
-            / f64::from(requests);
-        let tolerance = if policy.ends_with("peak_ewma") {
-            0.10
+        let latency = policy.ends_with("peak_ewma");
+        let (runs, requests, tolerance) = if latency {
+            (5, 400, 0.10)
         } else {
-            0.05
+            (1, 800, 0.05)
         };
-        assert!(
-            (heavy_share - 0.75).abs() <= tolerance,
-            "{policy}: the weight-3 backend got {heavy_share:.3}"
-        );
+        let mut shares = Vec::new();
+        let held = (0..runs).any(|_| {
+            let share = heavy_share(policy, &heavy, &light, requests);
+            shares.push(format!("{share:.3}"));
+            (share - 0.75).abs() <= tolerance
+        });
+        eprintln!("{policy}: the weight-3 backend got {shares:?}");
+        assert!(held, "{policy}: the weight-3 backend got {shares:?}");
     }
+}
+
+/// The weight-3 backend's share of `requests` sequential requests through a fresh duet.
+fn heavy_share(policy: &str, heavy: &Backend, light: &Backend, requests: u32) -> f64 {
+    let config = duet_testbed::config::DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(
+            duet_testbed::config::Cluster::new("app")
+                .policy(policy)
+                .weighted(heavy.address(), 3)
+                .weighted(light.address(), 1),
+        );
+    let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
+    let served = (0..requests)
+        .filter(|_| crate::support::served_by(duet.address) == "heavy")
+        .count();
+    served as f64 / f64::from(requests)
 }
