@@ -252,9 +252,20 @@ fn a_recovered_backend_is_readmitted_by_health_checks_and_ramps_up() {
         >= 2));
     eprintln!("re-admitted {:?} after restart", readmitted.elapsed());
     let mut shares = Vec::new();
-    for _ in 0..6 {
+    // The first window measures where the ramp starts, one request at a time: every load reads 0, so
+    // the share is the weighted draw's alone, w/(2+w) for b's ramped weight w (0.1 at admission: 0.05),
+    // where 4 concurrent requests let P2C lift the lightly weighted b toward its in-flight share; and it
+    // is short, for at 300 requests a loaded machine stretched it over half the ramp (0.203 seen). A
+    // share of 0.2 would take w = 0.5, 1.6 s into the ramp. The last window, at full weight, is long
+    // for a tight estimate of the third it reaches.
+    for (requests, concurrency) in [(100, 1), (300, 4), (300, 4), (300, 4), (300, 4), (600, 4)] {
         let window = Instant::now();
-        let report = rt.block_on(closed_loop(uri.clone(), 300, 4, Duration::from_secs(5)));
+        let report = rt.block_on(closed_loop(
+            uri.clone(),
+            requests,
+            concurrency,
+            Duration::from_secs(5),
+        ));
         assert_eq!(report.errors, 0);
         shares.push(report.share("b"));
         // Wall-clock: the shares are sampled along slow start's ramp, which follows real time.
