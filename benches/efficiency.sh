@@ -14,9 +14,9 @@
 # backends share CPU 1. In each repetition the proxies run in turn:
 #   closed  four instant backends, wrk -t1 -c64 for SECONDS
 #   fixed   six backends that answer after 5 ms, about 1,500 requests/s: 96 wrk connections each waiting
-#           PACE_MS (59) after each response. wrk has no open loop; pacing per connection holds the rate
-#           within a few percent because the backends' 5 ms dominate each round trip (the achieved rate
-#           is printed, and every figure is per request)
+#           PACE_MS (59) after each response. wrk has no open loop: the rate is 96 / (59 ms + latency),
+#           1,490/s at the 5.5 ms a quiet machine gives and lower when CPU 1 is contended (the achieved
+#           rate is printed; every figure is per request)
 # Per request: CPU µs (utime + stime of the proxy's process tree, /proc) and wake-ups (voluntary context
 # switches of all its threads, /proc: each is a sleep in epoll_wait or on a lock ended by an event).
 # Then, unless INSTRUCTIONS=0, benches/instructions.sh counts user-space instructions per request under
