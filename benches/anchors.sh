@@ -1,7 +1,8 @@
 # The anchors of the benchmarks of record, sourced by benches/record.sh and benches/instructions.sh:
 # duet, HAProxy and nginx at their best settings over four loopback backends (ports 19301-19304), with
 # every proxy's access log off or on. Needs WORK (a scratch directory). LAUNCH prefixes each proxy's
-# command, split into words (default: pinned to CPU 0); DUET names the duet binary (default: this build).
+# command, split into words (default: pinned to CPU 0); DUET names the duet binary (default: this build);
+# BACKENDS lists other backend ports (benches/efficiency.sh: six slow backends) for write_configs and start.
 #   duet     p2c_peak_ewma, routing, retries (3 attempts, budget), the admin listener (metrics) on;
 #            log "on" is its default (RUST_LOG=info: one access-log line per request, to a file)
 #   HAProxy  balance leastconn, http-reuse always; log "on": option httplog to a file (log stdout)
@@ -10,9 +11,16 @@
 #            hyper 1.x and nothing else (crates/proxy/examples/bare_hyper.rs: round robin, no header
 #            rules, limits, retries, metrics or log): what hyper and the kernel cost before duet adds anything
 LAUNCH=${LAUNCH:-taskset -c 0}
+BACKENDS=${BACKENDS:-19301 19302 19303 19304}
 
 write_configs() { # log: on|off
-  local log=$1
+  local log=$1 port duet_backends="" nginx_servers="" haproxy_servers=""
+  for port in $BACKENDS; do
+    duet_backends+="${duet_backends:+, }{ address: 127.0.0.1:$port }"
+    nginx_servers+="${nginx_servers:+ }server 127.0.0.1:$port;"
+    haproxy_servers+="  server b$port 127.0.0.1:$port
+"
+  done
   cat >"$WORK/duet.yaml" <<YAML
 workers: 1
 listeners: [ { address: 127.0.0.1:18400 } ]
@@ -25,7 +33,7 @@ routes:
 clusters:
   - name: app
     policy: p2c_peak_ewma
-    backends: [ { address: 127.0.0.1:19301 }, { address: 127.0.0.1:19302 }, { address: 127.0.0.1:19303 }, { address: 127.0.0.1:19304 } ]
+    backends: [ $duet_backends ]
     retries: { attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }
 YAML
   mkdir -p "$WORK/nginx/logs"
@@ -41,7 +49,7 @@ http {
   $nginx_log
   upstream app {
     least_conn;
-    server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; server 127.0.0.1:19304;
+    $nginx_servers
     keepalive 64;
   }
   server {
@@ -69,10 +77,7 @@ frontend app
   default_backend app
 backend app
   balance leastconn
-  server b1 127.0.0.1:19301
-  server b2 127.0.0.1:19302
-  server b3 127.0.0.1:19303
-  server b4 127.0.0.1:19304
+$haproxy_servers
 CONF
 }
 
@@ -97,8 +102,9 @@ start() { # proxy log -> pid of the process whose tree is measured (its output n
       $LAUNCH /usr/sbin/haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.log" 2>&1 &
       echo $! ;;
     bare)
-      $LAUNCH target/release/examples/bare_hyper 127.0.0.1:18430 127.0.0.1:19301 127.0.0.1:19302 \
-        127.0.0.1:19303 127.0.0.1:19304 >/dev/null 2>"$WORK/bare.err" &
+      # shellcheck disable=SC2046 # one argument per backend
+      $LAUNCH target/release/examples/bare_hyper 127.0.0.1:18430 $(printf '127.0.0.1:%s ' $BACKENDS) \
+        >/dev/null 2>"$WORK/bare.err" &
       echo $! ;;
   esac
 }

@@ -6,6 +6,8 @@
 #   benches/instructions.sh [SECONDS]       (default: 6 s of measured traffic per run)
 #   DUET=/path/to/duet benches/instructions.sh
 #                                           counts another duet build (a before/after pair)
+#   NO_BUILD=1 benches/instructions.sh      uses the release binaries as they are (a build of another
+#                                           profile holds cargo's lock on target/)
 #
 # Installs valgrind, haproxy, nginx-light and wrk with apt if missing and builds duet in release mode. The
 # proxies and their configurations are those of benches/record.sh (benches/anchors.sh), each access log
@@ -24,10 +26,12 @@ if ! command -v valgrind >/dev/null 2>&1 || [ ! -x /usr/sbin/haproxy ] || [ ! -x
   echo "== installing valgrind, haproxy, nginx-light and wrk"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind haproxy nginx-light wrk >/dev/null
 fi
-echo "== building duet (release)"
-cargo build --release -q --bin duet --bin duet-backend
 PROXIES=${PROXIES:-duet haproxy nginx}
-case " $PROXIES " in *" bare "*) cargo build --release -q -p duet-proxy --example bare_hyper ;; esac
+if [ -z "${NO_BUILD:-}" ]; then
+  echo "== building duet (release)"
+  cargo build --release -q --bin duet --bin duet-backend
+  case " $PROXIES " in *" bare "*) cargo build --release -q -p duet-proxy --example bare_hyper ;; esac
+fi
 for port in 19301 19302 19303 19304; do
   target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
 done
