@@ -4,6 +4,7 @@
 
 pub(crate) mod accept;
 pub(crate) mod connections;
+pub(crate) mod head_timer;
 pub(crate) mod http2;
 pub(crate) mod serve;
 pub(crate) mod shared;
