@@ -82,7 +82,10 @@ mod tests {
         let mut sleep = HeadTimer.sleep(Duration::from_secs(10));
         assert!(sleep.as_mut().poll(&mut cx).is_pending(), "the first poll");
         tokio::time::advance(Duration::from_secs(9)).await;
-        assert!(sleep.as_mut().poll(&mut cx).is_pending(), "before the deadline");
+        assert!(
+            sleep.as_mut().poll(&mut cx).is_pending(),
+            "before the deadline"
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(sleep.as_mut().poll(&mut cx).is_ready(), "at the deadline");
         // A reset starts over.
