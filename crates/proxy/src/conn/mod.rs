@@ -4,7 +4,6 @@
 
 pub(crate) mod accept;
 pub(crate) mod connections;
-pub(crate) mod head_timer;
 pub(crate) mod http2;
 pub(crate) mod serve;
 pub(crate) mod shared;
@@ -12,4 +11,5 @@ pub(crate) mod shared;
 pub(crate) mod parking;
 
 pub(crate) mod active;
+pub(crate) mod head_timer;
 pub(crate) mod io;

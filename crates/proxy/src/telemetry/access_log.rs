@@ -231,35 +231,7 @@ impl AccessLog {
         duration_ms: f64,
         upstream_head_ms: f64,
     ) {
-        let json = JSON;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        SECOND.with(|second| {
-            let mut second = second.borrow_mut();
-            if second.0 != now.as_secs() {
-                use fmt::Write as _;
-                let (date, time) = civil(now.as_secs());
-                second.1.clear();
-                let _ = write!(
-                    second.1,
-                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-                    date.0, date.1, date.2, time.0, time.1, time.2
-                );
-                second.0 = now.as_secs();
-            }
-            if json {
-                line.push_str("{\"timestamp\":\"");
-            }
-            line.push_str(&second.1);
-            line.push('.');
-            push_padded(line, u64::from(now.subsec_micros()), 6);
-            line.push_str(if json {
-                "Z\",\"level\":\"INFO\""
-            } else {
-                "Z  INFO duet::access:"
-            });
-        });
+        push_timestamp::<JSON>(line);
         let mut fields = Fields::<JSON> { line };
         fields.address(name!("client"), |line| push_ip(line, self.client));
         fields.text(name!("method"), self.method.as_str());
@@ -305,11 +277,44 @@ impl AccessLog {
             Some(&self.request_id),
             ClientText::bare,
         );
-        if json {
+        if JSON {
             line.push_str(",\"target\":\"duet::access\"}");
         }
         line.push('\n');
     }
+}
+
+/// The line's start: its UTC time to the microsecond (the date and time of day formatted once per
+/// second), and its level and target.
+fn push_timestamp<const JSON: bool>(line: &mut String) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    SECOND.with(|second| {
+        let mut second = second.borrow_mut();
+        if second.0 != now.as_secs() {
+            use fmt::Write as _;
+            let (date, time) = civil(now.as_secs());
+            second.1.clear();
+            let _ = write!(
+                second.1,
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+                date.0, date.1, date.2, time.0, time.1, time.2
+            );
+            second.0 = now.as_secs();
+        }
+        if JSON {
+            line.push_str("{\"timestamp\":\"");
+        }
+        line.push_str(&second.1);
+        line.push('.');
+        push_padded(line, u64::from(now.subsec_micros()), 6);
+        line.push_str(if JSON {
+            "Z\",\"level\":\"INFO\""
+        } else {
+            "Z  INFO duet::access:"
+        });
+    });
 }
 
 /// Fields appended to a line: ` name=value` in text, `,"name":value` in JSON.
