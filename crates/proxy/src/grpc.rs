@@ -5,8 +5,14 @@
 
 use crate::error::{ErrorKind, ProxyError};
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use std::time::Duration;
+
+// Named once: a look-up by `&str` parses the name first, and two of these are looked up per request
+// (gRPC or not).
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The status codes, by number (the `code` label of `duet_grpc_responses_total`).
 pub(crate) const CODES: [&str; 17] = [
@@ -47,7 +53,7 @@ pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
 /// The `grpc-status` among `fields` (a trailers-only head, or the trailers): a code past 16 counts as
 /// `UNKNOWN`, as gRPC clients read it.
 pub(crate) fn status_of(fields: &HeaderMap) -> Option<u8> {
-    let value = fields.get("grpc-status")?.to_str().ok()?;
+    let value = fields.get(GRPC_STATUS)?.to_str().ok()?;
     let code: u32 = value.trim().parse().ok()?;
     Some(
         u8::try_from(code)
@@ -60,7 +66,7 @@ pub(crate) fn status_of(fields: &HeaderMap) -> Option<u8> {
 /// The call's deadline from `grpc-timeout` (at most 8 digits and a unit: `H`, `M`, `S`, `m`, `u`,
 /// `n`); `None` when absent or malformed (then only the route's timeout applies).
 pub(crate) fn timeout(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.as_bytes();
+    let value = headers.get(GRPC_TIMEOUT)?.as_bytes();
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -115,9 +121,9 @@ pub(crate) fn error_response(error: &ProxyError) -> (u8, Response<Bytes>) {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.insert("grpc-status", HeaderValue::from(u16::from(code)));
+    headers.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
     // The texts are plain ASCII without `%`: nothing to percent-encode.
-    headers.insert("grpc-message", HeaderValue::from_static(error.message()));
+    headers.insert(GRPC_MESSAGE, HeaderValue::from_static(error.message()));
     (code, response)
 }
 

@@ -24,9 +24,10 @@ use duet_config::{Policy, Timeouts, UpstreamProtocol};
 use http::{uri::Authority, StatusCode};
 use rustc_hash::FxBuildHasher;
 use std::{
-    cell::RefCell, collections::HashMap, net::SocketAddr, rc::Rc, sync::Arc, time::Duration,
+    cell::RefCell, collections::HashMap, net::SocketAddr, pin::Pin, rc::Rc, sync::Arc,
+    time::Duration,
 };
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tower::retry::budget::{Budget, TpsBudget};
 
 /// The cluster's client: the previous one (its pooled connections, its TLS session cache) when the
@@ -128,6 +129,39 @@ pub(crate) struct Cluster {
     pub(crate) counters: Arc<ClusterCounters>,
     /// What this worker saw of each backend, by address (kept for the backends in the balancer).
     backend_stats: RefCell<HashMap<SocketAddr, Arc<BackendStats>, FxBuildHasher>>,
+    /// Response-head timers kept for this cluster's next attempts.
+    pub(crate) spare_timers: SpareTimers,
+}
+
+/// Timers kept for reuse by the attempts of one cluster in one worker (its runtime's timers). One handed
+/// back stays in tokio's wheel: moving its deadline later, as the next attempt does (the cluster's
+/// limit from a later now), is an atomic store, where a new timer costs an insert into the wheel and a
+/// removal per request. A spare left unused fires once at its old deadline: a spurious wake-up of the
+/// task that used it last.
+#[derive(Default)]
+pub(crate) struct SpareTimers(RefCell<Vec<Pin<Box<Sleep>>>>);
+
+impl SpareTimers {
+    /// Enough for the attempts a worker has waiting on one cluster at once, in the common case.
+    const MAX: usize = 64;
+
+    /// A timer due at `deadline`: a spare one if there is one.
+    pub(crate) fn take(&self, deadline: Instant) -> Pin<Box<Sleep>> {
+        match self.0.borrow_mut().pop() {
+            Some(mut timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        }
+    }
+
+    pub(crate) fn give_back(&self, timer: Pin<Box<Sleep>>) {
+        let mut spare = self.0.borrow_mut();
+        if spare.len() < Self::MAX {
+            spare.push(timer);
+        }
+    }
 }
 
 impl Cluster {
@@ -179,6 +213,7 @@ impl Cluster {
             backend_stats: RefCell::new(
                 previous.map_or_else(HashMap::default, |p| p.backend_stats.borrow().clone()),
             ),
+            spare_timers: SpareTimers::default(),
         };
         cluster.set_endpoints(endpoints);
         cluster

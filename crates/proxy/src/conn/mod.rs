@@ -11,4 +11,5 @@ pub(crate) mod shared;
 pub(crate) mod parking;
 
 pub(crate) mod active;
+pub(crate) mod head_timer;
 pub(crate) mod io;

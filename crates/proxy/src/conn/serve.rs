@@ -4,6 +4,7 @@ use crate::{
     attempt::body::ProxyBody,
     conn::{
         active::Active,
+        head_timer::HeadTimer,
         io::{ClientIo, Prefixed, SendTimeout},
         parking::Parked,
         shared::Shared,
@@ -18,7 +19,7 @@ use bytes::Bytes;
 use duet_config::Limits;
 use http::Response;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use std::{
     cell::Cell, convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc,
     time::Duration,
@@ -231,7 +232,9 @@ async fn hyper_turn<IO: ClientIo>(
 fn server_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
+        // A deadline checked at hyper's polls, not a tokio timer per request: `drive`'s idle tick
+        // polls the connection at least every quarter of `header_read_timeout`.
+        .timer(HeadTimer)
         .header_read_timeout(limits.header_read_timeout)
         // The head limit itself (start line and fields, counted as hyper parses them: 431 past it);
         // the read buffer gets room beyond it so the limit, not the buffer, decides, and no more: the
@@ -321,6 +324,8 @@ where
     let mut drain_grace =
         (draining && request_waiting).then(|| Box::pin(tokio::time::sleep(DRAIN_GRACE)));
     loop {
+        // Also what cuts a stalled head: hyper's header timer (`HeadTimer`) is only checked when the
+        // connection is polled.
         let idle = tokio::time::sleep(park_after / 2);
         tokio::pin!(idle);
         let finished = tokio::select! {

@@ -3,7 +3,7 @@
 
 use crate::{
     attempt::completion::Completion,
-    backend::cluster::{Cluster, Upstream},
+    backend::cluster::{Cluster, SpareTimers, Upstream},
     backend::pool::UpstreamError,
     backend::request_body::{BodySource, ClientFailure, UpstreamBody},
     backend::transport::Transport,
@@ -82,6 +82,7 @@ pub(crate) async fn send(
         let upload = prepared.source.upload().cloned();
         let sent = HeadDeadline::new(
             cluster.client().send(backend, request),
+            &cluster.spare_timers,
             cluster.response_timeout(),
             upload,
         );
@@ -147,22 +148,40 @@ pin_project! {
     /// `limits.body_read_timeout` bounds), the timer starts over. An upload the backend stops taking
     /// times out like a silent backend. (Checked at each expiry, so the head may take up to twice the
     /// limit after the last progress of an upload.)
-    struct HeadDeadline<F> {
+    ///
+    /// Its timer is one of the cluster's spares ([`SpareTimers`]), taken when the head is first waited
+    /// for and handed back when the wait ends.
+    struct HeadDeadline<'a, F> {
         #[pin]
         response: F,
-        #[pin]
-        timer: Sleep,
+        spare: &'a SpareTimers,
+        timer: Option<Pin<Box<Sleep>>>,
         limit: Duration,
         upload: Option<Arc<Upload>>,
         frames: u64,
     }
+
+    impl<F> PinnedDrop for HeadDeadline<'_, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(timer) = this.timer.take() {
+                this.spare.give_back(timer);
+            }
+        }
+    }
 }
 
-impl<F> HeadDeadline<F> {
-    fn new(response: F, limit: Duration, upload: Option<Arc<Upload>>) -> Self {
+impl<'a, F> HeadDeadline<'a, F> {
+    fn new(
+        response: F,
+        spare: &'a SpareTimers,
+        limit: Duration,
+        upload: Option<Arc<Upload>>,
+    ) -> Self {
         Self {
             response,
-            timer: tokio::time::sleep(limit),
+            spare,
+            timer: None,
             limit,
             upload,
             frames: 0,
@@ -170,16 +189,19 @@ impl<F> HeadDeadline<F> {
     }
 }
 
-impl<F: Future> Future for HeadDeadline<F> {
+impl<F: Future> Future for HeadDeadline<'_, F> {
     type Output = Result<F::Output, Elapsed>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let this = self.project();
         if let Poll::Ready(output) = this.response.poll(cx) {
             return Poll::Ready(Ok(output));
         }
+        let limit = *this.limit;
+        let spare = *this.spare;
+        let timer = (this.timer).get_or_insert_with(|| spare.take(Instant::now() + limit));
         loop {
-            ready!(this.timer.as_mut().poll(cx));
+            ready!(timer.as_mut().poll(cx));
             let moving = this.upload.as_ref().is_some_and(|upload| {
                 let frames = upload.frames();
                 let moved = frames != *this.frames;
@@ -187,9 +209,9 @@ impl<F: Future> Future for HeadDeadline<F> {
                 moved || upload.waiting_for_client()
             });
             if !moving {
-                return Poll::Ready(Err(Elapsed(*this.limit)));
+                return Poll::Ready(Err(Elapsed(limit)));
             }
-            this.timer.as_mut().reset(Instant::now() + *this.limit);
+            timer.as_mut().reset(Instant::now() + limit);
         }
     }
 }
