@@ -130,18 +130,32 @@ fn the_configured_http2_limits_are_the_settings_clients_see() {
     let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
         .section(
             "limits",
-            "{ http2: { max_concurrent_streams: 7, max_header_list_size: 16KiB } }",
+            "{ http2: { max_concurrent_streams: 7, max_header_list_size: 16KiB, \
+             initial_stream_window_size: 100000, initial_connection_window_size: 3MiB } }",
         )
         .to_yaml();
     let duet = Duet::start(&yaml);
     assert_eq!(
         attack(python, &duet, "settings"),
-        "settings max_concurrent_streams=7 max_header_list_size=16384 sent=0"
+        "settings max_concurrent_streams=7 max_header_list_size=16384 initial_window_size=100000 \
+         connection_window=3145728 sent=0"
     );
-    // The defaults: 100 streams, the head limit (64 KiB) for the header list.
+    // The defaults: 100 streams, the head limit (64 KiB) for the header list, 256 KiB per stream
+    // and 1 MiB per connection.
     let (_backend, duet) = self::duet();
     assert_eq!(
         attack(python, &duet, "settings"),
-        "settings max_concurrent_streams=100 max_header_list_size=65536 sent=0"
+        "settings max_concurrent_streams=100 max_header_list_size=65536 initial_window_size=262144 \
+         connection_window=1048576 sent=0"
+    );
+    // Adaptive: both start at RFC 9113's 65,535 and grow with the measured bandwidth.
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .section("limits", "{ http2: { adaptive_window: true } }")
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    assert_eq!(
+        attack(python, &duet, "settings"),
+        "settings max_concurrent_streams=100 max_header_list_size=65536 initial_window_size=65535 \
+         connection_window=65535 sent=0"
     );
 }

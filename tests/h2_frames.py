@@ -92,20 +92,33 @@ def silent(host, port):
     return outcome(sock, conn, time.monotonic() + 10), 0
 
 def settings(host, port):
-    """Not an attack: the server's SETTINGS, as `settings max_concurrent_streams=N max_header_list_size=M`."""
+    """Not an attack: what the server grants, as `settings max_concurrent_streams=N
+    max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
+    after the server's first WINDOW_UPDATE on stream 0 (65535 if it sends none within 2 s)."""
     sock, conn = connect(host, port)
-    sock.settimeout(5)
+    sock.settimeout(0.2)
     deadline = time.monotonic() + 10
+    seen = None
     while time.monotonic() < deadline:
-        data = sock.recv(65536)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
         if not data:
             break
         for event in conn.receive_data(data):
-            if isinstance(event, h2.events.RemoteSettingsChanged):
-                remote = conn.remote_settings
-                return ("settings max_concurrent_streams=%d max_header_list_size=%d"
-                        % (remote.max_concurrent_streams, remote.max_header_list_size)), 0
-    return "no settings", 0
+            if isinstance(event, h2.events.RemoteSettingsChanged) and seen is None:
+                seen = time.monotonic()
+                # The connection's window comes in its own frame, sent after the client's preface.
+                deadline = seen + 2
+            if isinstance(event, h2.events.WindowUpdated) and event.stream_id == 0:
+                deadline = 0
+    if seen is None:
+        return "no settings", 0
+    remote = conn.remote_settings
+    return ("settings max_concurrent_streams=%d max_header_list_size=%d initial_window_size=%d "
+            "connection_window=%d" % (remote.max_concurrent_streams, remote.max_header_list_size,
+                                      remote.initial_window_size, conn.outbound_flow_control_window)), 0
 
 ATTACKS = {"settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
 

@@ -83,6 +83,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             max_header_list_size,
             keepalive_interval,
             keepalive_timeout,
+            windows,
         ]
     );
     changed!(
@@ -323,7 +324,7 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         &prefix,
         old,
         new,
-        [slow_start, dns_refresh, penalty_statuses,]
+        [slow_start, dns_refresh, penalty_statuses, http2,]
     );
     let (old_tls, new_tls) = (tls(old.tls.as_ref()), tls(new.tls.as_ref()));
     if old_tls != new_tls {
