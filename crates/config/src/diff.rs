@@ -83,7 +83,17 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             max_header_list_size,
             keepalive_interval,
             keepalive_timeout,
-            windows,
+        ]
+    );
+    changed!(
+        changes,
+        "limits.http2",
+        old.limits.http2.windows,
+        new.limits.http2.windows,
+        [
+            initial_stream_window_size,
+            initial_connection_window_size,
+            adaptive_window,
         ]
     );
     changed!(
@@ -324,7 +334,18 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         &prefix,
         old,
         new,
-        [slow_start, dns_refresh, penalty_statuses, http2,]
+        [slow_start, dns_refresh, penalty_statuses,]
+    );
+    changed!(
+        changes,
+        &format!("{prefix}.http2"),
+        old.http2,
+        new.http2,
+        [
+            initial_stream_window_size,
+            initial_connection_window_size,
+            adaptive_window,
+        ]
     );
     let (old_tls, new_tls) = (tls(old.tls.as_ref()), tls(new.tls.as_ref()));
     if old_tls != new_tls {
