@@ -120,7 +120,37 @@ def settings(host, port):
             "connection_window=%d" % (remote.max_concurrent_streams, remote.max_header_list_size,
                                       remote.initial_window_size, conn.outbound_flow_control_window)), 0
 
-ATTACKS = {"settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
+def backend(host, port):
+    """Not an attack: an h2c backend for one connection, on PORT (0: any). Prints `listening PORT`, then,
+    at its first request, what duet granted it: `backend initial_window_size=W connection_window=C`;
+    answers 200 `ok`."""
+    listener = socket.socket()
+    listener.bind((host, int(port)))
+    listener.listen(1)
+    listener.settimeout(30)
+    print("listening %d" % listener.getsockname()[1], flush=True)
+    sock, _ = listener.accept()
+    sock.settimeout(30)
+    conn = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(client_side=False, header_encoding=None))
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return "closed", 0
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                print("backend initial_window_size=%d connection_window=%d"
+                      % (conn.remote_settings.initial_window_size,
+                         conn.outbound_flow_control_window), flush=True)
+                conn.send_headers(event.stream_id, [(b":status", b"200"), (b"content-length", b"2")])
+                conn.send_data(event.stream_id, b"ok", end_stream=True)
+                sock.sendall(conn.data_to_send())
+                return "served", 0
+        sock.sendall(conn.data_to_send())
+
+ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]
