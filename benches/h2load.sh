@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # HTTP/2 from clients (issue #28): h2load against duet, nginx and HAProxy side by side in one run, each
-# speaking h2c (prior knowledge) to the client and HTTP/1.1 to the same four loopback backends, at 1 and
-# at 10 streams per connection.
+# speaking h2 to the client, as h2c (prior knowledge) and over TLS (ALPN h2, TLS 1.3, one self-signed
+# P-256 certificate shared by all three), and HTTP/1.1 to the same four loopback backends, at 1 and at
+# 10 streams per connection.
 #
-#   benches/h2load.sh [REPETITIONS] [SECONDS]      (defaults: 3 repetitions of 10 s per proxy and run)
+#   benches/h2load.sh [REPETITIONS] [SECONDS] [SCHEMES]
+#   (defaults: 3 repetitions of 10 s per proxy and run; SCHEMES "h2c tls", or either alone;
+#   OFFSET=N in the environment moves every port by N)
 #
 # Installs nginx-light, haproxy and nghttp2-client (h2load) with apt if missing and builds duet in release
 # mode. Each proxy gets one worker pinned to CPU 0, access log off; four duet-backend processes and h2load
@@ -23,6 +26,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-3}
 SECS=${2:-10}
+SCHEMES=${3:-h2c tls}
+# Every port moves by OFFSET, for a machine where another run holds the defaults.
+OFFSET=${OFFSET:-0}
 WORK=$(mktemp -d)
 # A proxy is started in a command substitution, so it is not one of our jobs: its pid is kept to stop it.
 PROXY_PID=""
@@ -36,23 +42,29 @@ fi
 echo "== building duet (release)"
 cargo build --release -q --bin duet --bin duet-backend
 source "$(dirname "$0")/proc_cpu.sh"
-for port in 18400 18409 18410 18420 19301 19302 19303 19304; do refuse_taken "$port"; done
-for port in 19301 19302 19303 19304; do
+for port in 18400 18401 18409 18410 18411 18420 18421 19301 19302 19303 19304; do refuse_taken $((port + OFFSET)); done
+# One certificate for every proxy's TLS listener: h2load does not verify it.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+  -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+cat "$WORK/cert.pem" "$WORK/key.pem" >"$WORK/haproxy.pem"
+for port in $((19301 + OFFSET)) $((19302 + OFFSET)) $((19303 + OFFSET)) $((19304 + OFFSET)); do
   taskset -c 1 target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
 done
-wait_for 19304
+wait_for $((19304 + OFFSET))
 
 cat >"$WORK/duet.yaml" <<YAML
 workers: 1
-listeners: [ { address: 127.0.0.1:18400 } ]
-admin: { address: 127.0.0.1:18409 }
+listeners:
+  - { address: 127.0.0.1:$((18400 + OFFSET)) }
+  - { address: 127.0.0.1:$((18401 + OFFSET)), tls: { cert: $WORK/cert.pem, key: $WORK/key.pem } }
+admin: { address: 127.0.0.1:$((18409 + OFFSET)) }
 routes:
   - match: { path_prefix: / }
     cluster: app
 clusters:
   - name: app
     policy: p2c_peak_ewma
-    backends: [ { address: 127.0.0.1:19301 }, { address: 127.0.0.1:19302 }, { address: 127.0.0.1:19303 }, { address: 127.0.0.1:19304 } ]
+    backends: [ { address: 127.0.0.1:$((19301 + OFFSET)) }, { address: 127.0.0.1:$((19302 + OFFSET)) }, { address: 127.0.0.1:$((19303 + OFFSET)) }, { address: 127.0.0.1:$((19304 + OFFSET)) } ]
     retries: { attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }
 YAML
 mkdir -p "$WORK/nginx/logs"
@@ -67,12 +79,16 @@ http {
   keepalive_requests 100000000;
   upstream app {
     least_conn;
-    server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; server 127.0.0.1:19304;
+    server 127.0.0.1:$((19301 + OFFSET)); server 127.0.0.1:$((19302 + OFFSET)); server 127.0.0.1:$((19303 + OFFSET)); server 127.0.0.1:$((19304 + OFFSET));
     keepalive 64;
     keepalive_requests 100000000;
   }
   server {
-    listen 127.0.0.1:18410 http2;
+    listen 127.0.0.1:$((18410 + OFFSET)) http2;
+    listen 127.0.0.1:$((18411 + OFFSET)) ssl http2;
+    ssl_certificate $WORK/cert.pem;
+    ssl_certificate_key $WORK/key.pem;
+    ssl_protocols TLSv1.3;
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
 }
@@ -88,14 +104,15 @@ defaults
   timeout server 30s
   http-reuse always
 frontend app
-  bind 127.0.0.1:18420 proto h2
+  bind 127.0.0.1:$((18420 + OFFSET)) proto h2
+  bind 127.0.0.1:$((18421 + OFFSET)) ssl crt $WORK/haproxy.pem alpn h2 ssl-min-ver TLSv1.3
   default_backend app
 backend app
   balance leastconn
-  server b1 127.0.0.1:19301
-  server b2 127.0.0.1:19302
-  server b3 127.0.0.1:19303
-  server b4 127.0.0.1:19304
+  server b1 127.0.0.1:$((19301 + OFFSET))
+  server b2 127.0.0.1:$((19302 + OFFSET))
+  server b3 127.0.0.1:$((19303 + OFFSET))
+  server b4 127.0.0.1:$((19304 + OFFSET))
 CONF
 
 start() { # proxy -> pid (its output never to our stdout)
@@ -111,12 +128,19 @@ start() { # proxy -> pid (its output never to our stdout)
       echo $! ;;
   esac
 }
-port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; esac; }
+port() { # proxy scheme
+  local base
+  case $1 in duet) base=$((18400 + OFFSET)) ;; nginx) base=$((18410 + OFFSET)) ;; haproxy) base=$((18420 + OFFSET)) ;; esac
+  if [ "$2" = tls ]; then echo $((base + 1)); else echo "$base"; fi
+}
+url() { # proxy scheme
+  if [ "$2" = tls ]; then echo "https://127.0.0.1:$(port "$1" tls)/x"; else echo "http://127.0.0.1:$(port "$1" h2c)/x"; fi
+}
 
-measure() { # proxy streams pid -> "rps cpu_us_per_request failed succeeded"
+measure() { # proxy streams pid scheme -> "rps cpu_us_per_request failed succeeded"
   local before after out
   before=$(cpu_ticks "$3")
-  out=$(taskset -c 1 timeout $((SECS + 30)) h2load -t1 -c16 -m"$2" -D "$SECS" "http://127.0.0.1:$(port "$1")/x")
+  out=$(taskset -c 1 timeout $((SECS + 30)) h2load -t1 -c16 -m"$2" -D "$SECS" "$(url "$1" "$4")")
   after=$(cpu_ticks "$3")
   python3 -c '
 import re, sys
@@ -132,38 +156,42 @@ print(rps, ticks / 100 * 1e6 / max(ok, 1), failed + errored + (ok - int(codes.gr
 
 RESULTS="$WORK/results.txt"
 PROXIES="duet haproxy nginx"
-printf "%-4s %-8s %-8s %10s %12s %8s\n" rep streams proxy req/s "CPU us/req" errors
+printf "%-4s %-6s %-8s %-8s %10s %12s %8s\n" rep scheme streams proxy req/s "CPU us/req" errors
 for rep in $(seq 1 "$REPS"); do
+ for scheme in $SCHEMES; do
   for streams in 1 10; do
     for proxy in $PROXIES; do
-      refuse_taken "$(port "$proxy")" # another benchmark on the same ports would share the traffic
+      # another benchmark on the same ports would share the traffic
+      refuse_taken "$(port "$proxy" h2c)"; refuse_taken "$(port "$proxy" tls)"
       pid=$(start "$proxy")
       PROXY_PID=$pid
-      wait_for "$(port "$proxy")"
-      curl -sf --http2-prior-knowledge "http://127.0.0.1:$(port "$proxy")/x" >/dev/null ||
-        { echo "$proxy is not answering h2c"; tail "$WORK"/*.err "$WORK"/*/logs/error.log; exit 1; }
-      read -r rps cpu bad ok <<<"$(measure "$proxy" "$streams" "$pid")"
-      printf "%-4s %-8s %-8s %10.0f %12.1f %8s\n" "$rep" "$streams" "$proxy" "$rps" "$cpu" "$bad"
-      echo "$rep $streams $proxy $rps $cpu $bad" >>"$RESULTS"
+      wait_for "$(port "$proxy" "$scheme")"
+      if [ "$scheme" = tls ]; then h2flag=--http2; else h2flag=--http2-prior-knowledge; fi
+      [ "$(curl -sk "$h2flag" -o /dev/null -w '%{http_version} %{http_code}' "$(url "$proxy" "$scheme")")" = "2 200" ] ||
+        { echo "$proxy is not answering $scheme"; tail "$WORK"/*.err "$WORK"/*/logs/error.log; exit 1; }
+      read -r rps cpu bad ok <<<"$(measure "$proxy" "$streams" "$pid" "$scheme")"
+      printf "%-4s %-6s %-8s %-8s %10.0f %12.1f %8s\n" "$rep" "$scheme" "$streams" "$proxy" "$rps" "$cpu" "$bad"
+      echo "$rep $scheme $streams $proxy $rps $cpu $bad" >>"$RESULTS"
       stop "$pid"
     done
   done
+ done
 done
 
 python3 - "$RESULTS" <<'PY'
 import collections, statistics, sys
-data = collections.defaultdict(dict)  # (rep, streams) -> proxy -> (rps, cpu)
+data = collections.defaultdict(dict)  # (rep, scheme, streams) -> proxy -> (rps, cpu)
 bad = 0
 for line in open(sys.argv[1]):
-    rep, streams, proxy, rps, cpu, b = line.split()
-    data[(rep, streams)][proxy] = (float(rps), float(cpu))
+    rep, scheme, streams, proxy, rps, cpu, b = line.split()
+    data[(rep, scheme, streams)][proxy] = (float(rps), float(cpu))
     bad += int(b)
 print()
-for streams in ("1", "10"):
-    runs = [v for (r, s), v in data.items() if s == streams]
+for scheme, streams in sorted({(k[1], k[2]) for k in data}, key=lambda k: (k[0], int(k[1]))):
+    runs = [v for (r, sc, s), v in data.items() if (sc, s) == (scheme, streams)]
     med = lambda proxy, i: statistics.median(v[proxy][i] for v in runs)
     ratio = lambda f: statistics.median(f(v) for v in runs)
-    print(f"h2load -c16 -m{streams}:")
+    print(f"h2load -c16 -m{streams} ({scheme}):")
     for proxy in ("duet", "haproxy", "nginx"):
         print(f"  {proxy:<8} {med(proxy, 0):>8.0f} req/s  {med(proxy, 1):6.1f} us CPU per request")
     for other in ("nginx", "haproxy"):

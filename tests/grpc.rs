@@ -582,3 +582,57 @@ async fn an_http11_client_asking_for_trailers_gets_the_h2_backends_grpc_status_c
     assert_eq!(calls[0].version, Version::HTTP_2);
     assert_eq!(calls[0].messages, [Bytes::from_static(b"hello")]);
 }
+
+/// Each backend's `health` on the status page, in the order configured.
+fn health_states(duet: &Duet) -> Vec<String> {
+    let (response, _) = crate::support::raw_exchange(
+        duet.admin_address(),
+        b"GET /status?format=json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let status: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    status["clusters"][0]["backends"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|b| b["health"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_of_an_h2_cluster_speak_h2_so_an_h2c_only_backend_passes() {
+    let live = GrpcBackend::start("live", Duration::ZERO).await;
+    let gone = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let gone_address = gone.local_addr().expect("address");
+    drop(gone);
+    let cluster = h2_cluster(&[&live]).backend(gone_address).set(
+        "health_check",
+        "{ path: /healthz, interval: 100ms, timeout: 2s, healthy_threshold: 1, unhealthy_threshold: 1 }",
+    );
+    let yaml = DuetConfig::new()
+        .admin()
+        .route(None, "/", "app")
+        .cluster(cluster)
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let states = || health_states(&duet);
+    let settled = wait_for(|| states() == ["passing", "failing"]).await;
+    assert!(settled, "{:?} {:#?}", states(), duet.log_lines());
+    // The checks reached the backend as h2 requests (an HTTP/1.1 one would never be served).
+    let checks: Vec<_> = live
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/healthz")
+        .collect();
+    assert!(!checks.is_empty());
+    assert!(checks.iter().all(|c| c.version == Version::HTTP_2));
+    let sender = client(duet.address).await;
+    for _ in 0..4 {
+        let answer = call(&sender, "/test.Echo/Unary", &[]).await;
+        assert_eq!(grpc_status(&answer), Some("0"));
+        assert_eq!(answer.trailers["x-served-by"], "live");
+    }
+}

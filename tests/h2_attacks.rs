@@ -4,9 +4,13 @@
 //! `DUET_REQUIRE_PYTHON_H2` is set (`.ci/run` installs it and sets it).
 
 use crate::support::{self, Duet};
-use duet_testbed::config::DuetConfig;
+use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
-use std::{process::Command, time::Duration};
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::Duration,
+};
 
 /// A Python that can `import h2`: Debian's packages are for the system interpreter, which a pyenv
 /// shim earlier on the PATH may hide.
@@ -130,18 +134,75 @@ fn the_configured_http2_limits_are_the_settings_clients_see() {
     let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
         .section(
             "limits",
-            "{ http2: { max_concurrent_streams: 7, max_header_list_size: 16KiB } }",
+            "{ http2: { max_concurrent_streams: 7, max_header_list_size: 16KiB, \
+             initial_stream_window_size: 100000, initial_connection_window_size: 3MiB } }",
         )
         .to_yaml();
     let duet = Duet::start(&yaml);
     assert_eq!(
         attack(python, &duet, "settings"),
-        "settings max_concurrent_streams=7 max_header_list_size=16384 sent=0"
+        "settings max_concurrent_streams=7 max_header_list_size=16384 initial_window_size=100000 \
+         connection_window=3145728 sent=0"
     );
-    // The defaults: 100 streams, the head limit (64 KiB) for the header list.
+    // The defaults: 100 streams, the head limit (64 KiB) for the header list, 256 KiB per stream
+    // and 1 MiB per connection.
     let (_backend, duet) = self::duet();
     assert_eq!(
         attack(python, &duet, "settings"),
-        "settings max_concurrent_streams=100 max_header_list_size=65536 sent=0"
+        "settings max_concurrent_streams=100 max_header_list_size=65536 initial_window_size=262144 \
+         connection_window=1048576 sent=0"
     );
+    // Adaptive: both start at RFC 9113's 65,535 and grow with the measured bandwidth.
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .section("limits", "{ http2: { adaptive_window: true } }")
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    assert_eq!(
+        attack(python, &duet, "settings"),
+        "settings max_concurrent_streams=100 max_header_list_size=65536 initial_window_size=65535 \
+         connection_window=65535 sent=0"
+    );
+}
+
+#[test]
+fn an_h2_cluster_grants_its_backends_the_configured_windows() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2_frames.py");
+    let mut backend = Command::new(python)
+        .args([script, "127.0.0.1", "0", "backend"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run h2_frames.py");
+    let mut lines = BufReader::new(backend.stdout.take().expect("stdout")).lines();
+    let mut line = || lines.next().and_then(Result::ok).unwrap_or_default();
+    let listening = line();
+    let port: u16 = listening
+        .strip_prefix("listening ")
+        .and_then(|p| p.parse().ok())
+        .expect("the backend's port");
+    let cluster = Cluster::new("app")
+        .backend(([127, 0, 0, 1], port).into())
+        .set("protocol", "h2")
+        .set(
+            "http2",
+            "{ initial_stream_window_size: 100000, initial_connection_window_size: 3MiB }",
+        );
+    let yaml = DuetConfig::new()
+        .route(None, "/", "app")
+        .cluster(cluster)
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let (response, _) = support::raw_exchange(
+        duet.address,
+        b"GET /w HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(10),
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(
+        line(),
+        "backend initial_window_size=100000 connection_window=3145728"
+    );
+    let _ = backend.wait();
 }

@@ -92,22 +92,65 @@ def silent(host, port):
     return outcome(sock, conn, time.monotonic() + 10), 0
 
 def settings(host, port):
-    """Not an attack: the server's SETTINGS, as `settings max_concurrent_streams=N max_header_list_size=M`."""
+    """Not an attack: what the server grants, as `settings max_concurrent_streams=N
+    max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
+    after the server's first WINDOW_UPDATE on stream 0 (65535 if it sends none within 2 s)."""
     sock, conn = connect(host, port)
-    sock.settimeout(5)
+    sock.settimeout(0.2)
     deadline = time.monotonic() + 10
+    seen = None
     while time.monotonic() < deadline:
-        data = sock.recv(65536)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
         if not data:
             break
         for event in conn.receive_data(data):
-            if isinstance(event, h2.events.RemoteSettingsChanged):
-                remote = conn.remote_settings
-                return ("settings max_concurrent_streams=%d max_header_list_size=%d"
-                        % (remote.max_concurrent_streams, remote.max_header_list_size)), 0
-    return "no settings", 0
+            if isinstance(event, h2.events.RemoteSettingsChanged) and seen is None:
+                seen = time.monotonic()
+                # The connection's window comes in its own frame, sent after the client's preface.
+                deadline = seen + 2
+            if isinstance(event, h2.events.WindowUpdated) and event.stream_id == 0:
+                deadline = 0
+    if seen is None:
+        return "no settings", 0
+    remote = conn.remote_settings
+    return ("settings max_concurrent_streams=%d max_header_list_size=%d initial_window_size=%d "
+            "connection_window=%d" % (remote.max_concurrent_streams, remote.max_header_list_size,
+                                      remote.initial_window_size, conn.outbound_flow_control_window)), 0
 
-ATTACKS = {"settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
+def backend(host, port):
+    """Not an attack: an h2c backend for one connection, on PORT (0: any). Prints `listening PORT`, then,
+    at its first request, what duet granted it: `backend initial_window_size=W connection_window=C`;
+    answers 200 `ok`."""
+    listener = socket.socket()
+    listener.bind((host, int(port)))
+    listener.listen(1)
+    listener.settimeout(30)
+    print("listening %d" % listener.getsockname()[1], flush=True)
+    sock, _ = listener.accept()
+    sock.settimeout(30)
+    conn = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(client_side=False, header_encoding=None))
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return "closed", 0
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                print("backend initial_window_size=%d connection_window=%d"
+                      % (conn.remote_settings.initial_window_size,
+                         conn.outbound_flow_control_window), flush=True)
+                conn.send_headers(event.stream_id, [(b":status", b"200"), (b"content-length", b"2")])
+                conn.send_data(event.stream_id, b"ok", end_stream=True)
+                sock.sendall(conn.data_to_send())
+                return "served", 0
+        sock.sendall(conn.data_to_send())
+
+ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

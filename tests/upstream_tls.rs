@@ -860,10 +860,9 @@ async fn an_h2_cluster_refuses_a_tls_backend_that_does_not_choose_h2_by_alpn() {
     assert!(metrics.contains(failures), "{metrics}");
 }
 
-/// A known limit (README "TLS to backends"): health checks probe over HTTP/1.1, which an h2-only TLS
-/// backend refuses by ALPN; the log says so.
+/// An h2-only TLS backend (ALPN `h2` alone) is health-checked over h2, with the cluster's TLS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_h2_only_tls_backend_refuses_the_http11_health_check_and_the_log_says_why() {
+async fn an_h2_only_tls_backend_passes_its_health_check_over_h2() {
     let dir = TempDir::new();
     let ca = Ca::new("backends");
     std::fs::write(dir.0.join("ca.pem"), ca.pem()).expect("ca");
@@ -874,10 +873,19 @@ async fn an_h2_only_tls_backend_refuses_the_http11_health_check_and_the_log_says
         "{ ca: ca.pem, server_name: grpc.internal }",
         "    protocol: h2\n    health_check: { path: /healthz, interval: 100ms, timeout: 2s }\n",
     );
-    assert!(
-        logged(&duet, "received fatal alert: NoApplicationProtocol"),
-        "{:#?}",
-        duet.log_lines()
-    );
-    assert!(backend.calls.lock().expect("calls").is_empty());
+    let checked = duet_testbed::wait::eventually_async(Duration::from_secs(10), || async {
+        admin(&duet, "/status?format=json")
+            .await
+            .contains("\"health\": \"passing\"")
+    })
+    .await;
+    assert!(checked, "{:#?}", duet.log_lines());
+    let calls = backend.calls.lock().expect("calls").clone();
+    assert!(calls.iter().any(|c| c.path == "/healthz"), "{calls:?}");
+    assert!(calls.iter().all(|c| c.version == http::Version::HTTP_2));
+    let refused = duet
+        .log_lines()
+        .into_iter()
+        .find(|l| l.contains("not admitted"));
+    assert_eq!(refused, None);
 }

@@ -87,6 +87,17 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
     );
     changed!(
         changes,
+        "limits.http2",
+        old.limits.http2.windows,
+        new.limits.http2.windows,
+        [
+            initial_stream_window_size,
+            initial_connection_window_size,
+            adaptive_window,
+        ]
+    );
+    changed!(
+        changes,
         "shutdown",
         old.shutdown,
         new.shutdown,
@@ -324,6 +335,17 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         old,
         new,
         [slow_start, dns_refresh, penalty_statuses,]
+    );
+    changed!(
+        changes,
+        &format!("{prefix}.http2"),
+        old.http2,
+        new.http2,
+        [
+            initial_stream_window_size,
+            initial_connection_window_size,
+            adaptive_window,
+        ]
     );
     let (old_tls, new_tls) = (tls(old.tls.as_ref()), tls(new.tls.as_ref()));
     if old_tls != new_tls {

@@ -48,10 +48,10 @@ pub use error::{ConfigError, ConfigErrors};
 pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Http2Limits, Limits, Listener, Location, Mirror, OutlierDetection,
-    PathMatch, PathRewrite, Pattern, Policy, Redirect, RedirectPath, Retries, Rewrite, Route,
-    Shutdown, Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster,
-    Workers,
+    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
+    OutlierDetection, PathMatch, PathRewrite, Pattern, Policy, Redirect, RedirectPath, Retries,
+    Rewrite, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch,
+    WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

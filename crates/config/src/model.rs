@@ -587,6 +587,9 @@ pub struct Cluster {
     pub penalty_statuses: Vec<u16>,
     /// TLS toward the backends; plain HTTP when `None`.
     pub tls: Option<UpstreamTls>,
+    /// Flow-control windows of `protocol: h2` connections to the backends (`http2:`). Default
+    /// [`Http2Windows::BACKEND`].
+    pub http2: Http2Windows,
 }
 
 /// `tls:` of a cluster: how duet speaks TLS to its backends. The files are read when duet starts and
@@ -831,6 +834,42 @@ pub struct Http2Limits {
     pub keepalive_interval: Duration,
     /// How long a PING may go unanswered before the connection is closed. Default 20 s.
     pub keepalive_timeout: Duration,
+    /// How much a client may send before duet reads it. Default [`Http2Windows::CLIENT`].
+    pub windows: Http2Windows,
+}
+
+/// HTTP/2 flow-control windows duet gives a peer (`limits.http2` for clients, a cluster's `http2` for
+/// its backends): the bytes of request (or response) body it may send ahead of duet reading them, so
+/// they bound what one connection can make duet buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Windows {
+    /// `SETTINGS_INITIAL_WINDOW_SIZE`: unread bytes per stream.
+    pub initial_stream_window_size: u32,
+    /// Unread bytes over all streams of one connection (a WINDOW_UPDATE on stream 0 past RFC 9113's
+    /// initial 65,535).
+    pub initial_connection_window_size: u32,
+    /// hyper's adaptive flow control: windows start at 65,535 and grow with the measured
+    /// bandwidth-delay product; the two sizes above are then not used.
+    pub adaptive_window: bool,
+}
+
+impl Http2Windows {
+    /// Toward clients: 256 KiB per stream (a 5 MB/s upload over a 50 ms path), 1 MiB per connection
+    /// (hyper's server default), so 10,000 connections cannot make duet hold more than 10 GiB.
+    pub const CLIENT: Self = Self {
+        initial_stream_window_size: 256 * 1024,
+        initial_connection_window_size: 1024 * 1024,
+        adaptive_window: false,
+    };
+    /// Toward backends: hyper's client defaults (2 MiB per stream, 5 MiB per connection): backends
+    /// are trusted, and their responses should not wait on duet's window.
+    pub const BACKEND: Self = Self {
+        initial_stream_window_size: 2 * 1024 * 1024,
+        initial_connection_window_size: 5 * 1024 * 1024,
+        adaptive_window: false,
+    };
+    /// The largest window RFC 9113 §6.9.1 allows: 2^31 - 1.
+    pub const MAX: u32 = (1 << 31) - 1;
 }
 
 impl Default for Http2Limits {
@@ -840,6 +879,7 @@ impl Default for Http2Limits {
             max_header_list_size: None,
             keepalive_interval: Duration::ZERO,
             keepalive_timeout: Duration::from_secs(20),
+            windows: Http2Windows::CLIENT,
         }
     }
 }

@@ -282,6 +282,8 @@ pub(crate) struct RawCluster {
     pub(crate) penalty_statuses: Option<Vec<Spanned<Scalar>>>,
     #[serde(default)]
     pub(crate) tls: Option<Spanned<RawUpstreamTls>>,
+    #[serde(default)]
+    pub(crate) http2: Option<Spanned<RawHttp2Windows>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -371,6 +373,23 @@ pub(crate) struct RawHttp2Limits {
     pub(crate) keepalive_interval: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) keepalive_timeout: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) initial_stream_window_size: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) initial_connection_window_size: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) adaptive_window: Option<Spanned<Scalar>>,
+}
+
+/// A cluster's `http2:`: the windows of its backend connections.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawHttp2Windows {
+    #[serde(default)]
+    pub(crate) initial_stream_window_size: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) initial_connection_window_size: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) adaptive_window: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -561,6 +580,7 @@ static CLUSTER: Shape = Shape {
         ("outlier_detection", &leaf::<RawOutlierDetection>()),
         ("retries", &leaf::<RawRetries>()),
         ("tls", &leaf::<RawUpstreamTls>()),
+        ("http2", &leaf::<RawHttp2Windows>()),
     ],
 };
 

@@ -179,3 +179,24 @@ routes:
         ]
     );
 }
+
+#[test]
+fn http2_windows_show_field_by_field() {
+    let new = OLD.replace(
+        "    timeouts: { connect: 1s }\n",
+        "    timeouts: { connect: 1s }\n    protocol: h2\n    http2: { adaptive_window: true }\n",
+    ) + "limits: { http2: { initial_stream_window_size: 1MiB } }\n";
+    let (old, new) = (
+        parse(OLD, "old.yaml").expect("old"),
+        parse(&new, "new.yaml").expect("new"),
+    );
+    let lines: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "~ cluster api: protocol http1 -> h2",
+            "~ cluster api.http2.adaptive_window: false -> true",
+            "~ limits.http2.initial_stream_window_size: 262144 -> 1048576",
+        ]
+    );
+}

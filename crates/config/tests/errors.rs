@@ -1,7 +1,8 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
 use duet_config::{
-    parse, Action, HostPattern, Http2Limits, PathMatch, Policy, UpstreamProtocol, Workers,
+    parse, Action, HostPattern, Http2Limits, Http2Windows, PathMatch, Policy, UpstreamProtocol,
+    Workers,
 };
 use std::time::Duration;
 
@@ -151,6 +152,101 @@ fn http2_limits_have_defaults_and_their_errors_name_the_nested_field() {
     );
     assert!(
         errors[1].starts_with("bad.yaml:20:39: unknown field `pings`"),
+        "{}",
+        errors[1]
+    );
+}
+
+#[test]
+fn http2_windows_default_to_bounded_sizes_and_refuse_what_rfc_9113_cannot_carry() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.limits.http2.windows, Http2Windows::CLIENT);
+    assert_eq!(Http2Windows::CLIENT.initial_stream_window_size, 256 * 1024);
+    assert_eq!(
+        Http2Windows::CLIENT.initial_connection_window_size,
+        1024 * 1024
+    );
+    assert_eq!(config.clusters[0].http2, Http2Windows::BACKEND);
+    let yaml = format!(
+        "{VALID}limits:\n  http2: {{ initial_stream_window_size: 64KiB, \
+         initial_connection_window_size: 2147483647, adaptive_window: true }}\n"
+    );
+    let windows = parse(&yaml, "valid.yaml")
+        .expect("valid")
+        .limits
+        .http2
+        .windows;
+    assert_eq!(
+        windows,
+        Http2Windows {
+            initial_stream_window_size: 65536,
+            initial_connection_window_size: (1 << 31) - 1,
+            adaptive_window: true,
+        }
+    );
+    let yaml = format!(
+        "{VALID}limits:\n  http2: {{ initial_stream_window_size: 2048MiB, \
+         initial_connection_window_size: 1KiB, adaptive_window: maybe }}\n"
+    );
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "bad.yaml:20:40: limits.http2.initial_stream_window_size: 2147483648 bytes is out of \
+             range: expected 16384 to 2147483647"
+        ),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].starts_with(
+            "bad.yaml:20:81: limits.http2.initial_connection_window_size: 1024 bytes is out of \
+             range: expected 65535 to 2147483647"
+        ),
+        "{}",
+        errors[1]
+    );
+    assert!(
+        errors[2]
+            .starts_with("bad.yaml:20:104: limits.http2.adaptive_window: `maybe` is not a boolean"),
+        "{}",
+        errors[2]
+    );
+}
+
+#[test]
+fn a_cluster_sets_its_backend_windows_only_when_it_speaks_h2() {
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: h2\n    http2: { initial_stream_window_size: 1MiB }",
+    );
+    let config = parse(&yaml, "valid.yaml").expect("valid");
+    assert_eq!(
+        config.clusters[1].http2,
+        Http2Windows {
+            initial_stream_window_size: 1024 * 1024,
+            ..Http2Windows::BACKEND
+        }
+    );
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    http2: { initial_stream_window_size: 4KiB }",
+    );
+    let errors = errors(&yaml);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "bad.yaml:16:12: clusters[1].http2: sets HTTP/2 windows, but this \
+             cluster speaks HTTP/1.1"
+        ),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].starts_with(
+            "bad.yaml:16:42: clusters[1].http2.initial_stream_window_size: 4096 bytes is out of \
+             range: expected 16384"
+        ),
         "{}",
         errors[1]
     );

@@ -74,7 +74,7 @@ mod hedge_tests;
 pub use attempt::body::{BodyError, ProxyBody};
 pub use backend::cluster::{ClusterBalance, Upstream};
 pub use backend::pool::{upstream_client, UpstreamClient, UpstreamError};
-pub use backend::probe::health_client;
+pub use backend::probe::{health_client, HealthClient};
 pub use backend::request_body::UpstreamBody;
 pub use backend::tls::{check_upstream_tls, UpstreamTlsError};
 pub use conn::parking::Resumed;

@@ -121,6 +121,51 @@ impl Checker {
         }
     }
 
+    /// A size within `min..=max` bytes (as [`Checker::size`], with an upper bound and `why` it holds).
+    pub(super) fn size_within(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: u32,
+        (min, max): (u32, u32),
+        why: &str,
+    ) -> u32 {
+        let Some(value) = value else { return default };
+        match units::parse_size(&value.value.0) {
+            Ok(s) if (u64::from(min)..=u64::from(max)).contains(&s) => {
+                u32::try_from(s).unwrap_or(max)
+            }
+            Ok(s) => {
+                let message = format!("{s} bytes is out of range: expected {min} to {max} ({why})");
+                self.reject(value, field, message);
+                default
+            }
+            Err(message) => {
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
+    /// `true` or `false`.
+    pub(super) fn boolean(
+        &mut self,
+        value: Option<&Spanned<Scalar>>,
+        field: &Field,
+        default: bool,
+    ) -> bool {
+        let Some(value) = value else { return default };
+        match value.value.0.trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                let message = format!("`{other}` is not a boolean: expected true or false");
+                self.reject(value, field, message);
+                default
+            }
+        }
+    }
+
     /// Bytes per second, written `1KiB/s`; `0` is off.
     pub(super) fn rate(
         &mut self,

@@ -1,8 +1,8 @@
 //! `clusters:`: unique names, backends that can be reached and serve, and each cluster's settings.
 
-use super::{checker::Checker, cluster_settings, field::Field, upstream_tls};
+use super::{checker::Checker, cluster_settings, field::Field, settings, upstream_tls};
 use crate::{
-    model::{Backend, BackendAddress, Cluster},
+    model::{Backend, BackendAddress, Cluster, Http2Windows, UpstreamProtocol},
     raw::{RawBackend, RawCluster},
 };
 use std::{collections::HashSet, time::Duration};
@@ -55,6 +55,7 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         .as_ref()
         .map(|tls| upstream_tls::upstream_tls(checker, tls, field, &backends));
     let protocol = checker.upstream_protocol(c.protocol.as_ref(), &field.key("protocol"));
+    let http2 = http2(checker, c, field, protocol);
     Cluster {
         name,
         policy: checker.policy(c.policy.as_ref(), &field.key("policy")),
@@ -81,7 +82,35 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         ),
         penalty_statuses,
         tls,
+        http2,
     }
+}
+
+/// The windows of a `protocol: h2` cluster's connections; `http2:` on any other cluster would set
+/// nothing, so it is refused rather than ignored.
+fn http2(
+    checker: &mut Checker,
+    c: &RawCluster,
+    field: &Field,
+    protocol: UpstreamProtocol,
+) -> Http2Windows {
+    let Some(raw) = &c.http2 else {
+        return Http2Windows::BACKEND;
+    };
+    let field = field.key("http2");
+    if protocol != UpstreamProtocol::H2 {
+        let message = "sets HTTP/2 windows, but this cluster speaks HTTP/1.1 to its backends: \
+                       add `protocol: h2` or remove `http2`"
+            .to_owned();
+        checker.reject(raw, &field, message);
+    }
+    let h = &raw.value;
+    let written = [
+        h.initial_stream_window_size.as_ref(),
+        h.initial_connection_window_size.as_ref(),
+        h.adaptive_window.as_ref(),
+    ];
+    settings::windows(checker, Some(written), &field, Http2Windows::BACKEND)
 }
 
 /// The backends, each listed once, at least one of them with a weight above 0.

@@ -2,7 +2,7 @@
 
 use super::{checker::Checker, field::Field};
 use crate::{
-    model::{Http2Limits, Limits, Shutdown, Workers},
+    model::{Http2Limits, Http2Windows, Limits, Shutdown, Workers},
     raw::{RawHttp2Limits, RawLimits, RawShutdown, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -126,6 +126,52 @@ fn http2(checker: &mut Checker, raw: Option<&RawHttp2Limits>, limits: &Field) ->
             d.keepalive_timeout,
             "close every connection at its first PING",
             None,
+        ),
+        windows: windows(
+            checker,
+            raw.map(|h| {
+                [
+                    h.initial_stream_window_size.as_ref(),
+                    h.initial_connection_window_size.as_ref(),
+                    h.adaptive_window.as_ref(),
+                ]
+            }),
+            &field,
+            Http2Windows::CLIENT,
+        ),
+    }
+}
+
+/// `initial_stream_window_size`, `initial_connection_window_size` and `adaptive_window`, as written
+/// (in that order) in `field`, each `default`'s when left out.
+pub(super) fn windows(
+    checker: &mut Checker,
+    raw: Option<[Option<&Spanned<Scalar>>; 3]>,
+    field: &Field,
+    default: Http2Windows,
+) -> Http2Windows {
+    let [stream, connection, adaptive] = raw.unwrap_or_default();
+    Http2Windows {
+        // Below a frame's worth, a stream's body crawls one small DATA frame per round trip.
+        initial_stream_window_size: checker.size_within(
+            stream,
+            &field.key("initial_stream_window_size"),
+            default.initial_stream_window_size,
+            (16_384, Http2Windows::MAX),
+            "RFC 9113 §6.9.2 caps a window at 2^31-1; below 16 KiB no full frame fits",
+        ),
+        // RFC 9113 §6.9.2: a connection's window starts at 65,535 and SETTINGS cannot lower it.
+        initial_connection_window_size: checker.size_within(
+            connection,
+            &field.key("initial_connection_window_size"),
+            default.initial_connection_window_size,
+            (65_535, Http2Windows::MAX),
+            "RFC 9113 §6.9 starts a connection's window at 65535 and caps it at 2^31-1",
+        ),
+        adaptive_window: checker.boolean(
+            adaptive,
+            &field.key("adaptive_window"),
+            default.adaptive_window,
         ),
     }
 }

@@ -2,7 +2,7 @@
 //! multiply probe traffic by the worker count), published to every worker.
 
 use duet_config::{Config, HealthCheck};
-use duet_proxy::{health_client, HealthView, ResolvedNames, UpstreamClient};
+use duet_proxy::{health_client, HealthClient, HealthView, ResolvedNames};
 use std::{cell::RefCell, net::SocketAddr, rc::Rc, sync::Arc};
 use tokio::sync::watch;
 
@@ -29,7 +29,7 @@ pub(crate) async fn run(
             let Some(check) = &cluster.health_check else {
                 continue;
             };
-            // The cluster's own kind of connection: TLS with its `tls:` settings when it has them.
+            // The cluster's own kind of connection: its protocol, TLS with its `tls:` settings if any.
             let client = health_client(cluster, &resolved, check.timeout, check.interval * 2);
             for endpoint in resolved.endpoints(cluster) {
                 let initial = view
@@ -81,7 +81,7 @@ struct Probe {
     cluster: String,
     address: SocketAddr,
     check: HealthCheck,
-    client: UpstreamClient,
+    client: HealthClient,
 }
 
 impl Probe {

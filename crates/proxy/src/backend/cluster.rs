@@ -31,7 +31,7 @@ use tokio::time::{Instant, Sleep};
 use tower::retry::budget::{Budget, TpsBudget};
 
 /// The cluster's client: the previous one (its pooled connections, its TLS session cache) when the
-/// timeouts are the same and so is the TLS, files' contents included, else a new one. The files are
+/// timeouts (and an h2 cluster's windows) are the same and so is the TLS, files' contents included, else a new one. The files are
 /// read again here on every reload, so a rotated CA or client certificate is picked up.
 fn client(
     config: &duet_config::Cluster,
@@ -44,14 +44,14 @@ fn client(
     match config.protocol {
         UpstreamProtocol::H2 => {
             let kept = kept.and_then(|client| match client {
-                Transport::H2(client) => Some(client),
-                Transport::Http1(_) => None,
+                Transport::H2(client) if client.windows() == config.http2 => Some(client),
+                _ => None,
             });
             let kept_connector = kept.map(H2Client::connector);
             Transport::H2(match (kept, connector(config, kept_connector, counters)) {
-                (_, Some(connector)) => h2_client_over(&config.timeouts, connector),
+                (_, Some(connector)) => h2_client_over(&config.timeouts, config.http2, connector),
                 (Some(client), None) => client.clone(),
-                (None, None) => h2_client(&config.timeouts),
+                (None, None) => h2_client(&config.timeouts, config.http2),
             })
         }
         UpstreamProtocol::Http1 => {

@@ -17,7 +17,7 @@ use crate::backend::{
     pool::UpstreamError,
     request_body::UpstreamBody,
 };
-use duet_config::Timeouts;
+use duet_config::{Http2Windows, Timeouts};
 use http::{Request, Response};
 use hyper::{
     body::Incoming,
@@ -65,6 +65,7 @@ struct H2Pool {
     connect_timeout: Duration,
     idle_timeout: Duration,
     handshake: http2::Builder<LocalSpawn>,
+    windows: Http2Windows,
     connector: Connector,
 }
 
@@ -112,22 +113,34 @@ impl Drop for StreamSlot {
 }
 
 /// Builds a worker's HTTP/2 client for a cluster's timeouts (`connect`; `idle` closes a connection
-/// that carried no stream for that long), over plain TCP.
-pub(crate) fn h2_client(timeouts: &Timeouts) -> H2Client {
-    h2_client_over(timeouts, Connector::default())
+/// that carried no stream for that long) and flow-control windows, over plain TCP.
+pub(crate) fn h2_client(timeouts: &Timeouts, windows: Http2Windows) -> H2Client {
+    h2_client_over(timeouts, windows, Connector::default())
 }
 
 /// [`h2_client`] whose connections are made by `connector` (TLS offering only `h2` for a cluster with
 /// `tls:`).
-pub(crate) fn h2_client_over(timeouts: &Timeouts, connector: Connector) -> H2Client {
+pub(crate) fn h2_client_over(
+    timeouts: &Timeouts,
+    windows: Http2Windows,
+    connector: Connector,
+) -> H2Client {
     let mut handshake = http2::Builder::new(LocalSpawn);
-    handshake.timer(hyper_util::rt::TokioTimer::new());
+    handshake
+        .timer(hyper_util::rt::TokioTimer::new())
+        .initial_stream_window_size(windows.initial_stream_window_size)
+        .initial_connection_window_size(windows.initial_connection_window_size);
+    // Last: hyper's adaptive window replaces the two sizes.
+    if windows.adaptive_window {
+        handshake.adaptive_window(true);
+    }
     H2Client {
         pool: Rc::new(H2Pool {
             connections: RefCell::default(),
             connect_timeout: timeouts.connect,
             idle_timeout: timeouts.idle,
             handshake,
+            windows,
             connector,
         }),
     }
@@ -228,6 +241,11 @@ impl H2Client {
     /// How its connections are made (to keep it across a reload that reads the same TLS files).
     pub(crate) fn connector(&self) -> &Connector {
         &self.pool.connector
+    }
+
+    /// The windows its connections give backends (a reload that changes them makes a new client).
+    pub(crate) fn windows(&self) -> Http2Windows {
+        self.pool.windows
     }
 
     /// Connections open now, over every backend.

@@ -1,19 +1,27 @@
-//! Health checks through a cluster's own kind of client: TLS with the cluster's `tls:` when it has
-//! one (the same CA, name and client certificate as its traffic), connections kept between checks.
+//! Health checks through a cluster's own kind of client: its protocol (HTTP/1.1, or HTTP/2 for a
+//! `protocol: h2` cluster, whose backends may speak nothing else), TLS with the cluster's `tls:` when
+//! it has one (the same CA, name and client certificate as its traffic; ALPN `h2` for an h2 cluster),
+//! connections kept between checks.
 
 use crate::{
     backend::{
         connect::Connector,
-        pool::{upstream_client, upstream_client_over, UpstreamClient},
+        h2_pool::h2_client_over,
+        pool::upstream_client_over,
         request_body::UpstreamBody,
         tls,
+        transport::{Hold, Transport},
     },
     view::ResolvedNames,
 };
-use duet_config::{Cluster, Timeouts};
+use duet_config::{Cluster, Timeouts, UpstreamProtocol};
 use http::{header, HeaderValue, Request};
 use http_body_util::BodyExt;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+/// A cluster's health-check client, in the cluster's protocol. Cheap to clone; not `Send`.
+#[derive(Clone)]
+pub struct HealthClient(Transport);
 
 /// A client for `cluster`'s health checks: connections made within `connect` (TLS as the cluster's
 /// traffic, its files read now), idle ones closed after `idle`. Its handshakes are not counted in
@@ -23,44 +31,53 @@ pub fn health_client(
     names: &ResolvedNames,
     connect: Duration,
     idle: Duration,
-) -> UpstreamClient {
+) -> HealthClient {
     let timeouts = Timeouts {
         connect,
         idle,
         ..Timeouts::default()
     };
-    let Some(settings) = &cluster.tls else {
-        return upstream_client(&timeouts);
+    let connector = match &cluster.tls {
+        None => Connector::default(),
+        Some(settings) => {
+            let loaded = tls::load(settings).map(Arc::new).map_err(|e| e.to_string());
+            let connector = Connector::tls(loaded, Arc::default());
+            connector.name_backends(cluster, names);
+            connector
+        }
     };
-    let loaded = tls::load(settings).map(Arc::new).map_err(|e| e.to_string());
-    let connector = Connector::tls(loaded, Arc::default());
-    connector.name_backends(cluster, names);
-    upstream_client_over(&timeouts, connector)
+    HealthClient(match cluster.protocol {
+        UpstreamProtocol::Http1 => Transport::Http1(upstream_client_over(&timeouts, connector)),
+        UpstreamProtocol::H2 => Transport::H2(h2_client_over(&timeouts, cluster.http2, connector)),
+    })
 }
 
-impl UpstreamClient {
-    /// GETs `path` from `backend` (`Host` its address) and reads the whole response, so the
-    /// connection goes back to the pool for the next check. The status, or why there is none.
+impl HealthClient {
+    /// GETs `path` from `backend` (`Host`, or `:authority` over h2, its address) and reads the whole
+    /// response, so the connection is free for the next check. The status, or why there is none.
     pub async fn probe(&self, backend: SocketAddr, path: &str) -> Result<u16, String> {
         let mut request = Request::new(UpstreamBody::Empty);
         *request.uri_mut() = path.parse().map_err(|e| format!("bad path {path}: {e}"))?;
         if let Ok(host) = HeaderValue::from_str(&backend.to_string()) {
             request.headers_mut().insert(header::HOST, host);
         }
-        let (response, lease) =
-            self.send(backend, request)
-                .await
-                .map_err(|e| match std::error::Error::source(&e) {
-                    Some(cause) => format!("{e}: {cause}"),
-                    None => e.to_string(),
-                })?;
+        let (response, hold) = self.0.send(backend, request).await.map_err(|e| {
+            match std::error::Error::source(&e) {
+                Some(cause) => format!("{e}: {cause}"),
+                None => e.to_string(),
+            }
+        })?;
         let status = response.status().as_u16();
         response
             .into_body()
             .collect()
             .await
             .map_err(|e| e.to_string())?;
-        lease.release();
+        match hold {
+            Hold::Lease(lease) => lease.release(),
+            // Its slot frees the stream on drop.
+            Hold::Stream(_) => {}
+        }
         Ok(status)
     }
 }

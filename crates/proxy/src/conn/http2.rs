@@ -194,7 +194,13 @@ fn server_builder(limits: &Limits) -> http2::Builder<LocalExec> {
     builder
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(list_size).unwrap_or(u32::MAX))
-        .max_concurrent_streams(h2.max_concurrent_streams);
+        .max_concurrent_streams(h2.max_concurrent_streams)
+        .initial_stream_window_size(h2.windows.initial_stream_window_size)
+        .initial_connection_window_size(h2.windows.initial_connection_window_size);
+    // After the sizes: hyper's adaptive window replaces them.
+    if h2.windows.adaptive_window {
+        builder.adaptive_window(true);
+    }
     if !h2.keepalive_interval.is_zero() {
         builder
             .keep_alive_interval(h2.keepalive_interval)
