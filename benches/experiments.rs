@@ -4,8 +4,9 @@
 //! ```sh
 //! cargo bench --bench experiments -- tower      # tower PR #76: 10 backends of very different latency
 //! cargo bench --bench experiments -- linkerd    # Linkerd "beyond round robin": one backend goes slow
-//! cargo bench --bench experiments -- capacity   # finite-capacity backends at 80% and 95% utilisation
+//! cargo bench --bench experiments -- capacity   # finite-capacity backends at 85% and 95%, 1 and 2 workers
 //! cargo bench --bench experiments -- stalls     # random stalls on every backend, hedged or not
+//! cargo bench --bench experiments -- hedge-slow # one slow backend, one degrading: hedged or not
 //! cargo bench --bench experiments -- --quick    # all of them, scaled down
 //! ```
 
@@ -398,7 +399,9 @@ fn linkerd(seconds: u64, rate: f64) {
     }
 }
 
-/// An anchor proxy (nginx or HAProxy) at its best balancing settings, one worker, over `backends`.
+/// An anchor proxy (nginx or HAProxy) at its best balancing settings over `backends`, with `workers`
+/// processes (nginx, whose upstream `zone` then shares the connection counts between them) or threads
+/// (HAProxy).
 struct Anchor {
     child: Child,
     address: SocketAddr,
@@ -407,7 +410,7 @@ struct Anchor {
 
 impl Anchor {
     /// `None` when the proxy is not installed (`apt-get install nginx-light haproxy`).
-    fn start(kind: &str, backends: &[SocketAddr]) -> Option<Self> {
+    fn start(kind: &str, workers: usize, backends: &[SocketAddr]) -> Option<Self> {
         let binary = format!("/usr/sbin/{kind}");
         if !Path::new(&binary).exists() {
             return None;
@@ -415,36 +418,14 @@ impl Anchor {
         let address = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .ok()?;
-        let dir = std::env::temp_dir().join(format!("duet-anchor-{kind}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "duet-anchor-{kind}-{}-{workers}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(dir.join("logs")).ok()?;
-        let servers: String = backends
-            .iter()
-            .enumerate()
-            .map(|(i, b)| match kind {
-                "nginx" => format!("    server {b} max_fails=0;\n"),
-                _ => format!("  server b{i} {b}\n"),
-            })
-            .collect();
-        let (config, args): (String, Vec<String>) = match kind {
-            "nginx" => (
-                format!(
-                    "worker_processes 1;\ndaemon off;\nmaster_process off;\npid {dir}/nginx.pid;\n\
-                     error_log {dir}/logs/error.log warn;\nevents {{ worker_connections 4096; }}\n\
-                     http {{\n  access_log off;\n  upstream app {{\n    least_conn;\n{servers}    keepalive 64;\n  }}\n\
-                     server {{\n    listen {address};\n    location / {{ proxy_pass http://app; \
-                     proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_read_timeout 60s; }}\n  }}\n}}\n",
-                    dir = dir.display()
-                ),
-                vec!["-p".into(), dir.display().to_string(), "-c".into(), dir.join("proxy.conf").display().to_string()],
-            ),
-            _ => (
-                format!(
-                    "global\n  nbthread 1\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 1s\n\
-                     timeout client 60s\n  timeout server 60s\n  http-reuse always\nfrontend app\n\
-                     bind {address}\n  default_backend app\nbackend app\n  balance leastconn\n{servers}"
-                ),
-                vec!["-f".into(), dir.join("proxy.conf").display().to_string(), "-db".into()],
-            ),
+        let (config, args) = match kind {
+            "nginx" => Self::nginx(&dir, address, workers, backends),
+            _ => Self::haproxy(&dir, address, workers, backends),
         };
         std::fs::write(dir.join("proxy.conf"), config).ok()?;
         let child = Command::new(binary)
@@ -464,20 +445,137 @@ impl Anchor {
         });
         ready.then_some(anchor)
     }
+
+    /// nginx `least_conn` with upstream keepalive. One worker runs without a master (as before); more
+    /// need one, and a `zone` so that every worker sees the others' connections.
+    fn nginx(
+        dir: &Path,
+        address: SocketAddr,
+        workers: usize,
+        backends: &[SocketAddr],
+    ) -> (String, Vec<String>) {
+        let servers: String = backends
+            .iter()
+            .map(|b| format!("    server {b} max_fails=0;\n"))
+            .collect();
+        let (master, zone) = match workers {
+            1 => ("off", ""),
+            _ => ("on", "    zone app 256k;\n"),
+        };
+        let config = format!(
+            "worker_processes {workers};\ndaemon off;\nmaster_process {master};\npid {dir}/nginx.pid;\n\
+             error_log {dir}/logs/error.log warn;\nevents {{ worker_connections 4096; }}\n\
+             http {{\n  access_log off;\n  upstream app {{\n    least_conn;\n{zone}{servers}    keepalive 64;\n  }}\n\
+             server {{\n    listen {address};\n    location / {{ proxy_pass http://app; \
+             proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_read_timeout 60s; }}\n  }}\n}}\n",
+            dir = dir.display()
+        );
+        let args = vec![
+            "-p".into(),
+            dir.display().to_string(),
+            "-c".into(),
+            dir.join("proxy.conf").display().to_string(),
+        ];
+        (config, args)
+    }
+
+    /// HAProxy `leastconn` with `http-reuse always`, `workers` threads.
+    fn haproxy(
+        dir: &Path,
+        address: SocketAddr,
+        workers: usize,
+        backends: &[SocketAddr],
+    ) -> (String, Vec<String>) {
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("  server b{i} {b}\n"))
+            .collect();
+        let config = format!(
+            "global\n  nbthread {workers}\n  maxconn 4096\ndefaults\n  mode http\n  timeout connect 1s\n\
+             timeout client 60s\n  timeout server 60s\n  http-reuse always\nfrontend app\n\
+             bind {address}\n  default_backend app\nbackend app\n  balance leastconn\n{servers}"
+        );
+        let args = vec![
+            "-f".into(),
+            dir.join("proxy.conf").display().to_string(),
+            "-db".into(),
+        ];
+        (config, args)
+    }
 }
 
 impl Drop for Anchor {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM first: an nginx master killed outright would leave its workers listening.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let exited = (0..40).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if !exited {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
+/// A proxy under test: duet, or an anchor.
+enum Proxy {
+    Duet(Duet),
+    Anchor(Anchor),
+}
+
+impl Proxy {
+    /// `target` is `nginx`, `haproxy` or a duet policy, with `workers` workers, hedged when `hedge` is
+    /// the YAML of a `hedge:`. `None`, after saying so, when an anchor is not installed.
+    fn start(
+        target: &str,
+        workers: usize,
+        addresses: &[SocketAddr],
+        hedge: Option<&str>,
+    ) -> Option<Self> {
+        match (target, hedge) {
+            ("nginx" | "haproxy", _) => {
+                let anchor = Anchor::start(target, workers, addresses);
+                if anchor.is_none() {
+                    println!("{target:<22} not installed: apt-get install nginx-light haproxy");
+                }
+                anchor.map(Self::Anchor)
+            }
+            (policy, Some(hedge)) => Some(Self::Duet(Duet::start_hedged(
+                workers, policy, addresses, hedge,
+            ))),
+            (policy, None) => Some(Self::Duet(Duet::start(workers, policy, addresses))),
+        }
+    }
+
+    fn address(&self) -> SocketAddr {
+        match self {
+            Self::Duet(duet) => duet.address,
+            Self::Anchor(anchor) => anchor.address,
+        }
+    }
+}
+
+/// `targets`, or those of them named in `DUET_TARGETS` (comma-separated), to bound a run's time.
+fn chosen<'a>(targets: &[&'a str]) -> Vec<&'a str> {
+    let wanted = std::env::var("DUET_TARGETS").unwrap_or_default();
+    targets
+        .iter()
+        .copied()
+        .filter(|t| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == *t))
+        .collect()
+}
+
 /// Finite-capacity backends near saturation (the supermarket model in real traffic): 10 backends with 4
 /// request slots each and a FIFO queue behind them, exponential service times of mean 40 ms (one of them
-/// at half that speed, 80 ms), so the pool serves 950 requests/s at most; open-loop arrivals at 80% and
-/// 95% of that, through duet under each policy and through nginx `least_conn` and HAProxy `leastconn`.
+/// at half that speed, 80 ms), so the pool serves 950 requests/s at most; open-loop arrivals at 85% and
+/// 95% of that, through duet under each policy and through nginx `least_conn` and HAProxy `leastconn`,
+/// each with 1 and 2 workers (nginx processes sharing an upstream zone, HAProxy threads).
 fn capacity(seconds: u64) {
     const SLOTS: usize = 4;
     let mean = Duration::from_millis(40);
@@ -485,11 +583,11 @@ fn capacity(seconds: u64) {
         9.0 * SLOTS as f64 / mean.as_secs_f64() + SLOTS as f64 / (2.0 * mean.as_secs_f64());
     println!(
         "\nFinite capacity: 10 backends x {SLOTS} slots + FIFO queue, exponential service 40 ms (b0: 80 ms), \
-         capacity {capacity:.0} req/s; open loop {seconds} s; 1 worker each; 10 s timeout"
+         capacity {capacity:.0} req/s; open loop {seconds} s; 10 s timeout"
     );
     println!(
-        "{:<15} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
-        "balancer", "load", "success", "p50 ms", "p99 ms", "p99.9 ms", "b0 share"
+        "{:<22} {:>7} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "balancer", "workers", "load", "success", "p50 ms", "p99 ms", "p99.9 ms", "b0 share"
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -497,7 +595,7 @@ fn capacity(seconds: u64) {
         .build()
         .expect("runtime");
     let mut results = Vec::new();
-    let targets = [
+    let targets = chosen(&[
         "round_robin",
         "random",
         "p2c_inflight",
@@ -506,59 +604,51 @@ fn capacity(seconds: u64) {
         "p2c_memory_peak_ewma",
         "nginx",
         "haproxy",
-    ];
-    for utilisation in [0.8, 0.95] {
-        let rate = capacity * utilisation;
-        for target in targets {
-            let backends: Vec<Backend> = (0..10)
-                .map(|i| {
-                    let service = if i == 0 { mean * 2 } else { mean };
-                    Backend::start(
-                        BackendOptions::named(&format!("b{i}"))
-                            .exponential_delay(service)
-                            .max_concurrency(SLOTS),
-                    )
-                    .expect("backend")
-                })
-                .collect();
-            let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
-            let (address, _duet, _anchor) = match target {
-                "nginx" | "haproxy" => match Anchor::start(target, &addresses) {
-                    Some(anchor) => (anchor.address, None, Some(anchor)),
-                    None => {
-                        println!("{target:<15} not installed: apt-get install nginx-light haproxy");
-                        continue;
-                    }
-                },
-                policy => {
-                    let duet = Duet::start(1, policy, &addresses);
-                    (duet.address, Some(duet), None)
-                }
-            };
-            let uri = format!("http://{address}/").parse().expect("uri");
-            let samples = runtime.block_on(open_loop(
-                uri,
-                rate,
-                Duration::from_secs(seconds),
-                Duration::from_secs(10),
-            ));
-            let (success, q) = summary(&samples);
-            let total: u64 = backends.iter().map(Backend::requests).sum();
-            let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
-            println!(
-                "{target:<15} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}%",
-                utilisation * 100.0,
-                success * 100.0,
-                q(0.5),
-                q(0.99),
-                q(0.999),
-                b0_share * 100.0
-            );
-            results.push(json!({
-                "balancer": target, "utilisation": utilisation, "rate": rate, "requests": samples.len(),
-                "success_rate": success, "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999),
-                "b0_share": b0_share,
-            }));
+    ]);
+    for workers in [1usize, 2] {
+        for utilisation in [0.85, 0.95] {
+            for &target in &targets {
+                let backends: Vec<Backend> = (0..10)
+                    .map(|i| {
+                        let service = if i == 0 { mean * 2 } else { mean };
+                        Backend::start(
+                            BackendOptions::named(&format!("b{i}"))
+                                .exponential_delay(service)
+                                .max_concurrency(SLOTS),
+                        )
+                        .expect("backend")
+                    })
+                    .collect();
+                let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+                let Some(proxy) = Proxy::start(target, workers, &addresses, None) else {
+                    continue;
+                };
+                let uri = format!("http://{}/", proxy.address()).parse().expect("uri");
+                let samples = runtime.block_on(open_loop(
+                    uri,
+                    capacity * utilisation,
+                    Duration::from_secs(seconds),
+                    Duration::from_secs(10),
+                ));
+                drop(proxy);
+                let (success, q) = summary(&samples);
+                let total: u64 = backends.iter().map(Backend::requests).sum();
+                let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
+                println!(
+                    "{target:<22} {workers:>7} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}%",
+                    utilisation * 100.0,
+                    success * 100.0,
+                    q(0.5),
+                    q(0.99),
+                    q(0.999),
+                    b0_share * 100.0
+                );
+                results.push(json!({
+                    "balancer": target, "workers": workers, "utilisation": utilisation,
+                    "rate": capacity * utilisation, "requests": samples.len(), "success_rate": success,
+                    "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "b0_share": b0_share,
+                }));
+            }
         }
     }
     println!("b0 serves 50 req/s at most: its fair share of the capacity is 5.3%");
@@ -568,11 +658,137 @@ fn capacity(seconds: u64) {
     );
 }
 
+/// What the tail experiments run: a label, and the target and `hedge:` it stands for.
+fn tail_target(label: &str) -> (&str, Option<String>) {
+    match label {
+        "nginx" | "haproxy" => (label, None),
+        hedged if hedged.starts_with("duet hedge ") => {
+            let after = hedged.trim_start_matches("duet hedge ");
+            (
+                "p2c_peak_ewma",
+                Some(format!("{{ after: {after}, max_extra: 5% }}")),
+            )
+        }
+        _ => ("p2c_peak_ewma", None),
+    }
+}
+
+/// One open-loop run of the tail experiments through `label`'s proxy over `backends`: the table row
+/// (printed), the JSON result, and the latencies (ms, sorted). `extra` is the backend requests beyond
+/// one per client request.
+fn tail_run(
+    runtime: &tokio::runtime::Runtime,
+    label: &str,
+    backends: &[Backend],
+    rate: f64,
+    seconds: u64,
+) -> Option<(serde_json::Value, Vec<f64>)> {
+    let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+    let (target, hedge) = tail_target(label);
+    let proxy = Proxy::start(target, 1, &addresses, hedge.as_deref())?;
+    let uri = format!("http://{}/", proxy.address()).parse().expect("uri");
+    let samples = runtime.block_on(open_loop(
+        uri,
+        rate,
+        Duration::from_secs(seconds),
+        Duration::from_secs(10),
+    ));
+    drop(proxy);
+    let (success, q) = summary(&samples);
+    let sent: u64 = backends.iter().map(Backend::requests).sum();
+    let extra = sent as f64 / samples.len().max(1) as f64 - 1.0;
+    println!(
+        "{label:<22} {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.2}%",
+        success * 100.0,
+        q(0.5),
+        q(0.99),
+        q(0.999),
+        extra * 100.0
+    );
+    let result = json!({
+        "balancer": label, "rate": rate, "requests": samples.len(), "success_rate": success,
+        "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "extra_requests": extra,
+    });
+    let mut latencies: Vec<f64> = samples.iter().map(|s| ms(s.latency)).collect();
+    latencies.sort_unstable_by(f64::total_cmp);
+    Some((result, latencies))
+}
+
+/// The CDF of sorted `latencies` as `<dir>/<name>.csv` (`latency_ms,fraction`: the fraction of requests
+/// answered within that latency, one row per request), and two series for `label`: the CDF, and the
+/// fraction slower than each latency (every point of the slowest 2%, where the tail is).
+fn cdf_out(dir: &Path, name: &str, label: &str, latencies: &[f64]) -> (Series, Series) {
+    let n = latencies.len().max(1) as f64;
+    let mut csv = String::from("latency_ms,fraction\n");
+    for (i, l) in latencies.iter().enumerate() {
+        csv.push_str(&format!("{l:.3},{:.6}\n", (i + 1) as f64 / n));
+    }
+    if let Err(e) = std::fs::write(dir.join(format!("{name}.csv")), csv) {
+        eprintln!("csv: {e}");
+    }
+    let step = (latencies.len() / 400).max(1);
+    let cdf = latencies
+        .iter()
+        .enumerate()
+        .step_by(step)
+        .map(|(i, l)| (l.max(0.01), (i + 1) as f64 / n))
+        .collect();
+    let tail = latencies
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i % step == 0 || i as f64 >= 0.98 * n)
+        .map(|(i, l)| (l.max(0.01), 1.0 - (i + 1) as f64 / n))
+        .filter(|&(_, slower)| slower > 0.0)
+        .collect();
+    let series = |points| Series {
+        name: label.to_owned(),
+        points,
+    };
+    (series(cdf), series(tail))
+}
+
+/// Where the tail experiments write their CSVs: `target/experiments/`.
+fn csv_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
+        PathBuf::from,
+    );
+    let dir = target.join("experiments");
+    std::fs::create_dir_all(&dir).expect("target/experiments");
+    dir
+}
+
+/// The CDF (linear fraction) and the tail (fraction slower, log-log) of `name` as SVGs under `docs/`.
+fn tail_plots(name: &str, title: &str, cdf: &[Series], tail: &[Series]) {
+    let docs = docs();
+    let x = "latency (ms, log scale)";
+    let plots = [
+        (
+            format!("{name}-cdf.svg"),
+            "fraction of requests",
+            cdf,
+            false,
+        ),
+        (
+            format!("{name}-tail.svg"),
+            "fraction of requests slower (log scale)",
+            tail,
+            true,
+        ),
+    ];
+    for (file, y, series, log_y) in plots {
+        let axes = Axes { log_x: true, log_y };
+        if let Err(e) = plot::line_chart(&docs.join(file), title, x, y, series, axes) {
+            eprintln!("plot: {e}");
+        }
+    }
+}
+
 /// Stalls that hit any backend at random (issue #29): 6 backends, exponential service of mean 5 ms, 1%
 /// of requests stalling 100 ms more; open loop at 1,500 req/s, 1 worker. duet over the same backends
 /// without stalls (the floor), then with stalls unhedged and hedged (`after: p95` or `p99`, `max_extra:
-/// 5%`), and nginx and HAProxy when installed. `extra` is the backend requests beyond one per client
-/// request.
+/// 5%`), and nginx and HAProxy when installed. Latency CDFs: a CSV per balancer under
+/// `target/experiments/`, SVGs under `docs/`.
 fn stalls(seconds: u64) {
     let rate = 1500.0;
     println!(
@@ -580,7 +796,7 @@ fn stalls(seconds: u64) {
          {seconds} s; 1 worker each; p2c_peak_ewma; hedged: max_extra 5%"
     );
     println!(
-        "{:<15} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "balancer", "success", "p50 ms", "p99 ms", "p99.9 ms", "extra"
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -588,15 +804,16 @@ fn stalls(seconds: u64) {
         .enable_all()
         .build()
         .expect("runtime");
-    let (mut results, mut cdf) = (Vec::new(), Vec::new());
-    let targets = [
+    let (mut results, mut cdf, mut tail) = (Vec::new(), Vec::new(), Vec::new());
+    let targets = chosen(&[
         "no stalls",
         "duet",
-        "duet hedge p95",
         "duet hedge p99",
+        "duet hedge p95",
         "nginx",
         "haproxy",
-    ];
+    ]);
+    let dir = csv_dir();
     for target in targets {
         let backends: Vec<Backend> = (0..6)
             .map(|i| {
@@ -609,73 +826,78 @@ fn stalls(seconds: u64) {
                 Backend::start(options).expect("backend")
             })
             .collect();
-        let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
-        let (address, _duet, _anchor) = match target {
-            "nginx" | "haproxy" => match Anchor::start(target, &addresses) {
-                Some(anchor) => (anchor.address, None, Some(anchor)),
-                None => {
-                    println!("{target:<15} not installed: apt-get install nginx-light haproxy");
-                    continue;
-                }
-            },
-            hedged if hedged.starts_with("duet hedge ") => {
-                let after = hedged.trim_start_matches("duet hedge ");
-                let hedge = format!("{{ after: {after}, max_extra: 5% }}");
-                let duet = Duet::start_hedged(1, "p2c_peak_ewma", &addresses, &hedge);
-                (duet.address, Some(duet), None)
-            }
-            _ => {
-                let duet = Duet::start(1, "p2c_peak_ewma", &addresses);
-                (duet.address, Some(duet), None)
-            }
+        let Some((result, latencies)) = tail_run(&runtime, target, &backends, rate, seconds) else {
+            continue;
         };
-        let uri = format!("http://{address}/").parse().expect("uri");
-        let samples = runtime.block_on(open_loop(
-            uri,
-            rate,
-            Duration::from_secs(seconds),
-            Duration::from_secs(10),
-        ));
-        let (success, q) = summary(&samples);
-        let sent: u64 = backends.iter().map(Backend::requests).sum();
-        let extra = sent as f64 / samples.len().max(1) as f64 - 1.0;
-        println!(
-            "{target:<15} {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.2}%",
-            success * 100.0,
-            q(0.5),
-            q(0.99),
-            q(0.999),
-            extra * 100.0
-        );
-        results.push(json!({
-            "balancer": target, "rate": rate, "requests": samples.len(), "success_rate": success,
-            "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "extra_requests": extra,
-        }));
-        let mut latencies: Vec<f64> = samples.iter().map(|s| ms(s.latency)).collect();
-        latencies.sort_unstable_by(f64::total_cmp);
-        let n = latencies.len().max(1) as f64;
-        let step = (latencies.len() / 400).max(1);
-        cdf.push(Series {
-            name: target.to_owned(),
-            points: (latencies.iter().enumerate().step_by(step))
-                .map(|(i, l)| (l.max(0.01), (i + 1) as f64 / n))
-                .collect(),
-        });
+        results.push(result);
+        let name = format!("stalls-{}", target.replace(' ', "-"));
+        let (c, t) = cdf_out(&dir, &name, target, &latencies);
+        cdf.push(c);
+        tail.push(t);
     }
-    let docs = docs();
     let _ = std::fs::write(
-        docs.join("experiments/stalls.json"),
+        docs().join("experiments/stalls.json"),
         serde_json::to_string_pretty(&results).unwrap_or_default(),
     );
-    let axes = Axes {
-        log_x: true,
-        log_y: false,
-    };
-    let title = "Latency CDF, 6 backends, 1% random stalls of 100 ms, 1,500 req/s";
-    let (x, y) = ("latency (ms, log scale)", "fraction of requests");
-    if let Err(e) = plot::line_chart(&docs.join("stalls-cdf.svg"), title, x, y, &cdf, axes) {
-        eprintln!("plot: {e}");
+    let title = "Latency, 6 backends, 1% random stalls of 100 ms, 1,500 req/s";
+    tail_plots("stalls", title, &cdf, &tail);
+}
+
+/// Hedging where choosing well already helps (issue #29: "no worse with hedging on"), on the stalls
+/// experiment's pool without stalls: S2, b0 ten times slower (exponential 50 ms) all run; S3, b0 answering
+/// in 200 ms for the middle half of the run. duet unhedged and hedged, nginx, HAProxy.
+fn hedge_slow(seconds: u64) {
+    let rate = 1500.0;
+    let run = Duration::from_secs(seconds);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let targets = chosen(&[
+        "duet",
+        "duet hedge p99",
+        "duet hedge p95",
+        "nginx",
+        "haproxy",
+    ]);
+    let mut results = Vec::new();
+    for scenario in ["S2 one slow", "S3 degrades"] {
+        println!(
+            "\n{scenario}: 6 backends, exponential 5 ms, b0 {}; open loop {rate} req/s, {seconds} s; 1 worker",
+            match scenario {
+                "S2 one slow" => "exponential 50 ms".to_owned(),
+                _ => format!("200 ms from {} s to {} s", seconds / 4, 3 * seconds / 4),
+            }
+        );
+        println!(
+            "{:<22} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "balancer", "success", "p50 ms", "p99 ms", "p99.9 ms", "extra"
+        );
+        for &target in &targets {
+            let backends: Vec<Backend> = (0..6)
+                .map(|i| {
+                    let options = BackendOptions::named(&format!("b{i}"));
+                    let options = match (i, scenario) {
+                        (0, "S2 one slow") => options.exponential_delay(Duration::from_millis(50)),
+                        (0, _) => options
+                            .exponential_delay(Duration::from_millis(5))
+                            .slow_between(run / 4, run * 3 / 4, Duration::from_millis(200)),
+                        _ => options.exponential_delay(Duration::from_millis(5)),
+                    };
+                    Backend::start(options).expect("backend")
+                })
+                .collect();
+            if let Some((mut result, _)) = tail_run(&runtime, target, &backends, rate, seconds) {
+                result["scenario"] = json!(scenario);
+                results.push(result);
+            }
+        }
     }
+    let _ = std::fs::write(
+        docs().join("experiments/hedge-slow.json"),
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    );
 }
 
 fn main() {
@@ -701,5 +923,8 @@ fn main() {
     }
     if run_all || which.contains(&"stalls") {
         stalls(if quick { 8 } else { 30 });
+    }
+    if run_all || which.contains(&"hedge-slow") {
+        hedge_slow(if quick { 8 } else { 20 });
     }
 }

@@ -35,11 +35,14 @@ pub enum SimPolicy {
     P2cSed,
     /// P2C with memory on the shortest-expected-delay cost. Simulator only.
     P2cMemorySed,
+    /// P2C with memory on the worker's in-flight counts, a tie broken by the lower plain latency EWMA
+    /// (in flight + a fraction under one: never against a lower count). Simulator only.
+    P2cMemoryTies,
 }
 
 impl SimPolicy {
     /// All policies, for `--policy` parsing.
-    pub const ALL: [(&'static str, SimPolicy); 10] = [
+    pub const ALL: [(&'static str, SimPolicy); 11] = [
         ("random", Self::Random),
         ("round_robin", Self::RoundRobin),
         ("least_loaded_stale", Self::LeastLoadedStale),
@@ -50,6 +53,7 @@ impl SimPolicy {
         ("p2c_memory_peak_ewma", Self::P2cMemoryPeakEwma),
         ("p2c_sed", Self::P2cSed),
         ("p2c_memory_sed", Self::P2cMemorySed),
+        ("p2c_memory_ties", Self::P2cMemoryTies),
     ];
 
     /// The policy's name.
@@ -182,6 +186,12 @@ impl Selector {
         let in_flight = u64::from(self.in_flight[i]);
         let projected = peak_ewma::project(self.ewma[i], now - self.stamp[i], tau, in_flight);
         peak_ewma::load(projected, in_flight)
+    }
+
+    /// In flight, ties broken by the plain latency average: `smooth / (1 + smooth)` is under one and
+    /// grows with the latency, so it orders equal counts and never outweighs a difference of one.
+    fn in_flight_then_latency(&self, i: usize) -> f64 {
+        self.in_flight(i) + self.smooth[i] / (1.0 + self.smooth[i])
     }
 
     /// Shortest expected delay: (in flight + 1) × the plain latency average.
@@ -355,6 +365,7 @@ impl<'a> Sim<'a> {
             SimPolicy::P2cMemoryInflight
             | SimPolicy::P2cMemoryPeakEwma
             | SimPolicy::P2cMemorySed
+            | SimPolicy::P2cMemoryTies
                 if table.is_none() =>
             {
                 std::mem::take(&mut selector.freed)
@@ -394,6 +405,7 @@ impl<'a> Sim<'a> {
             SimPolicy::P2cSed | SimPolicy::P2cMemorySed => {
                 compare(&|i| selector.expected_delay(i))?
             }
+            SimPolicy::P2cMemoryTies => compare(&|i| selector.in_flight_then_latency(i))?,
         })
     }
 
