@@ -48,7 +48,7 @@ fn hedging_is_read_as_written_with_defaults_for_what_is_left_out() {
                 methods: defaults.clone(),
             }),
             Some(Hedge {
-                after: HedgeAfter::Percentile(990),
+                after: HedgeAfter::Percentile(950),
                 max_extra_ppm: 50_000,
                 methods: defaults,
             }),
@@ -57,7 +57,7 @@ fn hedging_is_read_as_written_with_defaults_for_what_is_left_out() {
     );
     assert_eq!(
         defaults_of(&hedges[2]),
-        "after p99, max_extra 5%, GET,HEAD,OPTIONS"
+        "after p95, max_extra 5%, GET,HEAD,OPTIONS"
     );
     assert_eq!(HedgeAfter::Percentile(999).quantile(), Some(0.999));
 }
