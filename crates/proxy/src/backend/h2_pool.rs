@@ -14,7 +14,7 @@
 
 use crate::backend::{
     connect::{Connector, H2},
-    pool::UpstreamError,
+    pool::{dial, UpstreamError},
     request_body::UpstreamBody,
 };
 use duet_config::{Http2Windows, Timeouts};
@@ -33,7 +33,7 @@ use std::{
     rc::Rc,
     time::Duration,
 };
-use tokio::{net::TcpStream, time::Instant};
+use tokio::time::Instant;
 
 /// Streams one worker opens on one connection before it opens another.
 pub(crate) const MAX_STREAMS_PER_CONNECTION: usize = 100;
@@ -203,16 +203,7 @@ impl H2Client {
 
     /// A new connection to `backend`, its preface and settings exchanged and its task spawned.
     async fn connect(&self, backend: SocketAddr) -> Result<Shared, UpstreamError> {
-        let limit = self.pool.connect_timeout;
-        let stream = tokio::time::timeout(limit, TcpStream::connect(backend))
-            .await
-            .map_err(|_| UpstreamError::ConnectTimeout(limit))?
-            .map_err(UpstreamError::Connect)?;
-        let _ = stream.set_nodelay(true);
-        let io = (self.pool.connector)
-            .connect(stream, backend, H2, limit)
-            .await
-            .map_err(UpstreamError::Tls)?;
+        let io = dial(&self.pool.connector, backend, H2, self.pool.connect_timeout).await?;
         let (sender, connection) = self
             .pool
             .handshake

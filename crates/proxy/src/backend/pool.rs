@@ -10,7 +10,7 @@
 //! sweeper task per pool, alive only while something is pooled.
 
 use crate::backend::{
-    connect::{Connector, HTTP_1_1},
+    connect::{Connector, UpstreamIo, HTTP_1_1},
     request_body::UpstreamBody,
 };
 use duet_config::Timeouts;
@@ -30,6 +30,25 @@ use std::{
     time::Duration,
 };
 use tokio::{net::TcpStream, time::Instant};
+
+/// A new connection to `backend`, for an HTTP/1.1 or an h2 pool: TCP within `limit` (no Nagle), then the
+/// cluster's TLS offering `alpn`, if it has TLS.
+pub(crate) async fn dial(
+    connector: &Connector,
+    backend: SocketAddr,
+    alpn: &[&[u8]],
+    limit: Duration,
+) -> Result<UpstreamIo, UpstreamError> {
+    let stream = tokio::time::timeout(limit, TcpStream::connect(backend))
+        .await
+        .map_err(|_| UpstreamError::ConnectTimeout(limit))?
+        .map_err(UpstreamError::Connect)?;
+    let _ = stream.set_nodelay(true);
+    connector
+        .connect(stream, backend, alpn, limit)
+        .await
+        .map_err(UpstreamError::Tls)
+}
 
 /// Idle connections kept per backend, per worker (nginx's `keepalive 64`): a burst opens as many as it
 /// needs, afterwards only this many stay.
@@ -230,15 +249,13 @@ impl UpstreamClient {
         &self,
         backend: SocketAddr,
     ) -> Result<SendRequest<UpstreamBody>, UpstreamError> {
-        let stream = tokio::time::timeout(self.pool.connect_timeout, TcpStream::connect(backend))
-            .await
-            .map_err(|_| UpstreamError::ConnectTimeout(self.pool.connect_timeout))?
-            .map_err(UpstreamError::Connect)?;
-        let _ = stream.set_nodelay(true);
-        let io = (self.pool.connector)
-            .connect(stream, backend, HTTP_1_1, self.pool.connect_timeout)
-            .await
-            .map_err(UpstreamError::Tls)?;
+        let io = dial(
+            &self.pool.connector,
+            backend,
+            HTTP_1_1,
+            self.pool.connect_timeout,
+        )
+        .await?;
         let (sender, connection) = self
             .pool
             .handshake
