@@ -10,8 +10,10 @@
 #   bare     (only when asked for, e.g. PROXIES="duet bare haproxy nginx") the calibration proxy of #11:
 #            hyper 1.x and nothing else (crates/proxy/examples/bare_hyper.rs: round robin, no header
 #            rules, limits, retries, metrics or log): what hyper and the kernel cost before duet adds anything
+# OFFSET moves every port (proxies and default backends) by that much, so two measurements can run at once.
+OFFSET=${OFFSET:-0}
 LAUNCH=${LAUNCH:-taskset -c 0}
-BACKENDS=${BACKENDS:-19301 19302 19303 19304}
+BACKENDS=${BACKENDS:-$((19301 + OFFSET)) $((19302 + OFFSET)) $((19303 + OFFSET)) $((19304 + OFFSET))}
 
 write_configs() { # log: on|off
   local log=$1 port duet_backends="" nginx_servers="" haproxy_servers=""
@@ -23,8 +25,8 @@ write_configs() { # log: on|off
   done
   cat >"$WORK/duet.yaml" <<YAML
 workers: 1
-listeners: [ { address: 127.0.0.1:18400 } ]
-admin: { address: 127.0.0.1:18409 }
+listeners: [ { address: 127.0.0.1:$((18400 + OFFSET)) } ]
+admin: { address: 127.0.0.1:$((18409 + OFFSET)) }
 routes:
   - match: { path_prefix: /api }
     cluster: app
@@ -53,7 +55,7 @@ http {
     keepalive 64;
   }
   server {
-    listen 127.0.0.1:18410;
+    listen 127.0.0.1:$((18410 + OFFSET));
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
 }
@@ -73,7 +75,7 @@ defaults
   http-reuse always
 $haproxy_log
 frontend app
-  bind 127.0.0.1:18420
+  bind 127.0.0.1:$((18420 + OFFSET))
   default_backend app
 backend app
   balance leastconn
@@ -103,9 +105,9 @@ start() { # proxy log -> pid of the process whose tree is measured (its output n
       echo $! ;;
     bare)
       # shellcheck disable=SC2046 # one argument per backend
-      $LAUNCH target/release/examples/bare_hyper 127.0.0.1:18430 $(printf '127.0.0.1:%s ' $BACKENDS) \
+      $LAUNCH target/release/examples/bare_hyper 127.0.0.1:$((18430 + OFFSET)) $(printf '127.0.0.1:%s ' $BACKENDS) \
         >/dev/null 2>"$WORK/bare.err" &
       echo $! ;;
   esac
 }
-port() { case $1 in duet) echo 18400 ;; nginx) echo 18410 ;; haproxy) echo 18420 ;; bare) echo 18430 ;; esac; }
+port() { case $1 in duet) echo $((18400 + OFFSET)) ;; nginx) echo $((18410 + OFFSET)) ;; haproxy) echo $((18420 + OFFSET)) ;; bare) echo $((18430 + OFFSET)) ;; esac; }

@@ -41,8 +41,9 @@ if [ -z "${NO_BUILD:-}" ]; then # NO_BUILD=1: the release binaries as they are
   cargo build --release -q -p duet-proxy --example bare_hyper
 fi
 PROXIES=${PROXIES:-duet bare haproxy nginx}
-INSTANT="19301 19302 19303 19304"
-SLOW="19311 19312 19313 19314 19315 19316"
+OFFSET=${OFFSET:-0}
+INSTANT="$((19301 + OFFSET)) $((19302 + OFFSET)) $((19303 + OFFSET)) $((19304 + OFFSET))"
+SLOW="$((19311 + OFFSET)) $((19312 + OFFSET)) $((19313 + OFFSET)) $((19314 + OFFSET)) $((19315 + OFFSET)) $((19316 + OFFSET))"
 source "$(dirname "$0")/anchors.sh"
 # refuse_taken, wait_for and stop.
 source "$(dirname "$0")/proc_cpu.sh"

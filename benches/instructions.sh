@@ -6,6 +6,7 @@
 #   benches/instructions.sh [SECONDS]       (default: 6 s of measured traffic per run)
 #   DUET=/path/to/duet benches/instructions.sh
 #                                           counts another duet build (a before/after pair)
+#   OFFSET=100 benches/instructions.sh       moves every port by 100 (two measurements at once)
 #   NO_BUILD=1 benches/instructions.sh      uses the release binaries as they are (a build of another
 #                                           profile holds cargo's lock on target/)
 #
@@ -32,14 +33,14 @@ if [ -z "${NO_BUILD:-}" ]; then
   cargo build --release -q --bin duet --bin duet-backend
   case " $PROXIES " in *" bare "*) cargo build --release -q -p duet-proxy --example bare_hyper ;; esac
 fi
-for port in 19301 19302 19303 19304; do
+source "$(dirname "$0")/anchors.sh"
+for port in $BACKENDS; do
   target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" >/dev/null &
 done
 
 COUNTS="$WORK/counts"
 mkdir "$COUNTS"
 LAUNCH="valgrind --tool=callgrind --log-file=$COUNTS/valgrind.%p.log --callgrind-out-file=$COUNTS/callgrind.out.%p"
-source "$(dirname "$0")/anchors.sh"
 
 wait_for() { # port
   for _ in $(seq 1 300); do
