@@ -602,6 +602,8 @@ fn capacity(seconds: u64) {
         "p2c_peak_ewma",
         "p2c_memory_inflight",
         "p2c_memory_peak_ewma",
+        "least_inflight",
+        "least_peak_ewma",
         "nginx",
         "haproxy",
     ]);

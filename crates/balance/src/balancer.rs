@@ -21,9 +21,11 @@ use tower::load::CompleteOnResponse;
 pub struct PickStats {
     /// Endpoints picked.
     pub picks: u64,
-    /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints).
+    /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints; one per
+    /// candidate under [`Policy::LeastLoaded`]).
     pub load_reads: u64,
-    /// Picks decided by a coin flip between equal loads.
+    /// Picks decided by a coin flip between equal loads (a draw among equal minimums under
+    /// [`Policy::LeastLoaded`]).
     pub ties: u64,
     /// Picks where both candidates had zero load: too little concurrency for the metric to mean much.
     pub both_zero: u64,
@@ -96,6 +98,9 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     excluded: Vec<u32>,
     /// Under [`Policy::P2cMemory`]: the endpoints requests completed on last.
     freed: Option<Arc<LastFreed>>,
+    /// Under [`Policy::LeastLoaded`]: the slots tied at the minimum, kept between picks so a scan
+    /// allocates nothing.
+    tied: Vec<usize>,
     pub(crate) completion: C,
     pub(crate) reserved: Reserved,
 }
@@ -128,6 +133,7 @@ where
             service_load: None,
             excluded: Vec::new(),
             freed: None,
+            tied: Vec::new(),
             completion: CompleteOnResponse::default(),
             reserved: Reserved::None,
         }
@@ -150,6 +156,7 @@ where
             service_load: self.service_load,
             excluded: self.excluded,
             freed: self.freed,
+            tied: self.tied,
             completion,
             reserved: Reserved::None,
         }
@@ -170,7 +177,8 @@ where
         self
     }
 
-    /// Chooses with `policy` instead of P2C: [`Policy::P2cMemory`], or a baseline for comparison.
+    /// Chooses with `policy` instead of P2C: [`Policy::P2cMemory`], [`Policy::LeastLoaded`] (n load
+    /// reads per pick, not two), or a baseline for comparison.
     pub fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self.freed = (policy == Policy::P2cMemory).then(LastFreed::new);
@@ -379,6 +387,7 @@ where
             service_load,
             excluded,
             freed,
+            tied,
             ..
         } = self;
         endpoints.refresh();
@@ -396,6 +405,19 @@ where
         let (slot, picked_at) = match rule {
             Policy::RoundRobin => (turns.select(left), None),
             Policy::Random => (policy::random(left, p2c), None),
+            Policy::LeastLoaded => {
+                let now = endpoints
+                    .metric()
+                    .uses_clock()
+                    .then(|| endpoints.clock().now());
+                let loads = Loads {
+                    endpoints,
+                    service_load: *service_load,
+                    now,
+                };
+                let selection = scan(left, &loads, p2c, tied, stats);
+                (selection.map(|s| s.chosen), now)
+            }
             Policy::P2c | Policy::P2cMemory => {
                 let now = endpoints
                     .metric()
@@ -472,6 +494,45 @@ where
     }?;
     stats.ties += u64::from(selection.tie);
     stats.both_zero += u64::from(selection.both_zero());
+    Some(selection)
+}
+
+/// The least loaded of `left` by a full scan ([`policy::least_loaded`]), with the loads [`compare`]
+/// reads; counts reads (one per candidate left) and ties.
+fn scan<K, S>(
+    left: Remaining<'_>,
+    loads: &Loads<'_, K, S>,
+    p2c: &mut P2c,
+    tied: &mut Vec<usize>,
+    stats: &mut PickStats,
+) -> Option<Selection>
+where
+    K: Hash + Eq + Clone,
+{
+    let Loads {
+        endpoints,
+        service_load,
+        now,
+    } = *loads;
+    let reads = &mut stats.load_reads;
+    let candidates = left.candidates();
+    let endpoint = |slot: usize| endpoints.at(candidates.position(slot));
+    let (metric, now) = (endpoints.metric(), now.unwrap_or(0));
+    let selection = match (service_load, candidates.weights()) {
+        (Some(service_load), _) => policy::least_loaded(left, p2c, tied, |slot| {
+            *reads += 1;
+            service_load(&endpoint(slot).service)
+        }),
+        (None, Some(weights)) => policy::least_loaded(left, p2c, tied, |slot| {
+            *reads += 1;
+            metric.weighted_load(&endpoint(slot).load, now, weights.unit(slot))
+        }),
+        (None, None) => policy::least_loaded(left, p2c, tied, |slot| {
+            *reads += 1;
+            metric.load(&endpoint(slot).load, now)
+        }),
+    }?;
+    stats.ties += u64::from(selection.tie);
     Some(selection)
 }
 

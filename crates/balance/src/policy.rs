@@ -6,6 +6,7 @@ use crate::{
     candidates::{Remaining, Weights},
     p2c::{P2c, Selection, WeightedPool},
 };
+use std::cmp::Ordering;
 
 /// How a [`Balance`](crate::Balance) chooses among its eligible endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,6 +29,20 @@ pub enum Policy {
     /// not yet been measured on real traffic. Remembering the last *winner* instead (the classic
     /// memory) did worse than plain P2C there.
     P2cMemory,
+    /// Least loaded, by a full scan: **every** eligible endpoint's load is read on every pick (n reads
+    /// where every other load-aware policy reads two), and the minimum wins, loads divided by weight when
+    /// weights differ (nginx's `least_conn`, HAProxy's `leastconn`). Equal minimums are settled by one
+    /// draw, in proportion to weight; a pick without a tie draws nothing.
+    ///
+    /// **The exception to the two-read rule, and opt-in for that reason.** A scan costs O(n) per pick,
+    /// and it makes every balancer that sees the same loads agree on the same minimum: many workers or
+    /// many duet instances sharing a view would herd onto it. duet's workers each see only their own
+    /// requests, so they do not share a view, but each also knows only its own share of the traffic: with
+    /// many of them a scan of what one knows is worth little more than two samples of it (duet-sim's
+    /// herd table). Where it pays is one worker, or a few, carrying a pool of backends that each serve a
+    /// handful of requests at once near saturation: there a scan knows strictly more than two samples
+    /// (duet-sim's finite-capacity model, and the capacity experiment against nginx and HAProxy).
+    LeastLoaded,
     /// Each eligible endpoint in turn, ignoring load, in proportion to weight (smooth weighted round
     /// robin). A baseline for benchmarks.
     RoundRobin,
@@ -70,6 +85,71 @@ pub(crate) fn p2c_remembering(
     } else {
         self::p2c(left, p2c, load)
     }
+}
+
+/// The least loaded of `left`, by a full scan: `load(slot)` is read exactly once for every candidate
+/// left (none when only one is left), and the minimum wins ([`f64::total_cmp`], so a NaN never does).
+/// Equal minimums are settled by exactly one draw, in proportion to weight when weights differ (so that
+/// idle endpoints, all at zero, share sequential traffic by weight, as nginx's tie-break does); no tie,
+/// no draw. `tied` is scratch space, kept by the caller so a pick allocates nothing once warm. The
+/// selection names no pair (`candidates` is `None`); `tie` says whether a draw decided.
+pub(crate) fn least_loaded(
+    left: Remaining<'_>,
+    p2c: &mut P2c,
+    tied: &mut Vec<usize>,
+    mut load: impl FnMut(usize) -> f64,
+) -> Option<Selection> {
+    let candidates = left.candidates();
+    let only = |slot: usize| Selection {
+        chosen: slot,
+        candidates: None,
+        tie: false,
+    };
+    match left.len() {
+        0 => return None,
+        1 => return Some(only(left.nth(0))),
+        _ => {}
+    }
+    tied.clear();
+    let mut lightest: Option<f64> = None;
+    for slot in (0..candidates.len()).filter(|&slot| left.is_all() || !left.excludes(slot)) {
+        let load = load(slot);
+        match lightest.map(|lightest| load.total_cmp(&lightest)) {
+            None | Some(Ordering::Less) => {
+                lightest = Some(load);
+                tied.clear();
+                tied.push(slot);
+            }
+            Some(Ordering::Equal) => tied.push(slot),
+            Some(Ordering::Greater) => {}
+        }
+    }
+    Some(match tied.as_slice() {
+        [] => return None,
+        [slot] => only(*slot),
+        many => Selection {
+            chosen: settle(many, candidates.weights(), p2c.draw()),
+            candidates: None,
+            tie: true,
+        },
+    })
+}
+
+/// One of the `tied` slots, from one draw: uniformly, or in proportion to weight.
+fn settle(tied: &[usize], weights: Option<&Weights>, draw: u64) -> usize {
+    let Some(weights) = weights else {
+        return tied[(draw % tied.len() as u64) as usize];
+    };
+    let weight = |slot: usize| weights.thousandths()[slot];
+    let total: u64 = tied.iter().map(|&slot| weight(slot)).sum();
+    let mut point = draw % total.max(1);
+    for &slot in tied {
+        if point < weight(slot) {
+            return slot;
+        }
+        point -= weight(slot);
+    }
+    tied[tied.len() - 1]
 }
 
 /// One endpoint of `left` at random, in proportion to weight; one left takes no draw.

@@ -515,6 +515,14 @@ pub enum Policy {
     P2cMemoryInflight,
     /// Power of two choices with memory on PeakEWMA latency × (in flight + 1).
     P2cMemoryPeakEwma,
+    /// Least requests in flight by a full scan (nginx's `least_conn`, HAProxy's `leastconn`): every
+    /// eligible backend's count is read on every pick, in flight ÷ weight, equal minimums settled at
+    /// random by weight. Opt-in, and the one exception to two load reads per pick: it reads n, and many
+    /// balancers scanning one view herd; duet's workers each scan only their own counts. For one or a few
+    /// workers over backends with a few request slots each, run near saturation.
+    LeastInflight,
+    /// Least PeakEWMA latency × (in flight ÷ weight + 1) by a full scan: the same exception.
+    LeastPeakEwma,
     /// Each backend in turn (baseline).
     RoundRobin,
     /// Uniformly random (baseline).
@@ -529,6 +537,8 @@ impl Policy {
             Self::P2cPeakEwma => "p2c_peak_ewma",
             Self::P2cMemoryInflight => "p2c_memory_inflight",
             Self::P2cMemoryPeakEwma => "p2c_memory_peak_ewma",
+            Self::LeastInflight => "least_inflight",
+            Self::LeastPeakEwma => "least_peak_ewma",
             Self::RoundRobin => "round_robin",
             Self::Random => "random",
         }

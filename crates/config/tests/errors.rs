@@ -88,6 +88,19 @@ fn a_misspelt_field_gets_its_location_and_a_hint() {
 }
 
 #[test]
+fn the_full_scan_policies_load_by_name() {
+    for (name, policy) in [
+        ("least_inflight", Policy::LeastInflight),
+        ("least_peak_ewma", Policy::LeastPeakEwma),
+    ] {
+        let yaml = VALID.replace("policy: round_robin", &format!("policy: {name}"));
+        let config = parse(&yaml, "scan.yaml").expect("valid");
+        assert_eq!(config.clusters[1].policy, policy);
+        assert_eq!(policy.name(), name);
+    }
+}
+
+#[test]
 fn the_memory_policies_load_by_name() {
     for (name, policy) in [
         ("p2c_memory_inflight", Policy::P2cMemoryInflight),
@@ -259,8 +272,8 @@ fn an_unknown_policy_lists_the_choices() {
     assert!(
         errors[0].starts_with(
             "bad.yaml:15:13: clusters[1].policy: `round_robbin` is not a policy: expected one of \
-             p2c_inflight, p2c_peak_ewma, p2c_memory_inflight, p2c_memory_peak_ewma, round_robin, \
-             random"
+             p2c_inflight, p2c_peak_ewma, p2c_memory_inflight, p2c_memory_peak_ewma, least_inflight, \
+             least_peak_ewma, round_robin, random"
         ),
         "{}",
         errors[0]

@@ -238,6 +238,8 @@ impl Checker {
             Policy::P2cPeakEwma,
             Policy::P2cMemoryInflight,
             Policy::P2cMemoryPeakEwma,
+            Policy::LeastInflight,
+            Policy::LeastPeakEwma,
             Policy::RoundRobin,
             Policy::Random,
         ];

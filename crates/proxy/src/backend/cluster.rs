@@ -448,6 +448,11 @@ fn new_balance(policy: Policy) -> ClusterBalance {
             LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             BalancePolicy::P2cMemory,
         ),
+        Policy::LeastInflight => (LoadMetric::InFlight, BalancePolicy::LeastLoaded),
+        Policy::LeastPeakEwma => (
+            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
+            BalancePolicy::LeastLoaded,
+        ),
         Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
         Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
     };
@@ -502,6 +507,16 @@ mod tests {
             let cluster = with_policy(&["127.0.0.1:9"], name, "");
             let debug = cluster.with_balance(|b| format!("{b:?}"));
             assert!(debug.contains("policy: P2cMemory"), "{debug}");
+            assert!(debug.contains(&format!("metric: {metric}")), "{debug}");
+        }
+    }
+
+    #[test]
+    fn the_full_scan_policies_build_least_loaded_balancers_with_their_metric() {
+        for (name, metric) in [("least_inflight", "InFlight"), ("least_peak_ewma", "PeakEwma")] {
+            let cluster = with_policy(&["127.0.0.1:9"], name, "");
+            let debug = cluster.with_balance(|b| format!("{b:?}"));
+            assert!(debug.contains("policy: LeastLoaded"), "{debug}");
             assert!(debug.contains(&format!("metric: {metric}")), "{debug}");
         }
     }
