@@ -38,11 +38,19 @@ pub enum SimPolicy {
     /// P2C with memory on the worker's in-flight counts, a tie broken by the lower plain latency EWMA
     /// (in flight + a fraction under one: never against a lower count). Simulator only.
     P2cMemoryTies,
+    /// Full scan of the worker's own in-flight counts (duet-balance's `Policy::LeastLoaded` under
+    /// `least_inflight`): n reads, the minimum wins, equal minimums go to one draw.
+    LeastInflight,
+    /// Full scan of the worker's own PeakEWMA loads (`least_peak_ewma`).
+    LeastPeakEwma,
+    /// Full scan of the worker's in-flight counts, equal counts ordered by the plain latency average
+    /// and only then drawn. Simulator only.
+    LeastInflightTies,
 }
 
 impl SimPolicy {
     /// All policies, for `--policy` parsing.
-    pub const ALL: [(&'static str, SimPolicy); 11] = [
+    pub const ALL: [(&'static str, SimPolicy); 14] = [
         ("random", Self::Random),
         ("round_robin", Self::RoundRobin),
         ("least_loaded_stale", Self::LeastLoadedStale),
@@ -54,6 +62,9 @@ impl SimPolicy {
         ("p2c_sed", Self::P2cSed),
         ("p2c_memory_sed", Self::P2cMemorySed),
         ("p2c_memory_ties", Self::P2cMemoryTies),
+        ("least_inflight", Self::LeastInflight),
+        ("least_peak_ewma", Self::LeastPeakEwma),
+        ("least_inflight_ties", Self::LeastInflightTies),
     ];
 
     /// The policy's name.
@@ -197,6 +208,42 @@ impl Selector {
     /// Shortest expected delay: (in flight + 1) × the plain latency average.
     fn expected_delay(&self, i: usize) -> f64 {
         self.smooth[i] * f64::from(self.in_flight[i] + 1)
+    }
+}
+
+/// A full scan, as duet-balance's `Policy::LeastLoaded` makes it: every load read once, divided by
+/// weight, the minimum wins; equal minimums are settled by one draw, in proportion to weight; no tie, no
+/// draw.
+fn scan(
+    n: usize,
+    p2c: &mut P2c,
+    weight: impl Fn(usize) -> f64,
+    load: impl Fn(usize) -> f64,
+) -> usize {
+    let (mut lightest, mut tied) = (f64::INFINITY, Vec::new());
+    for i in 0..n {
+        let load = load(i) / weight(i);
+        if load < lightest {
+            (lightest, tied) = (load, vec![i]);
+        } else if load == lightest {
+            tied.push(i);
+        }
+    }
+    match tied.as_slice() {
+        [] => 0,
+        [only] => *only,
+        many => {
+            let total: f64 = many.iter().map(|&i| weight(i)).sum();
+            let mut point = (p2c.draw() >> 11) as f64 / (1u64 << 53) as f64 * total;
+            let last = many[many.len() - 1];
+            many.iter()
+                .copied()
+                .find(|&i| {
+                    point -= weight(i);
+                    point < 0.0
+                })
+                .unwrap_or(last)
+        }
     }
 }
 
@@ -406,6 +453,13 @@ impl<'a> Sim<'a> {
                 compare(&|i| selector.expected_delay(i))?
             }
             SimPolicy::P2cMemoryTies => compare(&|i| selector.in_flight_then_latency(i))?,
+            SimPolicy::LeastInflight => scan(n, p2c, weight_of, |i| selector.in_flight(i)),
+            SimPolicy::LeastPeakEwma => {
+                scan(n, p2c, weight_of, |i| selector.peak_ewma(i, now, tau))
+            }
+            SimPolicy::LeastInflightTies => {
+                scan(n, p2c, weight_of, |i| selector.in_flight_then_latency(i))
+            }
         })
     }
 

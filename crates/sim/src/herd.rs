@@ -1,4 +1,5 @@
-//! The herd effect: least-loaded on a stale shared view against P2C, as the view grows staler.
+//! The herd effect: least-loaded on a stale shared view against P2C, as the view grows staler; and a
+//! full scan of each worker's own view (duet's opt-in `least_*` policies), which shares nothing.
 
 use crate::cluster::{self, RunReport, Scenario, SimPolicy};
 use serde::Serialize;
@@ -15,13 +16,15 @@ pub struct HerdReport {
 }
 
 /// The policies compared.
-pub const POLICIES: [SimPolicy; 7] = [
+pub const POLICIES: [SimPolicy; 9] = [
     SimPolicy::LeastLoadedStale,
     SimPolicy::P2cStale,
     SimPolicy::P2cInflight,
     SimPolicy::P2cPeakEwma,
     SimPolicy::P2cMemoryInflight,
     SimPolicy::P2cMemoryPeakEwma,
+    SimPolicy::LeastInflight,
+    SimPolicy::LeastPeakEwma,
     SimPolicy::Random,
 ];
 
