@@ -57,9 +57,10 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
     let (inflight, if_errors) = slow_share("p2c_inflight", &backends, REQUESTS);
     let (peak_ewma, pe_errors) = slow_share("p2c_peak_ewma", &backends, REQUESTS);
     let (memory, memory_errors) = slow_share("p2c_memory_peak_ewma", &backends, REQUESTS);
+    let (scan, scan_errors) = slow_share("least_peak_ewma", &backends, REQUESTS);
     assert_eq!(
-        (rr_errors, if_errors, pe_errors, memory_errors),
-        (0, 0, 0, 0)
+        (rr_errors, if_errors, pe_errors, memory_errors, scan_errors),
+        (0, 0, 0, 0, 0)
     );
     // Round robin ignores load: a third each, exactly, up to the split between two workers.
     assert!(
@@ -70,6 +71,7 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
     assert!(inflight < 0.2, "p2c_inflight gave slow {inflight}");
     assert!(peak_ewma < 0.2, "p2c_peak_ewma gave slow {peak_ewma}");
     assert!(memory < 0.2, "p2c_memory_peak_ewma gave slow {memory}");
+    assert!(scan < 0.2, "least_peak_ewma gave slow {scan}");
     assert!(
         peak_ewma < round_robin / 2.0,
         "peak_ewma {peak_ewma} vs round robin {round_robin}"
@@ -77,7 +79,10 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
 }
 
 /// Weights 3:1 between two equal backends through the real binary, one request at a time: every policy
-/// gives the weight-3 backend three quarters.
+/// gives the weight-3 backend three quarters. (`least_inflight` sees two idle backends on every pick and
+/// draws between them by weight. `least_peak_ewma` is left out: weight divides concurrency, never
+/// latency, so one request at a time it sends each to the backend with the lower estimate, whatever
+/// the weights; under concurrency its weights count as capacity, like the others'.)
 ///
 /// The in-flight and baseline policies see equal loads on every pick, so the share is the weighted
 /// coin's: ±0.06 is 4.4 standard deviations at 1000 requests (±0.05 at 800 was 3.3: with three policies
@@ -112,6 +117,7 @@ fn weights_hold_for_every_policy_through_the_binary() {
         "p2c_peak_ewma",
         "p2c_memory_inflight",
         "p2c_memory_peak_ewma",
+        "least_inflight",
     ] {
         let latency = policy.ends_with("peak_ewma");
         let (runs, requests, tolerance) = if latency {

@@ -12,6 +12,7 @@ mod discovery;
 mod edge;
 mod failures;
 mod framing;
+mod full_scan;
 mod grpc;
 mod h2_attacks;
 mod http2;
