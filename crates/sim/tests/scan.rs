@@ -1,0 +1,74 @@
+//! The opt-in full scan (duet-balance's `Policy::LeastLoaded`, `least_inflight` / `least_peak_ewma`)
+//! in the finite-capacity model and the herd: what n reads per pick buy over two, and what they cost
+//! when many workers each scan their own small share of the traffic.
+
+use duet_sim::{
+    cluster::{self, RunReport, Scenario, SimPolicy},
+    herd,
+};
+
+/// The capacity experiment's backends: 10 of 4 request slots, one at half speed.
+fn capacity(utilisation: f64, workers: usize, policy: SimPolicy) -> RunReport {
+    cluster::run(&Scenario {
+        capacities: [0.5].into_iter().chain([1.0; 9]).collect(),
+        slots: 4,
+        utilisation,
+        workers,
+        arrivals: 200_000,
+        policy,
+        ..Scenario::default()
+    })
+    .expect("run")
+}
+
+#[test]
+fn one_worker_scanning_its_own_counts_is_the_global_scan() {
+    for utilisation in [0.85, 0.95] {
+        let global = capacity(utilisation, 1, SimPolicy::LeastLoadedStale);
+        let own = capacity(utilisation, 1, SimPolicy::LeastInflight);
+        assert!(own.p50 < 1.02 * global.p50, "{own:?} {global:?}");
+        assert!(own.p99 < 1.02 * global.p99, "{own:?} {global:?}");
+    }
+}
+
+#[test]
+fn a_full_scan_beats_the_best_two_read_policy_near_saturation() {
+    for (utilisation, workers) in [(0.85, 1), (0.95, 1), (0.85, 2), (0.95, 2)] {
+        let memory = capacity(utilisation, workers, SimPolicy::P2cMemoryInflight);
+        let scan = capacity(utilisation, workers, SimPolicy::LeastInflight);
+        let at = format!("{utilisation} with {workers} worker(s): {scan:?} {memory:?}");
+        assert!(scan.p50 < 0.95 * memory.p50, "p50 at {at}");
+        assert!(scan.p99 < 0.98 * memory.p99, "p99 at {at}");
+    }
+}
+
+#[test]
+fn thirty_two_workers_scanning_their_own_views_gain_little_and_latency_scans_herd() {
+    let base = Scenario {
+        balancers: 8,
+        workers: 4,
+        capacities: vec![1.0; 20],
+        utilisation: 0.9,
+        arrivals: 150_000,
+        ..Scenario::default()
+    };
+    let report = herd::run(&base, &[0.0]).expect("herd");
+    let row = |policy: SimPolicy| {
+        report
+            .runs
+            .iter()
+            .find(|row| row[0].policy == policy)
+            .map(|row| row[0].clone())
+            .expect("a row per policy")
+    };
+    let (p2c, scan) = (row(SimPolicy::P2cInflight), row(SimPolicy::LeastInflight));
+    assert!(scan.mean <= p2c.mean, "{scan:?} {p2c:?}");
+    assert!(scan.mean > 0.85 * p2c.mean, "little to gain: {scan:?} {p2c:?}");
+    // Each worker's estimates say which backends were fast lately, and each scan sends everything to
+    // its fastest: the workers pile onto the same few, where two samples spread them.
+    let (p2c, scan) = (
+        row(SimPolicy::P2cPeakEwma),
+        row(SimPolicy::LeastPeakEwma),
+    );
+    assert!(scan.mean > 1.1 * p2c.mean, "{scan:?} {p2c:?}");
+}
