@@ -165,9 +165,9 @@ where
     /// Compares endpoints on their services' own [`tower::load::Load`] instead of the balancer's
     /// [`LoadMetric`]: the open end of the metrics, for endpoints that know their load better (a
     /// connection pool's queue, a server-reported utilisation, a nested balancer). Two loads are still
-    /// read per pick and the lighter wins; the balancer keeps counting in flight and latency (for
-    /// [`EndpointLoad`] readers) whatever it compares. Weights divide nothing here: a service's own load
-    /// is taken as already relative to its capacity.
+    /// read per pick (every one under [`Policy::LeastLoaded`]) and the lighter wins; the balancer keeps
+    /// counting in flight and latency (for [`EndpointLoad`] readers) whatever it compares. Weights
+    /// divide nothing here: a service's own load is taken as already relative to its capacity.
     pub fn with_service_load(mut self) -> Self
     where
         S: tower::load::Load,

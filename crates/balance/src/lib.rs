@@ -83,6 +83,25 @@
 //! it. With differing weights and on retries, picks are plain P2C.
 //! [`P2c::select_with_memory`](algo::P2c::select_with_memory) is the rule on its own.
 //!
+//! # Full scan: the opt-in exception to two reads
+//!
+//! [`Policy::LeastLoaded`] reads **every** eligible endpoint's load on every pick (n reads, O(n)) and
+//! sends to the minimum, loads divided by weight when weights differ; equal minimums are settled by
+//! exactly one draw, in proportion to weight, and a pick without a tie draws nothing. It is nginx's
+//! `least_conn` and HAProxy's `leastconn` on the balancer's own view. Eligibility and a retry's
+//! exclusions are decided first: what is out is never read.
+//!
+//! It breaks the rule the rest of the crate keeps, for one case: a balancer that carries most of a
+//! pool's traffic (one worker, or a few) over backends that each serve a handful of requests at once,
+//! near saturation. There it knows strictly more than two samples, and duet-sim's finite-capacity model
+//! matches a global scan with it. The cost is the herd the two-read rule avoids: balancers that see the
+//! same loads agree on the same minimum. duet's workers each scan only their own counts, so they share no
+//! view; but with many of them each knows only its own share of the traffic, a scan of which buys
+//! little over two samples of it, and scanning latency estimates sends every worker to the backends that
+//! were fastest lately (duet-sim's herd table: 32 workers, 20 backends). Hence opt-in, never the default.
+//! With differing weights, weight divides concurrency only, as for P2C: one request at a time, a
+//! PeakEWMA scan sends each to the lowest estimate whatever the weights.
+//!
 //! # Randomness
 //!
 //! Each balancer has its own small fast generator, seeded once from the operating system, so two workers
