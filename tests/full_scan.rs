@@ -142,7 +142,10 @@ fn least_inflight_sends_nothing_to_a_backend_holding_requests_while_another_is_i
         let (a, b) = (busy.received(), idle.received());
         assert!(a.abs_diff(b) <= 1, "{a} and {b} after {sent}");
     }
-    assert_eq!((busy.received(), idle.received()), (HELD as u64, HELD as u64));
+    assert_eq!(
+        (busy.received(), idle.received()),
+        (HELD as u64, HELD as u64)
+    );
 
     // One backend answers what it holds and goes idle; the other still holds HELD.
     idle.open();
@@ -158,7 +161,10 @@ fn least_inflight_sends_nothing_to_a_backend_holding_requests_while_another_is_i
         });
         assert_eq!(served_by(duet.address), "idle");
     }
-    assert_eq!((busy.received(), idle.received()), (HELD as u64, HELD as u64 + 20));
+    assert_eq!(
+        (busy.received(), idle.received()),
+        (HELD as u64, HELD as u64 + 20)
+    );
 
     busy.open();
     let answers: Vec<String> = held

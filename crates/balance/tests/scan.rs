@@ -68,7 +68,11 @@ fn the_minimum_wins_after_exactly_one_read_per_endpoint_and_no_draw() {
         assert_eq!(*balance.pick().expect("eligible"), 3);
     }
     let after = balance.stats();
-    assert_eq!(after.load_reads - before.load_reads, 3 * 5, "n reads per pick");
+    assert_eq!(
+        after.load_reads - before.load_reads,
+        3 * 5,
+        "n reads per pick"
+    );
     assert_eq!(after.ties, before.ties);
     assert_eq!(taken.load(Relaxed), 0, "no tie, no draw");
 }
@@ -91,8 +95,8 @@ fn a_tie_takes_exactly_one_draw_which_decides_among_the_minimums() {
 #[test]
 fn a_seeded_balancer_settles_ties_the_same_way_every_time() {
     let picks = |seed| {
-        let mut balance = Balance::with_seed(LoadMetric::InFlight, seed)
-            .with_policy(Policy::LeastLoaded);
+        let mut balance =
+            Balance::with_seed(LoadMetric::InFlight, seed).with_policy(Policy::LeastLoaded);
         for key in 0..6u32 {
             balance.insert(key, 1, endpoint());
         }

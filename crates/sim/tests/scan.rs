@@ -63,12 +63,12 @@ fn thirty_two_workers_scanning_their_own_views_gain_little_and_latency_scans_her
     };
     let (p2c, scan) = (row(SimPolicy::P2cInflight), row(SimPolicy::LeastInflight));
     assert!(scan.mean <= p2c.mean, "{scan:?} {p2c:?}");
-    assert!(scan.mean > 0.85 * p2c.mean, "little to gain: {scan:?} {p2c:?}");
+    assert!(
+        scan.mean > 0.85 * p2c.mean,
+        "little to gain: {scan:?} {p2c:?}"
+    );
     // Each worker's estimates say which backends were fast lately, and each scan sends everything to
     // its fastest: the workers pile onto the same few, where two samples spread them.
-    let (p2c, scan) = (
-        row(SimPolicy::P2cPeakEwma),
-        row(SimPolicy::LeastPeakEwma),
-    );
+    let (p2c, scan) = (row(SimPolicy::P2cPeakEwma), row(SimPolicy::LeastPeakEwma));
     assert!(scan.mean > 1.1 * p2c.mean, "{scan:?} {p2c:?}");
 }
