@@ -87,7 +87,7 @@ fn load(harness: &Harness, backend: SocketAddr) -> (u64, u64) {
 }
 
 async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let limit = Duration::from_secs(5);
+    let limit = Duration::from_secs(30);
     let held =
         duet_testbed::wait::eventually_async(limit, || std::future::ready(condition())).await;
     assert!(held, "{what}: not within {limit:?}");
@@ -115,12 +115,23 @@ async fn a_stalled_first_attempt_is_hedged_and_the_fast_backend_answers() {
             won >= 1,
             "round robin gave the slow backend a first attempt"
         );
-        // Every attempt the slow backend got was either a first one that a hedge beat, or a hedge
-        // that the fast backend beat (only if it took over 5 ms on a busy machine).
-        assert_eq!(slow.requests(), won + lost);
-        // A dropped attempt's connection is closed, never pooled mid-response: each attempt to the
-        // slow backend needed a connection of its own.
-        assert_eq!(slow.connections(), slow.requests());
+        // Every attempt sent to the slow backend was either a first one that a hedge beat, or a hedge
+        // that the fast backend beat (only if it took over 5 ms on a busy machine). An attempt dropped
+        // before its request was written (still connecting when the other answered) never reaches the
+        // backend, so the backend may count fewer, never more.
+        assert!(
+            slow.requests() <= won + lost,
+            "slow saw {} requests, hedges won {won} lost {lost}",
+            slow.requests()
+        );
+        // A dropped attempt's connection is closed, never pooled mid-response: no connection to the
+        // slow backend carried a second request (one dropped while connecting carried none).
+        assert!(
+            slow.requests() <= slow.connections(),
+            "{} requests on {} connections",
+            slow.requests(),
+            slow.connections()
+        );
         assert_eq!(hedges(&registry, "cancelled"), 0);
         until("every attempt settled", || {
             load(&harness, slow.address()).0 == 0 && load(&harness, fast.address()).0 == 0
