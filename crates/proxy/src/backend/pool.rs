@@ -11,6 +11,7 @@
 
 use crate::backend::{
     connect::{Connector, UpstreamIo, HTTP_1_1},
+    early_answer::EarlyAnswerIo,
     request_body::UpstreamBody,
 };
 use duet_config::Timeouts;
@@ -259,7 +260,7 @@ impl UpstreamClient {
         let (sender, connection) = self
             .pool
             .handshake
-            .handshake(TokioIo::new(io))
+            .handshake(TokioIo::new(EarlyAnswerIo::new(io)))
             .await
             .map_err(|error| UpstreamError::Http {
                 error,

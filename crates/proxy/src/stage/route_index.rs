@@ -2,22 +2,32 @@
 //! over the whole list, so the index only narrows it to a subsequence, in the list's order, that holds
 //! every route that could match.
 //!
-//! A route with an exact `host` can only match that host: it is listed under it. Routes without a
-//! host, or with a wildcard, can match many: they are listed once, apart, and merged in order with the
-//! host's own list on each lookup. A table of 1,000 exact-host routes costs a hash lookup and a
-//! handful of route checks per request instead of up to 1,000 (see `benches/routing.rs`).
+//! A route with an exact `host` can only match that host: it is listed under it. A wildcard route
+//! (`*.example.com`) can only match hosts under its suffix: it is listed under the suffix
+//! (`example.com`), and a request's host finds it by walking its own dot-suffixes, longest first
+//! (`a.b.example.com`: `b.example.com`, `example.com`, `com`). Each suffix's list also holds the
+//! routes of the suffixes above it (`*.com`'s under `example.com`), so the first suffix found lists
+//! every wildcard route the host can match. Routes without a host are listed once, apart. The three
+//! lists are merged in order on each lookup. A table of 1,000 exact-host or wildcard routes costs a few
+//! hash lookups and a handful of route checks per request instead of up to 1,000 (see
+//! `benches/routing.rs`).
 
 use crate::path;
 use duet_config::{HostPattern, Route};
 use rustc_hash::FxHashMap;
 
-/// The routes of a table by exact host. Host names come from the configuration; the lookup's key
-/// comes from the client, but only to read the map, so a fast non-keyed hash is enough.
+/// The routes of a table by exact host and by wildcard suffix. Host names come from the
+/// configuration; the lookup's key comes from the client, but only to read the maps, so a fast
+/// non-keyed hash is enough.
 #[derive(Debug, Default)]
 pub struct RouteIndex {
     /// Positions of the routes with this exact host (lowercased, no trailing dot), in order.
     by_host: FxHashMap<Box<str>, Box<[u32]>>,
-    /// Positions of the routes without an exact host (none, or a wildcard), in order.
+    /// Positions of the wildcard routes a host under this suffix (`example.com`, lowercased, for
+    /// `*.example.com`) can match: its own and those of every suffix above it, in order.
+    by_suffix: FxHashMap<Box<str>, Box<[u32]>>,
+    /// Positions of the routes for any host (and of a wildcard with no suffix to index by, which
+    /// only a route built in code can have), in order.
     others: Box<[u32]>,
 }
 
@@ -25,6 +35,7 @@ impl RouteIndex {
     /// The index of `routes` (positions above `u32::MAX` are never reached: a config is far smaller).
     pub fn new(routes: &[Route]) -> Self {
         let mut by_host: FxHashMap<Box<str>, Vec<u32>> = FxHashMap::default();
+        let mut by_own_suffix: FxHashMap<Box<str>, Vec<u32>> = FxHashMap::default();
         let mut others = Vec::new();
         for (position, route) in routes.iter().enumerate() {
             let position = u32::try_from(position).unwrap_or(u32::MAX);
@@ -33,13 +44,32 @@ impl RouteIndex {
                     .entry(host.as_str().into())
                     .or_default()
                     .push(position),
-                None | Some(HostPattern::Wildcard(_)) => others.push(position),
+                Some(HostPattern::Wildcard(suffix)) => match suffix.strip_prefix('.') {
+                    Some(key) if !key.is_empty() => by_own_suffix
+                        .entry(key.to_ascii_lowercase().into())
+                        .or_default()
+                        .push(position),
+                    _ => others.push(position),
+                },
+                None => others.push(position),
             }
         }
+        let by_suffix = (by_own_suffix.iter())
+            .map(|(key, own)| {
+                let mut list = own.clone();
+                for above in dot_suffixes(key, 0) {
+                    list.extend(by_own_suffix.get(above).into_iter().flatten());
+                }
+                // Each route is under one suffix: sorting merges without duplicates.
+                list.sort_unstable();
+                (key.clone(), list.into_boxed_slice())
+            })
+            .collect();
         Self {
             by_host: (by_host.into_iter())
                 .map(|(host, list)| (host, list.into_boxed_slice()))
                 .collect(),
+            by_suffix,
             others: others.into_boxed_slice(),
         }
     }
@@ -47,23 +77,39 @@ impl RouteIndex {
     /// The positions of the routes a request for `host` (as sent: any case, maybe a port or a trailing
     /// dot) may take, in the table's order.
     pub(crate) fn candidates(&self, host: Option<&str>) -> Candidates<'_> {
-        let own = host.and_then(|host| self.exact(host)).unwrap_or_default();
-        Candidates {
-            own,
-            others: &self.others,
+        let mut lists: [&[u32]; 3] = [&[], &[], &self.others];
+        if let Some(host) = host {
+            let name = path::without_root_dot(strip_port(host));
+            let lowercased;
+            let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+                lowercased = name.to_ascii_lowercase();
+                lowercased.as_str()
+            } else {
+                name
+            };
+            lists[0] = self.by_host.get(name).map_or(&[], |l| &**l);
+            lists[1] = self.wildcards(name);
         }
+        Candidates { lists }
     }
 
-    fn exact(&self, host: &str) -> Option<&[u32]> {
-        let name = path::without_root_dot(strip_port(host));
-        if name.bytes().any(|b| b.is_ascii_uppercase()) {
-            return self
-                .by_host
-                .get(name.to_ascii_lowercase().as_str())
-                .map(|l| &**l);
+    /// The wildcard routes `name` (lowercased) can match: those of its longest suffix in the index. A
+    /// wildcard needs at least one character before its dot, so the name itself is no suffix.
+    fn wildcards(&self, name: &str) -> &[u32] {
+        if self.by_suffix.is_empty() {
+            return &[];
         }
-        self.by_host.get(name).map(|l| &**l)
+        dot_suffixes(name, 1)
+            .find_map(|suffix| self.by_suffix.get(suffix))
+            .map_or(&[], |l| &**l)
     }
+}
+
+/// What follows each dot of `name` at or after byte `from`, longest first.
+fn dot_suffixes(name: &str, from: usize) -> impl Iterator<Item = &str> {
+    (name.bytes().enumerate().skip(from))
+        .filter(|&(_, b)| b == b'.')
+        .filter_map(move |(at, _)| name.get(at + 1..))
 }
 
 /// `host` without its port (`[v6]:port`, `name:port`).
@@ -78,29 +124,20 @@ pub(crate) fn strip_port(host: &str) -> &str {
     }
 }
 
-/// Two ordered lists of positions, merged in order.
+/// Ordered lists of positions (the host's own routes, its wildcards', any host's), merged in order.
 pub(crate) struct Candidates<'a> {
-    own: &'a [u32],
-    others: &'a [u32],
+    lists: [&'a [u32]; 3],
 }
 
 impl Iterator for Candidates<'_> {
     type Item = usize;
 
     fn next(&mut self) -> Option<usize> {
-        let take_own = match (self.own.first(), self.others.first()) {
-            (Some(own), Some(other)) => own < other,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        let list = if take_own {
-            &mut self.own
-        } else {
-            &mut self.others
-        };
-        let (first, rest) = list.split_first()?;
-        *list = rest;
+        let (list, _) = (self.lists.iter().enumerate())
+            .filter_map(|(i, list)| Some((i, *list.first()?)))
+            .min_by_key(|&(_, first)| first)?;
+        let (first, rest) = self.lists[list].split_first()?;
+        self.lists[list] = rest;
         Some(*first as usize)
     }
 }
@@ -109,15 +146,49 @@ impl Iterator for Candidates<'_> {
 mod tests {
     use super::*;
 
+    fn index(routes: &str) -> RouteIndex {
+        let yaml = format!("listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n{routes}clusters:\n  - {{ name: a, backends: [ {{ address: 127.0.0.1:1 }} ] }}\n");
+        RouteIndex::new(&duet_config::parse(&yaml, "t.yaml").expect("valid").routes)
+    }
+
     #[test]
     fn a_hosts_own_routes_merge_in_order_with_the_routes_for_any_host() {
-        let yaml = "listeners: [ { address: 127.0.0.1:0 } ]\nroutes:\n  - { match: { host: '*.example.com' }, cluster: a }\n  - { match: { host: api.example.com }, cluster: a }\n  - { match: { path_prefix: /x }, cluster: a }\n  - { match: { host: web.example.com }, cluster: a }\n  - { match: { host: api.example.com, path_prefix: /v2 }, cluster: a }\n  - { cluster: a }\nclusters:\n  - { name: a, backends: [ { address: 127.0.0.1:1 } ] }\n";
-        let routes = duet_config::parse(yaml, "t.yaml").expect("valid").routes;
-        let index = RouteIndex::new(&routes);
+        let index = index("  - { match: { host: '*.example.com' }, cluster: a }\n  - { match: { host: api.example.com }, cluster: a }\n  - { match: { path_prefix: /x }, cluster: a }\n  - { match: { host: web.example.com }, cluster: a }\n  - { match: { host: api.example.com, path_prefix: /v2 }, cluster: a }\n  - { cluster: a }\n");
         let of = |host| index.candidates(host).collect::<Vec<_>>();
         assert_eq!(of(Some("API.example.com.:8080")), [0, 1, 2, 4, 5]);
         assert_eq!(of(Some("web.example.com")), [0, 2, 3, 5]);
-        assert_eq!(of(Some("other.test")), [0, 2, 5]);
-        assert_eq!(of(None), [0, 2, 5]);
+        assert_eq!(of(Some("other.test")), [2, 5]);
+        assert_eq!(of(None), [2, 5]);
+    }
+
+    #[test]
+    fn a_host_finds_every_wildcard_above_it_in_order_and_no_other() {
+        let index = index(concat!(
+            "  - { match: { host: '*.b.example.com' }, cluster: a }\n", // 0
+            "  - { match: { host: '*.com' }, cluster: a }\n",           // 1
+            "  - { match: { host: a.b.example.com }, cluster: a }\n",   // 2
+            "  - { match: { path_prefix: /x }, cluster: a }\n",         // 3
+            "  - { match: { host: '*.example.com' }, cluster: a }\n",   // 4
+            "  - { match: { host: '*.a.b.example.com' }, cluster: a }\n", // 5
+            "  - { match: { host: '*.b.example.com', path_prefix: /v2 }, cluster: a }\n", // 6
+            "  - { match: { host: '*.example.org' }, cluster: a }\n",   // 7
+            "  - { cluster: a }\n",                                     // 8
+        ));
+        let of = |host| index.candidates(Some(host)).collect::<Vec<_>>();
+        // Its exact routes, every wildcard it falls under (not its own name's: `*.a.b.example.com`
+        // needs a label before `a`), the routes for any host: in the table's order.
+        assert_eq!(of("A.B.Example.COM.:443"), [0, 1, 2, 3, 4, 6, 8]);
+        assert_eq!(of("x.a.b.example.com"), [0, 1, 3, 4, 5, 6, 8]);
+        // Under a suffix no wildcard names: the nearest one above it.
+        assert_eq!(of("x.y.example.com"), [1, 3, 4, 8]);
+        // A wildcard never matches its bare suffix.
+        assert_eq!(of("example.com"), [1, 3, 8]);
+        assert_eq!(of("b.example.com"), [1, 3, 4, 8]);
+        assert_eq!(of("com"), [3, 8]);
+        assert_eq!(of("www.example.org"), [3, 7, 8]);
+        assert_eq!(of("[::1]:8080"), [3, 8]);
+        // A leading dot is no label: `.com` is not under `*.com`, `a..com` is.
+        assert_eq!(of(".com"), [3, 8]);
+        assert_eq!(of("a..com"), [1, 3, 8]);
     }
 }
