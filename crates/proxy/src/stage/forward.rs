@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use std::{
     future::Future,
-    pin::{pin, Pin},
+    pin::Pin,
     sync::Arc,
     task::{ready, Context, Poll},
     time::Duration,
@@ -35,21 +35,15 @@ const MAX_RESENDS: u32 = 3;
 /// A backend the balancer picked for one attempt, counted as its load while the guard lives.
 pub(crate) type Picked = (SocketAddr, Upstream, LoadGuard);
 
-/// What an attempt comes to: the backend's response head with the attempt's completion, or why not.
-pub(crate) type Sent = Result<(Response<Incoming>, Completion), ProxyError>;
-
-/// Picks a backend of `cluster` not in `tried` for `prepared` and returns the attempt to it, to be
-/// awaited at once; counted as that backend's load until the returned [`Completion`] settles. `last`
-/// says this is the last attempt, so the headers can be moved instead of copied.
-///
-/// The pick is made here and the send is [`send`]'s own future, not one wrapped in another: each
-/// level of `async` around the send is a copy of the whole future per attempt.
-pub(crate) fn forward<'a>(
-    cluster: &'a Rc<Cluster>,
-    prepared: &'a mut Prepared,
+/// Sends `prepared` to a backend of `cluster` not in `tried`, counted as that backend's load until the
+/// returned [`Completion`] settles. `last` says this is the last attempt, so the headers can be moved
+/// instead of copied.
+pub(crate) async fn forward(
+    cluster: &Rc<Cluster>,
+    prepared: &mut Prepared,
     tried: &[SocketAddr],
     last: bool,
-) -> Result<impl Future<Output = Sent> + 'a, ProxyError> {
+) -> Result<(Response<Incoming>, Completion), ProxyError> {
     let Some(body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
@@ -62,7 +56,7 @@ pub(crate) fn forward<'a>(
     // An h2 stream the backend refused (GOAWAY) is sent again the same way.
     let keep = resendable(prepared) || matches!(cluster.client(), Transport::H2(_));
     let headers = (last && !keep).then(|| std::mem::take(&mut prepared.parts.headers));
-    Ok(send(cluster, prepared, picked, body, headers))
+    send(cluster, prepared, picked, body, headers).await
 }
 
 /// Whether an attempt that met a pooled connection closing may be sent again.
@@ -86,11 +80,8 @@ pub(crate) async fn send(
     let error = loop {
         let request = upstream_request(&prepared.parts, &authority, body, headers.take());
         let upload = prepared.source.upload().cloned();
-        // Pinned where it is built, and bounded through a reference: moved into the deadline, the
-        // send would be copied once more.
-        let response = pin!(cluster.client().send(backend, request));
         let sent = HeadDeadline::new(
-            response,
+            cluster.client().send(backend, request),
             &cluster.spare_timers,
             cluster.response_timeout(),
             upload,

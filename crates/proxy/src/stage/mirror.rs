@@ -122,11 +122,7 @@ fn copy(prepared: &Prepared, source: BodySource) -> Option<Prepared> {
 
 /// One attempt, its response read to the end and dropped: `sent` if the mirror answered.
 async fn send(cluster: &Rc<Cluster>, mut copy: Prepared) -> usize {
-    let sent = match forward(cluster, &mut copy, &[], true) {
-        Ok(sent) => sent.await,
-        Err(error) => Err(error),
-    };
-    match sent {
+    match forward(cluster, &mut copy, &[], true).await {
         Ok((response, mut completion)) => {
             let (head, body) = response.into_parts();
             completion.on_head(&head);

@@ -7,6 +7,7 @@
 //! fills, so retries stay a fraction of traffic when a whole cluster fails. A route's `timeout` bounds all
 //! the attempts together: past it the client gets 504.
 
+use crate::attempt::completion::Completion;
 use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
@@ -20,6 +21,8 @@ use crate::{
     telemetry::metrics::RouteTimings,
 };
 use duet_config::Route;
+use http::Response;
+use hyper::body::Incoming;
 use std::{
     net::SocketAddr,
     rc::Rc,
@@ -77,20 +80,7 @@ pub(crate) async fn send(
                     r.result
                 })
             }
-            // The attempt's own future awaited here, bounded by the route's deadline if it has one
-            // (`None` once it has passed: the attempt in flight dropped, its load released). Each arm
-            // builds its own: a future built once and then moved into the timeout would take its
-            // size twice in this one, and a wrapper around it a copy per attempt.
-            None => match deadline {
-                None => Some(match forward(cluster, prepared, &tried, last) {
-                    Ok(sent) => sent.await,
-                    Err(error) => Err(error),
-                }),
-                Some(deadline) => match forward(cluster, prepared, &tried, last) {
-                    Ok(sent) => tokio::time::timeout_at(deadline, sent).await.ok(),
-                    Err(error) => Some(Err(error)),
-                },
-            },
+            None => attempt(cluster, prepared, &tried, last, deadline).await,
         };
         let Some(result) = result else {
             let error = ProxyError::new(ErrorKind::RouteTimeout);
@@ -127,6 +117,27 @@ pub(crate) async fn send(
         }
         tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
         last_error = Some(error);
+    }
+}
+
+/// One attempt, bounded by the route's deadline if it has one: `None` once the deadline has passed
+/// (the attempt in flight dropped, its load released).
+async fn attempt(
+    cluster: &Rc<Cluster>,
+    prepared: &mut Prepared,
+    tried: &[SocketAddr],
+    last: bool,
+    deadline: Option<Instant>,
+) -> Option<Result<(Response<Incoming>, Completion), ProxyError>> {
+    // Each arm builds its own attempt: a future built once and then moved into the timeout would
+    // take its size twice in this one, and a copy per attempt.
+    match deadline {
+        None => Some(forward(cluster, prepared, tried, last).await),
+        Some(deadline) => {
+            tokio::time::timeout_at(deadline, forward(cluster, prepared, tried, last))
+                .await
+                .ok()
+        }
     }
 }
 
