@@ -404,6 +404,24 @@ mod tests {
     }
 
     #[test]
+    fn the_one_pass_finds_exactly_the_seldom_fields_present() {
+        let plain = headers(&[("host", "a"), ("accept", "*/*"), ("x-trailer", "1")]);
+        let seldom = Seldom::of(&plain);
+        assert!(!seldom.transfer_encoding && !seldom.upgrade && !seldom.expect && !seldom.trailer);
+        assert!(has(&plain, &header::HOST));
+        assert!(!has(&plain, &header::TRAILER));
+        let all = headers(&[
+            ("Transfer-Encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("EXPECT", "100-continue"),
+            ("trailer", "x"),
+        ]);
+        let seldom = Seldom::of(&all);
+        assert!(seldom.transfer_encoding && seldom.upgrade && seldom.expect && seldom.trailer);
+        assert!(!has(&all, &header::HOST));
+    }
+
+    #[test]
     fn connection_named_fields_are_removed_but_not_host_or_framing() {
         let mut h = headers(&[
             ("connection", "close, x-secret, host"),
