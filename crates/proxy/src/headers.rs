@@ -35,6 +35,41 @@ static PROTECTED_IN_REQUESTS: [HeaderName; 7] = [
     X_REAL_IP,
 ];
 
+/// Which of the fields a request seldom carries, but that prepare must look for, it holds: found in one
+/// pass over its few names (an enum comparison each, for standard names), so that each absent one
+/// costs no hashed look-up.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Seldom {
+    pub(crate) transfer_encoding: bool,
+    pub(crate) upgrade: bool,
+    pub(crate) expect: bool,
+    pub(crate) trailer: bool,
+}
+
+impl Seldom {
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        let mut seldom = Self::default();
+        for name in headers.keys() {
+            if *name == header::TRANSFER_ENCODING {
+                seldom.transfer_encoding = true;
+            } else if *name == header::UPGRADE {
+                seldom.upgrade = true;
+            } else if *name == header::EXPECT {
+                seldom.expect = true;
+            } else if *name == header::TRAILER {
+                seldom.trailer = true;
+            }
+        }
+        seldom
+    }
+}
+
+/// Whether `headers` holds `name`, by a pass over its names: for a field usually among the first a
+/// client sends (Host), cheaper than a hashed look-up.
+pub(crate) fn has(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers.keys().any(|present| present == name)
+}
+
 /// The protocol a request may upgrade to: it must be HTTP/1.1 (RFC 9110 §7.8: an HTTP/1.0 Upgrade is
 /// ignored), say `Connection: upgrade`, and offer, in any of its `Upgrade` fields, a protocol duet
 /// tunnels. The first such protocol is the only one forwarded.
@@ -366,6 +401,24 @@ mod tests {
             );
         }
         map
+    }
+
+    #[test]
+    fn the_one_pass_finds_exactly_the_seldom_fields_present() {
+        let plain = headers(&[("host", "a"), ("accept", "*/*"), ("x-trailer", "1")]);
+        let seldom = Seldom::of(&plain);
+        assert!(!seldom.transfer_encoding && !seldom.upgrade && !seldom.expect && !seldom.trailer);
+        assert!(has(&plain, &header::HOST));
+        assert!(!has(&plain, &header::TRAILER));
+        let all = headers(&[
+            ("Transfer-Encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("EXPECT", "100-continue"),
+            ("trailer", "x"),
+        ]);
+        let seldom = Seldom::of(&all);
+        assert!(seldom.transfer_encoding && seldom.upgrade && seldom.expect && seldom.trailer);
+        assert!(!has(&all, &header::HOST));
     }
 
     #[test]

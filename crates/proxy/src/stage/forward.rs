@@ -282,7 +282,7 @@ fn upstream_request(
     *request.method_mut() = parts.method.clone();
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers.unwrap_or_else(|| parts.headers.clone());
-    if !request.headers().contains_key(header::HOST) {
+    if !crate::headers::has(request.headers(), &header::HOST) {
         if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
             request.headers_mut().insert(header::HOST, host);
         }

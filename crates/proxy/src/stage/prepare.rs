@@ -29,11 +29,15 @@ pub(crate) async fn prepare(
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Prepared, ProxyError> {
+    let seldom = headers::Seldom::of(request.headers());
     // hyper decodes `chunked` only; a coding under it would reach the backend unlabelled.
-    if headers::unknown_transfer_coding(request.headers()) {
+    if seldom.transfer_encoding && headers::unknown_transfer_coding(request.headers()) {
         return Err(ProxyError::new(ErrorKind::UnknownTransferCoding));
     }
-    let protocol = headers::upgrade_protocol(request.headers(), request.version());
+    let protocol = seldom
+        .upgrade
+        .then(|| headers::upgrade_protocol(request.headers(), request.version()))
+        .flatten();
     let upgrade = protocol.clone().map(|protocol| Upgrade { protocol });
     let absolute_form = request.uri().authority().is_some();
     let request_headers = request.headers_mut();
@@ -50,7 +54,9 @@ pub(crate) async fn prepare(
         client.trusted,
     );
     // The client's `Expect: 100-continue` was answered by our server when we began reading its body.
-    request_headers.remove(header::EXPECT);
+    if seldom.expect {
+        request_headers.remove(header::EXPECT);
+    }
 
     let (mut parts, body) = request.into_parts();
     filters
@@ -61,7 +67,8 @@ pub(crate) async fn prepare(
     let source = body_source(body, cluster, route.buffer_request, replay)
         .await
         .map_err(ProxyError::new)?;
-    if matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
+    // (No header edit can add one: the config refuses edits of Trailer.)
+    if seldom.trailer && matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
         // A Trailer field announces trailers of a body; with no body it announces nothing, and a
         // buffered one goes on with a Content-Length, without them.
         parts.headers.remove(header::TRAILER);

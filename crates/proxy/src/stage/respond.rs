@@ -96,7 +96,7 @@ fn relay(
 /// response splitting, and a coding other than chunked would reach the client undecoded and unlabelled.
 /// duet refuses both, as nginx and Envoy do.
 fn check_framing(headers: &HeaderMap) -> Result<(), &'static str> {
-    if !headers.contains_key(header::TRANSFER_ENCODING) {
+    if !headers::has(headers, &header::TRANSFER_ENCODING) {
         return Ok(());
     }
     if headers.contains_key(header::CONTENT_LENGTH) {
@@ -110,7 +110,10 @@ fn check_framing(headers: &HeaderMap) -> Result<(), &'static str> {
 
 /// `Content-Length: 5, 5` (or the field twice with one value, which hyper accepts) goes on as `5`.
 fn single_content_length(headers: &mut HeaderMap) {
-    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    // A pass over the few fields of a response costs less than a hashed look-up.
+    let mut values = (headers.iter())
+        .filter(|(name, _)| *name == header::CONTENT_LENGTH)
+        .map(|(_, value)| value);
     let Some(first) = values.next() else { return };
     if values.next().is_none() && !first.as_bytes().contains(&b',') {
         return;
