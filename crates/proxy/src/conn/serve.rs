@@ -197,7 +197,13 @@ async fn hyper_turn<IO: ClientIo>(
         let (proxy, state) = (connections.proxy().clone(), state.clone());
         service_fn(move |request| {
             let (proxy, state) = (proxy.clone(), state.clone());
-            Box::pin(proxy.handle(request, client, InService::new(state)))
+            // The box first, then the future made into it: boxed after it is made, the future (a few
+            // KB) is made on the stack and copied to the heap, one large memcpy per request.
+            let future = Box::write(
+                Box::new_uninit(),
+                proxy.handle(request, client, InService::new(state)),
+            );
+            Pin::from(future)
                 as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
         })
     };
