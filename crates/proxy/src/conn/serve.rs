@@ -21,15 +21,8 @@ use http::Response;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
 use std::{
-    cell::Cell,
-    convert::Infallible,
-    future::Future,
-    io,
-    net::SocketAddr,
-    pin::Pin,
-    rc::Rc,
-    task::Poll,
-    time::Duration,
+    cell::Cell, convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc,
+    task::Poll, time::Duration,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
@@ -361,7 +354,9 @@ where
                 }
                 // `connections`' receiver has seen no value since the worker started: any send
                 // (the drain) shows there, and this connection's own receiver then says what it is.
-                if !draining && (!watching || !matches!(connections.shutdown.has_changed(), Ok(false))) {
+                if !draining
+                    && (!watching || !matches!(connections.shutdown.has_changed(), Ok(false)))
+                {
                     watching = true;
                     if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
                         return Poll::Ready(Event::Signal(changed.is_ok()));
