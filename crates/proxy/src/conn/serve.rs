@@ -27,7 +27,7 @@ use std::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
     sync::{watch, OwnedSemaphorePermit},
-    time::Instant,
+    time::{Instant, Sleep},
 };
 
 /// Turns of hyper, and parking between them, until the connection ends or leaves for the parking lot.
@@ -332,45 +332,14 @@ where
     loop {
         // Also what cuts a stalled head: hyper's header timer (`HeadTimer`) is only checked when the
         // connection is polled.
-        let idle = tokio::time::sleep(park_after / 2);
-        tokio::pin!(idle);
-        let event = {
-            let changed = shutdown.changed();
-            tokio::pin!(changed);
-            // The task wakes a few times per request, nearly always for hyper. The idle tick and the
-            // drain signal keep the task's waker from their first poll, so later wakes look at them only
-            // once they have fired (an atomic load each), not poll them again (a timer-state update
-            // and a lock each, about 600 instructions a request).
-            let (mut idle_armed, mut watching) = (false, false);
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(result) = connection.poll_without_shutdown(cx) {
-                    return Poll::Ready(Event::Finished(result));
-                }
-                if !idle_armed || idle.is_elapsed() {
-                    idle_armed = true;
-                    if idle.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Event::Tick);
-                    }
-                }
-                // `connections`' receiver has seen no value since the worker started: any send
-                // (the drain) shows there, and this connection's own receiver then says what it is.
-                if !draining
-                    && (!watching || !matches!(connections.shutdown.has_changed(), Ok(false)))
-                {
-                    watching = true;
-                    if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
-                        return Poll::Ready(Event::Signal(changed.is_ok()));
-                    }
-                }
-                if let Some(grace) = drain_grace.as_mut() {
-                    if grace.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Event::Grace);
-                    }
-                }
-                Poll::Pending
-            })
-            .await
-        };
+        let event = next_event(
+            &mut connection,
+            park_after / 2,
+            shutdown,
+            (!draining).then_some(&connections.shutdown),
+            &mut drain_grace,
+        )
+        .await;
         let finished = match event {
             Event::Finished(result) => Some(result),
             Event::Tick => None,
@@ -412,6 +381,61 @@ where
             }
         }
     }
+}
+
+/// Waits for what [`drive`]'s loop acts on next: hyper finishing, the idle tick (`tick` from now), a
+/// change of the drain signal (watched while `watch`, the worker's receiver, is given), or the end of
+/// the drain's grace.
+///
+/// The task wakes a few times per request, nearly always for hyper. The idle tick and the drain signal
+/// keep the task's waker from their first poll, so later wakes look at them only once they have fired
+/// (an atomic load each), not poll them again (a timer-state update and a lock each, about 600
+/// instructions a request). The worker's receiver has seen no value since the worker started: any
+/// send (the drain) shows there, and the connection's own receiver then says what it is.
+async fn next_event<IO, S>(
+    connection: &mut http1::Connection<TokioIo<SendTimeout<Prefixed<IO>>>, S>,
+    tick: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+    watch: Option<&watch::Receiver<bool>>,
+    drain_grace: &mut Option<Pin<Box<Sleep>>>,
+) -> Event
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = ProxyBody> + Unpin,
+    S::Future: Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let idle = tokio::time::sleep(tick);
+    tokio::pin!(idle);
+    let changed = shutdown.changed();
+    tokio::pin!(changed);
+    let (mut idle_armed, mut watching) = (false, false);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = connection.poll_without_shutdown(cx) {
+            return Poll::Ready(Event::Finished(result));
+        }
+        if !idle_armed || idle.is_elapsed() {
+            idle_armed = true;
+            if idle.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Tick);
+            }
+        }
+        if let Some(hint) = watch {
+            if !watching || !matches!(hint.has_changed(), Ok(false)) {
+                watching = true;
+                if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Signal(changed.is_ok()));
+                }
+            }
+        }
+        if let Some(grace) = drain_grace.as_mut() {
+            if grace.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Grace);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// What woke [`drive`]'s loop.
