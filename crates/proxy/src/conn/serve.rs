@@ -323,15 +323,13 @@ where
         Pin::new(&mut connection).graceful_shutdown();
     }
     // Whether we asked hyper to stop (to park), as opposed to the client ending the connection.
-    let mut parking = false;
-    let mut idleness = Idleness::new(state);
+    let (mut parking, mut idleness) = (false, Idleness::new(state));
     // Draining already with a request waiting: it is served, then the connection is asked to close
     // as any other would be during the drain.
     let mut drain_grace =
         (draining && request_waiting).then(|| Box::pin(tokio::time::sleep(DRAIN_GRACE)));
     loop {
-        // Also what cuts a stalled head: hyper's header timer (`HeadTimer`) is only checked when the
-        // connection is polled.
+        // The tick also cuts a stalled head: hyper checks `HeadTimer` only when polled.
         let event = next_event(
             &mut connection,
             park_after / 2,
