@@ -267,6 +267,28 @@ mod tests {
         NoResponse(Blame),
     }
 
+    #[test]
+    fn a_head_s_grpc_status_is_found_among_few_fields_and_among_many() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            "application/grpc".parse().expect("value"),
+        );
+        assert_eq!(head_grpc_status(&headers), None);
+        headers.insert("x-custom", "1".parse().expect("value"));
+        assert_eq!(head_grpc_status(&headers), None);
+        headers.insert("grpc-status", "14".parse().expect("value"));
+        assert_eq!(head_grpc_status(&headers), Some(14));
+        // Past the scanned few, the hashed look-up finds it.
+        for i in 0..20 {
+            let name = http::HeaderName::try_from(format!("x-field-{i}")).expect("name");
+            headers.insert(name, "v".parse().expect("value"));
+        }
+        assert_eq!(head_grpc_status(&headers), Some(14));
+        headers.remove("grpc-status");
+        assert_eq!(head_grpc_status(&headers), None);
+    }
+
     /// A cluster of two backends (never connected to) that one failure, or one 5xx, ejects.
     fn cluster() -> Rc<Cluster> {
         crate::backend::cluster::for_tests(
