@@ -22,12 +22,12 @@ use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
 use std::{
     cell::Cell, convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc,
-    time::Duration,
+    task::Poll, time::Duration,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
     sync::{watch, OwnedSemaphorePermit},
-    time::Instant,
+    time::{Instant, Sleep},
 };
 
 /// Turns of hyper, and parking between them, until the connection ends or leaves for the parking lot.
@@ -190,7 +190,13 @@ async fn hyper_turn<IO: ClientIo>(
         let (proxy, state) = (connections.proxy().clone(), state.clone());
         service_fn(move |request| {
             let (proxy, state) = (proxy.clone(), state.clone());
-            Box::pin(proxy.handle(request, client, InService::new(state)))
+            // The box first, then the future made into it: boxed after it is made, the future (a few
+            // KB) is made on the stack and copied to the heap, one large memcpy per request.
+            let future = Box::write(
+                Box::new_uninit(),
+                proxy.handle(request, client, InService::new(state)),
+            );
+            Pin::from(future)
                 as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
         })
     };
@@ -317,23 +323,27 @@ where
         Pin::new(&mut connection).graceful_shutdown();
     }
     // Whether we asked hyper to stop (to park), as opposed to the client ending the connection.
-    let mut parking = false;
-    let mut idleness = Idleness::new(state);
+    let (mut parking, mut idleness) = (false, Idleness::new(state));
     // Draining already with a request waiting: it is served, then the connection is asked to close
     // as any other would be during the drain.
     let mut drain_grace =
         (draining && request_waiting).then(|| Box::pin(tokio::time::sleep(DRAIN_GRACE)));
     loop {
-        // Also what cuts a stalled head: hyper's header timer (`HeadTimer`) is only checked when the
-        // connection is polled.
-        let idle = tokio::time::sleep(park_after / 2);
-        tokio::pin!(idle);
-        let finished = tokio::select! {
-            result = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => Some(result),
-            () = &mut idle => None,
-            changed = shutdown.changed(), if !draining => {
+        // The tick also cuts a stalled head: hyper checks `HeadTimer` only when polled.
+        let event = next_event(
+            &mut connection,
+            park_after / 2,
+            shutdown,
+            (!draining).then_some(&connections.shutdown),
+            &mut drain_grace,
+        )
+        .await;
+        let finished = match event {
+            Event::Finished(result) => Some(result),
+            Event::Tick => None,
+            Event::Signal(open) => {
                 draining = true;
-                if changed.is_err() || *shutdown.borrow() {
+                if !open || *shutdown.borrow() {
                     // Not at once: a request may be on the wire to an idle connection. Responses during
                     // the drain say `Connection: close`; what is still open after the grace finishes its
                     // request (if any) and closes.
@@ -341,7 +351,7 @@ where
                 }
                 continue;
             }
-            () = async { if let Some(grace) = drain_grace.as_mut() { grace.await } else { std::future::pending().await } } => {
+            Event::Grace => {
                 drain_grace = None;
                 Pin::new(&mut connection).graceful_shutdown();
                 continue;
@@ -369,6 +379,73 @@ where
             }
         }
     }
+}
+
+/// Waits for what [`drive`]'s loop acts on next: hyper finishing, the idle tick (`tick` from now), a
+/// change of the drain signal (watched while `watch`, the worker's receiver, is given), or the end of
+/// the drain's grace.
+///
+/// The task wakes a few times per request, nearly always for hyper. The idle tick and the drain signal
+/// keep the task's waker from their first poll, so later wakes look at them only once they have fired
+/// (an atomic load each), not poll them again (a timer-state update and a lock each, about 600
+/// instructions a request). The worker's receiver has seen no value since the worker started: any
+/// send (the drain) shows there, and the connection's own receiver then says what it is.
+async fn next_event<IO, S>(
+    connection: &mut http1::Connection<TokioIo<SendTimeout<Prefixed<IO>>>, S>,
+    tick: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+    watch: Option<&watch::Receiver<bool>>,
+    drain_grace: &mut Option<Pin<Box<Sleep>>>,
+) -> Event
+where
+    IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = ProxyBody> + Unpin,
+    S::Future: Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let idle = tokio::time::sleep(tick);
+    tokio::pin!(idle);
+    let changed = shutdown.changed();
+    tokio::pin!(changed);
+    let (mut idle_armed, mut watching) = (false, false);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = connection.poll_without_shutdown(cx) {
+            return Poll::Ready(Event::Finished(result));
+        }
+        if !idle_armed || idle.is_elapsed() {
+            idle_armed = true;
+            if idle.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Tick);
+            }
+        }
+        if let Some(hint) = watch {
+            if !watching || !matches!(hint.has_changed(), Ok(false)) {
+                watching = true;
+                if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Signal(changed.is_ok()));
+                }
+            }
+        }
+        if let Some(grace) = drain_grace.as_mut() {
+            if grace.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Grace);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// What woke [`drive`]'s loop.
+enum Event {
+    /// hyper is done with the connection.
+    Finished(hyper::Result<()>),
+    /// The idle tick.
+    Tick,
+    /// The drain signal changed (`false`: its sender is gone, which drains too).
+    Signal(bool),
+    /// The drain's grace has run out.
+    Grace,
 }
 
 /// Idleness, checked twice per `park_after` without reading the clock per request: two quiet checks in
