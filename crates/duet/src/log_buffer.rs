@@ -79,18 +79,27 @@ pub(crate) fn flush() {
 
 /// Writes access-log bytes: into this thread's buffer if it has one, else straight to the writer thread.
 pub(crate) fn write_access(bytes: &[u8]) {
+    append_access(&mut |lines| lines.extend_from_slice(bytes));
+}
+
+/// Lets `append` write access-log lines at the end of this thread's buffer if it has one (duet's
+/// formatter writes there directly, rather than into a line of its own then copied), else of a new
+/// buffer sent straight to the writer thread.
+pub(crate) fn append_access(append: &mut dyn FnMut(&mut Vec<u8>)) {
     BUFFER.with(|buffer| {
         let mut buffer = buffer.borrow_mut();
         match buffer.as_mut() {
             Some(lines) => {
-                lines.extend_from_slice(bytes);
+                append(lines);
                 if lines.len() >= CHUNK {
                     hand_over(lines);
                 }
             }
             None => {
                 if let Some(sink) = ACCESS_SINK.get() {
-                    let _ = sink.queue.send(Message::Chunk(bytes.to_vec()));
+                    let mut lines = Vec::new();
+                    append(&mut lines);
+                    let _ = sink.queue.send(Message::Chunk(lines));
                 }
             }
         }

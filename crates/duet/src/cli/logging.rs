@@ -48,7 +48,7 @@ pub(super) fn init_logging(
     // Access-log lines are formatted by duet itself (the same bytes, far cheaper than tracing's
     // formatter for a line per request) and gathered per worker (`log_buffer.rs`). After `install`:
     // whether the access log is on is asked of the subscriber when the sink is set.
-    duet_proxy::set_access_log_sink(json, crate::log_buffer::write_access);
+    duet_proxy::set_access_log_sink(json, crate::log_buffer::append_access);
     LogGuards {
         _tracing: stderr_guard,
         _access: access_guard,
