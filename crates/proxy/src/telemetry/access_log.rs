@@ -1,7 +1,7 @@
 //! The access-log record of one request, written once when its response is finished.
 
 use crate::{peer::Client, telemetry::upload::Received};
-use http::{header, HeaderValue, Method, Request, StatusCode, Uri, Version};
+use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, Version};
 use std::{
     borrow::Cow,
     cell::RefCell,
@@ -69,15 +69,15 @@ impl AccessLog {
         if !enabled {
             return None;
         }
-        let headers = request.headers();
+        let (host, user_agent) = host_and_user_agent(request.headers());
         // Boxed: the record travels with the request through every stage and into the response body,
         // and a pointer moves where 336 bytes would be copied at each step.
         Some(Box::new(Self {
             method: request.method().clone(),
             target: request.uri().clone(),
             version: request.version(),
-            host: headers.get(header::HOST).cloned(),
-            user_agent: headers.get(header::USER_AGENT).cloned(),
+            host,
+            user_agent,
             request_id,
             client: original_client(request, client),
             started,
@@ -94,6 +94,26 @@ impl AccessLog {
             grpc_status: None,
         }))
     }
+}
+
+/// The first `Host` and `User-Agent` values, as `HeaderMap::get` finds them: in one walk over a short
+/// head (a client of an API sends a handful of fields), cheaper than two hashed look-ups.
+fn host_and_user_agent(headers: &HeaderMap) -> (Option<HeaderValue>, Option<HeaderValue>) {
+    if headers.len() > 8 {
+        return (
+            headers.get(header::HOST).cloned(),
+            headers.get(header::USER_AGENT).cloned(),
+        );
+    }
+    let (mut host, mut user_agent) = (None, None);
+    for (name, value) in headers {
+        if host.is_none() && name == header::HOST {
+            host = Some(value.clone());
+        } else if user_agent.is_none() && name == header::USER_AGENT {
+            user_agent = Some(value.clone());
+        }
+    }
+    (host, user_agent)
 }
 
 /// The client as the first trusted proxy saw it: the last `X-Forwarded-For` entry when the peer is
@@ -871,6 +891,32 @@ mod tests {
         ] {
             assert_eq!(protocol(version), format!("{version:?}"));
         }
+    }
+
+    #[test]
+    fn host_and_user_agent_are_the_first_values_in_a_short_head_as_in_a_long_one() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(host_and_user_agent(&headers), (None, None));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("ua1"));
+        headers.append(header::HOST, HeaderValue::from_static("h1"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("ua2"));
+        headers.append(header::HOST, HeaderValue::from_static("h2"));
+        let first = |headers: &HeaderMap| {
+            (
+                headers.get(header::HOST).cloned(),
+                headers.get(header::USER_AGENT).cloned(),
+            )
+        };
+        assert_eq!(host_and_user_agent(&headers), first(&headers));
+        assert_eq!(
+            host_and_user_agent(&headers).0,
+            Some(HeaderValue::from_static("h1"))
+        );
+        for i in 0..10 {
+            headers.append("x-b", HeaderValue::from(i));
+        }
+        assert_eq!(host_and_user_agent(&headers), first(&headers));
     }
 
     #[test]
