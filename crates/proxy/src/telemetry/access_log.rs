@@ -479,7 +479,7 @@ fn push_padded(line: &mut Vec<u8>, value: u64, width: usize) {
 /// to no one (the line writes both as `0`).
 fn round(x: f64) -> f64 {
     // Past 2^52 every double is an integer; NaN and the infinities are their own rounding.
-    if !(x.abs() < 4_503_599_627_370_496.0) {
+    if x.is_nan() || x.abs() >= 4_503_599_627_370_496.0 {
         return x;
     }
     let truncated = (x as i64) as f64;
