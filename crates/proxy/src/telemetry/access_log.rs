@@ -1,7 +1,7 @@
 //! The access-log record of one request, written once when its response is finished.
 
 use crate::{peer::Client, telemetry::upload::Received};
-use http::{header, HeaderValue, Method, Request, StatusCode, Uri, Version};
+use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, Version};
 use std::{
     borrow::Cow,
     cell::RefCell,
@@ -62,18 +62,22 @@ impl AccessLog {
         client: Client,
         request_id: HeaderValue,
     ) -> Option<Box<Self>> {
-        if !tracing::enabled!(target: "duet::access", tracing::Level::INFO) {
+        let enabled = match SINK.get() {
+            Some(sink) => sink.enabled,
+            None => tracing::enabled!(target: "duet::access", tracing::Level::INFO),
+        };
+        if !enabled {
             return None;
         }
-        let headers = request.headers();
+        let (host, user_agent) = host_and_user_agent(request.headers());
         // Boxed: the record travels with the request through every stage and into the response body,
         // and a pointer moves where 336 bytes would be copied at each step.
         Some(Box::new(Self {
             method: request.method().clone(),
             target: request.uri().clone(),
             version: request.version(),
-            host: headers.get(header::HOST).cloned(),
-            user_agent: headers.get(header::USER_AGENT).cloned(),
+            host,
+            user_agent,
             request_id,
             client: original_client(request, client),
             started,
@@ -90,6 +94,26 @@ impl AccessLog {
             grpc_status: None,
         }))
     }
+}
+
+/// The first `Host` and `User-Agent` values, as `HeaderMap::get` finds them: in one walk over a short
+/// head (a client of an API sends a handful of fields), cheaper than two hashed look-ups.
+fn host_and_user_agent(headers: &HeaderMap) -> (Option<HeaderValue>, Option<HeaderValue>) {
+    if headers.len() > 8 {
+        return (
+            headers.get(header::HOST).cloned(),
+            headers.get(header::USER_AGENT).cloned(),
+        );
+    }
+    let (mut host, mut user_agent) = (None, None);
+    for (name, value) in headers {
+        if host.is_none() && name == header::HOST {
+            host = Some(value.clone());
+        } else if user_agent.is_none() && name == header::USER_AGENT {
+            user_agent = Some(value.clone());
+        }
+    }
+    (host, user_agent)
 }
 
 /// The client as the first trusted proxy saw it: the last `X-Forwarded-For` entry when the peer is
@@ -142,16 +166,11 @@ impl fmt::Display for Joined<'_> {
 impl Drop for AccessLog {
     fn drop(&mut self) {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
-        let millis = |ms: f64| (ms * 1000.0).round() / 1000.0;
+        let millis = |ms: f64| round(ms * 1000.0) / 1000.0;
         let duration_ms = millis(self.started.elapsed().as_secs_f64() * 1000.0);
         let upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis);
         if let Some(sink) = SINK.get() {
-            LINE.with(|line| {
-                let mut line = line.borrow_mut();
-                line.clear();
-                self.format(&mut line, sink.json, duration_ms, upstream_head_ms);
-                (sink.write)(line.as_bytes());
-            });
+            (sink.write)(&mut |line| self.format(line, sink.json, duration_ms, upstream_head_ms));
             return;
         }
         // Without a sink (duet's binary always sets one): client text is quoted as in duet's text
@@ -185,28 +204,35 @@ impl Drop for AccessLog {
 /// [`set_access_log_sink`].
 struct Sink {
     json: bool,
+    /// Whether the `duet::access` target is enabled at info, asked of `tracing` once, when the sink was
+    /// set (the filter is fixed at start-up): a line per request makes even the subscriber's check
+    /// (about a hundred instructions) worth saving.
+    enabled: bool,
     write: WriteLine,
 }
 
-type WriteLine = Box<dyn Fn(&[u8]) + Send + Sync>;
+type WriteLine = Box<dyn Fn(&mut dyn FnMut(&mut Vec<u8>)) + Send + Sync>;
 
 static SINK: OnceLock<Sink> = OnceLock::new();
 
 thread_local! {
-    /// The line being formatted, reused: no allocation per request once it has grown.
-    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
     /// The formatted date and time of the current second, reused for every line within it.
     static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
-/// Formats access-log lines in duet itself and hands each to `write` (one line, ending in `\n`),
-/// instead of going through `tracing`'s formatter: the same line, byte for byte (text: tracing-subscriber's
+/// Formats access-log lines in duet itself, each appended (one line, ending in `\n`) to the buffer
+/// `write` passes to the function it is given, instead of going through `tracing`'s formatter: the same line, byte for byte (text: tracing-subscriber's
 /// default format without colours; `json`: its flattened JSON), at a fraction of the cost (a line is
 /// written per request). Whether the access log is on is still decided by the `duet::access` target's
-/// level (`RUST_LOG`). Returns false if a sink was already set.
-pub fn set_access_log_sink(json: bool, write: impl Fn(&[u8]) + Send + Sync + 'static) -> bool {
+/// level (`RUST_LOG`), asked of `tracing` here, once: set the sink after the subscriber. Returns false
+/// if a sink was already set.
+pub fn set_access_log_sink(
+    json: bool,
+    write: impl Fn(&mut dyn FnMut(&mut Vec<u8>)) + Send + Sync + 'static,
+) -> bool {
     SINK.set(Sink {
         json,
+        enabled: tracing::enabled!(target: "duet::access", tracing::Level::INFO),
         write: Box::new(write),
     })
     .is_ok()
@@ -215,7 +241,7 @@ pub fn set_access_log_sink(json: bool, write: impl Fn(&[u8]) + Send + Sync + 'st
 impl AccessLog {
     /// The line, written field by field without the formatting machinery (a line per request is the
     /// default, and `write!` per field cost more than the rest of the request's handling in duet).
-    fn format(&self, line: &mut String, json: bool, duration_ms: f64, upstream_head_ms: f64) {
+    fn format(&self, line: &mut Vec<u8>, json: bool, duration_ms: f64, upstream_head_ms: f64) {
         // One copy of the writer per format, so that each literal it pushes has a length known when
         // compiling: copied inline, not through a `memcpy` call per push.
         if json {
@@ -227,7 +253,7 @@ impl AccessLog {
 
     fn write_line<const JSON: bool>(
         &self,
-        line: &mut String,
+        line: &mut Vec<u8>,
         duration_ms: f64,
         upstream_head_ms: f64,
     ) {
@@ -251,7 +277,7 @@ impl AccessLog {
             fields.address(name!("tried"), |line| {
                 for (i, backend) in self.tried.iter().enumerate() {
                     if i > 0 {
-                        line.push(',');
+                        line.push(b',');
                     }
                     push_socket(line, *backend);
                 }
@@ -278,15 +304,15 @@ impl AccessLog {
             ClientText::bare,
         );
         if JSON {
-            line.push_str(",\"target\":\"duet::access\"}");
+            line.extend_from_slice(b",\"target\":\"duet::access\"}");
         }
-        line.push('\n');
+        line.push(b'\n');
     }
 }
 
 /// The line's start: its UTC time to the microsecond (the date and time of day formatted once per
 /// second), and its level and target.
-fn push_timestamp<const JSON: bool>(line: &mut String) {
+fn push_timestamp<const JSON: bool>(line: &mut Vec<u8>) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -304,22 +330,22 @@ fn push_timestamp<const JSON: bool>(line: &mut String) {
             second.0 = now.as_secs();
         }
         if JSON {
-            line.push_str("{\"timestamp\":\"");
+            line.extend_from_slice(b"{\"timestamp\":\"");
         }
-        line.push_str(&second.1);
-        line.push('.');
+        line.extend_from_slice(second.1.as_bytes());
+        line.push(b'.');
         push_padded(line, u64::from(now.subsec_micros()), 6);
-        line.push_str(if JSON {
-            "Z\",\"level\":\"INFO\""
+        line.extend_from_slice(if JSON {
+            b"Z\",\"level\":\"INFO\""
         } else {
-            "Z  INFO duet::access:"
+            b"Z  INFO duet::access:"
         });
     });
 }
 
 /// Fields appended to a line: ` name=value` in text, `,"name":value` in JSON.
 struct Fields<'a, const JSON: bool> {
-    line: &'a mut String,
+    line: &'a mut Vec<u8>,
 }
 
 /// A field's name as each format writes it before the value, spelt out at compile time: one push per
@@ -345,7 +371,8 @@ use name;
 impl<const JSON: bool> Fields<'_, JSON> {
     #[inline(always)]
     fn name(&mut self, name: Name) {
-        self.line.push_str(if JSON { name.json } else { name.text });
+        self.line
+            .extend_from_slice(if JSON { name.json } else { name.text }.as_bytes());
     }
 
     /// A string: quoted and escaped in JSON.
@@ -353,16 +380,18 @@ impl<const JSON: bool> Fields<'_, JSON> {
     fn text(&mut self, name: Name, value: &str) {
         self.name(name);
         if !JSON {
-            self.line.push_str(value);
+            self.line.extend_from_slice(value.as_bytes());
         } else if value.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
             use fmt::Write as _;
-            self.line.push('"');
-            let _ = JsonEscaped(&mut *self.line).write_str(value);
-            self.line.push('"');
+            self.line.push(b'"');
+            let mut escaped = String::new();
+            let _ = JsonEscaped(&mut escaped).write_str(value);
+            self.line.extend_from_slice(escaped.as_bytes());
+            self.line.push(b'"');
         } else {
-            self.line.push('"');
-            self.line.push_str(value);
-            self.line.push('"');
+            self.line.push(b'"');
+            self.line.extend_from_slice(value.as_bytes());
+            self.line.push(b'"');
         }
     }
 
@@ -379,50 +408,51 @@ impl<const JSON: bool> Fields<'_, JSON> {
             self.text(name, value.and_then(ClientValue::as_text).unwrap_or("-"));
         } else {
             self.name(name);
-            let _ = form(value.map(ClientValue::as_bytes)).write(&mut *self.line);
+            form(value.map(ClientValue::as_bytes)).push(self.line);
         }
     }
 
     /// Text that never needs escaping (addresses), written by `write`: quoted in JSON.
     #[inline(always)]
-    fn address(&mut self, name: Name, write: impl FnOnce(&mut String)) {
+    fn address(&mut self, name: Name, write: impl FnOnce(&mut Vec<u8>)) {
         self.name(name);
         if JSON {
-            self.line.push('"');
+            self.line.push(b'"');
         }
         write(self.line);
         if JSON {
-            self.line.push('"');
+            self.line.push(b'"');
         }
     }
 
     #[inline(always)]
     fn number(&mut self, name: Name, value: u64) {
         self.name(name);
-        self.line.push_str(itoa::Buffer::new().format(value));
+        self.line
+            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
     /// Milliseconds rounded to the microsecond, written as `{:?}` writes them (`2.0`, `1.25`, `-1.0`).
     #[inline(always)]
     fn millis(&mut self, name: Name, ms: f64) {
         self.name(name);
-        let micros = (ms * 1000.0).round();
+        let micros = round(ms * 1000.0);
         if !micros.is_finite() || micros.abs() >= 1e15 {
-            use fmt::Write as _;
+            use std::io::Write as _;
             let _ = write!(self.line, "{ms:?}");
             return;
         }
         let micros = micros as i64;
         if micros < 0 {
-            self.line.push('-');
+            self.line.push(b'-');
         }
         let micros = micros.unsigned_abs();
         self.line
-            .push_str(itoa::Buffer::new().format(micros / 1000));
-        self.line.push('.');
+            .extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
+        self.line.push(b'.');
         let mut fraction = micros % 1000;
         if fraction == 0 {
-            self.line.push('0');
+            self.line.push(b'0');
             return;
         }
         let mut width = 3;
@@ -435,50 +465,95 @@ impl<const JSON: bool> Fields<'_, JSON> {
 }
 
 /// `value` in decimal, left-padded with zeros to `width` digits.
-fn push_padded(line: &mut String, value: u64, width: usize) {
+fn push_padded(line: &mut Vec<u8>, value: u64, width: usize) {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(value);
     for _ in digits.len()..width {
-        line.push('0');
+        line.push(b'0');
     }
-    line.push_str(digits);
+    line.extend_from_slice(digits.as_bytes());
 }
 
-fn push_ip(line: &mut String, ip: IpAddr) {
+/// `f64::round` (half away from zero) for the values the log rounds, without its library call (a call
+/// to `round` per use on x86-64 without SSE4.1): the same value, but `-0.0` for `0.0` where it matters
+/// to no one (the line writes both as `0`).
+fn round(x: f64) -> f64 {
+    // Past 2^52 every double is an integer; NaN and the infinities are their own rounding.
+    if x.is_nan() || x.abs() >= 4_503_599_627_370_496.0 {
+        return x;
+    }
+    let truncated = (x as i64) as f64;
+    // The fraction is exact: `x` and its integer part share an exponent range.
+    let fraction = x - truncated;
+    if fraction >= 0.5 {
+        truncated + 1.0
+    } else if fraction <= -0.5 {
+        truncated - 1.0
+    } else {
+        truncated
+    }
+}
+
+fn push_ip(line: &mut Vec<u8>, ip: IpAddr) {
     match ip {
         IpAddr::V4(ip) => {
             let mut text = Short::default();
             text.ipv4(ip);
-            line.push_str(text.as_str());
+            line.extend_from_slice(text.as_bytes());
         }
         IpAddr::V6(ip) => {
-            use fmt::Write as _;
+            use std::io::Write as _;
             let _ = write!(line, "{ip}");
         }
     }
 }
 
-fn push_socket(line: &mut String, address: SocketAddr) {
+fn push_socket(line: &mut Vec<u8>, address: SocketAddr) {
     match address {
         SocketAddr::V4(address) => {
             let mut text = Short::default();
             text.ipv4(*address.ip());
             text.push(b':');
             text.decimal(address.port());
-            line.push_str(text.as_str());
+            line.extend_from_slice(text.as_bytes());
         }
         SocketAddr::V6(address) => {
-            use fmt::Write as _;
+            use std::io::Write as _;
             let _ = write!(line, "{address}");
         }
     }
 }
 
+/// The decimal digits of each octet (up to three) and their count in the last byte, computed when
+/// compiling: an address is four lookups, not a division per digit.
+static OCTETS: [[u8; 4]; 256] = {
+    let mut table = [[0u8; 4]; 256];
+    let mut octet = 0;
+    while octet < 256 {
+        let value = octet as u8;
+        table[octet] = if value >= 100 {
+            [
+                b'0' + value / 100,
+                b'0' + value / 10 % 10,
+                b'0' + value % 10,
+                3,
+            ]
+        } else if value >= 10 {
+            [b'0' + value / 10, b'0' + value % 10, 0, 2]
+        } else {
+            [b'0' + value, 0, 0, 1]
+        };
+        octet += 1;
+    }
+    table
+};
+
 /// An IPv4 address and port (at most 21 bytes), assembled on the stack and pushed onto the line at
-/// once: a push per octet and separator cost more than the digits.
+/// once: a push per octet and separator cost more than the digits. Three bytes of slack let an octet's
+/// digits be copied whole.
 #[derive(Default)]
 struct Short {
-    bytes: [u8; 21],
+    bytes: [u8; 24],
     len: usize,
 }
 
@@ -491,36 +566,35 @@ impl Short {
     }
 
     fn decimal(&mut self, value: u16) {
-        let start = self.len;
-        let mut rest = value;
-        loop {
-            self.push(b'0' + (rest % 10) as u8);
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(value).as_bytes();
+        if let Some(slot) = self.bytes.get_mut(self.len..self.len + digits.len()) {
+            slot.copy_from_slice(digits);
+            self.len += digits.len();
         }
-        self.bytes[start..self.len].reverse();
     }
 
     fn ipv4(&mut self, ip: std::net::Ipv4Addr) {
-        for (i, octet) in ip.octets().into_iter().enumerate() {
-            if i > 0 {
-                self.push(b'.');
-            }
-            if octet >= 100 {
-                self.push(b'0' + octet / 100);
-            }
-            if octet >= 10 {
-                self.push(b'0' + octet / 10 % 10);
-            }
-            self.push(b'0' + octet % 10);
+        let [a, b, c, d] = ip.octets();
+        // At most 15 bytes from an empty start: every slice below is within the 24.
+        self.octet(a);
+        for octet in [b, c, d] {
+            self.push(b'.');
+            self.octet(octet);
         }
     }
 
-    fn as_str(&self) -> &str {
-        // Digits and separators only: ASCII.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    #[inline(always)]
+    fn octet(&mut self, octet: u8) {
+        let digits = OCTETS[usize::from(octet)];
+        if let Some(slot) = self.bytes.get_mut(self.len..self.len + 3) {
+            slot.copy_from_slice(&digits[..3]);
+            self.len += usize::from(digits[3]);
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
@@ -589,8 +663,28 @@ impl<'a> ClientText<'a> {
         }
     }
 
-    /// Writes the value: straight into the line for duet's formatter, or through `Display` for
-    /// tracing's, the same bytes either way.
+    /// Appends the value to duet's line: the bytes [`ClientText::write`] writes, without checking
+    /// again that they are UTF-8 and with the common cases (a plain token, text without escapes)
+    /// checked eight bytes at a time and copied at once.
+    fn push(&self, line: &mut Vec<u8>) {
+        let value = self.value.unwrap_or(b"-");
+        if !self.always_quoted && !value.is_empty() && clean(value, 0x21) {
+            line.extend_from_slice(value);
+            return;
+        }
+        if clean(value, 0x20) {
+            line.push(b'"');
+            line.extend_from_slice(value);
+            line.push(b'"');
+            return;
+        }
+        let mut text = String::new();
+        let _ = self.write(&mut text);
+        line.extend_from_slice(text.as_bytes());
+    }
+
+    /// Writes the value: through `Display` for tracing's formatter, or on the line when it needs
+    /// escapes ([`ClientText::push`]), the same bytes either way.
     fn write(&self, out: &mut impl fmt::Write) -> fmt::Result {
         let value = self.value.unwrap_or(b"-");
         let plain = |b: &u8| b.is_ascii_graphic() && *b != b'"' && *b != b'\\';
@@ -619,6 +713,35 @@ impl<'a> ClientText<'a> {
         }
         out.write_char('"')
     }
+}
+
+/// Whether every byte is visible ASCII (from `low`, `0x21` or `0x20` to take the space in) but `"`
+/// and `\`: what a client's text needs to be written as it is. Eight bytes per step, as a word (the
+/// classic has-less/has-more/has-zero tests are exact about whether any byte matches).
+fn clean(bytes: &[u8], low: u8) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGHS: u64 = ONES * 0x80;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS != 0;
+    let dirty = |eight: [u8; 8]| {
+        let x = u64::from_ne_bytes(eight);
+        let below = x.wrapping_sub(ONES * u64::from(low)) & !x & HIGHS;
+        // Bytes above 0x7e: adding 1 carries them past 0x7f, and bytes with the high bit set are kept.
+        let above = (x.wrapping_add(ONES) | x) & HIGHS;
+        below | above != 0 || has_zero(x ^ (ONES * 0x22)) || has_zero(x ^ (ONES * 0x5c))
+    };
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    for word in words {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        if dirty(eight) {
+            return false;
+        }
+    }
+    // The last few bytes as a word too, filled up with a clean byte.
+    let mut eight = [b'a'; 8];
+    eight[..tail.len()].copy_from_slice(tail);
+    !dirty(eight)
 }
 
 impl fmt::Display for ClientText<'_> {
@@ -702,9 +825,9 @@ mod tests {
     #[test]
     fn numbers_and_addresses_are_written_as_the_formatting_machinery_writes_them() {
         let millis = |ms: f64| {
-            let mut line = String::new();
+            let mut line = Vec::new();
             Fields::<false> { line: &mut line }.millis(name!("m"), ms);
-            line
+            String::from_utf8(line).expect("ASCII")
         };
         for ms in [
             0.0, 2.0, 1.25, 0.001, 1.23, 17.5, 999.999, 1234.5, -1.0, 60_000.0,
@@ -721,16 +844,45 @@ mod tests {
             "[2001:db8::7]:80",
         ] {
             let address: SocketAddr = address.parse().expect("address");
-            let mut line = String::new();
+            let mut line = Vec::new();
             push_socket(&mut line, address);
-            assert_eq!(line, address.to_string());
-            let mut line = String::new();
+            assert_eq!(line, address.to_string().as_bytes());
+            let mut line = Vec::new();
             push_ip(&mut line, address.ip());
-            assert_eq!(line, address.ip().to_string());
+            assert_eq!(line, address.ip().to_string().as_bytes());
         }
-        let mut line = String::new();
+        for octet in 0..=255u8 {
+            let ip = std::net::Ipv4Addr::new(octet, 255 - octet, octet / 3, 9);
+            let mut line = Vec::new();
+            push_ip(&mut line, IpAddr::V4(ip));
+            assert_eq!(line, ip.to_string().as_bytes());
+        }
+        let mut line = Vec::new();
         push_padded(&mut line, 42, 6);
-        assert_eq!(line, "000042");
+        assert_eq!(line, b"000042");
+        for x in [
+            0.0,
+            0.4,
+            0.5,
+            0.49999999999999994,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            -2.4,
+            1234.5678,
+            1e15,
+            4.5e15,
+            1e300,
+            -1e300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+        ] {
+            assert_eq!(round(x), x.round(), "{x}");
+        }
+        assert!(round(f64::NAN).is_nan());
         for version in [
             Version::HTTP_09,
             Version::HTTP_10,
@@ -739,6 +891,32 @@ mod tests {
         ] {
             assert_eq!(protocol(version), format!("{version:?}"));
         }
+    }
+
+    #[test]
+    fn host_and_user_agent_are_the_first_values_in_a_short_head_as_in_a_long_one() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(host_and_user_agent(&headers), (None, None));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("ua1"));
+        headers.append(header::HOST, HeaderValue::from_static("h1"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("ua2"));
+        headers.append(header::HOST, HeaderValue::from_static("h2"));
+        let first = |headers: &HeaderMap| {
+            (
+                headers.get(header::HOST).cloned(),
+                headers.get(header::USER_AGENT).cloned(),
+            )
+        };
+        assert_eq!(host_and_user_agent(&headers), first(&headers));
+        assert_eq!(
+            host_and_user_agent(&headers).0,
+            Some(HeaderValue::from_static("h1"))
+        );
+        for i in 0..10 {
+            headers.append("x-b", HeaderValue::from(i));
+        }
+        assert_eq!(host_and_user_agent(&headers), first(&headers));
     }
 
     #[test]
@@ -752,8 +930,9 @@ mod tests {
     #[test]
     fn client_text_is_bare_only_when_it_is_a_plain_token() {
         let written = |text: ClientText<'_>| {
-            let mut line = String::new();
-            text.write(&mut line).expect("a String takes any text");
+            let mut line = Vec::new();
+            text.push(&mut line);
+            let line = String::from_utf8(line).expect("escaped: ASCII");
             assert_eq!(line, text.to_string(), "tracing's line is the same");
             line
         };
@@ -770,6 +949,36 @@ mod tests {
             ))),
             r#""x \x22q\x22 \x5C \x09\x7F\xE2\x80\xA8\xC3\xA9 y=1""#
         );
+    }
+
+    #[test]
+    fn clean_text_is_found_eight_bytes_at_a_time_as_byte_by_byte() {
+        let plain = |b: u8, low: u8| (low..=0x7e).contains(&b) && b != b'"' && b != b'\\';
+        for low in [0x20, 0x21] {
+            for byte in 0..=255u8 {
+                // The byte at every position of a word and of the tail, among clean bytes.
+                for len in [1, 7, 8, 9, 16, 17] {
+                    for at in 0..len {
+                        let mut text = vec![b'a'; len];
+                        text[at] = byte;
+                        assert_eq!(
+                            clean(&text, low),
+                            plain(byte, low),
+                            "{byte:#x} at {at} of {len}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(clean(b"", 0x21));
+        assert!(clean(
+            b"Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0",
+            0x20
+        ));
+        assert!(!clean(
+            b"Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0",
+            0x21
+        ));
     }
 
     #[test]
