@@ -58,7 +58,12 @@ count() { # proxy log
   pid=$(start "$1" "$2")
   wait_for "$(port "$1")"
   wrk -t1 -c8 -d2 "$url" >/dev/null
-  callgrind_control -z >/dev/null 2>&1
+  # Only this process's counters: a bare `callgrind_control -z` zeroes every callgrind run on the machine,
+  # which corrupts a measurement running beside this one.
+  if ! callgrind_control -z "$pid" >/dev/null 2>&1; then
+    echo "callgrind_control could not zero process $pid ($1): is it running under callgrind?" >&2
+    return 1
+  fi
   requests=$(wrk -t1 -c8 -d"$SECS" "$url" | awk '/requests in/ {print $1}')
   kill "$pid" 2>/dev/null || true
   while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
