@@ -23,7 +23,15 @@ fn sigterm_lets_in_flight_requests_finish_then_exits_zero() {
     );
     let address = duet.address;
     let admin = duet.admin_address();
-    assert!(crate::admin::get(admin, "/ready").starts_with("HTTP/1.1 200"));
+    // "listening" is logged once the listeners are bound; each worker registers as it starts serving,
+    // which a loaded machine can delay past the first look.
+    assert!(
+        support::eventually(Duration::from_secs(10), || crate::admin::get(
+            admin, "/ready"
+        )
+        .starts_with("HTTP/1.1 200")),
+        "/ready never said every worker serves"
+    );
     let in_flight: Vec<_> = (0..3)
         .map(|_| {
             std::thread::spawn(move || {
