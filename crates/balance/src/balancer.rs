@@ -455,6 +455,24 @@ struct Loads<'a, K, S> {
     now: Option<u64>,
 }
 
+impl<K, S> Loads<'_, K, S>
+where
+    K: Hash + Eq + Clone,
+{
+    /// The load compared for `slot` of `candidates`: the service's own when `service_load` is set, else
+    /// the metric's, divided by weight when weights differ. One read.
+    #[inline]
+    fn read(&self, candidates: &Candidates, slot: usize) -> f64 {
+        let endpoint = self.endpoints.at(candidates.position(slot));
+        let (metric, now) = (self.endpoints.metric(), self.now.unwrap_or(0));
+        match (self.service_load, candidates.weights()) {
+            (Some(service_load), _) => service_load(&endpoint.service),
+            (None, Some(weights)) => metric.weighted_load(&endpoint.load, now, weights.unit(slot)),
+            (None, None) => metric.load(&endpoint.load, now),
+        }
+    }
+}
+
 /// P2C among `left` (the `remembered` slots as candidates, see [`policy::p2c_remembering`]),
 /// with the loads the balancer compares (the services' own when `service_load` is set, else the
 /// metric's, divided by weight when weights differ); counts reads, ties and idle pairs.
@@ -469,29 +487,11 @@ fn compare<K, S>(
 where
     K: Hash + Eq + Clone,
 {
-    let Loads {
-        endpoints,
-        service_load,
-        now,
-    } = *loads;
-    let reads = &mut stats.load_reads;
-    let candidates = left.candidates();
-    let endpoint = |slot: usize| endpoints.at(candidates.position(slot));
-    let (metric, now) = (endpoints.metric(), now.unwrap_or(0));
-    let selection = match (service_load, candidates.weights()) {
-        (Some(service_load), _) => policy::p2c_remembering(left, p2c, remembered, |slot| {
-            *reads += 1;
-            service_load(&endpoint(slot).service)
-        }),
-        (None, Some(weights)) => policy::p2c_remembering(left, p2c, remembered, |slot| {
-            *reads += 1;
-            metric.weighted_load(&endpoint(slot).load, now, weights.unit(slot))
-        }),
-        (None, None) => policy::p2c_remembering(left, p2c, remembered, |slot| {
-            *reads += 1;
-            metric.load(&endpoint(slot).load, now)
-        }),
-    }?;
+    let (reads, candidates) = (&mut stats.load_reads, left.candidates());
+    let selection = policy::p2c_remembering(left, p2c, remembered, |slot| {
+        *reads += 1;
+        loads.read(candidates, slot)
+    })?;
     stats.ties += u64::from(selection.tie);
     stats.both_zero += u64::from(selection.both_zero());
     Some(selection)
@@ -509,29 +509,11 @@ fn scan<K, S>(
 where
     K: Hash + Eq + Clone,
 {
-    let Loads {
-        endpoints,
-        service_load,
-        now,
-    } = *loads;
-    let reads = &mut stats.load_reads;
-    let candidates = left.candidates();
-    let endpoint = |slot: usize| endpoints.at(candidates.position(slot));
-    let (metric, now) = (endpoints.metric(), now.unwrap_or(0));
-    let selection = match (service_load, candidates.weights()) {
-        (Some(service_load), _) => policy::least_loaded(left, p2c, tied, |slot| {
-            *reads += 1;
-            service_load(&endpoint(slot).service)
-        }),
-        (None, Some(weights)) => policy::least_loaded(left, p2c, tied, |slot| {
-            *reads += 1;
-            metric.weighted_load(&endpoint(slot).load, now, weights.unit(slot))
-        }),
-        (None, None) => policy::least_loaded(left, p2c, tied, |slot| {
-            *reads += 1;
-            metric.load(&endpoint(slot).load, now)
-        }),
-    }?;
+    let (reads, candidates) = (&mut stats.load_reads, left.candidates());
+    let selection = policy::least_loaded(left, p2c, tied, |slot| {
+        *reads += 1;
+        loads.read(candidates, slot)
+    })?;
     stats.ties += u64::from(selection.tie);
     Some(selection)
 }
