@@ -6,6 +6,7 @@
 #   PROXIES="duet bare" benches/efficiency.sh       a subset (default: duet bare haproxy nginx)
 #   DUET=/path/to/duet benches/efficiency.sh        another duet build (the others are this tree's)
 #   INSTRUCTIONS=0 benches/efficiency.sh            without the callgrind pass
+#   OFFSET=100 benches/efficiency.sh                every port moved by 100 (another measurement beside it)
 #   DUET_ENV="DUET_X_EVENT_INTERVAL=8" ...          environment for duet only (a runtime setting's trial)
 #
 # duet runs with its default logging (RUST_LOG=info: one access-log line per request, to a file), the
