@@ -5,6 +5,8 @@
 //! cargo bench --bench experiments -- tower      # tower PR #76: 10 backends of very different latency
 //! cargo bench --bench experiments -- linkerd    # Linkerd "beyond round robin": one backend goes slow
 //! cargo bench --bench experiments -- capacity   # finite-capacity backends at 85% and 95%, 1 and 2 workers
+//! DUET_REPEAT=3 DUET_TARGETS=least_inflight,nginx,haproxy cargo bench --bench experiments -- capacity
+//!                                               # medians of 3 interleaved rounds, three targets
 //! cargo bench --bench experiments -- stalls     # random stalls on every backend, hedged or not
 //! cargo bench --bench experiments -- hedge-slow # one slow backend, one degrading: hedged or not
 //! cargo bench --bench experiments -- --quick    # all of them, scaled down
@@ -576,25 +578,36 @@ fn chosen<'a>(targets: &[&'a str]) -> Vec<&'a str> {
 /// at half that speed, 80 ms), so the pool serves 950 requests/s at most; open-loop arrivals at 85% and
 /// 95% of that, through duet under each policy and through nginx `least_conn` and HAProxy `leastconn`,
 /// each with 1 and 2 workers (nginx processes sharing an upstream zone, HAProxy threads).
+///
+/// `DUET_REPEAT=N` runs every cell N times, the rounds interleaved so that a machine's drift touches
+/// every target alike, and reports each cell's median: one 20 s run cannot tell a 3% difference of p99
+/// from run-to-run spread.
 fn capacity(seconds: u64) {
     const SLOTS: usize = 4;
     let mean = Duration::from_millis(40);
     let capacity =
         9.0 * SLOTS as f64 / mean.as_secs_f64() + SLOTS as f64 / (2.0 * mean.as_secs_f64());
+    let rounds: usize = std::env::var("DUET_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     println!(
         "\nFinite capacity: 10 backends x {SLOTS} slots + FIFO queue, exponential service 40 ms (b0: 80 ms), \
-         capacity {capacity:.0} req/s; open loop {seconds} s; 10 s timeout"
+         capacity {capacity:.0} req/s; open loop {seconds} s; 10 s timeout; {rounds} round(s)"
     );
-    println!(
-        "{:<22} {:>7} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
-        "balancer", "workers", "load", "success", "p50 ms", "p99 ms", "p99.9 ms", "b0 share"
-    );
+    let header = || {
+        println!(
+            "{:<22} {:>7} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "balancer", "workers", "load", "success", "p50 ms", "p99 ms", "p99.9 ms", "b0 share"
+        )
+    };
+    header();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
-    let mut results = Vec::new();
     let targets = chosen(&[
         "round_robin",
         "random",
@@ -607,56 +620,96 @@ fn capacity(seconds: u64) {
         "nginx",
         "haproxy",
     ]);
-    for workers in [1usize, 2] {
-        for utilisation in [0.85, 0.95] {
-            for &target in &targets {
-                let backends: Vec<Backend> = (0..10)
-                    .map(|i| {
-                        let service = if i == 0 { mean * 2 } else { mean };
-                        Backend::start(
-                            BackendOptions::named(&format!("b{i}"))
-                                .exponential_delay(service)
-                                .max_concurrency(SLOTS),
-                        )
-                        .expect("backend")
-                    })
-                    .collect();
-                let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
-                let Some(proxy) = Proxy::start(target, workers, &addresses, None) else {
-                    continue;
-                };
-                let uri = format!("http://{}/", proxy.address()).parse().expect("uri");
-                let samples = runtime.block_on(open_loop(
-                    uri,
-                    capacity * utilisation,
-                    Duration::from_secs(seconds),
-                    Duration::from_secs(10),
-                ));
-                drop(proxy);
-                let (success, q) = summary(&samples);
-                let total: u64 = backends.iter().map(Backend::requests).sum();
-                let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
-                println!(
-                    "{target:<22} {workers:>7} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}%",
-                    utilisation * 100.0,
-                    success * 100.0,
-                    q(0.5),
-                    q(0.99),
-                    q(0.999),
-                    b0_share * 100.0
-                );
-                results.push(json!({
-                    "balancer": target, "workers": workers, "utilisation": utilisation,
-                    "rate": capacity * utilisation, "requests": samples.len(), "success_rate": success,
-                    "p50_ms": q(0.5), "p99_ms": q(0.99), "p999_ms": q(0.999), "b0_share": b0_share,
-                }));
+    // (target, workers, utilisation) -> each round's [success, p50, p99, p99.9, b0 share].
+    let mut cells: Vec<((&str, usize, f64), Vec<[f64; 5]>)> = Vec::new();
+    for round in 0..rounds {
+        if rounds > 1 {
+            println!("-- round {}", round + 1);
+        }
+        for workers in [1usize, 2] {
+            for utilisation in [0.85, 0.95] {
+                for &target in &targets {
+                    let backends: Vec<Backend> = (0..10)
+                        .map(|i| {
+                            let service = if i == 0 { mean * 2 } else { mean };
+                            Backend::start(
+                                BackendOptions::named(&format!("b{i}"))
+                                    .exponential_delay(service)
+                                    .max_concurrency(SLOTS),
+                            )
+                            .expect("backend")
+                        })
+                        .collect();
+                    let addresses: Vec<_> = backends.iter().map(Backend::address).collect();
+                    let Some(proxy) = Proxy::start(target, workers, &addresses, None) else {
+                        continue;
+                    };
+                    let uri = format!("http://{}/", proxy.address()).parse().expect("uri");
+                    let samples = runtime.block_on(open_loop(
+                        uri,
+                        capacity * utilisation,
+                        Duration::from_secs(seconds),
+                        Duration::from_secs(10),
+                    ));
+                    drop(proxy);
+                    let (success, q) = summary(&samples);
+                    let total: u64 = backends.iter().map(Backend::requests).sum();
+                    let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
+                    let run = [success, q(0.5), q(0.99), q(0.999), b0_share];
+                    print_capacity_row(target, workers, utilisation, &run);
+                    let key = (target, workers, utilisation);
+                    match cells.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, runs)) => runs.push(run),
+                        None => cells.push((key, vec![run])),
+                    }
+                }
             }
         }
+    }
+    let mut results = Vec::new();
+    if rounds > 1 {
+        println!("-- median of {rounds} rounds");
+        header();
+    }
+    for ((target, workers, utilisation), runs) in &cells {
+        let median: Vec<f64> = (0..5)
+            .map(|field| {
+                let mut values: Vec<f64> = runs.iter().map(|run| run[field]).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            })
+            .collect();
+        let [success, p50, p99, p999, b0_share] = [0, 1, 2, 3, 4].map(|i| median[i]);
+        if rounds > 1 {
+            print_capacity_row(target, *workers, *utilisation, &[success, p50, p99, p999, b0_share]);
+        }
+        results.push(json!({
+            "balancer": target, "workers": workers, "utilisation": utilisation,
+            "rate": capacity * utilisation, "rounds": runs.len(), "success_rate": success,
+            "p50_ms": p50, "p99_ms": p99, "p999_ms": p999, "b0_share": b0_share,
+            "runs": runs.iter().map(|r| json!({
+                "success_rate": r[0], "p50_ms": r[1], "p99_ms": r[2], "p999_ms": r[3], "b0_share": r[4],
+            })).collect::<Vec<_>>(),
+        }));
     }
     println!("b0 serves 50 req/s at most: its fair share of the capacity is 5.3%");
     let _ = std::fs::write(
         docs().join("experiments/capacity.json"),
         serde_json::to_string_pretty(&results).unwrap_or_default(),
+    );
+}
+
+/// One line of the capacity table: success, p50, p99, p99.9 and b0's share.
+fn print_capacity_row(target: &str, workers: usize, utilisation: f64, run: &[f64; 5]) {
+    let [success, p50, p99, p999, b0_share] = *run;
+    println!(
+        "{target:<22} {workers:>7} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}%",
+        utilisation * 100.0,
+        success * 100.0,
+        p50,
+        p99,
+        p999,
+        b0_share * 100.0
     );
 }
 

@@ -9,6 +9,9 @@
 #   OFFSET=100 benches/instructions.sh       moves every port by 100 (two measurements at once)
 #   NO_BUILD=1 benches/instructions.sh      uses the release binaries as they are (a build of another
 #                                           profile holds cargo's lock on target/)
+#   KEEP=/tmp/profiles benches/instructions.sh
+#                                           keeps each run's callgrind output there (PROXY-log-on.out), for
+#                                           callgrind_annotate --inclusive=yes to say where the instructions go
 #
 # Installs valgrind, haproxy, nginx-light and wrk with apt if missing and builds duet in release mode. The
 # proxies and their configurations are those of benches/record.sh (benches/anchors.sh), each access log
@@ -68,6 +71,9 @@ count() { # proxy log
   kill "$pid" 2>/dev/null || true
   while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
   total=$(callgrind_annotate "$COUNTS"/callgrind.out.* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cat "$COUNTS"/callgrind.out.* >"$KEEP/$1-log-$2.out"
+  fi
   printf '  %-8s log %-3s %8d requests  %7d instructions/request\n' "$1" "$2" "$requests" $((total / requests))
 }
 
