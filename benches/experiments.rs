@@ -681,7 +681,12 @@ fn capacity(seconds: u64) {
             .collect();
         let [success, p50, p99, p999, b0_share] = [0, 1, 2, 3, 4].map(|i| median[i]);
         if rounds > 1 {
-            print_capacity_row(target, *workers, *utilisation, &[success, p50, p99, p999, b0_share]);
+            print_capacity_row(
+                target,
+                *workers,
+                *utilisation,
+                &[success, p50, p99, p999, b0_share],
+            );
         }
         results.push(json!({
             "balancer": target, "workers": workers, "utilisation": utilisation,

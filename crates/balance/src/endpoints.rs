@@ -181,7 +181,7 @@ where
                 let median = self.median_rtt(Some(at));
                 let endpoint = &mut self.endpoints[at];
                 endpoint.admitted = Instant::now();
-                if let (LoadMetric::PeakEwma(_), Some(median)) = (&self.metric, median) {
+                if let (true, Some(median)) = (self.metric.uses_clock(), median) {
                     endpoint.load.reset_estimate(median);
                 }
             }
@@ -236,7 +236,7 @@ where
     }
 
     fn initial_rtt(&self) -> Duration {
-        let LoadMetric::PeakEwma(config) = &self.metric else {
+        let Some(config) = self.metric.latency_config() else {
             return FALLBACK_RTT;
         };
         match config.default_rtt {

@@ -17,6 +17,34 @@ pub enum LoadMetric {
     InFlight,
     /// Peak-sensitive EWMA of latency times (in flight + 1): Finagle's and Linkerd's `PeakEWMA`.
     PeakEwma(PeakEwmaConfig),
+    /// Requests in flight, as [`InFlight`](Self::InFlight); equal counts are ordered by a plain (not
+    /// peak) moving average of latency, the faster endpoint lighter, and only exactly equal averages are
+    /// left to the balancer's draw. The average never outweighs a difference in counts: it adds less than
+    /// [`LATENCY_ORDER`] to the load. Like PeakEWMA's estimate it moves with time constant τ, is sampled
+    /// as [`PeakEwmaConfig::sample_at`] says, records the penalty for a failed attempt, and is never read
+    /// below the mean age of the requests still waiting for their sample. Unlike it, it does not decay
+    /// while the endpoint is idle: an endpoint that was slow loses ties until its count is the lowest and
+    /// it answers faster, and nothing more (its count still wins it every request where it is lowest).
+    ///
+    /// Where many requests are in flight at once, counts rarely tie and this is [`InFlight`](Self::InFlight).
+    /// Where few are (a worker's own share of a busy pool, or light traffic), equal counts are the
+    /// common case, and the latency average carries what the counts cannot: how busy the endpoint is
+    /// with everyone else's requests. A plain average, because a peak estimate orders ties by the last
+    /// slow sample (duet-sim: in the 32-worker herd setup, ties ordered by the plain average cut the
+    /// mean time in system by 28% against a draw; by the peak estimate they raised it by 29%, and so did
+    /// the plain average decayed while idle, which makes every worker's idle endpoints look fastest).
+    InFlightThenLatency(PeakEwmaConfig),
+}
+
+/// The most the latency average adds to an in-flight load under [`LoadMetric::InFlightThenLatency`]:
+/// under any difference between two counts divided by weights of up to a thousand.
+pub const LATENCY_ORDER: f64 = 1e-6;
+
+/// `ns` mapped into `[0, LATENCY_ORDER)`, increasing: `ns / (ns + 1 ms)` keeps sub-millisecond and
+/// second-long averages apart alike.
+#[inline]
+fn latency_order(ns: f64) -> f64 {
+    LATENCY_ORDER * ns / (ns + 1e6)
 }
 
 impl Default for LoadMetric {
@@ -27,7 +55,15 @@ impl Default for LoadMetric {
 
 impl LoadMetric {
     pub(crate) fn uses_clock(&self) -> bool {
-        matches!(self, Self::PeakEwma(_))
+        self.latency_config().is_some()
+    }
+
+    /// The latency settings of a metric that measures latency.
+    pub(crate) fn latency_config(&self) -> Option<&PeakEwmaConfig> {
+        match self {
+            Self::InFlight => None,
+            Self::PeakEwma(config) | Self::InFlightThenLatency(config) => Some(config),
+        }
     }
 
     /// The load of `state` at `now`. Reading never changes the state.
@@ -39,6 +75,11 @@ impl LoadMetric {
                 let counts = state.counts();
                 let in_flight = EndpointLoad::in_flight_of(counts);
                 peak_ewma::load(state.estimate_ns(now, counts), in_flight)
+            }
+            Self::InFlightThenLatency(_) => {
+                let counts = state.counts();
+                EndpointLoad::in_flight_of(counts) as f64
+                    + latency_order(state.average_ns(now, counts))
             }
         }
     }
@@ -53,6 +94,9 @@ impl LoadMetric {
         match self {
             Self::InFlight => concurrency,
             Self::PeakEwma(_) => state.estimate_ns(now, counts) * (1.0 + concurrency),
+            Self::InFlightThenLatency(_) => {
+                concurrency + latency_order(state.average_ns(now, counts))
+            }
         }
     }
 }
@@ -78,7 +122,8 @@ pub enum DefaultRtt {
     Fixed(Duration),
 }
 
-/// Settings of the [`LoadMetric::PeakEwma`] metric.
+/// Settings of the [`LoadMetric::PeakEwma`] metric (and of the latency average of
+/// [`LoadMetric::InFlightThenLatency`], which has no peak).
 ///
 /// The estimate jumps to any sample above it at once (peak) and otherwise moves toward new samples with
 /// weight `w = exp(-Δt/τ)`: `ewma = ewma·w + rtt·(1 - w)`, Δt being the time since the last sample. While
@@ -140,6 +185,9 @@ pub struct EndpointLoad {
     stamp: AtomicU64,
     /// Clock ticks divided by τ: a span in ticks times this is the span over τ, with no division.
     decay_per_tick: f64,
+    /// f64 bits of the plain (not peak) moving average of latency in nanoseconds, kept beside the
+    /// estimate for [`LoadMetric::InFlightThenLatency`].
+    average_ns: AtomicU64,
     /// Sum of the clock readings at which the waiting requests started (wrapping): with their count,
     /// their mean age, a lower bound on the latency now.
     waiting_since: AtomicU64,
@@ -158,9 +206,9 @@ const ONE_WAITING: u64 = 1 << 32;
 
 impl EndpointLoad {
     pub(crate) fn new(clock: Clock, metric: &LoadMetric, initial_rtt: Duration) -> Self {
-        let (tau, penalty, sample_at) = match metric {
-            LoadMetric::PeakEwma(cfg) => (cfg.decay, cfg.penalty, cfg.sample_at),
-            LoadMetric::InFlight => (
+        let (tau, penalty, sample_at) = match metric.latency_config() {
+            Some(cfg) => (cfg.decay, cfg.penalty, cfg.sample_at),
+            None => (
                 Duration::from_secs(10),
                 Duration::from_secs(1),
                 SampleAt::default(),
@@ -172,6 +220,7 @@ impl EndpointLoad {
             picks: AtomicU64::new(0),
             waiting_since: AtomicU64::new(0),
             ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
+            average_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
             stamp: AtomicU64::new(clock.now()),
             decay_per_tick: clock.ns_per_tick() / (tau.as_nanos() as u64 as f64).max(1.0),
             clock,
@@ -236,6 +285,18 @@ impl EndpointLoad {
             return projected;
         }
         projected.max(self.waiting_age_ns(now, counts, waiting))
+    }
+
+    /// The plain latency average at the reading `now`, never below the mean age of the requests waiting
+    /// for their sample. No idle decay: see [`LoadMetric::InFlightThenLatency`].
+    #[inline]
+    pub(crate) fn average_ns(&self, now: u64, counts: u64) -> f64 {
+        let average = f64::from_bits(self.average_ns.load(Relaxed));
+        let waiting = counts >> 32;
+        if waiting == 0 {
+            return average;
+        }
+        average.max(self.waiting_age_ns(now, counts, waiting))
     }
 
     /// The mean age of the `waiting` requests (read in `counts`); 0 if the sum cannot be trusted.
@@ -304,8 +365,9 @@ impl EndpointLoad {
 
     /// Replaces the estimate (re-admission after ejection or failed health checks).
     pub(crate) fn reset_estimate(&self, rtt: Duration) {
-        self.ewma_ns
-            .store((rtt.as_nanos() as u64 as f64).to_bits(), Relaxed);
+        let bits = (rtt.as_nanos() as u64 as f64).to_bits();
+        self.ewma_ns.store(bits, Relaxed);
+        self.average_ns.store(bits, Relaxed);
         self.stamp.store(self.clock.now(), Relaxed);
     }
 
@@ -326,6 +388,9 @@ impl EndpointLoad {
         // and cannot happen in duet's single-threaded workers.
         let _ = self.ewma_ns.fetch_update(Relaxed, Relaxed, |bits| {
             Some(peak_ewma::blend(f64::from_bits(bits), rtt_ns, weight).to_bits())
+        });
+        let _ = self.average_ns.fetch_update(Relaxed, Relaxed, |bits| {
+            Some((f64::from_bits(bits) * weight + rtt_ns * (1.0 - weight)).to_bits())
         });
         if now > stamp {
             self.stamp.store(now, Relaxed);
@@ -526,6 +591,35 @@ mod tests {
         state.finish_waiting(u64::MAX - 10);
         state.finish_waiting(u64::MAX - 30);
         assert_eq!((state.in_flight(), state.waiting()), (0, 0));
+    }
+
+    #[test]
+    fn in_flight_then_latency_orders_counts_first_and_has_no_peak() {
+        let metric = LoadMetric::InFlightThenLatency(PeakEwmaConfig::default());
+        let (clock, time) = Clock::mock();
+        time.advance(Duration::from_secs(1));
+        let slow = EndpointLoad::new(clock.clone(), &metric, Duration::from_secs(2));
+        let fast = EndpointLoad::new(clock, &metric, Duration::from_micros(100));
+        let at = now(&slow);
+        // Equal counts: the faster average is lighter, by less than LATENCY_ORDER.
+        assert!(metric.load(&fast, at) < metric.load(&slow, at));
+        assert!(metric.load(&slow, at) < LATENCY_ORDER);
+        // One more request in flight outweighs any average, even divided by a weight of a thousand.
+        fast.start();
+        assert!(metric.load(&fast, at) > metric.load(&slow, at));
+        assert!(metric.weighted_load(&fast, at, 1000.0) > metric.weighted_load(&slow, at, 1.0));
+        fast.finish();
+        // A sample above the average moves it by its weight only: no peak.
+        time.advance(Duration::from_secs(10));
+        fast.record_ns(1e9, now(&fast));
+        let average = fast.average_ns(now(&fast), fast.counts());
+        let expected = 1e5 * (-1.0f64).exp() + 1e9 * (1.0 - (-1.0f64).exp());
+        assert!((average - expected).abs() < 1.0, "{average} {expected}");
+        assert_eq!(
+            fast.rtt_estimate(),
+            Duration::from_secs(1),
+            "the estimate peaks"
+        );
     }
 
     #[test]

@@ -158,3 +158,77 @@ fn loads_are_divided_by_weight_and_ties_drawn_by_weight() {
     assert_eq!(*balance.pick().expect("eligible"), 1);
     assert_eq!(taken.load(Relaxed), 3);
 }
+
+/// `least_inflight`'s metric: equal counts ordered by each endpoint's latency average.
+mod latency_order {
+    use super::*;
+    use duet_balance::{Clock, MockTime, PeakEwmaConfig};
+    use std::time::Duration;
+
+    /// A full scan under `InFlightThenLatency` on a mock clock over `n` endpoints drawing `draws` in
+    /// order (running out fails the test), how many draws it has taken, and the clock's hand.
+    fn balancer(n: u32, draws: Vec<u64>) -> (Balance<u32, Endpoint>, Arc<AtomicUsize>, MockTime) {
+        let (clock, time) = Clock::mock();
+        time.advance(Duration::from_secs(1));
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counter = taken.clone();
+        let mut draws = draws.into_iter();
+        let source = move || {
+            counter.fetch_add(1, Relaxed);
+            draws.next().expect("a draw the test did not expect")
+        };
+        let metric = LoadMetric::InFlightThenLatency(PeakEwmaConfig::default());
+        let mut balance = Balance::with_draws(metric, Draws::from_source(source))
+            .with_policy(Policy::LeastLoaded)
+            .with_clock(clock);
+        for key in 0..n {
+            balance.insert(key, 1, endpoint());
+        }
+        (balance, taken, time)
+    }
+
+    #[test]
+    fn equal_counts_go_to_the_faster_average_without_a_draw_and_counts_still_come_first() {
+        let (mut balance, taken, time) = balancer(3, vec![]);
+        // One answered request each, a minute (6 τ) after the start, so that each average is close to
+        // its one sample: endpoint 1 in 5 ms, 2 in 20 ms, 0 in 80 ms.
+        time.advance(Duration::from_secs(60));
+        for (key, rtt) in [(1u32, 5), (2, 20), (0, 80)] {
+            let others: Vec<u32> = (0..3).filter(|&k| k != key).collect();
+            let (_, _, guard) = balance.pick_and_claim_excluding(&others).expect("one left");
+            time.advance(Duration::from_millis(rtt));
+            drop(guard);
+        }
+        let before = balance.stats();
+        // All idle: the fastest average wins.
+        let (&first, _, hold_first) = balance.pick_and_claim().expect("eligible");
+        assert_eq!(first, 1);
+        // Endpoint 1 holds one: a lower count beats any average, and 2 is faster than 0.
+        let (&second, _, hold_second) = balance.pick_and_claim().expect("eligible");
+        assert_eq!(second, 2);
+        let (&third, _, _hold_third) = balance.pick_and_claim().expect("eligible");
+        assert_eq!(third, 0);
+        // All at one in flight: the averages order them again.
+        assert_eq!(*balance.pick().expect("eligible"), 1);
+        drop((hold_first, hold_second));
+        let after = balance.stats();
+        assert_eq!(
+            after.load_reads - before.load_reads,
+            4 * 3,
+            "n reads per pick"
+        );
+        assert_eq!(after.ties, before.ties, "no exact tie");
+        assert_eq!(taken.load(Relaxed), 0, "no tie, no draw");
+    }
+
+    #[test]
+    fn exactly_equal_averages_take_one_draw() {
+        // Fresh endpoints share the initial estimate: idle and equal, one draw per pick
+        // (5 % 3 = 2, then 3 % 3 = 0).
+        let (mut balance, taken, _time) = balancer(3, vec![5, 3]);
+        assert_eq!(*balance.pick().expect("eligible"), 2);
+        assert_eq!(*balance.pick().expect("eligible"), 0);
+        assert_eq!(taken.load(Relaxed), 2);
+        assert_eq!(balance.stats().ties, 2);
+    }
+}

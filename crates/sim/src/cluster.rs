@@ -38,19 +38,24 @@ pub enum SimPolicy {
     /// P2C with memory on the worker's in-flight counts, a tie broken by the lower plain latency EWMA
     /// (in flight + a fraction under one: never against a lower count). Simulator only.
     P2cMemoryTies,
-    /// Full scan of the worker's own in-flight counts (duet-balance's `Policy::LeastLoaded` under
-    /// `least_inflight`): n reads, the minimum wins, equal minimums go to one draw.
+    /// Full scan of the worker's own in-flight counts, as duet-balance's `Policy::LeastLoaded` makes it
+    /// under `least_inflight` (`LoadMetric::InFlightThenLatency`): n reads, the minimum wins, equal
+    /// counts go to the lower plain latency average, and only exactly equal averages to one draw.
     LeastInflight,
     /// Full scan of the worker's own PeakEWMA loads (`least_peak_ewma`).
     LeastPeakEwma,
-    /// Full scan of the worker's in-flight counts, equal counts ordered by the plain latency average
-    /// and only then drawn. Simulator only.
-    LeastInflightTies,
+    /// Full scan of the worker's in-flight counts, equal minimums drawn at random (nginx's
+    /// `least_conn` on one worker's view; duet's `least_inflight` before it ordered ties by latency).
+    /// Simulator only.
+    LeastInflightDraw,
+    /// Full scan of the worker's in-flight counts, equal counts ordered by the PeakEWMA estimate instead
+    /// of the plain average. Simulator only: it herds (a peak estimate ranks by the last slow sample).
+    LeastInflightPeakTies,
 }
 
 impl SimPolicy {
     /// All policies, for `--policy` parsing.
-    pub const ALL: [(&'static str, SimPolicy); 14] = [
+    pub const ALL: [(&'static str, SimPolicy); 15] = [
         ("random", Self::Random),
         ("round_robin", Self::RoundRobin),
         ("least_loaded_stale", Self::LeastLoadedStale),
@@ -64,7 +69,8 @@ impl SimPolicy {
         ("p2c_memory_ties", Self::P2cMemoryTies),
         ("least_inflight", Self::LeastInflight),
         ("least_peak_ewma", Self::LeastPeakEwma),
-        ("least_inflight_ties", Self::LeastInflightTies),
+        ("least_inflight_draw", Self::LeastInflightDraw),
+        ("least_inflight_peak_ties", Self::LeastInflightPeakTies),
     ];
 
     /// The policy's name.
@@ -453,13 +459,17 @@ impl<'a> Sim<'a> {
                 compare(&|i| selector.expected_delay(i))?
             }
             SimPolicy::P2cMemoryTies => compare(&|i| selector.in_flight_then_latency(i))?,
-            SimPolicy::LeastInflight => scan(n, p2c, weight_of, |i| selector.in_flight(i)),
+            SimPolicy::LeastInflight => {
+                scan(n, p2c, weight_of, |i| selector.in_flight_then_latency(i))
+            }
+            SimPolicy::LeastInflightDraw => scan(n, p2c, weight_of, |i| selector.in_flight(i)),
             SimPolicy::LeastPeakEwma => {
                 scan(n, p2c, weight_of, |i| selector.peak_ewma(i, now, tau))
             }
-            SimPolicy::LeastInflightTies => {
-                scan(n, p2c, weight_of, |i| selector.in_flight_then_latency(i))
-            }
+            SimPolicy::LeastInflightPeakTies => scan(n, p2c, weight_of, |i| {
+                let estimate = selector.peak_ewma(i, now, tau);
+                selector.in_flight(i) + estimate / (1.0 + estimate)
+            }),
         })
     }
 

@@ -16,7 +16,7 @@ pub struct HerdReport {
 }
 
 /// The policies compared.
-pub const POLICIES: [SimPolicy; 9] = [
+pub const POLICIES: [SimPolicy; 10] = [
     SimPolicy::LeastLoadedStale,
     SimPolicy::P2cStale,
     SimPolicy::P2cInflight,
@@ -24,6 +24,7 @@ pub const POLICIES: [SimPolicy; 9] = [
     SimPolicy::P2cMemoryInflight,
     SimPolicy::P2cMemoryPeakEwma,
     SimPolicy::LeastInflight,
+    SimPolicy::LeastInflightDraw,
     SimPolicy::LeastPeakEwma,
     SimPolicy::Random,
 ];

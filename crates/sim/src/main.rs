@@ -21,7 +21,7 @@ duet-sim: simulations that run duet-balance's own P2C code on virtual time (dete
                [--arrivals 200000] [--seed 1] [--json]
   policies: random round_robin least_loaded_stale p2c_stale p2c_inflight p2c_peak_ewma
             p2c_memory_inflight p2c_memory_peak_ewma p2c_sed p2c_memory_sed p2c_memory_ties
-            least_inflight least_peak_ewma least_inflight_ties (full scans: n reads per pick)";
+            least_inflight least_peak_ewma least_inflight_draw least_inflight_peak_ties (full scans: n reads per pick)";
 
 struct Args {
     flags: HashMap<String, String>,

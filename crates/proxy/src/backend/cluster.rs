@@ -448,7 +448,10 @@ fn new_balance(policy: Policy) -> ClusterBalance {
             LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             BalancePolicy::P2cMemory,
         ),
-        Policy::LeastInflight => (LoadMetric::InFlight, BalancePolicy::LeastLoaded),
+        Policy::LeastInflight => (
+            LoadMetric::InFlightThenLatency(PeakEwmaConfig::default()),
+            BalancePolicy::LeastLoaded,
+        ),
         Policy::LeastPeakEwma => (
             LoadMetric::PeakEwma(PeakEwmaConfig::default()),
             BalancePolicy::LeastLoaded,
