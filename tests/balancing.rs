@@ -80,7 +80,8 @@ fn peak_ewma_gives_a_slow_backend_far_less_than_round_robin() {
 
 /// Weights 3:1 between two equal backends through the real binary, one request at a time: every policy
 /// gives the weight-3 backend three quarters. (`least_inflight` sees two idle backends on every pick and
-/// draws between them by weight. `least_peak_ewma` is left out: weight divides concurrency, never
+/// draws between them by weight: with weights that differ, it orders equal counts by weight, not by
+/// latency. `least_peak_ewma` is left out: weight divides concurrency, never
 /// latency, so one request at a time it sends each to the backend with the lower estimate, whatever
 /// the weights; under concurrency its weights count as capacity, like the others'.)
 ///

@@ -104,7 +104,8 @@
 //! were fastest lately (duet-sim's herd table: 32 workers, 20 backends). Hence opt-in, never the default.
 //!
 //! Under [`LoadMetric::InFlightThenLatency`] (duet's `least_inflight`) the scan orders equal counts by
-//! each endpoint's plain latency average, and draws only between exactly equal averages. A worker's own
+//! each endpoint's plain latency average, and draws only between exactly equal averages (when weights
+//! differ, it draws among equal loads by weight, as [`LoadMetric::InFlight`] does). A worker's own
 //! counts tie often when it carries a share of the traffic; the average then tells it what its counts
 //! cannot, how busy each endpoint is with everyone else's requests. In duet-sim this took the 32-worker
 //! herd's mean time in system from 5% to 31% under P2C's, and with two workers at 85–95% load took p99
@@ -284,7 +285,7 @@ pub use error::{BoxError, NoEligibleEndpoint, NotReady};
 pub use future::ResponseFuture;
 pub use guard::LoadGuard;
 pub use layer::{BalanceLayer, Picked, SharedEndpoint};
-pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt, LATENCY_ORDER};
+pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
 pub use policy::Policy;
 pub use service::MAX_PICKS;
 pub use tower::load::{CompleteOnResponse, TrackCompletion};

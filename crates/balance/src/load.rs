@@ -19,8 +19,10 @@ pub enum LoadMetric {
     PeakEwma(PeakEwmaConfig),
     /// Requests in flight, as [`InFlight`](Self::InFlight); equal counts are ordered by a plain (not
     /// peak) moving average of latency, the faster endpoint lighter, and only exactly equal averages are
-    /// left to the balancer's draw. The average never outweighs a difference in counts: it adds less than
-    /// [`LATENCY_ORDER`] to the load. Like PeakEWMA's estimate it moves with time constant τ, is sampled
+    /// left to the balancer's draw. When the candidates' weights differ, it is
+    /// [`InFlight`](Self::InFlight) (in flight ÷ weight, ties drawn by weight): weights, not latency,
+    /// then say how equal loads split. The average never outweighs a difference in counts: it adds less than
+    /// 10⁻⁶ to the load. Like PeakEWMA's estimate it moves with time constant τ, is sampled
     /// as [`PeakEwmaConfig::sample_at`] says, records the penalty for a failed attempt, and is never read
     /// below the mean age of the requests still waiting for their sample. Unlike it, it does not decay
     /// while the endpoint is idle: an endpoint that was slow loses ties until its count is the lowest and
@@ -37,8 +39,8 @@ pub enum LoadMetric {
 }
 
 /// The most the latency average adds to an in-flight load under [`LoadMetric::InFlightThenLatency`]:
-/// under any difference between two counts divided by weights of up to a thousand.
-pub const LATENCY_ORDER: f64 = 1e-6;
+/// far under a difference of one request.
+pub(crate) const LATENCY_ORDER: f64 = 1e-6;
 
 /// `ns` mapped into `[0, LATENCY_ORDER)`, increasing: `ns / (ns + 1 ms)` keeps sub-millisecond and
 /// second-long averages apart alike.
@@ -94,9 +96,9 @@ impl LoadMetric {
         match self {
             Self::InFlight => concurrency,
             Self::PeakEwma(_) => state.estimate_ns(now, counts) * (1.0 + concurrency),
-            Self::InFlightThenLatency(_) => {
-                concurrency + latency_order(state.average_ns(now, counts))
-            }
+            // Differing weights settle ties themselves (a draw by weight): ordered by latency, one
+            // request at a time would all go to the faster endpoint, whatever the weights.
+            Self::InFlightThenLatency(_) => concurrency,
         }
     }
 }
@@ -604,11 +606,12 @@ mod tests {
         // Equal counts: the faster average is lighter, by less than LATENCY_ORDER.
         assert!(metric.load(&fast, at) < metric.load(&slow, at));
         assert!(metric.load(&slow, at) < LATENCY_ORDER);
-        // One more request in flight outweighs any average, even divided by a weight of a thousand.
+        // One more request in flight outweighs any average.
         fast.start();
         assert!(metric.load(&fast, at) > metric.load(&slow, at));
-        assert!(metric.weighted_load(&fast, at, 1000.0) > metric.weighted_load(&slow, at, 1.0));
         fast.finish();
+        // Weights that differ split ties by themselves: no latency in the load.
+        assert_eq!(metric.weighted_load(&slow, at, 3.0), 0.0);
         // A sample above the average moves it by its weight only: no peak.
         time.advance(Duration::from_secs(10));
         fast.record_ns(1e9, now(&fast));

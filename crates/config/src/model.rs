@@ -516,9 +516,9 @@ pub enum Policy {
     /// Power of two choices with memory on PeakEWMA latency × (in flight + 1).
     P2cMemoryPeakEwma,
     /// Least requests in flight by a full scan (nginx's `least_conn`, HAProxy's `leastconn`): every
-    /// eligible backend's count is read on every pick, in flight ÷ weight; equal minimums go to the
-    /// backend with the lower latency average (this worker's own), and only exactly equal averages are
-    /// settled at random by weight. Opt-in, and the one exception to two load reads per pick: it reads n, and many
+    /// eligible backend's count is read on every pick, in flight ÷ weight. Equal minimums go to the
+    /// backend with the lower latency average (this worker's own) when weights are equal, and are drawn
+    /// at random by weight when they differ. Opt-in, and the one exception to two load reads per pick: it reads n, and many
     /// balancers scanning one view herd; duet's workers each scan only their own counts. For one or a few
     /// workers over backends with a few request slots each, run near saturation.
     LeastInflight,

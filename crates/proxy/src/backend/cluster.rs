@@ -517,7 +517,7 @@ mod tests {
     #[test]
     fn the_full_scan_policies_build_least_loaded_balancers_with_their_metric() {
         for (name, metric) in [
-            ("least_inflight", "InFlight"),
+            ("least_inflight", "InFlightThenLatency"),
             ("least_peak_ewma", "PeakEwma"),
         ] {
             let cluster = with_policy(&["127.0.0.1:9"], name, "");
