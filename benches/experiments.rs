@@ -620,8 +620,7 @@ fn capacity(seconds: u64) {
         "nginx",
         "haproxy",
     ]);
-    // (target, workers, utilisation) -> each round's [success, p50, p99, p99.9, b0 share].
-    let mut cells: Vec<((&str, usize, f64), Vec<[f64; 5]>)> = Vec::new();
+    let mut cells: Vec<(CapacityCell, Vec<[f64; 5]>)> = Vec::new();
     for round in 0..rounds {
         if rounds > 1 {
             println!("-- round {}", round + 1);
@@ -703,6 +702,10 @@ fn capacity(seconds: u64) {
         serde_json::to_string_pretty(&results).unwrap_or_default(),
     );
 }
+
+/// A capacity run's target, workers and utilisation; each round gives it [success, p50, p99, p99.9, b0
+/// share].
+type CapacityCell<'a> = (&'a str, usize, f64);
 
 /// One line of the capacity table: success, p50, p99, p99.9 and b0's share.
 fn print_capacity_row(target: &str, workers: usize, utilisation: f64, run: &[f64; 5]) {
