@@ -24,6 +24,7 @@ const MAX_LENGTH: usize = 128;
 /// download) keeps the block alive through its id: small enough that this stays a few percent of what
 /// a request in flight holds anyway (~55 KiB), large enough that allocations are 1/32 per request.
 const BLOCK: usize = 64;
+const _: () = assert!(BLOCK <= 256 && 256 % BLOCK == 0, "a block's ids share all but the last byte");
 
 /// Hex digits in an id.
 const ID_LENGTH: usize = 32;
@@ -55,8 +56,12 @@ impl RequestIds {
             let mut ids = BytesMut::with_capacity(BLOCK * ID_LENGTH);
             let mut digits = [0u8; ID_LENGTH];
             hex(self.prefix, &mut digits[..ID_LENGTH / 2]);
-            for k in 0..BLOCK as u64 {
-                hex(first.wrapping_add(k), &mut digits[ID_LENGTH / 2..]);
+            hex(first, &mut digits[ID_LENGTH / 2..]);
+            // A block starts at a multiple of BLOCK (≤ 256): its ids differ in the count's last byte
+            // alone, so each is the first with its last two digits rewritten.
+            let low = first as u8;
+            for k in 0..BLOCK as u8 {
+                hex(u64::from(low.wrapping_add(k)), &mut digits[ID_LENGTH - 2..]);
                 ids.put_slice(&digits);
             }
             *block = ids.freeze();
@@ -71,8 +76,11 @@ impl RequestIds {
                 return id.clone();
             }
         }
-        let id =
-            HeaderValue::from_maybe_shared(self.next_id()).unwrap_or(HeaderValue::from_static("-"));
+        let digits = self.next_id();
+        // SAFETY: an id is hex digits (`hex`), ASCII and visible, so valid UTF-8 and a valid field
+        // value: the check from_maybe_shared would make (a pass over its 32 bytes) cannot fail.
+        #[allow(unsafe_code)]
+        let id = unsafe { HeaderValue::from_maybe_shared_unchecked(digits) };
         headers.insert(X_REQUEST_ID, id.clone());
         id
     }
