@@ -12,7 +12,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use duet_balance::Draws;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{header::Entry, HeaderMap, HeaderName, HeaderValue};
 use std::cell::{Cell, RefCell};
 
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -24,7 +24,10 @@ const MAX_LENGTH: usize = 128;
 /// download) keeps the block alive through its id: small enough that this stays a few percent of what
 /// a request in flight holds anyway (~55 KiB), large enough that allocations are 1/32 per request.
 const BLOCK: usize = 64;
-const _: () = assert!(BLOCK <= 256 && 256 % BLOCK == 0, "a block's ids share all but the last byte");
+const _: () = assert!(
+    BLOCK <= 256 && 256 % BLOCK == 0,
+    "a block's ids share all but the last byte"
+);
 
 /// Hex digits in an id.
 const ID_LENGTH: usize = 32;
@@ -71,18 +74,31 @@ impl RequestIds {
 
     /// Keeps a trusted peer's well-formed `X-Request-Id`, or sets a new one; returns it.
     pub(crate) fn assign(&self, headers: &mut HeaderMap, trusted: bool) -> HeaderValue {
-        if trusted {
-            if let Some(id) = headers.get(X_REQUEST_ID).filter(|id| well_formed(id)) {
-                return id.clone();
-            }
+        if !trusted {
+            let id = self.new_id();
+            headers.insert(X_REQUEST_ID, id.clone());
+            return id;
         }
+        // One hashed look-up, whether the peer's id is kept or replaced.
+        match headers.entry(X_REQUEST_ID) {
+            Entry::Occupied(theirs) if well_formed(theirs.get()) => theirs.get().clone(),
+            Entry::Occupied(mut theirs) => {
+                let id = self.new_id();
+                theirs.insert(id.clone());
+                id
+            }
+            Entry::Vacant(none) => none.insert(self.new_id()).clone(),
+        }
+    }
+
+    fn new_id(&self) -> HeaderValue {
         let digits = self.next_id();
         // SAFETY: an id is hex digits (`hex`), ASCII and visible, so valid UTF-8 and a valid field
         // value: the check from_maybe_shared would make (a pass over its 32 bytes) cannot fail.
         #[allow(unsafe_code)]
-        let id = unsafe { HeaderValue::from_maybe_shared_unchecked(digits) };
-        headers.insert(X_REQUEST_ID, id.clone());
-        id
+        unsafe {
+            HeaderValue::from_maybe_shared_unchecked(digits)
+        }
     }
 }
 
