@@ -316,7 +316,7 @@ pub(crate) fn add_forwarding(
     secure: bool,
     trusted: bool,
 ) {
-    let proto = HeaderValue::from_static(if secure { "https" } else { "http" });
+    let proto = if secure { "https" } else { "http" };
     if trusted {
         add_trusted_forwarding(headers, client, host, proto);
         return;
@@ -328,19 +328,20 @@ pub(crate) fn add_forwarding(
     }
     // None of the forwarding fields is left: each goes in as a new field.
     headers.insert(X_FORWARDED_FOR, address_value(client));
-    headers.insert(X_FORWARDED_PROTO, proto);
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Some(host) = host {
         headers.insert(X_FORWARDED_HOST, host);
     }
 }
 
 /// [`add_forwarding`] for a trusted peer: one hashed look-up per field (its entry), whether it is kept,
-/// extended or set.
+/// extended or set. Apart, so that the untrusted path's code stays as lean as before it.
+#[inline(never)]
 fn add_trusted_forwarding(
     headers: &mut HeaderMap,
     client: IpAddr,
     host: Option<HeaderValue>,
-    proto: HeaderValue,
+    proto: &'static str,
 ) {
     match headers.entry(X_FORWARDED_FOR) {
         Entry::Occupied(mut earlier) => {
@@ -360,7 +361,7 @@ fn add_trusted_forwarding(
         }
     }
     if let Entry::Vacant(none) = headers.entry(X_FORWARDED_PROTO) {
-        none.insert(proto);
+        none.insert(HeaderValue::from_static(proto));
     }
     if let (Entry::Vacant(none), Some(host)) = (headers.entry(X_FORWARDED_HOST), host) {
         none.insert(host);
@@ -599,5 +600,25 @@ mod tests {
         add_forwarding(&mut untrusted, client, host(), false, false);
         assert_eq!(untrusted["x-forwarded-proto"], "http");
         assert_eq!(untrusted["x-forwarded-host"], "backend.internal");
+    }
+
+    #[test]
+    fn a_trusted_peer_that_sent_no_forwarding_fields_gets_them_all() {
+        let client = "2001:db8::7".parse().expect("ip");
+        let mut trusted = headers(&[("host", "a")]);
+        add_forwarding(&mut trusted, client, None, true, true);
+        assert_eq!(trusted["x-forwarded-for"], "2001:db8::7");
+        assert_eq!(trusted["x-forwarded-proto"], "https");
+        assert!(!trusted.contains_key("x-forwarded-host"), "no host to say");
+        let mut chained = headers(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+        ]);
+        add_forwarding(&mut chained, client, None, false, true);
+        assert_eq!(chained.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(
+            chained["x-forwarded-for"],
+            "10.0.0.1, 10.0.0.2, 2001:db8::7"
+        );
     }
 }

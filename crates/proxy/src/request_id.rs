@@ -74,12 +74,18 @@ impl RequestIds {
 
     /// Keeps a trusted peer's well-formed `X-Request-Id`, or sets a new one; returns it.
     pub(crate) fn assign(&self, headers: &mut HeaderMap, trusted: bool) -> HeaderValue {
-        if !trusted {
-            let id = self.new_id();
-            headers.insert(X_REQUEST_ID, id.clone());
-            return id;
+        if trusted {
+            return self.assign_trusted(headers);
         }
-        // One hashed look-up, whether the peer's id is kept or replaced.
+        let id = self.new_id();
+        headers.insert(X_REQUEST_ID, id.clone());
+        id
+    }
+
+    /// [`RequestIds::assign`] for a trusted peer: one hashed look-up, whether its id is kept or
+    /// replaced. Apart, so that the untrusted path's code stays as lean as before it.
+    #[inline(never)]
+    fn assign_trusted(&self, headers: &mut HeaderMap) -> HeaderValue {
         match headers.entry(X_REQUEST_ID) {
             Entry::Occupied(theirs) if well_formed(theirs.get()) => theirs.get().clone(),
             Entry::Occupied(mut theirs) => {
@@ -91,6 +97,7 @@ impl RequestIds {
         }
     }
 
+    #[inline]
     fn new_id(&self) -> HeaderValue {
         let digits = self.next_id();
         // SAFETY: an id is hex digits (`hex`), ASCII and visible, so valid UTF-8 and a valid field
