@@ -2,8 +2,8 @@
 //! are added.
 
 use crate::request_id::X_REQUEST_ID;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Version};
-use std::{cell::RefCell, fmt::Write, net::IpAddr};
+use http::{header, header::Entry, HeaderMap, HeaderName, HeaderValue, Version};
+use std::{cell::RefCell, net::IpAddr};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -316,43 +316,55 @@ pub(crate) fn add_forwarding(
     secure: bool,
     trusted: bool,
 ) {
+    let proto = if secure { "https" } else { "http" };
     if trusted {
-        // One string for the whole chain: earlier hops as they came, then this client.
-        let mut chain = String::with_capacity(48);
-        for earlier in headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-        {
-            chain.push_str(earlier);
-            chain.push_str(", ");
-        }
-        let _ = write!(chain, "{client}");
-        if let Ok(value) = HeaderValue::from_str(&chain) {
-            headers.insert(X_FORWARDED_FOR, value);
-        }
-    } else {
-        if headers.keys().any(is_forwarding) {
-            for name in &FORWARDING {
-                headers.remove(name);
-            }
-        }
-        headers.insert(X_FORWARDED_FOR, address_value(client));
-    }
-    if !(trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
-        let proto = if secure { "https" } else { "http" };
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    }
-    if trusted && headers.contains_key(&X_FORWARDED_HOST) {
+        add_trusted_forwarding(headers, client, host, proto);
         return;
     }
-    match host {
-        Some(host) => {
-            headers.insert(X_FORWARDED_HOST, host);
+    if headers.keys().any(is_forwarding) {
+        for name in &FORWARDING {
+            headers.remove(name);
         }
-        None => {
-            headers.remove(X_FORWARDED_HOST);
+    }
+    // None of the forwarding fields is left: each goes in as a new field.
+    headers.insert(X_FORWARDED_FOR, address_value(client));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    if let Some(host) = host {
+        headers.insert(X_FORWARDED_HOST, host);
+    }
+}
+
+/// [`add_forwarding`] for a trusted peer: one hashed look-up per field (its entry), whether it is kept,
+/// extended or set. Apart, so that the untrusted path's code stays as lean as before it.
+#[inline(never)]
+fn add_trusted_forwarding(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    host: Option<HeaderValue>,
+    proto: &'static str,
+) {
+    match headers.entry(X_FORWARDED_FOR) {
+        Entry::Occupied(mut earlier) => {
+            // One value for the whole chain: earlier hops as they came, then this client.
+            let mut chain = Vec::with_capacity(48);
+            for hop in earlier.iter().filter(|v| v.to_str().is_ok()) {
+                chain.extend_from_slice(hop.as_bytes());
+                chain.extend_from_slice(b", ");
+            }
+            chain.extend_from_slice(address_value(client).as_bytes());
+            if let Ok(value) = HeaderValue::from_maybe_shared(bytes::Bytes::from(chain)) {
+                earlier.insert(value);
+            }
         }
+        Entry::Vacant(none) => {
+            none.insert(address_value(client));
+        }
+    }
+    if let Entry::Vacant(none) = headers.entry(X_FORWARDED_PROTO) {
+        none.insert(HeaderValue::from_static(proto));
+    }
+    if let (Entry::Vacant(none), Some(host)) = (headers.entry(X_FORWARDED_HOST), host) {
+        none.insert(host);
     }
 }
 
@@ -588,5 +600,25 @@ mod tests {
         add_forwarding(&mut untrusted, client, host(), false, false);
         assert_eq!(untrusted["x-forwarded-proto"], "http");
         assert_eq!(untrusted["x-forwarded-host"], "backend.internal");
+    }
+
+    #[test]
+    fn a_trusted_peer_that_sent_no_forwarding_fields_gets_them_all() {
+        let client = "2001:db8::7".parse().expect("ip");
+        let mut trusted = headers(&[("host", "a")]);
+        add_forwarding(&mut trusted, client, None, true, true);
+        assert_eq!(trusted["x-forwarded-for"], "2001:db8::7");
+        assert_eq!(trusted["x-forwarded-proto"], "https");
+        assert!(!trusted.contains_key("x-forwarded-host"), "no host to say");
+        let mut chained = headers(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+        ]);
+        add_forwarding(&mut chained, client, None, false, true);
+        assert_eq!(chained.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(
+            chained["x-forwarded-for"],
+            "10.0.0.1, 10.0.0.2, 2001:db8::7"
+        );
     }
 }

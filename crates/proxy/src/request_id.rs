@@ -12,7 +12,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use duet_balance::Draws;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{header::Entry, HeaderMap, HeaderName, HeaderValue};
 use std::cell::{Cell, RefCell};
 
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -24,6 +24,10 @@ const MAX_LENGTH: usize = 128;
 /// download) keeps the block alive through its id: small enough that this stays a few percent of what
 /// a request in flight holds anyway (~55 KiB), large enough that allocations are 1/32 per request.
 const BLOCK: usize = 64;
+const _: () = assert!(
+    BLOCK <= 256 && 256 % BLOCK == 0,
+    "a block's ids share all but the last byte"
+);
 
 /// Hex digits in an id.
 const ID_LENGTH: usize = 32;
@@ -55,8 +59,12 @@ impl RequestIds {
             let mut ids = BytesMut::with_capacity(BLOCK * ID_LENGTH);
             let mut digits = [0u8; ID_LENGTH];
             hex(self.prefix, &mut digits[..ID_LENGTH / 2]);
-            for k in 0..BLOCK as u64 {
-                hex(first.wrapping_add(k), &mut digits[ID_LENGTH / 2..]);
+            hex(first, &mut digits[ID_LENGTH / 2..]);
+            // A block starts at a multiple of BLOCK (≤ 256): its ids differ in the count's last byte
+            // alone, so each is the first with its last two digits rewritten.
+            let low = first as u8;
+            for k in 0..BLOCK as u8 {
+                hex(u64::from(low.wrapping_add(k)), &mut digits[ID_LENGTH - 2..]);
                 ids.put_slice(&digits);
             }
             *block = ids.freeze();
@@ -67,14 +75,37 @@ impl RequestIds {
     /// Keeps a trusted peer's well-formed `X-Request-Id`, or sets a new one; returns it.
     pub(crate) fn assign(&self, headers: &mut HeaderMap, trusted: bool) -> HeaderValue {
         if trusted {
-            if let Some(id) = headers.get(X_REQUEST_ID).filter(|id| well_formed(id)) {
-                return id.clone();
-            }
+            return self.assign_trusted(headers);
         }
-        let id =
-            HeaderValue::from_maybe_shared(self.next_id()).unwrap_or(HeaderValue::from_static("-"));
+        let id = self.new_id();
         headers.insert(X_REQUEST_ID, id.clone());
         id
+    }
+
+    /// [`RequestIds::assign`] for a trusted peer: one hashed look-up, whether its id is kept or
+    /// replaced. Apart, so that the untrusted path's code stays as lean as before it.
+    #[inline(never)]
+    fn assign_trusted(&self, headers: &mut HeaderMap) -> HeaderValue {
+        match headers.entry(X_REQUEST_ID) {
+            Entry::Occupied(theirs) if well_formed(theirs.get()) => theirs.get().clone(),
+            Entry::Occupied(mut theirs) => {
+                let id = self.new_id();
+                theirs.insert(id.clone());
+                id
+            }
+            Entry::Vacant(none) => none.insert(self.new_id()).clone(),
+        }
+    }
+
+    #[inline]
+    fn new_id(&self) -> HeaderValue {
+        let digits = self.next_id();
+        // SAFETY: an id is hex digits (`hex`), ASCII and visible, so valid UTF-8 and a valid field
+        // value: the check from_maybe_shared would make (a pass over its 32 bytes) cannot fail.
+        #[allow(unsafe_code)]
+        unsafe {
+            HeaderValue::from_maybe_shared_unchecked(digits)
+        }
     }
 }
 
