@@ -8,7 +8,7 @@ use std::{
     fmt,
     net::{IpAddr, SocketAddr},
     sync::{Arc, OnceLock},
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 use tokio::time::Instant;
 
@@ -51,6 +51,8 @@ pub(crate) struct AccessLog {
     /// A gRPC call's status (its trailers, a trailers-only head, or duet's own error); the field is
     /// written only when there is one.
     pub(crate) grpc_status: Option<u8>,
+    /// Whether [`AccessLog::finish`] wrote the line (otherwise dropping the record writes it).
+    written: bool,
 }
 
 impl AccessLog {
@@ -92,6 +94,7 @@ impl AccessLog {
             received: Received::Known(0),
             outcome: "client_gone",
             grpc_status: None,
+            written: false,
         }))
     }
 }
@@ -165,12 +168,30 @@ impl fmt::Display for Joined<'_> {
 
 impl Drop for AccessLog {
     fn drop(&mut self) {
+        if !self.written {
+            self.write(self.started.elapsed(), None);
+        }
+    }
+}
+
+impl AccessLog {
+    /// Writes the line now, at the end of the attempt that answered: `duration` is the request's,
+    /// measured by the caller from the same clock reading its latency histogram took (one reading
+    /// serves both), and `backend_text` is [`AccessLog::backend`] already formatted.
+    pub(crate) fn finish(mut self: Box<Self>, duration: Duration, backend_text: &str) {
+        self.write(duration, Some(backend_text));
+        self.written = true;
+    }
+
+    fn write(&self, duration: Duration, backend_text: Option<&str>) {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
         let millis = |ms: f64| round(ms * 1000.0) / 1000.0;
-        let duration_ms = millis(self.started.elapsed().as_secs_f64() * 1000.0);
+        let duration_ms = millis(duration.as_secs_f64() * 1000.0);
         let upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis);
         if let Some(sink) = SINK.get() {
-            (sink.write)(&mut |line| self.format(line, sink.json, duration_ms, upstream_head_ms));
+            (sink.write)(&mut |line| {
+                self.format(line, sink.json, duration_ms, upstream_head_ms, backend_text)
+            });
             return;
         }
         // Without a sink (duet's binary always sets one): client text is quoted as in duet's text
@@ -241,13 +262,20 @@ pub fn set_access_log_sink(
 impl AccessLog {
     /// The line, written field by field without the formatting machinery (a line per request is the
     /// default, and `write!` per field cost more than the rest of the request's handling in duet).
-    fn format(&self, line: &mut Vec<u8>, json: bool, duration_ms: f64, upstream_head_ms: f64) {
+    fn format(
+        &self,
+        line: &mut Vec<u8>,
+        json: bool,
+        duration_ms: f64,
+        upstream_head_ms: f64,
+        backend_text: Option<&str>,
+    ) {
         // One copy of the writer per format, so that each literal it pushes has a length known when
         // compiling: copied inline, not through a `memcpy` call per push.
         if json {
-            self.write_line::<true>(line, duration_ms, upstream_head_ms);
+            self.write_line::<true>(line, duration_ms, upstream_head_ms, backend_text);
         } else {
-            self.write_line::<false>(line, duration_ms, upstream_head_ms);
+            self.write_line::<false>(line, duration_ms, upstream_head_ms, backend_text);
         }
     }
 
@@ -256,6 +284,7 @@ impl AccessLog {
         line: &mut Vec<u8>,
         duration_ms: f64,
         upstream_head_ms: f64,
+        backend_text: Option<&str>,
     ) {
         push_timestamp::<JSON>(line);
         let mut fields = Fields::<JSON> { line };
@@ -267,9 +296,14 @@ impl AccessLog {
         fields.text(name!("protocol"), protocol(self.version));
         fields.number(name!("status"), u64::from(self.status.as_u16()));
         fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
-        match self.backend {
-            Some(backend) => fields.address(name!("backend"), |line| push_socket(line, backend)),
-            None => fields.text(name!("backend"), "-"),
+        match (self.backend, backend_text) {
+            (Some(_), Some(text)) => {
+                fields.address(name!("backend"), |line| line.extend_from_slice(text.as_bytes()))
+            }
+            (Some(backend), None) => {
+                fields.address(name!("backend"), |line| push_socket(line, backend))
+            }
+            (None, _) => fields.text(name!("backend"), "-"),
         }
         if self.tried.is_empty() {
             fields.text(name!("tried"), "-");
