@@ -294,7 +294,7 @@ impl AccessLog {
         let path = loggable_path(self.target.path());
         fields.client_text(name!("path"), Some(&*path), ClientText::bare);
         fields.text(name!("protocol"), protocol(self.version));
-        fields.number(name!("status"), u64::from(self.status.as_u16()));
+        fields.status(name!("status"), self.status);
         fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
         match (self.backend, backend_text) {
             (Some(_), Some(text)) => {
@@ -462,8 +462,21 @@ impl<const JSON: bool> Fields<'_, JSON> {
     #[inline(always)]
     fn number(&mut self, name: Name, value: u64) {
         self.name(name);
-        self.line
-            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+        push_decimal(self.line, value);
+    }
+
+    /// A status code: always three digits, written without the general conversion.
+    #[inline(always)]
+    fn status(&mut self, name: Name, status: StatusCode) {
+        self.name(name);
+        let code = status.as_u16();
+        if (100..1000).contains(&code) {
+            let digit = |d: u16| b'0' + (d % 10) as u8;
+            self.line
+                .extend_from_slice(&[digit(code / 100), digit(code / 10), digit(code)]);
+        } else {
+            push_decimal(self.line, u64::from(code));
+        }
     }
 
     /// Milliseconds rounded to the microsecond, written as `{:?}` writes them (`2.0`, `1.25`, `-1.0`).
@@ -481,8 +494,7 @@ impl<const JSON: bool> Fields<'_, JSON> {
             self.line.push(b'-');
         }
         let micros = micros.unsigned_abs();
-        self.line
-            .extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
+        push_decimal(self.line, micros / 1000);
         self.line.push(b'.');
         let mut fraction = micros % 1000;
         if fraction == 0 {
@@ -495,6 +507,17 @@ impl<const JSON: bool> Fields<'_, JSON> {
             width -= 1;
         }
         push_padded(self.line, fraction, width);
+    }
+}
+
+/// `value` in decimal; a single digit (an attempt count, no bytes received, a millisecond count
+/// below ten) without the general conversion.
+#[inline(always)]
+fn push_decimal(line: &mut Vec<u8>, value: u64) {
+    if value < 10 {
+        line.push(b'0' + value as u8);
+    } else {
+        line.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 }
 
@@ -763,18 +786,41 @@ fn clean(bytes: &[u8], low: u8) -> bool {
         let above = (x.wrapping_add(ONES) | x) & HIGHS;
         below | above != 0 || has_zero(x ^ (ONES * 0x22)) || has_zero(x ^ (ONES * 0x5c))
     };
+    let len = bytes.len();
+    if len < 8 {
+        // A short value as one word of overlapping picks that cover every byte, filled up with a
+        // clean byte (no copy of a variable length, which is a `memcpy` call): the first and last
+        // four bytes, or for up to three the first, middle and last.
+        let mut eight = [b'a'; 8];
+        match len {
+            0 => return true,
+            1..=3 => {
+                eight[0] = bytes[0];
+                eight[1] = bytes[len / 2];
+                eight[2] = bytes[len - 1];
+            }
+            _ => {
+                eight[..4].copy_from_slice(&bytes[..4]);
+                eight[4..].copy_from_slice(&bytes[len - 4..]);
+            }
+        }
+        return !dirty(eight);
+    }
     let words = bytes.chunks_exact(8);
-    let tail = words.remainder();
-    for word in words {
+    let tail = words.remainder().len();
+    for chunk in words {
         let mut eight = [0u8; 8];
-        eight.copy_from_slice(word);
+        eight.copy_from_slice(chunk);
         if dirty(eight) {
             return false;
         }
     }
-    // The last few bytes as a word too, filled up with a clean byte.
-    let mut eight = [b'a'; 8];
-    eight[..tail.len()].copy_from_slice(tail);
+    // The last few bytes as the last eight, overlapping bytes already checked.
+    if tail == 0 {
+        return true;
+    }
+    let mut eight = [0u8; 8];
+    eight.copy_from_slice(&bytes[len - 8..]);
     !dirty(eight)
 }
 
@@ -894,6 +940,17 @@ mod tests {
         let mut line = Vec::new();
         push_padded(&mut line, 42, 6);
         assert_eq!(line, b"000042");
+        for value in [0, 1, 9, 10, 11, 99, 100, 1234, 1_000_000, u64::MAX] {
+            let mut line = Vec::new();
+            push_decimal(&mut line, value);
+            assert_eq!(line, value.to_string().as_bytes());
+        }
+        for code in [100, 101, 200, 204, 404, 429, 503, 599, 999] {
+            let status = StatusCode::from_u16(code).expect("a status");
+            let mut line = Vec::new();
+            Fields::<false> { line: &mut line }.status(name!("status"), status);
+            assert_eq!(line, format!(" status={code}").as_bytes());
+        }
         for x in [
             0.0,
             0.4,
@@ -991,7 +1048,7 @@ mod tests {
         for low in [0x20, 0x21] {
             for byte in 0..=255u8 {
                 // The byte at every position of a word and of the tail, among clean bytes.
-                for len in [1, 7, 8, 9, 16, 17] {
+                for len in [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17] {
                     for at in 0..len {
                         let mut text = vec![b'a'; len];
                         text[at] = byte;
