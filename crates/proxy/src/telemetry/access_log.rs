@@ -8,7 +8,7 @@ use std::{
     fmt,
     net::{IpAddr, SocketAddr},
     sync::{Arc, OnceLock},
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 use tokio::time::Instant;
 
@@ -347,26 +347,28 @@ impl AccessLog {
 /// The line's start: its UTC time to the microsecond (the date and time of day formatted once per
 /// second), and its level and target.
 fn push_timestamp<const JSON: bool>(line: &mut Vec<u8>) {
-    let (seconds, micros) = wall_clock();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     SECOND.with(|second| {
         let mut second = second.borrow_mut();
-        if second.0 != seconds {
+        if second.0 != now.as_secs() {
             use fmt::Write as _;
-            let (date, time) = civil(seconds);
+            let (date, time) = civil(now.as_secs());
             second.1.clear();
             let _ = write!(
                 second.1,
                 "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
                 date.0, date.1, date.2, time.0, time.1, time.2
             );
-            second.0 = seconds;
+            second.0 = now.as_secs();
         }
         if JSON {
             line.extend_from_slice(b"{\"timestamp\":\"");
         }
         line.extend_from_slice(second.1.as_bytes());
         line.push(b'.');
-        push_six_digits(line, micros);
+        push_padded(line, u64::from(now.subsec_micros()), 6);
         line.extend_from_slice(if JSON {
             b"Z\",\"level\":\"INFO\""
         } else {
@@ -374,44 +376,6 @@ fn push_timestamp<const JSON: bool>(line: &mut Vec<u8>) {
         });
     });
 }
-
-/// The wall-clock time since the Unix epoch (zero before it): whole seconds and the microseconds past
-/// them. One `clock_gettime`, what `SystemTime::now` reads, without the subtraction of the epoch that
-/// `SystemTime::duration_since` then makes (some 60 instructions per line in all).
-fn wall_clock() -> (u64, u32) {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid, writable `timespec` for the whole call, which only writes it.
-    #[allow(unsafe_code)]
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
-    match (u64::try_from(now.tv_sec), u32::try_from(now.tv_nsec)) {
-        (Ok(seconds), Ok(nanos)) if status == 0 && nanos < 1_000_000_000 => (seconds, nanos / 1000),
-        _ => (0, 0),
-    }
-}
-
-/// A count of microseconds (below a million) as six digits, zeros first: two digits at a time from a
-/// table, at a fixed length (copied inline, where a variable one is a `memcpy` call).
-fn push_six_digits(line: &mut Vec<u8>, micros: u32) {
-    let pair = |n: u32| PAIRS[(n % 100) as usize];
-    let [a, b] = pair(micros / 10_000);
-    let [c, d] = pair(micros / 100);
-    let [e, f] = pair(micros);
-    line.extend_from_slice(&[a, b, c, d, e, f]);
-}
-
-/// The two decimal digits of every number below 100, computed when compiling.
-static PAIRS: [[u8; 2]; 100] = {
-    let mut table = [[0u8; 2]; 100];
-    let mut n = 0;
-    while n < 100 {
-        table[n] = [b'0' + (n / 10) as u8, b'0' + (n % 10) as u8];
-        n += 1;
-    }
-    table
-};
 
 /// Fields appended to a line: ` name=value` in text, `,"name":value` in JSON.
 struct Fields<'a, const JSON: bool> {
@@ -982,17 +946,6 @@ mod tests {
         let mut line = Vec::new();
         push_padded(&mut line, 42, 6);
         assert_eq!(line, b"000042");
-        for micros in [0, 7, 42, 999, 12_345, 100_000, 999_999] {
-            let mut line = Vec::new();
-            push_six_digits(&mut line, micros);
-            assert_eq!(line, format!("{micros:06}").as_bytes());
-        }
-        let (seconds, micros) = wall_clock();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after the epoch");
-        assert!(micros < 1_000_000);
-        assert!(seconds.abs_diff(now.as_secs()) <= 5, "the same clock");
         for value in [0, 1, 9, 10, 11, 99, 100, 1234, 1_000_000, u64::MAX] {
             let mut line = Vec::new();
             push_decimal(&mut line, value);
