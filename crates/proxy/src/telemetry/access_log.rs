@@ -297,9 +297,9 @@ impl AccessLog {
         fields.status(name!("status"), self.status);
         fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
         match (self.backend, backend_text) {
-            (Some(_), Some(text)) => {
-                fields.address(name!("backend"), |line| line.extend_from_slice(text.as_bytes()))
-            }
+            (Some(_), Some(text)) => fields.address(name!("backend"), |line| {
+                line.extend_from_slice(text.as_bytes())
+            }),
             (Some(backend), None) => {
                 fields.address(name!("backend"), |line| push_socket(line, backend))
             }
