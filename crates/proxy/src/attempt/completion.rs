@@ -215,11 +215,23 @@ fn head_grpc_status(headers: &HeaderMap) -> Option<u8> {
 impl Drop for Completion {
     fn drop(&mut self) {
         let now = Instant::now();
-        if let Some((started, timings)) = &self.request {
-            timings
-                .request_duration
-                .observe(now.saturating_duration_since(*started));
+        let duration = self.request.as_ref().map(|(started, timings)| {
+            let duration = now.saturating_duration_since(*started);
+            timings.request_duration.observe(duration);
+            duration
+        });
+        self.settle(now);
+        // The line is written last, once every verdict is in; with the clock reading the histogram
+        // took, rather than a reading of its own.
+        if let (Some(log), Some(duration)) = (self.log.take(), duration) {
+            log.finish(duration, &self.stats.address_text);
         }
+    }
+}
+
+impl Completion {
+    /// The outlier verdict, the load's latency sample and the failure counted, by how it ended.
+    fn settle(&mut self, now: Instant) {
         let ending = self.ended.unwrap_or(Ending::ClientGone);
         match ending.blame() {
             Blame::Client | Blame::Local => {

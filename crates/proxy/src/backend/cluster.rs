@@ -406,7 +406,7 @@ impl Cluster {
         self.backend_stats
             .borrow_mut()
             .entry(backend)
-            .or_default()
+            .or_insert_with(|| Arc::new(BackendStats::new(backend)))
             .clone()
     }
 

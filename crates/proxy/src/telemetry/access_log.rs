@@ -8,7 +8,7 @@ use std::{
     fmt,
     net::{IpAddr, SocketAddr},
     sync::{Arc, OnceLock},
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 use tokio::time::Instant;
 
@@ -51,6 +51,8 @@ pub(crate) struct AccessLog {
     /// A gRPC call's status (its trailers, a trailers-only head, or duet's own error); the field is
     /// written only when there is one.
     pub(crate) grpc_status: Option<u8>,
+    /// Whether [`AccessLog::finish`] wrote the line (otherwise dropping the record writes it).
+    written: bool,
 }
 
 impl AccessLog {
@@ -92,6 +94,7 @@ impl AccessLog {
             received: Received::Known(0),
             outcome: "client_gone",
             grpc_status: None,
+            written: false,
         }))
     }
 }
@@ -165,12 +168,30 @@ impl fmt::Display for Joined<'_> {
 
 impl Drop for AccessLog {
     fn drop(&mut self) {
+        if !self.written {
+            self.write(self.started.elapsed(), None);
+        }
+    }
+}
+
+impl AccessLog {
+    /// Writes the line now, at the end of the attempt that answered: `duration` is the request's,
+    /// measured by the caller from the same clock reading its latency histogram took (one reading
+    /// serves both), and `backend_text` is [`AccessLog::backend`] already formatted.
+    pub(crate) fn finish(mut self: Box<Self>, duration: Duration, backend_text: &str) {
+        self.write(duration, Some(backend_text));
+        self.written = true;
+    }
+
+    fn write(&self, duration: Duration, backend_text: Option<&str>) {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
         let millis = |ms: f64| round(ms * 1000.0) / 1000.0;
-        let duration_ms = millis(self.started.elapsed().as_secs_f64() * 1000.0);
+        let duration_ms = millis(duration.as_secs_f64() * 1000.0);
         let upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis);
         if let Some(sink) = SINK.get() {
-            (sink.write)(&mut |line| self.format(line, sink.json, duration_ms, upstream_head_ms));
+            (sink.write)(&mut |line| {
+                self.format(line, sink.json, duration_ms, upstream_head_ms, backend_text)
+            });
             return;
         }
         // Without a sink (duet's binary always sets one): client text is quoted as in duet's text
@@ -241,13 +262,20 @@ pub fn set_access_log_sink(
 impl AccessLog {
     /// The line, written field by field without the formatting machinery (a line per request is the
     /// default, and `write!` per field cost more than the rest of the request's handling in duet).
-    fn format(&self, line: &mut Vec<u8>, json: bool, duration_ms: f64, upstream_head_ms: f64) {
+    fn format(
+        &self,
+        line: &mut Vec<u8>,
+        json: bool,
+        duration_ms: f64,
+        upstream_head_ms: f64,
+        backend_text: Option<&str>,
+    ) {
         // One copy of the writer per format, so that each literal it pushes has a length known when
         // compiling: copied inline, not through a `memcpy` call per push.
         if json {
-            self.write_line::<true>(line, duration_ms, upstream_head_ms);
+            self.write_line::<true>(line, duration_ms, upstream_head_ms, backend_text);
         } else {
-            self.write_line::<false>(line, duration_ms, upstream_head_ms);
+            self.write_line::<false>(line, duration_ms, upstream_head_ms, backend_text);
         }
     }
 
@@ -256,6 +284,7 @@ impl AccessLog {
         line: &mut Vec<u8>,
         duration_ms: f64,
         upstream_head_ms: f64,
+        backend_text: Option<&str>,
     ) {
         push_timestamp::<JSON>(line);
         let mut fields = Fields::<JSON> { line };
@@ -265,11 +294,16 @@ impl AccessLog {
         let path = loggable_path(self.target.path());
         fields.client_text(name!("path"), Some(&*path), ClientText::bare);
         fields.text(name!("protocol"), protocol(self.version));
-        fields.number(name!("status"), u64::from(self.status.as_u16()));
+        fields.status(name!("status"), self.status);
         fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
-        match self.backend {
-            Some(backend) => fields.address(name!("backend"), |line| push_socket(line, backend)),
-            None => fields.text(name!("backend"), "-"),
+        match (self.backend, backend_text) {
+            (Some(_), Some(text)) => fields.address(name!("backend"), |line| {
+                line.extend_from_slice(text.as_bytes())
+            }),
+            (Some(backend), None) => {
+                fields.address(name!("backend"), |line| push_socket(line, backend))
+            }
+            (None, _) => fields.text(name!("backend"), "-"),
         }
         if self.tried.is_empty() {
             fields.text(name!("tried"), "-");
@@ -428,8 +462,21 @@ impl<const JSON: bool> Fields<'_, JSON> {
     #[inline(always)]
     fn number(&mut self, name: Name, value: u64) {
         self.name(name);
-        self.line
-            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+        push_decimal(self.line, value);
+    }
+
+    /// A status code: always three digits, written without the general conversion.
+    #[inline(always)]
+    fn status(&mut self, name: Name, status: StatusCode) {
+        self.name(name);
+        let code = status.as_u16();
+        if (100..1000).contains(&code) {
+            let digit = |d: u16| b'0' + (d % 10) as u8;
+            self.line
+                .extend_from_slice(&[digit(code / 100), digit(code / 10), digit(code)]);
+        } else {
+            push_decimal(self.line, u64::from(code));
+        }
     }
 
     /// Milliseconds rounded to the microsecond, written as `{:?}` writes them (`2.0`, `1.25`, `-1.0`).
@@ -447,8 +494,7 @@ impl<const JSON: bool> Fields<'_, JSON> {
             self.line.push(b'-');
         }
         let micros = micros.unsigned_abs();
-        self.line
-            .extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
+        push_decimal(self.line, micros / 1000);
         self.line.push(b'.');
         let mut fraction = micros % 1000;
         if fraction == 0 {
@@ -461,6 +507,17 @@ impl<const JSON: bool> Fields<'_, JSON> {
             width -= 1;
         }
         push_padded(self.line, fraction, width);
+    }
+}
+
+/// `value` in decimal; a single digit (an attempt count, no bytes received, a millisecond count
+/// below ten) without the general conversion.
+#[inline(always)]
+fn push_decimal(line: &mut Vec<u8>, value: u64) {
+    if value < 10 {
+        line.push(b'0' + value as u8);
+    } else {
+        line.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 }
 
@@ -667,7 +724,11 @@ impl<'a> ClientText<'a> {
     /// again that they are UTF-8 and with the common cases (a plain token, text without escapes)
     /// checked eight bytes at a time and copied at once.
     fn push(&self, line: &mut Vec<u8>) {
-        let value = self.value.unwrap_or(b"-");
+        let Some(value) = self.value else {
+            // Absent (often the user agent): nothing to check.
+            line.extend_from_slice(if self.always_quoted { b"\"-\"" } else { b"-" });
+            return;
+        };
         if !self.always_quoted && !value.is_empty() && clean(value, 0x21) {
             line.extend_from_slice(value);
             return;
@@ -721,26 +782,51 @@ impl<'a> ClientText<'a> {
 fn clean(bytes: &[u8], low: u8) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGHS: u64 = ONES * 0x80;
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS != 0;
+    // The high bit of a byte is set where a byte is zero (exact as to whether any is).
+    let zeros = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    // Every test at once, without a branch per test.
     let dirty = |eight: [u8; 8]| {
         let x = u64::from_ne_bytes(eight);
         let below = x.wrapping_sub(ONES * u64::from(low)) & !x & HIGHS;
         // Bytes above 0x7e: adding 1 carries them past 0x7f, and bytes with the high bit set are kept.
         let above = (x.wrapping_add(ONES) | x) & HIGHS;
-        below | above != 0 || has_zero(x ^ (ONES * 0x22)) || has_zero(x ^ (ONES * 0x5c))
+        below | above | zeros(x ^ (ONES * 0x22)) | zeros(x ^ (ONES * 0x5c)) != 0
     };
+    let len = bytes.len();
+    if len < 8 {
+        // A short value as one word of overlapping picks that cover every byte, filled up with a
+        // clean byte (no copy of a variable length, which is a `memcpy` call): the first and last
+        // four bytes, or for up to three the first, middle and last.
+        let mut eight = [b'a'; 8];
+        match len {
+            0 => return true,
+            1..=3 => {
+                eight[0] = bytes[0];
+                eight[1] = bytes[len / 2];
+                eight[2] = bytes[len - 1];
+            }
+            _ => {
+                eight[..4].copy_from_slice(&bytes[..4]);
+                eight[4..].copy_from_slice(&bytes[len - 4..]);
+            }
+        }
+        return !dirty(eight);
+    }
     let words = bytes.chunks_exact(8);
-    let tail = words.remainder();
-    for word in words {
+    let tail = words.remainder().len();
+    for chunk in words {
         let mut eight = [0u8; 8];
-        eight.copy_from_slice(word);
+        eight.copy_from_slice(chunk);
         if dirty(eight) {
             return false;
         }
     }
-    // The last few bytes as a word too, filled up with a clean byte.
-    let mut eight = [b'a'; 8];
-    eight[..tail.len()].copy_from_slice(tail);
+    // The last few bytes as the last eight, overlapping bytes already checked.
+    if tail == 0 {
+        return true;
+    }
+    let mut eight = [0u8; 8];
+    eight.copy_from_slice(&bytes[len - 8..]);
     !dirty(eight)
 }
 
@@ -860,6 +946,17 @@ mod tests {
         let mut line = Vec::new();
         push_padded(&mut line, 42, 6);
         assert_eq!(line, b"000042");
+        for value in [0, 1, 9, 10, 11, 99, 100, 1234, 1_000_000, u64::MAX] {
+            let mut line = Vec::new();
+            push_decimal(&mut line, value);
+            assert_eq!(line, value.to_string().as_bytes());
+        }
+        for code in [100, 101, 200, 204, 404, 429, 503, 599, 999] {
+            let status = StatusCode::from_u16(code).expect("a status");
+            let mut line = Vec::new();
+            Fields::<false> { line: &mut line }.status(name!("status"), status);
+            assert_eq!(line, format!(" status={code}").as_bytes());
+        }
         for x in [
             0.0,
             0.4,
@@ -957,7 +1054,7 @@ mod tests {
         for low in [0x20, 0x21] {
             for byte in 0..=255u8 {
                 // The byte at every position of a word and of the tail, among clean bytes.
-                for len in [1, 7, 8, 9, 16, 17] {
+                for len in [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17] {
                     for at in 0..len {
                         let mut text = vec![b'a'; len];
                         text[at] = byte;

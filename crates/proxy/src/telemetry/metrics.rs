@@ -188,8 +188,11 @@ impl WorkerCounters {
 }
 
 /// What one worker saw of one backend's answers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct BackendStats {
+    /// The backend's address as the access log writes it (`backend=`), formatted once here rather
+    /// than on every request's line.
+    pub(crate) address_text: Box<str>,
     /// From an attempt's start to the backend's response head.
     pub(crate) header_time: Histogram,
     /// Response heads by status class (1xx … 5xx).
@@ -205,6 +208,19 @@ pub(crate) struct BackendStats {
 }
 
 impl BackendStats {
+    /// Empty cells for `address`.
+    pub(crate) fn new(address: SocketAddr) -> Self {
+        Self {
+            address_text: address.to_string().into(),
+            header_time: Histogram::default(),
+            responses: Default::default(),
+            failures: Default::default(),
+            ejections: AtomicU64::default(),
+            admitted: AtomicU64::default(),
+            removed: AtomicU64::default(),
+        }
+    }
+
     pub(crate) fn response(&self, status: u16) {
         if let Some(cell) = self
             .responses
@@ -476,7 +492,8 @@ pub(crate) mod fixture {
     }
 
     fn backend(address: &str, weight: u32, load: &Load, seed: u64) -> BackendCell {
-        let stats = BackendStats::default();
+        let address = address.parse().expect("address");
+        let stats = BackendStats::new(address);
         for (i, cell) in stats.responses.iter().enumerate() {
             add(cell, seed * 10 + i as u64);
         }
@@ -490,7 +507,7 @@ pub(crate) mod fixture {
             stats.header_time.observe(Duration::from_micros(micros));
         }
         BackendCell {
-            address: address.parse().expect("address"),
+            address,
             weight,
             load: load.load.clone(),
             stats: Arc::new(stats),
