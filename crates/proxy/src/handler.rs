@@ -27,7 +27,10 @@ use crate::{
 use duet_config::{Action, Config, Route};
 use http::{Request, Response};
 use hyper::body::Incoming;
-use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
+use std::{
+    cell::RefCell, convert::Infallible, pin::pin, rc::Rc, sync::atomic::Ordering::Relaxed,
+    sync::Arc,
+};
 use tokio::time::Instant;
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
@@ -251,20 +254,36 @@ impl WorkerProxy {
         }
 
         let route = (routed.route, &state.filters);
-        let mut prepared =
-            match prepare::prepare(request, cluster, route, routed.host, client).await {
-                Ok(prepared) => prepared,
-                Err(error) => {
-                    tracing::debug!(client = %client.address, "{error}");
-                    cluster.counters.response(error.status().as_u16());
-                    return Ok(respond::cluster_error(cluster, &error, log, grpc));
-                }
-            };
+        // Each stage's future is pinned where it is built and awaited through the pin: awaited by
+        // value, it would be copied into this one's (kilobytes, per request).
+        let mut prepared = match pin!(prepare::prepare(
+            request,
+            cluster,
+            route,
+            routed.host,
+            client
+        ))
+        .await
+        {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                tracing::debug!(client = %client.address, "{error}");
+                cluster.counters.response(error.status().as_u16());
+                return Ok(respond::cluster_error(cluster, &error, log, grpc));
+            }
+        };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
         let hedging = table.hedging[routed.index].as_deref();
         let attempts = retry::RouteState { timings, hedging };
-        let outcome =
-            retry::send(cluster, routed.route, attempts, &mut prepared, started, log).await;
+        let outcome = pin!(retry::send(
+            cluster,
+            routed.route,
+            attempts,
+            &mut prepared,
+            started,
+            log
+        ))
+        .await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)

@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use std::{
     future::Future,
-    pin::Pin,
+    pin::{pin, Pin},
     sync::Arc,
     task::{ready, Context, Poll},
     time::Duration,
@@ -44,6 +44,23 @@ pub(crate) async fn forward(
     tried: &[SocketAddr],
     last: bool,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
+    let (picked, body, headers) = begin(cluster, prepared, tried, last)?;
+    send(cluster, prepared, picked, body, headers).await
+}
+
+/// What [`send`] takes for one attempt: the backend picked, the body, and the headers when they were
+/// moved out of the prepared request (the last attempt).
+pub(crate) type Begun = (Picked, UpstreamBody, Option<HeaderMap>);
+
+/// The part of [`forward`] that does not wait: a backend of `cluster` not in `tried` picked, and the
+/// attempt's body and headers. A caller that awaits [`send`] itself keeps one future layer (and its
+/// copies) off the request path.
+pub(crate) fn begin(
+    cluster: &Rc<Cluster>,
+    prepared: &mut Prepared,
+    tried: &[SocketAddr],
+    last: bool,
+) -> Result<Begun, ProxyError> {
     let Some(body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
@@ -56,7 +73,7 @@ pub(crate) async fn forward(
     // An h2 stream the backend refused (GOAWAY) is sent again the same way.
     let keep = resendable(prepared) || matches!(cluster.client(), Transport::H2(_));
     let headers = (last && !keep).then(|| std::mem::take(&mut prepared.parts.headers));
-    send(cluster, prepared, picked, body, headers).await
+    Ok((picked, body, headers))
 }
 
 /// Whether an attempt that met a pooled connection closing may be sent again.
@@ -80,8 +97,11 @@ pub(crate) async fn send(
     let error = loop {
         let request = upstream_request(&prepared.parts, &authority, body, headers.take());
         let upload = prepared.source.upload().cloned();
+        // Pinned where it is built: moved into the deadline by value, the transport's future (over
+        // a kilobyte) would be copied twice more per attempt.
+        let response = pin!(cluster.client().send(backend, request));
         let sent = HeadDeadline::new(
-            cluster.client().send(backend, request),
+            response,
             &cluster.spare_timers,
             cluster.response_timeout(),
             upload,
