@@ -13,7 +13,7 @@ use crate::{
     stage::filters::Filters,
     stage::hedge_state::RouteHedging,
     stage::mirror::{self, MirrorsInFlight, RouteMirror},
-    stage::prepare,
+    stage::prepare::{self, Preparing},
     stage::respond,
     stage::retry,
     stage::route,
@@ -254,23 +254,20 @@ impl WorkerProxy {
         }
 
         let route = (routed.route, &state.filters);
+        let refused = |error: ProxyError, log| {
+            tracing::debug!(client = %client.address, "{error}");
+            cluster.counters.response(error.status().as_u16());
+            respond::cluster_error(cluster, &error, log, grpc)
+        };
         // Each stage's future is pinned where it is built and awaited through the pin: awaited by
         // value, it would be copied into this one's (kilobytes, per request).
-        let mut prepared = match pin!(prepare::prepare(
-            request,
-            cluster,
-            route,
-            routed.host,
-            client
-        ))
-        .await
-        {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                tracing::debug!(client = %client.address, "{error}");
-                cluster.counters.response(error.status().as_u16());
-                return Ok(respond::cluster_error(cluster, &error, log, grpc));
-            }
+        let mut prepared = match prepare::prepare(request, cluster, route, routed.host, client) {
+            Ok(Preparing::Ready(prepared)) => prepared,
+            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
+                Ok(prepared) => prepared,
+                Err(error) => return Ok(refused(error, log)),
+            },
+            Err(error) => return Ok(refused(error, log)),
         };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
         let hedging = table.hedging[routed.index].as_deref();
