@@ -6,7 +6,7 @@ use crate::{
     backend::cluster::{Cluster, SpareTimers, Upstream},
     backend::pool::UpstreamError,
     backend::request_body::{BodySource, ClientFailure, UpstreamBody},
-    backend::transport::Transport,
+    backend::transport::{Hold, Transport},
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     outcome::{Blame, Failure},
@@ -97,21 +97,36 @@ pub(crate) async fn send(
     let error = loop {
         let request = upstream_request(&prepared.parts, &authority, body, headers.take());
         let upload = prepared.source.upload().cloned();
-        // Pinned where it is built: moved into the deadline by value, the transport's future (over
-        // a kilobyte) would be copied twice more per attempt.
-        let response = pin!(cluster.client().send(backend, request));
-        let sent = HeadDeadline::new(
-            response,
-            &cluster.spare_timers,
-            cluster.response_timeout(),
-            upload,
-        );
-        break match sent.await {
-            Ok(Ok((response, lease))) => {
-                completion.lend(lease);
-                return Ok((response, completion));
+        // Each future is pinned where it is built: moved into the deadline by value, it (over a
+        // kilobyte) would be copied twice more per attempt. HTTP/1.1 (most clusters) awaits the
+        // pool's future without the transport's around it: one layer less per attempt.
+        let unanswered = match cluster.client() {
+            Transport::Http1(client) => {
+                let response = pin!(client.send(backend, request));
+                match head_deadline(cluster, response, upload).await {
+                    Ok(Ok((response, lease))) => {
+                        completion.lend(Hold::Lease(lease));
+                        return Ok((response, completion));
+                    }
+                    Ok(Err(error)) => Ok(error),
+                    Err(elapsed) => Err(elapsed),
+                }
             }
-            Ok(Err(error)) => match local_fault(&error) {
+            transport => {
+                let response = pin!(transport.send(backend, request));
+                match head_deadline(cluster, response, upload).await {
+                    Ok(Ok((response, hold))) => {
+                        completion.lend(hold);
+                        return Ok((response, completion));
+                    }
+                    Ok(Err(error)) => Ok(error),
+                    Err(elapsed) => Err(elapsed),
+                }
+            }
+        };
+        // Unanswered: the exchange failed (Ok), or no head came in time (Err).
+        break match unanswered {
+            Ok(error) => match local_fault(&error) {
                 // duet's own limits and resources are never the backend's failure.
                 Some(kind) => {
                     completion.count_failure(Failure::Local);
@@ -189,6 +204,16 @@ pin_project! {
             }
         }
     }
+}
+
+/// The wait for `response`'s head, bounded as `cluster`'s `timeouts.response_headers` says.
+fn head_deadline<'a, F>(
+    cluster: &'a Cluster,
+    response: F,
+    upload: Option<Arc<Upload>>,
+) -> HeadDeadline<'a, F> {
+    let limit = cluster.response_timeout();
+    HeadDeadline::new(response, &cluster.spare_timers, limit, upload)
 }
 
 impl<'a, F> HeadDeadline<'a, F> {
