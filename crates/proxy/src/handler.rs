@@ -214,7 +214,9 @@ impl WorkerProxy {
     ///
     /// The whole of what hyper boxes per request: the service hands this future to hyper as it is (no
     /// wrapper around it to double its size, 2.8 KB), and `in_service` counts the request on its
-    /// connection until the response head is out.
+    /// connection until the response head is out. Each stage's future is pinned where it is built
+    /// and awaited through the pin: awaited by value, it would be copied into this one's (kilobytes,
+    /// per request).
     pub(crate) async fn handle(
         self: Rc<Self>,
         mut request: Request<Incoming>,
@@ -254,20 +256,13 @@ impl WorkerProxy {
         }
 
         let route = (routed.route, &state.filters);
-        let refused = |error: ProxyError, log| {
-            tracing::debug!(client = %client.address, "{error}");
-            cluster.counters.response(error.status().as_u16());
-            respond::cluster_error(cluster, &error, log, grpc)
-        };
-        // Each stage's future is pinned where it is built and awaited through the pin: awaited by
-        // value, it would be copied into this one's (kilobytes, per request).
         let mut prepared = match prepare::prepare(request, cluster, route, routed.host, client) {
             Ok(Preparing::Ready(prepared)) => prepared,
             Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
                 Ok(prepared) => prepared,
-                Err(error) => return Ok(refused(error, log)),
+                Err(error) => return Ok(refused(cluster, client, &error, log, grpc)),
             },
-            Err(error) => return Ok(refused(error, log)),
+            Err(error) => return Ok(refused(cluster, client, &error, log, grpc)),
         };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
         let hedging = table.hedging[routed.index].as_deref();
@@ -488,6 +483,19 @@ impl RouteState {
             .get(position)
             .map(|(index, timings)| (*index, timings))
     }
+}
+
+/// The answer to a request the prepare stage refused, counted as its cluster's.
+fn refused(
+    cluster: &Cluster,
+    client: Client,
+    error: &ProxyError,
+    log: Option<Box<AccessLog>>,
+    grpc: bool,
+) -> Response<ProxyBody> {
+    tracing::debug!(client = %client.address, "{error}");
+    cluster.counters.response(error.status().as_u16());
+    respond::cluster_error(cluster, error, log, grpc)
 }
 
 /// Each route's mirroring state; a route that mirrors to the same cluster under the same name as in
