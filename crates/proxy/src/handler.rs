@@ -13,7 +13,7 @@ use crate::{
     stage::filters::Filters,
     stage::hedge_state::RouteHedging,
     stage::mirror::{self, MirrorsInFlight, RouteMirror},
-    stage::prepare,
+    stage::prepare::{self, Preparing},
     stage::respond,
     stage::retry,
     stage::route,
@@ -27,7 +27,10 @@ use crate::{
 use duet_config::{Action, Config, Route};
 use http::{Request, Response};
 use hyper::body::Incoming;
-use std::{cell::RefCell, convert::Infallible, rc::Rc, sync::atomic::Ordering::Relaxed, sync::Arc};
+use std::{
+    cell::RefCell, convert::Infallible, pin::pin, rc::Rc, sync::atomic::Ordering::Relaxed,
+    sync::Arc,
+};
 use tokio::time::Instant;
 
 /// A worker's proxy state. It lives on the worker's thread (`Rc`, `RefCell`): nothing in it is shared
@@ -211,7 +214,9 @@ impl WorkerProxy {
     ///
     /// The whole of what hyper boxes per request: the service hands this future to hyper as it is (no
     /// wrapper around it to double its size, 2.8 KB), and `in_service` counts the request on its
-    /// connection until the response head is out.
+    /// connection until the response head is out. Each stage's future is pinned where it is built
+    /// and awaited through the pin: awaited by value, it would be copied into this one's (kilobytes,
+    /// per request).
     pub(crate) async fn handle(
         self: Rc<Self>,
         mut request: Request<Incoming>,
@@ -251,20 +256,26 @@ impl WorkerProxy {
         }
 
         let route = (routed.route, &state.filters);
-        let mut prepared =
-            match prepare::prepare(request, cluster, route, routed.host, client).await {
+        let mut prepared = match prepare::prepare(request, cluster, route, routed.host, client) {
+            Ok(Preparing::Ready(prepared)) => prepared,
+            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
                 Ok(prepared) => prepared,
-                Err(error) => {
-                    tracing::debug!(client = %client.address, "{error}");
-                    cluster.counters.response(error.status().as_u16());
-                    return Ok(respond::cluster_error(cluster, &error, log, grpc));
-                }
-            };
+                Err(error) => return Ok(refused(cluster, client, &error, log, grpc)),
+            },
+            Err(error) => return Ok(refused(cluster, client, &error, log, grpc)),
+        };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
         let hedging = table.hedging[routed.index].as_deref();
         let attempts = retry::RouteState { timings, hedging };
-        let outcome =
-            retry::send(cluster, routed.route, attempts, &mut prepared, started, log).await;
+        let outcome = pin!(retry::send(
+            cluster,
+            routed.route,
+            attempts,
+            &mut prepared,
+            started,
+            log
+        ))
+        .await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)
@@ -472,6 +483,19 @@ impl RouteState {
             .get(position)
             .map(|(index, timings)| (*index, timings))
     }
+}
+
+/// The answer to a request the prepare stage refused, counted as its cluster's.
+fn refused(
+    cluster: &Cluster,
+    client: Client,
+    error: &ProxyError,
+    log: Option<Box<AccessLog>>,
+    grpc: bool,
+) -> Response<ProxyBody> {
+    tracing::debug!(client = %client.address, "{error}");
+    cluster.counters.response(error.status().as_u16());
+    respond::cluster_error(cluster, error, log, grpc)
 }
 
 /// Each route's mirroring state; a route that mirrors to the same cluster under the same name as in

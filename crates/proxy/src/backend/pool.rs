@@ -27,6 +27,7 @@ use std::{
     collections::{HashMap, VecDeque},
     fmt, io,
     net::SocketAddr,
+    pin::pin,
     rc::{Rc, Weak},
     time::Duration,
 };
@@ -218,7 +219,8 @@ impl UpstreamClient {
         mut request: Request<UpstreamBody>,
     ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
         while let Some(mut sender) = self.pool.take(backend) {
-            match sender.try_send_request(request).await {
+            // Pinned where built: hyper's future holds the request, copied once more if moved.
+            match pin!(sender.try_send_request(request)).await {
                 Ok(response) => return Ok((response, self.lease(backend, sender))),
                 Err(mut failed) => match failed.take_message() {
                     // Closed before the request went out: nothing was sent, try the next one.

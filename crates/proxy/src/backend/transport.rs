@@ -9,7 +9,7 @@ use crate::backend::{
 };
 use http::{header, uri::Authority, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
-use std::net::SocketAddr;
+use std::{net::SocketAddr, pin::pin};
 
 /// A worker's client toward one cluster's backends, in the cluster's protocol.
 #[derive(Clone)]
@@ -37,7 +37,8 @@ impl Transport {
     ) -> Result<(Response<Incoming>, Hold), UpstreamError> {
         match self {
             Self::Http1(client) => {
-                let (response, lease) = client.send(backend, request).await?;
+                // Pinned where built: awaited by value, the future (about a kilobyte) would be copied.
+                let (response, lease) = pin!(client.send(backend, request)).await?;
                 Ok((response, Hold::Lease(lease)))
             }
             Self::H2(client) => {

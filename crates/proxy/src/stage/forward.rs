@@ -6,7 +6,7 @@ use crate::{
     backend::cluster::{Cluster, SpareTimers, Upstream},
     backend::pool::UpstreamError,
     backend::request_body::{BodySource, ClientFailure, UpstreamBody},
-    backend::transport::Transport,
+    backend::transport::{Hold, Transport},
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     outcome::{Blame, Failure},
@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use std::{
     future::Future,
-    pin::Pin,
+    pin::{pin, Pin},
     sync::Arc,
     task::{ready, Context, Poll},
     time::Duration,
@@ -44,6 +44,23 @@ pub(crate) async fn forward(
     tried: &[SocketAddr],
     last: bool,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
+    let (picked, body, headers) = begin(cluster, prepared, tried, last)?;
+    send(cluster, prepared, picked, body, headers).await
+}
+
+/// What [`send`] takes for one attempt: the backend picked, the body, and the headers when they were
+/// moved out of the prepared request (the last attempt).
+pub(crate) type Begun = (Picked, UpstreamBody, Option<HeaderMap>);
+
+/// The part of [`forward`] that does not wait: a backend of `cluster` not in `tried` picked, and the
+/// attempt's body and headers. A caller that awaits [`send`] itself keeps one future layer (and its
+/// copies) off the request path.
+pub(crate) fn begin(
+    cluster: &Rc<Cluster>,
+    prepared: &mut Prepared,
+    tried: &[SocketAddr],
+    last: bool,
+) -> Result<Begun, ProxyError> {
     let Some(body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
@@ -56,7 +73,7 @@ pub(crate) async fn forward(
     // An h2 stream the backend refused (GOAWAY) is sent again the same way.
     let keep = resendable(prepared) || matches!(cluster.client(), Transport::H2(_));
     let headers = (last && !keep).then(|| std::mem::take(&mut prepared.parts.headers));
-    send(cluster, prepared, picked, body, headers).await
+    Ok((picked, body, headers))
 }
 
 /// Whether an attempt that met a pooled connection closing may be sent again.
@@ -80,18 +97,36 @@ pub(crate) async fn send(
     let error = loop {
         let request = upstream_request(&prepared.parts, &authority, body, headers.take());
         let upload = prepared.source.upload().cloned();
-        let sent = HeadDeadline::new(
-            cluster.client().send(backend, request),
-            &cluster.spare_timers,
-            cluster.response_timeout(),
-            upload,
-        );
-        break match sent.await {
-            Ok(Ok((response, lease))) => {
-                completion.lend(lease);
-                return Ok((response, completion));
+        // Each future is pinned where it is built: moved into the deadline by value, it (over a
+        // kilobyte) would be copied twice more per attempt. HTTP/1.1 (most clusters) awaits the
+        // pool's future without the transport's around it: one layer less per attempt.
+        let unanswered = match cluster.client() {
+            Transport::Http1(client) => {
+                let response = pin!(client.send(backend, request));
+                match head_deadline(cluster, response, upload).await {
+                    Ok(Ok((response, lease))) => {
+                        completion.lend(Hold::Lease(lease));
+                        return Ok((response, completion));
+                    }
+                    Ok(Err(error)) => Ok(error),
+                    Err(elapsed) => Err(elapsed),
+                }
             }
-            Ok(Err(error)) => match local_fault(&error) {
+            transport => {
+                let response = pin!(transport.send(backend, request));
+                match head_deadline(cluster, response, upload).await {
+                    Ok(Ok((response, hold))) => {
+                        completion.lend(hold);
+                        return Ok((response, completion));
+                    }
+                    Ok(Err(error)) => Ok(error),
+                    Err(elapsed) => Err(elapsed),
+                }
+            }
+        };
+        // Unanswered: the exchange failed (Ok), or no head came in time (Err).
+        break match unanswered {
+            Ok(error) => match local_fault(&error) {
                 // duet's own limits and resources are never the backend's failure.
                 Some(kind) => {
                     completion.count_failure(Failure::Local);
@@ -169,6 +204,16 @@ pin_project! {
             }
         }
     }
+}
+
+/// The wait for `response`'s head, bounded as `cluster`'s `timeouts.response_headers` says.
+fn head_deadline<'a, F>(
+    cluster: &'a Cluster,
+    response: F,
+    upload: Option<Arc<Upload>>,
+) -> HeadDeadline<'a, F> {
+    let limit = cluster.response_timeout();
+    HeadDeadline::new(response, &cluster.spare_timers, limit, upload)
 }
 
 impl<'a, F> HeadDeadline<'a, F> {

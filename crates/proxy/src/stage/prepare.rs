@@ -22,13 +22,17 @@ use std::sync::atomic::Ordering::Relaxed;
 /// coding other than chunked gets 501, one that is malformed 400, one larger than the route's
 /// `buffer_request` 413, one that stalls longer than `limits.body_read_timeout` or falls behind
 /// `limits.min_upload_rate` 408.
-pub(crate) async fn prepare(
+///
+/// Nothing here waits but reading a body in full: that is left to [`Unread::read`], so a request with
+/// no body to read (most) is prepared without a future of its own, whose moves would cost more than
+/// the work.
+pub(crate) fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
     (route, filters): (&Route, &Filters),
     host: Option<HeaderValue>,
     client: Client,
-) -> Result<Prepared, ProxyError> {
+) -> Result<Preparing, ProxyError> {
     let seldom = headers::Seldom::of(request.headers());
     // hyper decodes `chunked` only; a coding under it would reach the backend unlabelled.
     if seldom.transfer_encoding && headers::unknown_transfer_coding(request.headers()) {
@@ -64,33 +68,96 @@ pub(crate) async fn prepare(
         .map_err(ProxyError::new)?;
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
     let replay = attempts > 1 || route.hedge.is_some();
-    let source = body_source(body, cluster, route.buffer_request, replay)
-        .await
-        .map_err(ProxyError::new)?;
-    // (No header edit can add one: the config refuses edits of Trailer.)
-    if seldom.trailer && matches!(source, BodySource::Empty | BodySource::Buffered(_)) {
-        // A Trailer field announces trailers of a body; with no body it announces nothing, and a
-        // buffered one goes on with a Content-Length, without them.
-        parts.headers.remove(header::TRAILER);
+    let plan = body_plan(body, cluster, route.buffer_request, replay).map_err(ProxyError::new)?;
+    let source = match plan {
+        BodyPlan::Ready(source) => source,
+        BodyPlan::ReadFirst(body, limit) => {
+            let prepared = Prepared {
+                parts,
+                source: BodySource::Empty,
+                upgrade,
+            };
+            let trailer = seldom.trailer;
+            return Ok(Preparing::Unread(Unread {
+                prepared,
+                body,
+                limit,
+                trailer,
+            }));
+        }
+    };
+    if seldom.trailer && matches!(source, BodySource::Empty) {
+        drop_trailer(&mut parts.headers);
     }
-    Ok(Prepared {
+    Ok(Preparing::Ready(Prepared {
         parts,
         source,
         upgrade,
-    })
+    }))
+}
+
+/// A request prepared, or prepared but for a body to read in full first.
+pub(crate) enum Preparing {
+    Ready(Prepared),
+    Unread(Unread),
+}
+
+/// A prepared request whose body is still to be read in full (its source is empty until then).
+pub(crate) struct Unread {
+    prepared: Prepared,
+    body: Incoming,
+    /// How much of the body may be read.
+    limit: usize,
+    /// The request announced trailers.
+    trailer: bool,
+}
+
+impl Unread {
+    /// The request with its body read, as `limits` allow: 413 past `limit`, 400 for a malformed body,
+    /// 408 for one that stalls or falls behind `limits.min_upload_rate`.
+    pub(crate) async fn read(self, cluster: &Cluster) -> Result<Prepared, ProxyError> {
+        let Unread {
+            mut prepared,
+            body,
+            limit,
+            trailer,
+        } = self;
+        let source = buffer(body, cluster, limit)
+            .await
+            .map_err(ProxyError::new)?;
+        prepared.source = source;
+        if trailer {
+            drop_trailer(&mut prepared.parts.headers);
+        }
+        Ok(prepared)
+    }
+}
+
+/// A Trailer field announces trailers of a body; with no body it announces nothing, and a buffered
+/// one goes on with a Content-Length, without them. (No header edit can add one: the config refuses
+/// edits of Trailer.)
+fn drop_trailer(headers: &mut http::HeaderMap) {
+    headers.remove(header::TRAILER);
+}
+
+/// Where each attempt's body comes from, or that it must be read in full first (with how much may
+/// be read).
+enum BodyPlan {
+    Ready(BodySource),
+    ReadFirst(Incoming, usize),
 }
 
 /// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
 /// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
 /// and retries or a hedge (`replay`) may need it again; streamed otherwise.
-async fn body_source(
+fn body_plan(
     body: Incoming,
     cluster: &Cluster,
     buffer: Option<usize>,
     replay: bool,
-) -> Result<BodySource, ErrorKind> {
+) -> Result<BodyPlan, ErrorKind> {
     if body.is_end_stream() {
-        return Ok(BodySource::Empty);
+        return Ok(BodyPlan::Ready(BodySource::Empty));
     }
     let exact = body.size_hint().exact();
     let limit = match buffer {
@@ -105,9 +172,14 @@ async fn body_source(
         None => {
             let counters = Some(cluster.counters.clone());
             let body = Reclaimable::new(body, cluster.body_pace, counters);
-            return Ok(BodySource::Streaming(body));
+            return Ok(BodyPlan::Ready(BodySource::Streaming(body)));
         }
     };
+    Ok(BodyPlan::ReadFirst(body, limit))
+}
+
+/// `body` read in full, up to `limit` bytes.
+async fn buffer(body: Incoming, cluster: &Cluster, limit: usize) -> Result<BodySource, ErrorKind> {
     let bytes = ClientBody::new(body, cluster.body_pace)
         .read_all(limit)
         .await

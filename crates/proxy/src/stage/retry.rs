@@ -7,24 +7,22 @@
 //! fills, so retries stay a fraction of traffic when a whole cluster fails. A route's `timeout` bounds all
 //! the attempts together: past it the client gets 504.
 
-use crate::attempt::completion::Completion;
 use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     exchange::{Failed, Outcome},
     grpc,
-    stage::forward::forward,
+    stage::forward,
     stage::hedge::{race, Answered},
     stage::hedge_state::RouteHedging,
     telemetry::access_log::AccessLog,
     telemetry::metrics::RouteTimings,
 };
 use duet_config::Route;
-use http::Response;
-use hyper::body::Incoming;
 use std::{
     net::SocketAddr,
+    pin::pin,
     rc::Rc,
     sync::{atomic::Ordering::Relaxed, Arc},
 };
@@ -72,19 +70,33 @@ pub(crate) async fn send(
             cluster.counters.retries.fetch_add(1, Relaxed);
         }
         let last = tried.len() + 1 >= attempts;
+        // Past the route's deadline the attempt in flight is dropped (its load released) and the
+        // request fails with 504: an error that blames no backend, so final below.
+        let timed_out = || Err(ProxyError::new(ErrorKind::RouteTimeout));
         let result = match hedge.take() {
             Some((hedging, delay)) => {
                 let race = Box::pin(race(cluster, prepared, &mut tried, hedging, timings, delay));
-                within(deadline, race).await.map(|r| {
-                    raced = Some((r.dropped, r.answered));
-                    r.result
-                })
+                match within(deadline, race).await {
+                    Some(r) => {
+                        raced = Some((r.dropped, r.answered));
+                        r.result
+                    }
+                    None => timed_out(),
+                }
             }
-            None => attempt(cluster, prepared, &tried, last, deadline).await,
-        };
-        let Some(result) = result else {
-            let error = ProxyError::new(ErrorKind::RouteTimeout);
-            return Err(failed(cluster, error, log, &tried));
+            // The attempt is awaited here, pinned where it is built, rather than in a helper
+            // future: each layer of future would copy the attempt's (two kilobytes) and its result.
+            None => match forward::begin(cluster, prepared, &tried, last) {
+                Err(error) => Err(error),
+                Ok((picked, body, headers)) => {
+                    let attempt = pin!(forward::send(cluster, prepared, picked, body, headers));
+                    match deadline {
+                        None => attempt.await,
+                        Some(deadline) => (tokio::time::timeout_at(deadline, attempt).await)
+                            .unwrap_or_else(|_| timed_out()),
+                    }
+                }
+            },
         };
         let error = match result {
             Ok((response, mut completion)) => {
@@ -117,27 +129,6 @@ pub(crate) async fn send(
         }
         tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
         last_error = Some(error);
-    }
-}
-
-/// One attempt, bounded by the route's deadline if it has one: `None` once the deadline has passed
-/// (the attempt in flight dropped, its load released).
-async fn attempt(
-    cluster: &Rc<Cluster>,
-    prepared: &mut Prepared,
-    tried: &[SocketAddr],
-    last: bool,
-    deadline: Option<Instant>,
-) -> Option<Result<(Response<Incoming>, Completion), ProxyError>> {
-    // Each arm builds its own attempt: a future built once and then moved into the timeout would
-    // take its size twice in this one, and a copy per attempt.
-    match deadline {
-        None => Some(forward(cluster, prepared, tried, last).await),
-        Some(deadline) => {
-            tokio::time::timeout_at(deadline, forward(cluster, prepared, tried, last))
-                .await
-                .ok()
-        }
     }
 }
 
