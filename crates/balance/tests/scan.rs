@@ -22,10 +22,9 @@ fn endpoint() -> Endpoint {
     service_fn(echo as fn(u32) -> _)
 }
 
-/// A full-scan balancer over `weights.len()` endpoints keyed 0.. (in-flight metric) drawing `draws` in
-/// order, and how many draws it has taken. Running out of script fails the test: a draw nobody
-/// expected is a bug.
-fn scripted(draws: Vec<u64>, weights: &[u32]) -> (Balance<u32, Endpoint>, Arc<AtomicUsize>) {
+/// Draws `draws` in order, and how many it has handed out. Running out of script fails the test: a
+/// draw nobody expected is a bug.
+fn script(draws: Vec<u64>) -> (Draws, Arc<AtomicUsize>) {
     let taken = Arc::new(AtomicUsize::new(0));
     let counter = taken.clone();
     let mut draws = draws.into_iter();
@@ -33,8 +32,15 @@ fn scripted(draws: Vec<u64>, weights: &[u32]) -> (Balance<u32, Endpoint>, Arc<At
         counter.fetch_add(1, Relaxed);
         draws.next().expect("a draw the test did not expect")
     };
-    let mut balance = Balance::with_draws(LoadMetric::InFlight, Draws::from_source(source))
-        .with_policy(Policy::LeastLoaded);
+    (Draws::from_source(source), taken)
+}
+
+/// A full-scan balancer over `weights.len()` endpoints keyed 0.. (in-flight metric) drawing `draws` in
+/// order, and how many draws it has taken.
+fn scripted(draws: Vec<u64>, weights: &[u32]) -> (Balance<u32, Endpoint>, Arc<AtomicUsize>) {
+    let (draws, taken) = script(draws);
+    let mut balance =
+        Balance::with_draws(LoadMetric::InFlight, draws).with_policy(Policy::LeastLoaded);
     for (key, &weight) in (0u32..).zip(weights) {
         balance.insert(key, weight, endpoint());
     }
@@ -166,19 +172,13 @@ mod latency_order {
     use std::time::Duration;
 
     /// A full scan under `InFlightThenLatency` on a mock clock over `n` endpoints drawing `draws` in
-    /// order (running out fails the test), how many draws it has taken, and the clock's hand.
+    /// order, how many draws it has taken, and the clock's hand.
     fn balancer(n: u32, draws: Vec<u64>) -> (Balance<u32, Endpoint>, Arc<AtomicUsize>, MockTime) {
         let (clock, time) = Clock::mock();
         time.advance(Duration::from_secs(1));
-        let taken = Arc::new(AtomicUsize::new(0));
-        let counter = taken.clone();
-        let mut draws = draws.into_iter();
-        let source = move || {
-            counter.fetch_add(1, Relaxed);
-            draws.next().expect("a draw the test did not expect")
-        };
+        let (draws, taken) = script(draws);
         let metric = LoadMetric::InFlightThenLatency(PeakEwmaConfig::default());
-        let mut balance = Balance::with_draws(metric, Draws::from_source(source))
+        let mut balance = Balance::with_draws(metric, draws)
             .with_policy(Policy::LeastLoaded)
             .with_clock(clock);
         for key in 0..n {
