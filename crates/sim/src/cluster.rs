@@ -459,6 +459,10 @@ impl<'a> Sim<'a> {
                 compare(&|i| selector.expected_delay(i))?
             }
             SimPolicy::P2cMemoryTies => compare(&|i| selector.in_flight_then_latency(i))?,
+            // With weights, duet-balance draws among equal loads by weight, as the plain scan does.
+            SimPolicy::LeastInflight if scenario.weighted => {
+                scan(n, p2c, weight_of, |i| selector.in_flight(i))
+            }
             SimPolicy::LeastInflight => {
                 scan(n, p2c, weight_of, |i| selector.in_flight_then_latency(i))
             }
