@@ -211,6 +211,20 @@ impl Selector {
         self.in_flight(i) + self.smooth[i] / (1.0 + self.smooth[i])
     }
 
+    /// The load a full-scan `policy` reads of backend `i`.
+    fn scanned_load(&self, policy: SimPolicy, weighted: bool, i: usize, now: f64, tau: f64) -> f64 {
+        match policy {
+            // With weights, duet-balance draws among equal loads by weight, as the plain scan does.
+            SimPolicy::LeastInflight if !weighted => self.in_flight_then_latency(i),
+            SimPolicy::LeastPeakEwma => self.peak_ewma(i, now, tau),
+            SimPolicy::LeastInflightPeakTies => {
+                let estimate = self.peak_ewma(i, now, tau);
+                self.in_flight(i) + estimate / (1.0 + estimate)
+            }
+            _ => self.in_flight(i),
+        }
+    }
+
     /// Shortest expected delay: (in flight + 1) × the plain latency average.
     fn expected_delay(&self, i: usize) -> f64 {
         self.smooth[i] * f64::from(self.in_flight[i] + 1)
@@ -459,21 +473,15 @@ impl<'a> Sim<'a> {
                 compare(&|i| selector.expected_delay(i))?
             }
             SimPolicy::P2cMemoryTies => compare(&|i| selector.in_flight_then_latency(i))?,
-            // With weights, duet-balance draws among equal loads by weight, as the plain scan does.
-            SimPolicy::LeastInflight if scenario.weighted => {
-                scan(n, p2c, weight_of, |i| selector.in_flight(i))
+            SimPolicy::LeastInflight
+            | SimPolicy::LeastInflightDraw
+            | SimPolicy::LeastPeakEwma
+            | SimPolicy::LeastInflightPeakTies => {
+                let (policy, weighted) = (scenario.policy, scenario.weighted);
+                scan(n, p2c, weight_of, |i| {
+                    selector.scanned_load(policy, weighted, i, now, tau)
+                })
             }
-            SimPolicy::LeastInflight => {
-                scan(n, p2c, weight_of, |i| selector.in_flight_then_latency(i))
-            }
-            SimPolicy::LeastInflightDraw => scan(n, p2c, weight_of, |i| selector.in_flight(i)),
-            SimPolicy::LeastPeakEwma => {
-                scan(n, p2c, weight_of, |i| selector.peak_ewma(i, now, tau))
-            }
-            SimPolicy::LeastInflightPeakTies => scan(n, p2c, weight_of, |i| {
-                let estimate = selector.peak_ewma(i, now, tau);
-                selector.in_flight(i) + estimate / (1.0 + estimate)
-            }),
         })
     }
 
