@@ -563,6 +563,21 @@ impl Proxy {
     }
 }
 
+/// `values`, or those of them listed in the environment variable `name` (comma-separated), to run one
+/// cell of a table alone.
+fn chosen_values<T: Copy + PartialEq + std::str::FromStr>(name: &str, values: &[T]) -> Vec<T> {
+    let wanted: Vec<T> = std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    values
+        .iter()
+        .copied()
+        .filter(|v| wanted.is_empty() || wanted.contains(v))
+        .collect()
+}
+
 /// `targets`, or those of them named in `DUET_TARGETS` (comma-separated), to bound a run's time.
 fn chosen<'a>(targets: &[&'a str]) -> Vec<&'a str> {
     let wanted = std::env::var("DUET_TARGETS").unwrap_or_default();
@@ -581,7 +596,7 @@ fn chosen<'a>(targets: &[&'a str]) -> Vec<&'a str> {
 ///
 /// `DUET_REPEAT=N` runs every cell N times, the rounds interleaved so that a machine's drift touches
 /// every target alike, and reports each cell's median: one 20 s run cannot tell a 3% difference of p99
-/// from run-to-run spread.
+/// from run-to-run spread. `DUET_WORKERS=2 DUET_LOADS=0.95` runs one cell alone.
 fn capacity(seconds: u64) {
     const SLOTS: usize = 4;
     let mean = Duration::from_millis(40);
@@ -625,8 +640,8 @@ fn capacity(seconds: u64) {
         if rounds > 1 {
             println!("-- round {}", round + 1);
         }
-        for workers in [1usize, 2] {
-            for utilisation in [0.85, 0.95] {
+        for workers in chosen_values("DUET_WORKERS", &[1usize, 2]) {
+            for utilisation in chosen_values("DUET_LOADS", &[0.85, 0.95]) {
                 for &target in &targets {
                     let backends: Vec<Backend> = (0..10)
                         .map(|i| {
