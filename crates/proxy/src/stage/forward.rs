@@ -326,10 +326,7 @@ fn upstream_request(
         .map_or_else(|| Uri::from_static("/"), |target| Uri::from(target.clone()));
     *request.method_mut() = parts.method.clone();
     *request.version_mut() = Version::HTTP_11;
-    let headers = headers.unwrap_or_else(|| parts.headers.clone());
-    // The empty map `Request::new` made owns no allocation (`HeaderMap::new` does not allocate):
-    // forgotten, it leaks nothing, and costs no drop of its parts.
-    std::mem::forget(std::mem::replace(request.headers_mut(), headers));
+    *request.headers_mut() = headers.unwrap_or_else(|| parts.headers.clone());
     if !crate::headers::has(request.headers(), &header::HOST) {
         if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
             request.headers_mut().insert(header::HOST, host);
