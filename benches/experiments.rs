@@ -12,6 +12,9 @@
 //! cargo bench --bench experiments -- --quick    # all of them, scaled down
 //! ```
 
+#[path = "experiments/machine.rs"]
+mod machine;
+
 use duet_sim::plot::{self, Axes, Series};
 use duet_testbed::{
     config::DuetConfig,
@@ -596,7 +599,9 @@ fn chosen<'a>(targets: &[&'a str]) -> Vec<&'a str> {
 ///
 /// `DUET_REPEAT=N` runs every cell N times, the rounds interleaved so that a machine's drift touches
 /// every target alike, and reports each cell's median: one 20 s run cannot tell a 3% difference of p99
-/// from run-to-run spread. `DUET_WORKERS=2 DUET_LOADS=0.95` runs one cell alone.
+/// from run-to-run spread. `DUET_WORKERS=2 DUET_LOADS=0.95` runs one cell alone. Each run also records
+/// what the machine did meanwhile (`machine::Watch`: CPU stolen by the hypervisor, the latest wake-up of
+/// a sleeping thread), and the medians are given twice: over every round, and over the calm rounds.
 fn capacity(seconds: u64) {
     const SLOTS: usize = 4;
     let mean = Duration::from_millis(40);
@@ -613,8 +618,17 @@ fn capacity(seconds: u64) {
     );
     let header = || {
         println!(
-            "{:<22} {:>7} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8}",
-            "balancer", "workers", "load", "success", "p50 ms", "p99 ms", "p99.9 ms", "b0 share"
+            "{:<22} {:>7} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8}",
+            "balancer",
+            "workers",
+            "load",
+            "success",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "b0 share",
+            "steal ms",
+            "late ms"
         )
     };
     header();
@@ -635,7 +649,7 @@ fn capacity(seconds: u64) {
         "nginx",
         "haproxy",
     ]);
-    let mut cells: Vec<(CapacityCell, Vec<[f64; 5]>)> = Vec::new();
+    let mut cells: Vec<(CapacityCell, Vec<CapacityRun>)> = Vec::new();
     for round in 0..rounds {
         if rounds > 1 {
             println!("-- round {}", round + 1);
@@ -659,17 +673,27 @@ fn capacity(seconds: u64) {
                         continue;
                     };
                     let uri = format!("http://{}/", proxy.address()).parse().expect("uri");
+                    let watch = machine::Watch::start();
                     let samples = runtime.block_on(open_loop(
                         uri,
                         capacity * utilisation,
                         Duration::from_secs(seconds),
                         Duration::from_secs(10),
                     ));
+                    let machine = watch.finish();
                     drop(proxy);
                     let (success, q) = summary(&samples);
                     let total: u64 = backends.iter().map(Backend::requests).sum();
                     let b0_share = backends[0].requests() as f64 / total.max(1) as f64;
-                    let run = [success, q(0.5), q(0.99), q(0.999), b0_share];
+                    let run = [
+                        success,
+                        q(0.5),
+                        q(0.99),
+                        q(0.999),
+                        b0_share,
+                        machine.steal_ms,
+                        machine.late_ms,
+                    ];
                     print_capacity_row(target, workers, utilisation, &run);
                     let key = (target, workers, utilisation);
                     match cells.iter_mut().find(|(k, _)| *k == key) {
@@ -681,35 +705,44 @@ fn capacity(seconds: u64) {
         }
     }
     let mut results = Vec::new();
-    if rounds > 1 {
-        println!("-- median of {rounds} rounds");
-        header();
-    }
-    for ((target, workers, utilisation), runs) in &cells {
-        let median: Vec<f64> = (0..5)
-            .map(|field| {
-                let mut values: Vec<f64> = runs.iter().map(|run| run[field]).collect();
-                values.sort_by(f64::total_cmp);
-                values[values.len() / 2]
-            })
-            .collect();
-        let [success, p50, p99, p999, b0_share] = [0, 1, 2, 3, 4].map(|i| median[i]);
+    let calm = |run: &&CapacityRun| machine::calm(run[5], run[6]);
+    for (title, only_calm) in [("every round", false), ("calm rounds", true)] {
         if rounds > 1 {
-            print_capacity_row(
-                target,
-                *workers,
-                *utilisation,
-                &[success, p50, p99, p999, b0_share],
+            println!(
+                "-- medians over {title}{}",
+                if only_calm {
+                    format!(
+                        " (< {} ms stolen, no wake-up {} ms late)",
+                        machine::CALM_STEAL_MS,
+                        machine::CALM_LATE_MS
+                    )
+                } else {
+                    String::new()
+                }
             );
+            header();
         }
-        results.push(json!({
-            "balancer": target, "workers": workers, "utilisation": utilisation,
-            "rate": capacity * utilisation, "rounds": runs.len(), "success_rate": success,
-            "p50_ms": p50, "p99_ms": p99, "p999_ms": p999, "b0_share": b0_share,
-            "runs": runs.iter().map(|r| json!({
-                "success_rate": r[0], "p50_ms": r[1], "p99_ms": r[2], "p999_ms": r[3], "b0_share": r[4],
-            })).collect::<Vec<_>>(),
-        }));
+        for ((target, workers, utilisation), runs) in &cells {
+            let chosen: Vec<&CapacityRun> = runs.iter().filter(|r| !only_calm || calm(r)).collect();
+            let Some(median) = median_run(&chosen) else {
+                println!("{target:<22} {workers:>7} {:>4.0}%  no calm round", utilisation * 100.0);
+                continue;
+            };
+            if rounds > 1 {
+                print_capacity_row(target, *workers, *utilisation, &median);
+            }
+            let key = if only_calm { "calm" } else { "all" };
+            results.push(json!({
+                "balancer": target, "workers": workers, "utilisation": utilisation,
+                "rate": capacity * utilisation, "rounds": chosen.len(), "medians_over": key,
+                "success_rate": median[0], "p50_ms": median[1], "p99_ms": median[2],
+                "p999_ms": median[3], "b0_share": median[4],
+                "runs": chosen.iter().map(|r| json!({
+                    "success_rate": r[0], "p50_ms": r[1], "p99_ms": r[2], "p999_ms": r[3],
+                    "b0_share": r[4], "steal_ms": r[5], "late_ms": r[6],
+                })).collect::<Vec<_>>(),
+            }));
+        }
     }
     println!("b0 serves 50 req/s at most: its fair share of the capacity is 5.3%");
     let _ = std::fs::write(
@@ -718,15 +751,30 @@ fn capacity(seconds: u64) {
     );
 }
 
-/// A capacity run's target, workers and utilisation; each round gives it [success, p50, p99, p99.9, b0
-/// share].
+/// A capacity run's target, workers and utilisation.
 type CapacityCell<'a> = (&'a str, usize, f64);
 
-/// One line of the capacity table: success, p50, p99, p99.9 and b0's share.
-fn print_capacity_row(target: &str, workers: usize, utilisation: f64, run: &[f64; 5]) {
-    let [success, p50, p99, p999, b0_share] = *run;
+/// What one round of a capacity cell measured: success, p50, p99, p99.9, b0's share, then the machine's
+/// stolen CPU and latest wake-up (ms) meanwhile.
+type CapacityRun = [f64; 7];
+
+/// Each field's median over `runs` (None for no run).
+fn median_run(runs: &[&CapacityRun]) -> Option<CapacityRun> {
+    if runs.is_empty() {
+        return None;
+    }
+    Some(std::array::from_fn(|field| {
+        let mut values: Vec<f64> = runs.iter().map(|run| run[field]).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    }))
+}
+
+/// One line of the capacity table.
+fn print_capacity_row(target: &str, workers: usize, utilisation: f64, run: &CapacityRun) {
+    let [success, p50, p99, p999, b0_share, steal, late] = *run;
     println!(
-        "{target:<22} {workers:>7} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}%",
+        "{target:<22} {workers:>7} {:>4.0}% {:>8.2}% {:>9.1} {:>9.1} {:>9.1} {:>7.1}% {steal:>9.0} {late:>8.1}",
         utilisation * 100.0,
         success * 100.0,
         p50,
