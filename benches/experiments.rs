@@ -725,7 +725,10 @@ fn capacity(seconds: u64) {
         for ((target, workers, utilisation), runs) in &cells {
             let chosen: Vec<&CapacityRun> = runs.iter().filter(|r| !only_calm || calm(r)).collect();
             let Some(median) = median_run(&chosen) else {
-                println!("{target:<22} {workers:>7} {:>4.0}%  no calm round", utilisation * 100.0);
+                println!(
+                    "{target:<22} {workers:>7} {:>4.0}%  no calm round",
+                    utilisation * 100.0
+                );
                 continue;
             };
             if rounds > 1 {
