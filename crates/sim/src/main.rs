@@ -23,6 +23,27 @@ duet-sim: simulations that run duet-balance's own P2C code on virtual time (dete
             p2c_memory_inflight p2c_memory_peak_ewma p2c_sed p2c_memory_sed p2c_memory_ties
             least_inflight least_peak_ewma least_inflight_draw least_inflight_peak_ties (full scans: n reads per pick)";
 
+/// Writes a line to stdout; a reader that went away (`duet-sim ... | head -1`) ends the program
+/// quietly, where `println!` would panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `out!` without the line end.
+macro_rules! out_inline {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if write!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 struct Args {
     flags: HashMap<String, String>,
 }
@@ -144,7 +165,7 @@ fn main() -> ExitCode {
         "herd" => run_herd(&args),
         "run" => run_scenario(&args),
         "help" | "--help" | "-h" => {
-            println!("{USAGE}");
+            out!("{USAGE}");
             Ok(())
         }
         other => Err(format!("unknown command `{other}`")),
@@ -159,7 +180,7 @@ fn main() -> ExitCode {
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
-    println!(
+    out!(
         "{}",
         serde_json::to_string_pretty(value).map_err(|e| e.to_string())?
     );
@@ -186,8 +207,8 @@ fn run_balls(args: &Args) -> Result<(), String> {
     if args.has("json") {
         return print_one_or_all(&reports);
     }
-    println!("balls into bins: n = {n} bins, m = {m} balls, seed {seed}");
-    println!(
+    out!("balls into bins: n = {n} bins, m = {m} balls, seed {seed}");
+    out!(
         "{:>8} {:>9} {:>28}",
         "choices", "max load", "theory (leading order)"
     );
@@ -197,7 +218,7 @@ fn run_balls(args: &Args) -> Result<(), String> {
         } else {
             "ln ln n / ln 2"
         };
-        println!(
+        out!(
             "{:>8} {:>9} {:>13.2} {formula:>14}",
             r.choices, r.max_load, r.theory
         );
@@ -218,13 +239,13 @@ fn run_supermarket(args: &Args) -> Result<(), String> {
     if args.has("json") {
         return print_one_or_all(&reports);
     }
-    println!("supermarket model: n = {n}, lambda = {lambda}, {arrivals} arrivals, seed {seed}");
-    println!(
+    out!("supermarket model: n = {n}, lambda = {lambda}, {arrivals} arrivals, seed {seed}");
+    out!(
         "{:>8} {:>20} {:>10} {:>10}",
         "choices", "mean time in system", "theory", "max queue"
     );
     for r in &reports {
-        println!(
+        out!(
             "{:>8} {:>20.3} {:>10.3} {:>10}",
             r.choices, r.mean_time_in_system, r.theory, r.max_queue
         );
@@ -278,7 +299,7 @@ fn run_scenario(args: &Args) -> Result<(), String> {
     if args.has("json") {
         return print_json(&report);
     }
-    println!(
+    out!(
         "{}: mean {:.3}, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, max queue {}",
         report.policy.name(),
         report.mean,
@@ -288,7 +309,7 @@ fn run_scenario(args: &Args) -> Result<(), String> {
         report.max_queue
     );
     let shares: Vec<String> = report.shares.iter().map(|s| format!("{:.3}", s)).collect();
-    println!("shares: {}", shares.join(" "));
+    out!("shares: {}", shares.join(" "));
     Ok(())
 }
 
@@ -344,7 +365,7 @@ fn run_herd(args: &Args) -> Result<(), String> {
     if args.has("json") {
         return print_json(&report);
     }
-    println!(
+    out!(
         "herd: {} balancers x {} workers, {} backends at {:.0}% load, {} arrivals, seed {}",
         base.balancers,
         base.workers,
@@ -353,18 +374,18 @@ fn run_herd(args: &Args) -> Result<(), String> {
         base.arrivals,
         base.seed
     );
-    println!("longest queue (mean time in system) by staleness of the shared view:");
-    print!("{:>20}", "policy \\ staleness");
+    out!("longest queue (mean time in system) by staleness of the shared view:");
+    out_inline!("{:>20}", "policy \\ staleness");
     for s in &staleness {
-        print!(" {s:>13}");
+        out_inline!(" {s:>13}");
     }
-    println!();
+    out!("");
     for row in &report.runs {
-        print!("{:>20}", row.first().map_or("?", |r| r.policy.name()));
+        out_inline!("{:>20}", row.first().map_or("?", |r| r.policy.name()));
         for r in row {
-            print!(" {:>5} ({:>5.2})", r.max_queue, r.mean);
+            out_inline!(" {:>5} ({:>5.2})", r.max_queue, r.mean);
         }
-        println!();
+        out!("");
     }
     Ok(())
 }
