@@ -1183,8 +1183,11 @@ mod tests {
             1.25,
             Some("127.0.0.1:9001"),
         );
-        for agent_length in [10, ROOM, 3 * ROOM] {
-            let log = record(agent_length);
+        let lengths = (0..40).map(|host_length| (10, host_length));
+        for (agent_length, host_length) in [(ROOM, 11), (3 * ROOM, 11)].into_iter().chain(lengths) {
+            let mut log = record(agent_length);
+            log.host = (host_length > 0)
+                .then(|| HeaderValue::try_from("h".repeat(host_length)).expect("value"));
             for json in [false, true] {
                 let mut direct = b"an earlier line\n".to_vec();
                 if json {
@@ -1197,7 +1200,7 @@ mod tests {
                 assert_eq!(
                     String::from_utf8(line).expect("text"),
                     String::from_utf8(direct).expect("text"),
-                    "{agent_length} bytes, json: {json}"
+                    "{agent_length}-byte agent, {host_length}-byte host, json: {json}"
                 );
             }
         }
