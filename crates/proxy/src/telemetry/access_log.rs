@@ -6,6 +6,7 @@ use std::{
     borrow::Cow,
     cell::RefCell,
     fmt,
+    mem::MaybeUninit,
     net::{IpAddr, SocketAddr},
     sync::{Arc, OnceLock},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -73,8 +74,9 @@ impl AccessLog {
         }
         let (host, user_agent) = host_and_user_agent(request.headers());
         // Boxed: the record travels with the request through every stage and into the response body,
-        // and a pointer moves where 336 bytes would be copied at each step.
-        Some(Box::new(Self {
+        // and a pointer moves where 336 bytes would be copied at each step. In a box a finished
+        // record left behind, when there is one.
+        let record = Self {
             method: request.method().clone(),
             target: request.uri().clone(),
             version: request.version(),
@@ -95,8 +97,64 @@ impl AccessLog {
             outcome: "client_gone",
             grpc_status: None,
             written: false,
-        }))
+        };
+        Some(match spare_record() {
+            Some(spare) => Box::write(spare, record),
+            None => Box::new(record),
+        })
     }
+}
+
+thread_local! {
+    /// The boxes of finished records (their contents dropped), for this thread's next requests: a
+    /// record's allocation and free cost about 140 instructions per request.
+    // The boxes are the point: their allocations are what is reused.
+    #[allow(clippy::vec_box)]
+    static SPARE_RECORDS: RefCell<Vec<SpareRecord>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A finished record's box, its contents dropped.
+type SpareRecord = Box<MaybeUninit<AccessLog>>;
+
+/// Boxes kept per thread: more than a worker has requests in flight at once, mostly.
+const SPARE_RECORDS_KEPT: usize = 64;
+
+fn spare_record() -> Option<SpareRecord> {
+    SPARE_RECORDS
+        .try_with(|spare| spare.try_borrow_mut().ok()?.pop())
+        .ok()
+        .flatten()
+}
+
+/// Drops a finished record's contents now and keeps its box for a next request (unless enough are).
+fn recycle(record: Box<AccessLog>) {
+    let kept = SPARE_RECORDS.try_with(|spare| {
+        let Ok(mut spare) = spare.try_borrow_mut() else {
+            return false;
+        };
+        if spare.len() >= SPARE_RECORDS_KEPT {
+            return false;
+        }
+        spare.reserve(SPARE_RECORDS_KEPT);
+        true
+    });
+    if kept != Ok(true) {
+        return;
+    }
+    let raw = Box::into_raw(record);
+    // SAFETY: `raw` is the pointer of a live record's box, which it owned: the record is dropped in
+    // place once, and its allocation (a `MaybeUninit<AccessLog>`'s layout is an `AccessLog`'s) is
+    // owned again by a box whose contents are never read before `Box::write` fills them.
+    #[allow(unsafe_code)]
+    let emptied = unsafe {
+        std::ptr::drop_in_place(raw);
+        Box::from_raw(raw.cast::<MaybeUninit<AccessLog>>())
+    };
+    let _ = SPARE_RECORDS.try_with(|spare| {
+        if let Ok(mut spare) = spare.try_borrow_mut() {
+            spare.push(emptied);
+        }
+    });
 }
 
 /// The first `Host` and `User-Agent` values, as `HeaderMap::get` finds them: in one walk over a short
@@ -181,6 +239,7 @@ impl AccessLog {
     pub(crate) fn finish(mut self: Box<Self>, duration: Duration, backend_text: &str) {
         self.write(duration, Some(backend_text));
         self.written = true;
+        recycle(self);
     }
 
     fn write(&self, duration: Duration, backend_text: Option<&str>) {
@@ -190,7 +249,14 @@ impl AccessLog {
         let upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis);
         if let Some(sink) = SINK.get() {
             (sink.write)(&mut |line| {
-                self.format(line, sink.json, duration_ms, upstream_head_ms, backend_text)
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                self.format(
+                    line,
+                    sink.json,
+                    (now, duration_ms, upstream_head_ms, backend_text),
+                )
             });
             return;
         }
@@ -262,32 +328,46 @@ pub fn set_access_log_sink(
 impl AccessLog {
     /// The line, written field by field without the formatting machinery (a line per request is the
     /// default, and `write!` per field cost more than the rest of the request's handling in duet).
-    fn format(
-        &self,
-        line: &mut Vec<u8>,
-        json: bool,
-        duration_ms: f64,
-        upstream_head_ms: f64,
-        backend_text: Option<&str>,
-    ) {
+    fn format(&self, line: &mut Vec<u8>, json: bool, values: LineValues<'_>) {
+        // Into the room already at the end of the buffer (a worker's has at least a kilobyte to
+        // spare): each push a copy and a length check, not the `Vec`'s reload of its length,
+        // capacity and pointer and store of its length.
+        line.reserve(ROOM);
+        let start = line.len();
+        let mut room = Room::new(line.spare_capacity_mut());
         // One copy of the writer per format, so that each literal it pushes has a length known when
         // compiling: copied inline, not through a `memcpy` call per push.
         if json {
-            self.write_line::<true>(line, duration_ms, upstream_head_ms, backend_text);
+            self.write_line::<true, _>(&mut room, values);
         } else {
-            self.write_line::<false>(line, duration_ms, upstream_head_ms, backend_text);
+            self.write_line::<false, _>(&mut room, values);
+        }
+        if let Some(written) = room.written() {
+            // SAFETY: `Room::written` is the length of the prefix of the spare capacity its writes
+            // initialised (each takes the bytes it writes off the front of what is left, so the
+            // written ones are contiguous from the start), at most the spare capacity's length, so
+            // `start + written` is within the capacity and every byte up to it is initialised.
+            #[allow(unsafe_code)]
+            unsafe {
+                line.set_len(start + written);
+            }
+            return;
+        }
+        // Longer than the room (a long path or user agent): the line again, growing the buffer.
+        if json {
+            self.write_line::<true, _>(line, values);
+        } else {
+            self.write_line::<false, _>(line, values);
         }
     }
 
-    fn write_line<const JSON: bool>(
+    fn write_line<const JSON: bool, O: Out>(
         &self,
-        line: &mut Vec<u8>,
-        duration_ms: f64,
-        upstream_head_ms: f64,
-        backend_text: Option<&str>,
+        line: &mut O,
+        (now, duration_ms, upstream_head_ms, backend_text): LineValues<'_>,
     ) {
-        push_timestamp::<JSON>(line);
-        let mut fields = Fields::<JSON> { line };
+        push_timestamp::<JSON, O>(line, now);
+        let mut fields = Fields::<JSON, O> { line };
         fields.address(name!("client"), |line| push_ip(line, self.client));
         fields.text(name!("method"), self.method.as_str());
         fields.client_text(name!("host"), self.host.as_ref(), ClientText::bare);
@@ -297,9 +377,9 @@ impl AccessLog {
         fields.status(name!("status"), self.status);
         fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
         match (self.backend, backend_text) {
-            (Some(_), Some(text)) => fields.address(name!("backend"), |line| {
-                line.extend_from_slice(text.as_bytes())
-            }),
+            (Some(_), Some(text)) => {
+                fields.address(name!("backend"), |line| line.put(text.as_bytes()))
+            }
             (Some(backend), None) => {
                 fields.address(name!("backend"), |line| push_socket(line, backend))
             }
@@ -311,7 +391,7 @@ impl AccessLog {
             fields.address(name!("tried"), |line| {
                 for (i, backend) in self.tried.iter().enumerate() {
                     if i > 0 {
-                        line.push(b',');
+                        line.byte(b',');
                     }
                     push_socket(line, *backend);
                 }
@@ -338,18 +418,147 @@ impl AccessLog {
             ClientText::bare,
         );
         if JSON {
-            line.extend_from_slice(b",\"target\":\"duet::access\"}");
+            line.put(b",\"target\":\"duet::access\"}");
         }
-        line.push(b'\n');
+        line.byte(b'\n');
+    }
+}
+
+/// The clock's reading for the line's timestamp (since the Unix epoch), its duration and response-head
+/// time in milliseconds, and its backend's address already formatted.
+type LineValues<'a> = (Duration, f64, f64, Option<&'a str>);
+
+/// Spare capacity a line is written into, reserved at the end of the buffer beforehand.
+const ROOM: usize = 1024;
+
+/// Where a line's bytes go: the buffer itself, or the [`Room`] at its end.
+trait Out {
+    fn put(&mut self, bytes: &[u8]);
+    fn byte(&mut self, byte: u8);
+}
+
+impl Out for Vec<u8> {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    #[inline(always)]
+    fn byte(&mut self, byte: u8) {
+        self.push(byte);
+    }
+}
+
+/// A buffer's spare capacity, written from its start: what is left of it is a slice whose pointer and
+/// length stay in registers, one comparison per write. A write that does not fit marks it overflowed
+/// (the line is then written again into the buffer itself).
+struct Room<'a> {
+    rest: &'a mut [MaybeUninit<u8>],
+    size: usize,
+    overflowed: bool,
+}
+
+impl<'a> Room<'a> {
+    fn new(spare: &'a mut [MaybeUninit<u8>]) -> Self {
+        Self {
+            size: spare.len(),
+            rest: spare,
+            overflowed: false,
+        }
+    }
+
+    /// How many bytes from the start were written, unless a write did not fit.
+    fn written(&self) -> Option<usize> {
+        (!self.overflowed).then(|| self.size - self.rest.len())
+    }
+}
+
+impl Out for Room<'_> {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        if bytes.len() > self.rest.len() {
+            self.overflowed = true;
+            return;
+        }
+        let (head, tail) = std::mem::take(&mut self.rest).split_at_mut(bytes.len());
+        // (`<[MaybeUninit<u8>]>::write_copy_of_slice`, from Rust 1.93, past the MSRV.)
+        // SAFETY: `head` is exactly `bytes.len()` bytes, writable, and cannot overlap `bytes` (it is
+        // borrowed mutably while `bytes` is borrowed); `MaybeUninit<u8>` has `u8`'s layout.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                head.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            );
+        }
+        self.rest = tail;
+    }
+
+    #[inline(always)]
+    fn byte(&mut self, byte: u8) {
+        match std::mem::take(&mut self.rest).split_first_mut() {
+            Some((head, tail)) => {
+                head.write(byte);
+                self.rest = tail;
+            }
+            None => self.overflowed = true,
+        }
+    }
+}
+
+/// What goes through the formatting machinery (rare values: IPv6 addresses, huge durations), put on
+/// the line at once: the [`Room`] is never handed to a function of its own, so its pointer and length
+/// can stay in registers.
+#[inline(never)]
+fn formatted(value: fmt::Arguments<'_>) -> Formatted {
+    use fmt::Write as _;
+    let mut text = Formatted {
+        bytes: [0; 64],
+        len: 0,
+        spilled: String::new(),
+    };
+    let _ = text.write_fmt(value);
+    text
+}
+
+/// A short text formatted on the stack (an IPv6 address and port is at most 58 bytes, a float's
+/// `{:?}` 24), in a `String` past 64 bytes.
+struct Formatted {
+    bytes: [u8; 64],
+    len: usize,
+    spilled: String,
+}
+
+impl Formatted {
+    fn as_bytes(&self) -> &[u8] {
+        if self.spilled.is_empty() {
+            &self.bytes[..self.len]
+        } else {
+            self.spilled.as_bytes()
+        }
+    }
+}
+
+impl fmt::Write for Formatted {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        if self.spilled.is_empty() {
+            if let Some(slot) = self.bytes.get_mut(self.len..self.len + text.len()) {
+                slot.copy_from_slice(text.as_bytes());
+                self.len += text.len();
+                return Ok(());
+            }
+            self.spilled
+                .push_str(std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default());
+        }
+        self.spilled.push_str(text);
+        Ok(())
     }
 }
 
 /// The line's start: its UTC time to the microsecond (the date and time of day formatted once per
 /// second), and its level and target.
-fn push_timestamp<const JSON: bool>(line: &mut Vec<u8>) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+fn push_timestamp<const JSON: bool, O: Out>(line: &mut O, now: Duration) {
     SECOND.with(|second| {
         let mut second = second.borrow_mut();
         if second.0 != now.as_secs() {
@@ -364,12 +573,12 @@ fn push_timestamp<const JSON: bool>(line: &mut Vec<u8>) {
             second.0 = now.as_secs();
         }
         if JSON {
-            line.extend_from_slice(b"{\"timestamp\":\"");
+            line.put(b"{\"timestamp\":\"");
         }
-        line.extend_from_slice(second.1.as_bytes());
-        line.push(b'.');
+        line.put(second.1.as_bytes());
+        line.byte(b'.');
         push_padded(line, u64::from(now.subsec_micros()), 6);
-        line.extend_from_slice(if JSON {
+        line.put(if JSON {
             b"Z\",\"level\":\"INFO\""
         } else {
             b"Z  INFO duet::access:"
@@ -378,8 +587,8 @@ fn push_timestamp<const JSON: bool>(line: &mut Vec<u8>) {
 }
 
 /// Fields appended to a line: ` name=value` in text, `,"name":value` in JSON.
-struct Fields<'a, const JSON: bool> {
-    line: &'a mut Vec<u8>,
+struct Fields<'a, const JSON: bool, O: Out> {
+    line: &'a mut O,
 }
 
 /// A field's name as each format writes it before the value, spelt out at compile time: one push per
@@ -402,11 +611,11 @@ macro_rules! name {
 }
 use name;
 
-impl<const JSON: bool> Fields<'_, JSON> {
+impl<const JSON: bool, O: Out> Fields<'_, JSON, O> {
     #[inline(always)]
     fn name(&mut self, name: Name) {
         self.line
-            .extend_from_slice(if JSON { name.json } else { name.text }.as_bytes());
+            .put(if JSON { name.json } else { name.text }.as_bytes());
     }
 
     /// A string: quoted and escaped in JSON.
@@ -414,18 +623,18 @@ impl<const JSON: bool> Fields<'_, JSON> {
     fn text(&mut self, name: Name, value: &str) {
         self.name(name);
         if !JSON {
-            self.line.extend_from_slice(value.as_bytes());
+            self.line.put(value.as_bytes());
         } else if value.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
             use fmt::Write as _;
-            self.line.push(b'"');
+            self.line.byte(b'"');
             let mut escaped = String::new();
             let _ = JsonEscaped(&mut escaped).write_str(value);
-            self.line.extend_from_slice(escaped.as_bytes());
-            self.line.push(b'"');
+            self.line.put(escaped.as_bytes());
+            self.line.byte(b'"');
         } else {
-            self.line.push(b'"');
-            self.line.extend_from_slice(value.as_bytes());
-            self.line.push(b'"');
+            self.line.byte(b'"');
+            self.line.put(value.as_bytes());
+            self.line.byte(b'"');
         }
     }
 
@@ -448,14 +657,14 @@ impl<const JSON: bool> Fields<'_, JSON> {
 
     /// Text that never needs escaping (addresses), written by `write`: quoted in JSON.
     #[inline(always)]
-    fn address(&mut self, name: Name, write: impl FnOnce(&mut Vec<u8>)) {
+    fn address(&mut self, name: Name, write: impl FnOnce(&mut O)) {
         self.name(name);
         if JSON {
-            self.line.push(b'"');
+            self.line.byte(b'"');
         }
         write(self.line);
         if JSON {
-            self.line.push(b'"');
+            self.line.byte(b'"');
         }
     }
 
@@ -473,7 +682,7 @@ impl<const JSON: bool> Fields<'_, JSON> {
         if (100..1000).contains(&code) {
             let digit = |d: u16| b'0' + (d % 10) as u8;
             self.line
-                .extend_from_slice(&[digit(code / 100), digit(code / 10), digit(code)]);
+                .put(&[digit(code / 100), digit(code / 10), digit(code)]);
         } else {
             push_decimal(self.line, u64::from(code));
         }
@@ -485,20 +694,19 @@ impl<const JSON: bool> Fields<'_, JSON> {
         self.name(name);
         let micros = round(ms * 1000.0);
         if !micros.is_finite() || micros.abs() >= 1e15 {
-            use std::io::Write as _;
-            let _ = write!(self.line, "{ms:?}");
+            self.line.put(formatted(format_args!("{ms:?}")).as_bytes());
             return;
         }
         let micros = micros as i64;
         if micros < 0 {
-            self.line.push(b'-');
+            self.line.byte(b'-');
         }
         let micros = micros.unsigned_abs();
         push_decimal(self.line, micros / 1000);
-        self.line.push(b'.');
+        self.line.byte(b'.');
         let mut fraction = micros % 1000;
         if fraction == 0 {
-            self.line.push(b'0');
+            self.line.byte(b'0');
             return;
         }
         let mut width = 3;
@@ -513,22 +721,23 @@ impl<const JSON: bool> Fields<'_, JSON> {
 /// `value` in decimal; a single digit (an attempt count, no bytes received, a millisecond count
 /// below ten) without the general conversion.
 #[inline(always)]
-fn push_decimal(line: &mut Vec<u8>, value: u64) {
+fn push_decimal<O: Out>(line: &mut O, value: u64) {
     if value < 10 {
-        line.push(b'0' + value as u8);
+        line.byte(b'0' + value as u8);
     } else {
-        line.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+        line.put(itoa::Buffer::new().format(value).as_bytes());
     }
 }
 
 /// `value` in decimal, left-padded with zeros to `width` digits.
-fn push_padded(line: &mut Vec<u8>, value: u64, width: usize) {
+#[inline(always)]
+fn push_padded<O: Out>(line: &mut O, value: u64, width: usize) {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(value);
     for _ in digits.len()..width {
-        line.push(b'0');
+        line.byte(b'0');
     }
-    line.extend_from_slice(digits.as_bytes());
+    line.put(digits.as_bytes());
 }
 
 /// `f64::round` (half away from zero) for the values the log rounds, without its library call (a call
@@ -551,32 +760,32 @@ fn round(x: f64) -> f64 {
     }
 }
 
-fn push_ip(line: &mut Vec<u8>, ip: IpAddr) {
+#[inline(always)]
+fn push_ip<O: Out>(line: &mut O, ip: IpAddr) {
     match ip {
         IpAddr::V4(ip) => {
             let mut text = Short::default();
             text.ipv4(ip);
-            line.extend_from_slice(text.as_bytes());
+            line.put(text.as_bytes());
         }
         IpAddr::V6(ip) => {
-            use std::io::Write as _;
-            let _ = write!(line, "{ip}");
+            line.put(formatted(format_args!("{ip}")).as_bytes());
         }
     }
 }
 
-fn push_socket(line: &mut Vec<u8>, address: SocketAddr) {
+#[inline(always)]
+fn push_socket<O: Out>(line: &mut O, address: SocketAddr) {
     match address {
         SocketAddr::V4(address) => {
             let mut text = Short::default();
             text.ipv4(*address.ip());
             text.push(b':');
             text.decimal(address.port());
-            line.extend_from_slice(text.as_bytes());
+            line.put(text.as_bytes());
         }
         SocketAddr::V6(address) => {
-            use std::io::Write as _;
-            let _ = write!(line, "{address}");
+            line.put(formatted(format_args!("{address}")).as_bytes());
         }
     }
 }
@@ -723,25 +932,26 @@ impl<'a> ClientText<'a> {
     /// Appends the value to duet's line: the bytes [`ClientText::write`] writes, without checking
     /// again that they are UTF-8 and with the common cases (a plain token, text without escapes)
     /// checked eight bytes at a time and copied at once.
-    fn push(&self, line: &mut Vec<u8>) {
+    #[inline(always)]
+    fn push<O: Out>(&self, line: &mut O) {
         let Some(value) = self.value else {
             // Absent (often the user agent): nothing to check.
-            line.extend_from_slice(if self.always_quoted { b"\"-\"" } else { b"-" });
+            line.put(if self.always_quoted { b"\"-\"" } else { b"-" });
             return;
         };
         if !self.always_quoted && !value.is_empty() && clean(value, 0x21) {
-            line.extend_from_slice(value);
+            line.put(value);
             return;
         }
         if clean(value, 0x20) {
-            line.push(b'"');
-            line.extend_from_slice(value);
-            line.push(b'"');
+            line.byte(b'"');
+            line.put(value);
+            line.byte(b'"');
             return;
         }
         let mut text = String::new();
         let _ = self.write(&mut text);
-        line.extend_from_slice(text.as_bytes());
+        line.put(text.as_bytes());
     }
 
     /// Writes the value: through `Display` for tracing's formatter, or on the line when it needs
@@ -912,7 +1122,7 @@ mod tests {
     fn numbers_and_addresses_are_written_as_the_formatting_machinery_writes_them() {
         let millis = |ms: f64| {
             let mut line = Vec::new();
-            Fields::<false> { line: &mut line }.millis(name!("m"), ms);
+            Fields::<false, _> { line: &mut line }.millis(name!("m"), ms);
             String::from_utf8(line).expect("ASCII")
         };
         for ms in [
@@ -943,6 +1153,10 @@ mod tests {
             push_ip(&mut line, IpAddr::V4(ip));
             assert_eq!(line, ip.to_string().as_bytes());
         }
+        for text in ["", "short", &"a long text ".repeat(10)] {
+            let long = formatted(format_args!("{text}{}", "!"));
+            assert_eq!(long.as_bytes(), format!("{text}!").as_bytes());
+        }
         let mut line = Vec::new();
         push_padded(&mut line, 42, 6);
         assert_eq!(line, b"000042");
@@ -954,7 +1168,7 @@ mod tests {
         for code in [100, 101, 200, 204, 404, 429, 503, 599, 999] {
             let status = StatusCode::from_u16(code).expect("a status");
             let mut line = Vec::new();
-            Fields::<false> { line: &mut line }.status(name!("status"), status);
+            Fields::<false, _> { line: &mut line }.status(name!("status"), status);
             assert_eq!(line, format!(" status={code}").as_bytes());
         }
         for x in [
@@ -988,6 +1202,83 @@ mod tests {
         ] {
             assert_eq!(protocol(version), format!("{version:?}"));
         }
+    }
+
+    /// A record of a request with a user agent of `agent_length` bytes.
+    fn record(agent_length: usize) -> AccessLog {
+        AccessLog {
+            method: Method::GET,
+            target: Uri::from_static("/api/x?q=1"),
+            version: Version::HTTP_11,
+            host: Some(HeaderValue::from_static("example.com")),
+            user_agent: Some(
+                HeaderValue::try_from("a \"b\"".repeat(agent_length / 6 + 1)).expect("value"),
+            ),
+            request_id: HeaderValue::from_static("0123456789abcdef0123456789abcdef"),
+            client: IpAddr::V4(std::net::Ipv4Addr::new(10, 1, 2, 3)),
+            started: Instant::now(),
+            status: StatusCode::NOT_FOUND,
+            cluster: Some(Arc::from("api")),
+            backend: Some("127.0.0.1:9001".parse().expect("address")),
+            tried: vec!["127.0.0.1:9002".parse().expect("address")],
+            attempts: 2,
+            hedged: "-",
+            upstream_head_ms: Some(1.25),
+            bytes: 1234,
+            received: Received::Known(0),
+            outcome: "complete",
+            grpc_status: Some(14),
+            // Never written on drop.
+            written: true,
+        }
+    }
+
+    #[test]
+    fn a_line_written_in_the_room_is_the_line_written_into_the_buffer_long_or_short() {
+        let values = (
+            Duration::from_micros(1_700_000_000_123_456),
+            12.345,
+            1.25,
+            Some("127.0.0.1:9001"),
+        );
+        let lengths = (0..40).map(|host_length| (10, host_length));
+        for (agent_length, host_length) in [(ROOM, 11), (3 * ROOM, 11)].into_iter().chain(lengths) {
+            let mut log = record(agent_length);
+            log.host = (host_length > 0)
+                .then(|| HeaderValue::try_from("h".repeat(host_length)).expect("value"));
+            for json in [false, true] {
+                let mut direct = b"an earlier line\n".to_vec();
+                if json {
+                    log.write_line::<true, _>(&mut direct, values);
+                } else {
+                    log.write_line::<false, _>(&mut direct, values);
+                }
+                let mut line = b"an earlier line\n".to_vec();
+                log.format(&mut line, json, values);
+                assert_eq!(
+                    String::from_utf8(line).expect("text"),
+                    String::from_utf8(direct).expect("text"),
+                    "{agent_length}-byte agent, {host_length}-byte host, json: {json}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_finished_record_s_box_is_kept_emptied_for_the_next_and_only_so_many() {
+        let first = Box::new(record(10));
+        let address: *const AccessLog = &*first;
+        recycle(first);
+        let spare = spare_record().expect("the box kept");
+        let reused = Box::write(spare, record(20));
+        assert!(std::ptr::eq(&*reused, address), "the same allocation");
+        assert_eq!(reused.user_agent.as_ref().map(HeaderValue::len), Some(20));
+        assert!(spare_record().is_none(), "one box, taken");
+        for _ in 0..SPARE_RECORDS_KEPT + 10 {
+            recycle(Box::new(record(10)));
+        }
+        let kept = std::iter::from_fn(spare_record).count();
+        assert_eq!(kept, SPARE_RECORDS_KEPT);
     }
 
     #[test]
