@@ -7,6 +7,7 @@ use crate::{
         head_timer::HeadTimer,
         io::{ClientIo, Prefixed, SendTimeout},
         parking::Parked,
+        recycled::Recycler,
         shared::Shared,
     },
     exchange::{ConnectionState, InService},
@@ -17,12 +18,10 @@ use crate::{
 };
 use bytes::Bytes;
 use duet_config::Limits;
-use http::Response;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
 use std::{
-    cell::Cell, convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc,
-    task::Poll, time::Duration,
+    cell::Cell, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc, task::Poll, time::Duration,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
@@ -188,16 +187,11 @@ async fn hyper_turn<IO: ClientIo>(
     });
     let service = {
         let (proxy, state) = (connections.proxy().clone(), state.clone());
+        // Each request's future is made into the slot the one before it left.
+        let recycler = Recycler::new();
         service_fn(move |request| {
             let (proxy, state) = (proxy.clone(), state.clone());
-            // The box first, then the future made into it: boxed after it is made, the future (a few
-            // KB) is made on the stack and copied to the heap, one large memcpy per request.
-            let future = Box::write(
-                Box::new_uninit(),
-                proxy.handle(request, client, InService::new(state)),
-            );
-            Pin::from(future)
-                as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
+            recycler.recycled(|| proxy.handle(request, client, InService::new(state)))
         })
     };
     let io = TokioIo::new(SendTimeout {
