@@ -13,3 +13,4 @@ pub(crate) mod parking;
 pub(crate) mod active;
 pub(crate) mod head_timer;
 pub(crate) mod io;
+pub(crate) mod recycled;

@@ -1,12 +1,12 @@
 //! Serving client connections on a worker.
 
 use crate::{
-    attempt::body::ProxyBody,
     conn::{
         active::Active,
-        head_timer::HeadTimer,
+        head_timer::{ClientBody, HeadClock, WithClientBody},
         io::{ClientIo, Prefixed, SendTimeout},
         parking::Parked,
+        recycled::Recycler,
         shared::Shared,
     },
     exchange::{ConnectionState, InService},
@@ -17,12 +17,10 @@ use crate::{
 };
 use bytes::Bytes;
 use duet_config::Limits;
-use http::Response;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
 use std::{
-    cell::Cell, convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc,
-    task::Poll, time::Duration,
+    cell::Cell, future::Future, io, net::SocketAddr, pin::Pin, rc::Rc, task::Poll, time::Duration,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
@@ -186,18 +184,17 @@ async fn hyper_turn<IO: ClientIo>(
         requests: Cell::new(requests),
         ..ConnectionState::default()
     });
+    let head = Rc::new(HeadClock::new(limits.header_read_timeout));
     let service = {
-        let (proxy, state) = (connections.proxy().clone(), state.clone());
+        let (proxy, state, head) = (connections.proxy().clone(), state.clone(), head.clone());
+        // Each request's future is made into the slot the one before it left.
+        let recycler = Recycler::new();
         service_fn(move |request| {
+            // hyper hands over the head that was awaited.
+            head.disarm();
             let (proxy, state) = (proxy.clone(), state.clone());
-            // The box first, then the future made into it: boxed after it is made, the future (a few
-            // KB) is made on the stack and copied to the heap, one large memcpy per request.
-            let future = Box::write(
-                Box::new_uninit(),
-                proxy.handle(request, client, InService::new(state)),
-            );
-            Pin::from(future)
-                as Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>
+            let future = recycler.recycled(|| proxy.handle(request, client, InService::new(state)));
+            WithClientBody::new(future, head.clone())
         })
     };
     let io = TokioIo::new(SendTimeout {
@@ -207,6 +204,7 @@ async fn hyper_turn<IO: ClientIo>(
     let http = server_builder(limits).serve_connection(io, service);
     let turn = Turn {
         state: &state,
+        head: &head,
         park_after,
         request_waiting,
         connections,
@@ -238,10 +236,9 @@ async fn hyper_turn<IO: ClientIo>(
 fn server_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        // A deadline checked at hyper's polls, not a tokio timer per request: `drive`'s idle tick
-        // polls the connection at least every quarter of `header_read_timeout`.
-        .timer(HeadTimer)
-        .header_read_timeout(limits.header_read_timeout)
+        // `limits.header_read_timeout` is duet's to time (`HeadClock`), at `drive`'s idle tick: hyper's
+        // timer costs hundreds of instructions per request.
+        .header_read_timeout(None)
         // The head limit itself (start line and fields, counted as hyper parses them: 431 past it);
         // the read buffer gets room beyond it so the limit, not the buffer, decides, and no more: the
         // buffer holding a head lives as long as its request (the fields point into it), and one
@@ -275,6 +272,8 @@ fn unread<IO, S>(parts: http1::Parts<TokioIo<SendTimeout<Prefixed<IO>>>, S>) -> 
 /// What [`drive`] watches on one turn of hyper.
 struct Turn<'a> {
     state: &'a ConnectionState,
+    /// When the head awaited is due.
+    head: &'a HeadClock,
     park_after: Duration,
     request_waiting: bool,
     connections: &'a Shared,
@@ -307,12 +306,13 @@ async fn drive<IO, S>(
 ) -> Finished<http1::Parts<TokioIo<SendTimeout<Prefixed<IO>>>, S>>
 where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-    S: hyper::service::HttpService<Incoming, ResBody = ProxyBody> + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = ClientBody> + Unpin,
     S::Future: Unpin,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let Turn {
         state,
+        head,
         park_after,
         request_waiting,
         connections,
@@ -329,7 +329,7 @@ where
     let mut drain_grace =
         (draining && request_waiting).then(|| Box::pin(tokio::time::sleep(DRAIN_GRACE)));
     loop {
-        // The tick also cuts a stalled head: hyper checks `HeadTimer` only when polled.
+        // The tick also cuts a stalled head: its deadline is checked only here.
         let event = next_event(
             &mut connection,
             park_after / 2,
@@ -338,9 +338,30 @@ where
             &mut drain_grace,
         )
         .await;
-        let finished = match event {
-            Event::Finished(result) => Some(result),
-            Event::Tick => None,
+        match event {
+            Event::Finished(Ok(())) => {
+                let handed = (parking && !draining) || state.tunnel.borrow().is_some();
+                let parts = connection.into_parts();
+                return if handed {
+                    Finished::Handed(parts)
+                } else {
+                    Finished::Done(parts)
+                };
+            }
+            Event::Finished(Err(error)) => {
+                log_connection_error(&error, client.address, connections.counters());
+                return Finished::Failed;
+            }
+            Event::Tick if head.expired() => {
+                log_header_timeout(client.address, connections.counters());
+                return Finished::Failed;
+            }
+            Event::Tick => {
+                if idleness.idle_again(state) && !draining && !parking {
+                    parking = true;
+                    Pin::new(&mut connection).graceful_shutdown();
+                }
+            }
             Event::Signal(open) => {
                 draining = true;
                 if !open || *shutdown.borrow() {
@@ -349,33 +370,10 @@ where
                     // request (if any) and closes.
                     drain_grace = Some(Box::pin(tokio::time::sleep(DRAIN_GRACE)));
                 }
-                continue;
             }
             Event::Grace => {
                 drain_grace = None;
                 Pin::new(&mut connection).graceful_shutdown();
-                continue;
-            }
-        };
-        match finished {
-            Some(Ok(())) => {
-                let upgraded = state.tunnel.borrow().is_some();
-                let parts = connection.into_parts();
-                return if (parking && !draining) || upgraded {
-                    Finished::Handed(parts)
-                } else {
-                    Finished::Done(parts)
-                };
-            }
-            Some(Err(error)) => {
-                log_connection_error(&error, client.address, connections.counters());
-                return Finished::Failed;
-            }
-            None => {
-                if idleness.idle_again(state) && !draining && !parking {
-                    parking = true;
-                    Pin::new(&mut connection).graceful_shutdown();
-                }
             }
         }
     }
@@ -399,7 +397,7 @@ async fn next_event<IO, S>(
 ) -> Event
 where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-    S: hyper::service::HttpService<Incoming, ResBody = ProxyBody> + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = ClientBody> + Unpin,
     S::Future: Unpin,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
@@ -527,11 +525,19 @@ pub(crate) fn log_connection_error(
         count(&counters.send_timeout);
         tracing::info!(target: "duet::conn", %peer, reason = %"send_timeout", "closed a client that stopped reading: {error}");
     } else if error.is_timeout() {
-        count(&counters.header_timeout);
-        tracing::info!(target: "duet::conn", %peer, reason = %"header_timeout", "closed slow client: {error}");
+        log_header_timeout(peer, counters);
     } else if error.is_incomplete_message() || error.is_canceled() {
         tracing::debug!(target: "duet::conn", %peer, "connection ended early: {error}");
     } else {
         tracing::debug!(target: "duet::conn", %peer, "connection error: {error}");
     }
+}
+
+/// A client that took longer than `limits.header_read_timeout` over a request head (or to start one on
+/// a kept-alive connection) has been cut off.
+fn log_header_timeout(peer: SocketAddr, counters: &WorkerCounters) {
+    counters
+        .header_timeout
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(target: "duet::conn", %peer, reason = %"header_timeout", "closed slow client: read header from client timeout");
 }
