@@ -210,7 +210,9 @@ fn run_balls(args: &Args) -> Result<(), String> {
     out!("balls into bins: n = {n} bins, m = {m} balls, seed {seed}");
     out!(
         "{:>8} {:>9} {:>28}",
-        "choices", "max load", "theory (leading order)"
+        "choices",
+        "max load",
+        "theory (leading order)"
     );
     for r in &reports {
         let formula = if r.choices == 1 {
@@ -220,7 +222,9 @@ fn run_balls(args: &Args) -> Result<(), String> {
         };
         out!(
             "{:>8} {:>9} {:>13.2} {formula:>14}",
-            r.choices, r.max_load, r.theory
+            r.choices,
+            r.max_load,
+            r.theory
         );
     }
     Ok(())
@@ -242,12 +246,18 @@ fn run_supermarket(args: &Args) -> Result<(), String> {
     out!("supermarket model: n = {n}, lambda = {lambda}, {arrivals} arrivals, seed {seed}");
     out!(
         "{:>8} {:>20} {:>10} {:>10}",
-        "choices", "mean time in system", "theory", "max queue"
+        "choices",
+        "mean time in system",
+        "theory",
+        "max queue"
     );
     for r in &reports {
         out!(
             "{:>8} {:>20.3} {:>10.3} {:>10}",
-            r.choices, r.mean_time_in_system, r.theory, r.max_queue
+            r.choices,
+            r.mean_time_in_system,
+            r.theory,
+            r.max_queue
         );
     }
     Ok(())
