@@ -9,6 +9,13 @@
 //! head to the service. What compares the deadline with the clock is the connection's own idle tick
 //! ([`serve`](super::serve)'s `drive` checks [`HeadClock::expired`] every `park_after / 2`, at most a
 //! quarter of `header_read_timeout`), so a stalled head is cut at most that tick after its deadline.
+//!
+//! A response's body ends before hyper has written all of it: up to a write buffer's worth is still to
+//! go to a client that may read slowly. So after a response the deadline is not read off the clock at
+//! once: the first tick that finds the connection's writes quiet since the tick before starts it
+//! (`SendTimeout` reports each write that made progress), and a client still taking the response in is
+//! never cut as a slow head (`limits.send_timeout` cuts one that takes nothing). No clock is read per
+//! request either way.
 
 use crate::attempt::body::ProxyBody;
 use bytes::Bytes;
@@ -29,33 +36,59 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub(crate) struct HeadClock {
     timeout: Duration,
-    due: Cell<Option<Instant>>,
+    state: Cell<Awaited>,
+}
+
+/// Whether a head is awaited, and since when it is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaited {
+    /// The head has arrived: nothing is timed until its response is out.
+    No,
+    /// A response is out (or still being written): the next tick starts the deadline.
+    AfterWrites,
+    /// The head is due by then.
+    By(Instant),
 }
 
 impl HeadClock {
-    /// A clock for heads that may take `timeout`, armed: a turn starts by awaiting a head.
+    /// A clock for heads that may take `timeout`, armed from now: a turn starts by awaiting a head
+    /// (its first byte has arrived, or the connection was just accepted).
     pub(crate) fn new(timeout: Duration) -> Self {
-        let clock = Self {
+        Self {
             timeout,
-            due: Cell::new(None),
-        };
-        clock.arm();
-        clock
+            state: Cell::new(Awaited::By(Instant::now() + timeout)),
+        }
     }
 
-    /// A head is awaited from now on.
+    /// A response is done with: a head is awaited once its last bytes are written.
     pub(crate) fn arm(&self) {
-        self.due.set(Some(Instant::now() + self.timeout));
+        self.state.set(Awaited::AfterWrites);
     }
 
     /// The head has arrived: nothing is timed until the response is out.
     pub(crate) fn disarm(&self) {
-        self.due.set(None);
+        self.state.set(Awaited::No);
     }
 
-    /// Whether the head awaited is past its deadline.
+    /// A write to the client made progress: while a head is awaited, its deadline starts again at the
+    /// next tick.
+    pub(crate) fn wrote(&self) {
+        if self.state.get() != Awaited::No {
+            self.state.set(Awaited::AfterWrites);
+        }
+    }
+
+    /// Whether the head awaited is past its deadline; called at each idle tick, which starts the
+    /// deadline of a head awaited after writes that have gone quiet.
     pub(crate) fn expired(&self) -> bool {
-        self.due.get().is_some_and(|due| Instant::now() >= due)
+        match self.state.get() {
+            Awaited::No => false,
+            Awaited::AfterWrites => {
+                self.state.set(Awaited::By(Instant::now() + self.timeout));
+                false
+            }
+            Awaited::By(due) => Instant::now() >= due,
+        }
     }
 }
 
@@ -152,16 +185,40 @@ mod tests {
         assert!(!clock.expired(), "the head has arrived");
         tokio::time::advance(Duration::from_secs(60)).await;
         assert!(!clock.expired(), "a request in service is not timed");
+        clock.wrote();
+        assert!(!clock.expired(), "a response being written is not timed");
         drop(ClientBody::new(
             ProxyBody::local(Bytes::new(), None),
             clock.clone(),
         ));
+        assert!(
+            !clock.expired(),
+            "the first tick after the response starts the deadline"
+        );
         tokio::time::advance(Duration::from_secs(9)).await;
         assert!(
             !clock.expired(),
             "the response is out: the next head's deadline"
         );
         tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(clock.expired());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_still_taking_a_response_in_is_not_timed_as_a_slow_head() {
+        let clock = HeadClock::new(Duration::from_secs(10));
+        clock.disarm();
+        clock.arm();
+        // The body has ended but its last bytes go out slowly: a write every 4 s for 60 s, and a tick
+        // after each, which starts the deadline afresh.
+        for _ in 0..15 {
+            clock.wrote();
+            assert!(!clock.expired());
+            tokio::time::advance(Duration::from_secs(4)).await;
+            assert!(!clock.expired(), "a write less than 10 s ago");
+        }
+        // Quiet since: due 10 s after the last tick that started it.
+        tokio::time::advance(Duration::from_secs(6)).await;
         assert!(clock.expired());
     }
 }

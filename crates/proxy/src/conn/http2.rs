@@ -144,6 +144,8 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let io = TokioIo::new(SendTimeout {
         io,
         stall: Stall::new(limits.send_timeout),
+        // HTTP/2 has no head to time between requests: its streams carry their own.
+        head: None,
     });
     let connection = server_builder(&limits).serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);

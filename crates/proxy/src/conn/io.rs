@@ -1,11 +1,12 @@
 //! Wrappers around a client connection's IO: bytes already read put back in front, and a bound on how
 //! long a write may make no progress.
 
-use crate::stall::Stall;
+use crate::{conn::head_timer::HeadClock, stall::Stall};
 use bytes::Bytes;
 use std::{
     io,
     pin::Pin,
+    rc::Rc,
     task::{Context, Poll},
 };
 use tokio::{
@@ -77,9 +78,12 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
 
 /// A client connection whose writes may make no progress for at most `limits.send_timeout`: a client
 /// that stops reading would otherwise hold its connection, and the backend's (counted as load), forever.
+/// Over HTTP/1.1, each write that makes progress also tells the connection's [`HeadClock`], which does
+/// not time the next head while the last response is still going out.
 pub(crate) struct SendTimeout<IO> {
     pub(crate) io: IO,
     pub(crate) stall: Stall,
+    pub(crate) head: Option<Rc<HeadClock>>,
 }
 
 impl<IO> SendTimeout<IO> {
@@ -120,6 +124,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for SendTimeout<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let (Poll::Ready(Ok(1..)), Some(head)) = (&polled, &this.head) {
+            head.wrote();
+        }
         this.check(cx, polled)
     }
 

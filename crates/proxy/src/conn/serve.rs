@@ -200,6 +200,7 @@ async fn hyper_turn<IO: ClientIo>(
     let io = TokioIo::new(SendTimeout {
         io,
         stall: Stall::new(limits.send_timeout),
+        head: Some(head.clone()),
     });
     let http = server_builder(limits).serve_connection(io, service);
     let turn = Turn {
