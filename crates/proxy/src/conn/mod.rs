@@ -11,6 +11,6 @@ pub(crate) mod shared;
 pub(crate) mod parking;
 
 pub(crate) mod active;
-pub(crate) mod head_timer;
 pub(crate) mod io;
+pub(crate) mod head_timer;
 pub(crate) mod recycled;
