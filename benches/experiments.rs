@@ -695,6 +695,9 @@ fn capacity(seconds: u64) {
                         machine.late_ms,
                     ];
                     print_capacity_row(target, workers, utilisation, &run);
+                    if std::env::var_os("DUET_BACKENDS").is_some() {
+                        print_backend_detail(&samples);
+                    }
                     let key = (target, workers, utilisation);
                     match cells.iter_mut().find(|(k, _)| *k == key) {
                         Some((_, runs)) => runs.push(run),
@@ -774,6 +777,37 @@ fn median_run(runs: &[&CapacityRun]) -> Option<CapacityRun> {
 }
 
 /// One line of the capacity table.
+/// Each backend's share of the requests, its own p50 and p99, and its share of the requests slower
+/// than the run's p99 (`DUET_BACKENDS=1`): where a tail comes from.
+fn print_backend_detail(samples: &[Sample]) {
+    let mut all: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+    all.sort_unstable();
+    let Some(&p99) = all.get(all.len() * 99 / 100) else {
+        return;
+    };
+    let slow = samples.iter().filter(|s| s.latency > p99).count().max(1);
+    let mut names: Vec<&str> = samples.iter().map(|s| s.backend.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let mut mine: Vec<Duration> = samples
+            .iter()
+            .filter(|s| s.backend == name)
+            .map(|s| s.latency)
+            .collect();
+        mine.sort_unstable();
+        let at = |q: f64| ms(mine[((mine.len() as f64 * q) as usize).min(mine.len() - 1)]);
+        let tail = mine.iter().filter(|l| **l > p99).count();
+        println!(
+            "    {name:<4} share {:>5.2}%  p50 {:>6.1}  p99 {:>6.1}  of the slowest 1% {:>5.1}%",
+            100.0 * mine.len() as f64 / samples.len() as f64,
+            at(0.5),
+            at(0.99),
+            100.0 * tail as f64 / slow as f64
+        );
+    }
+}
+
 fn print_capacity_row(target: &str, workers: usize, utilisation: f64, run: &CapacityRun) {
     let [success, p50, p99, p999, b0_share, steal, late] = *run;
     println!(

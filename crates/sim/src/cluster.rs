@@ -112,6 +112,8 @@ pub struct Scenario {
     pub policy: SimPolicy,
     /// Seed.
     pub seed: u64,
+    /// Arrivals evenly spaced (what the testbed's open-loop client sends) instead of a Poisson stream.
+    pub paced: bool,
 }
 
 impl Default for Scenario {
@@ -130,6 +132,7 @@ impl Default for Scenario {
             ewma_decay: 10.0,
             policy: SimPolicy::P2cInflight,
             seed: 1,
+            paced: false,
         }
     }
 }
@@ -153,6 +156,8 @@ pub struct RunReport {
     pub max_queue: u32,
     /// Share of requests each backend received.
     pub shares: Vec<f64>,
+    /// Each backend's share of the requests slower than the p99: where the tail comes from.
+    pub tail_shares: Vec<f64>,
 }
 
 /// A simulation time, totally ordered for the event heap.
@@ -278,14 +283,18 @@ pub fn run(scenario: &Scenario) -> Result<RunReport, String> {
     let warmup = scenario.arrivals / 5;
     let mut now = 0.0f64;
     for k in 0..scenario.arrivals {
-        now += sim.random.exponential(arrival_rate);
+        now += if scenario.paced {
+            1.0 / arrival_rate
+        } else {
+            sim.random.exponential(arrival_rate)
+        };
         sim.complete_departures(now);
         sim.refresh_view(now);
         let worker = sim.random.index(sim.selectors.len());
         let backend = sim.pick(worker, now)?;
         let departure = sim.admit(worker, backend, now)?;
         if k >= warmup {
-            times.push(departure - now);
+            times.push((departure - now, backend));
         }
     }
     Ok(sim.report(times))
@@ -507,24 +516,32 @@ impl<'a> Sim<'a> {
         Ok(departure)
     }
 
-    /// The report, from the times in system measured after the warm-up.
-    fn report(&self, mut times: Vec<f64>) -> RunReport {
-        times.sort_by(f64::total_cmp);
+    /// The report, from each request measured after the warm-up: its time in system and its backend.
+    fn report(&self, mut timed: Vec<(f64, usize)>) -> RunReport {
+        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let times: Vec<f64> = timed.iter().map(|t| t.0).collect();
         let quantile = |q: f64| {
             times
                 .get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)))
                 .copied()
                 .unwrap_or(0.0)
         };
+        let p99 = quantile(0.99);
+        let mut tail = vec![0u64; self.served.len()];
+        for &(_, backend) in timed.iter().filter(|t| t.0 > p99) {
+            tail[backend] += 1;
+        }
+        let slow = tail.iter().sum::<u64>().max(1) as f64;
         let total: u64 = self.served.iter().sum();
         RunReport {
             policy: self.scenario.policy,
             staleness: self.scenario.staleness,
             mean: times.iter().sum::<f64>() / times.len().max(1) as f64,
             p50: quantile(0.5),
-            p99: quantile(0.99),
+            p99,
             p999: quantile(0.999),
             max_queue: self.max_queue,
+            tail_shares: tail.iter().map(|&t| t as f64 / slow).collect(),
             shares: self
                 .served
                 .iter()

@@ -18,7 +18,7 @@ duet-sim: simulations that run duet-balance's own P2C code on virtual time (dete
                 [--staleness 0,0.25,0.5,1,2,4,8] [--arrivals 400000] [--seed 1] [--json] [--svg FILE]
   duet-sim run --policy P [--balancers 1] [--workers 1] [--backends 10 | --capacities 1,1,2]
                [--slots 1] [--utilisation 0.8] [--staleness 0] [--degrade-at T] [--degrade-factor 10] [--weighted]
-               [--arrivals 200000] [--seed 1] [--json]
+               [--arrivals 200000] [--paced] [--ewma-decay 10] [--seed 1] [--json]
   policies: random round_robin least_loaded_stale p2c_stale p2c_inflight p2c_peak_ewma
             p2c_memory_inflight p2c_memory_peak_ewma p2c_sed p2c_memory_sed p2c_memory_ties
             least_inflight least_peak_ewma least_inflight_draw least_inflight_peak_ties (full scans: n reads per pick)";
@@ -64,6 +64,7 @@ const SCENARIO_FLAGS: &[&str] = &[
     "weighted",
     "ewma-decay",
     "seed",
+    "paced",
     "json",
 ];
 
@@ -300,6 +301,7 @@ fn base_scenario(args: &Args) -> Result<Scenario, String> {
         ewma_decay: args.get("ewma-decay", 10.0)?,
         policy,
         seed: args.get("seed", 1)?,
+        paced: args.has("paced"),
     })
 }
 
@@ -320,6 +322,12 @@ fn run_scenario(args: &Args) -> Result<(), String> {
     );
     let shares: Vec<String> = report.shares.iter().map(|s| format!("{:.3}", s)).collect();
     out!("shares: {}", shares.join(" "));
+    let tail: Vec<String> = report
+        .tail_shares
+        .iter()
+        .map(|s| format!("{:.3}", s))
+        .collect();
+    out!("slowest 1%: {}", tail.join(" "));
     Ok(())
 }
 
