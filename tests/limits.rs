@@ -112,6 +112,60 @@ fn a_slow_upload_within_the_body_timeout_is_served_and_ejects_nobody() {
 }
 
 #[test]
+fn a_client_pausing_before_the_last_of_a_response_is_cut_by_no_timeout_shorter_than_the_send_timeout(
+) {
+    // Once duet holds the whole response, the next head is awaited; but a client that has not read the
+    // last of it yet is still a response's client, whatever the header timeout says: only
+    // `send_timeout` bounds its pause. The sizes step by 256 KB (less than hyper's write buffer holds)
+    // up to 6 MB, past what the socket buffers take on loopback (duet's send buffer grows to
+    // `net.ipv4.tcp_wmem`'s 4 MB), so that in one of them at least the body has ended in duet while its
+    // last bytes still wait in duet's buffer for the client (3.5 MB on the machine this was written on).
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()]).section(
+        "limits",
+        "{ header_read_timeout: 200ms, send_timeout: 30s }",
+    );
+    let duet = Duet::start(&config.to_yaml());
+    let sizes: Vec<usize> = (1..=24).map(|k| k * 256 * 1024).collect();
+    let mut clients: Vec<(usize, TcpStream)> = sizes
+        .iter()
+        .map(|&size| {
+            let socket = socket2::Socket::new(
+                socket2::Domain::IPV4,
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )
+            .expect("socket");
+            // The client's own buffer kept small: the sizes then step through duet's side.
+            socket.set_recv_buffer_size(16 * 1024).expect("SO_RCVBUF");
+            socket.connect(&duet.address.into()).expect("connect");
+            let mut stream: TcpStream = socket.into();
+            stream
+                .write_all(format!("GET /bytes/{size} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+                .expect("write");
+            (size, stream)
+        })
+        .collect();
+    // Nothing read for five header timeouts (wall-clock: that duet does not cut shows only once the
+    // time has passed).
+    std::thread::sleep(Duration::from_millis(1000));
+    for (size, stream) in &mut clients {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut pending = Vec::new();
+        let response = read_response(stream, &mut pending);
+        let received = response.as_ref().map_or(pending.len(), |r| r.body.len());
+        assert!(
+            response
+                .as_ref()
+                .is_ok_and(|r| r.status() == 200 && r.body.len() == *size),
+            "{size} bytes: cut after {received}"
+        );
+    }
+}
+
+#[test]
 fn a_client_that_stops_reading_is_cut_at_the_send_timeout() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
     let config = DuetConfig::single("p2c_inflight", &[backend.address()])

@@ -37,6 +37,9 @@ use tokio::time::Instant;
 pub(crate) struct HeadClock {
     timeout: Duration,
     state: Cell<Awaited>,
+    /// The last write to the client found no room: bytes of a response are still waiting for the
+    /// client to read (`limits.send_timeout` times that, not this clock).
+    blocked: Cell<bool>,
 }
 
 /// Whether a head is awaited, and since when it is timed.
@@ -57,6 +60,7 @@ impl HeadClock {
         Self {
             timeout,
             state: Cell::new(Awaited::By(Instant::now() + timeout)),
+            blocked: Cell::new(false),
         }
     }
 
@@ -73,6 +77,16 @@ impl HeadClock {
     /// A write to the client made progress: while a head is awaited, its deadline starts again at the
     /// next tick.
     pub(crate) fn wrote(&self) {
+        self.blocked.set(false);
+        if self.state.get() != Awaited::No {
+            self.state.set(Awaited::AfterWrites);
+        }
+    }
+
+    /// A write to the client found no room (the client is not reading): no head is timed until a
+    /// write makes progress again, however long the client pauses.
+    pub(crate) fn write_blocked(&self) {
+        self.blocked.set(true);
         if self.state.get() != Awaited::No {
             self.state.set(Awaited::AfterWrites);
         }
@@ -83,6 +97,7 @@ impl HeadClock {
     pub(crate) fn expired(&self) -> bool {
         match self.state.get() {
             Awaited::No => false,
+            Awaited::AfterWrites if self.blocked.get() => false,
             Awaited::AfterWrites => {
                 self.state.set(Awaited::By(Instant::now() + self.timeout));
                 false
@@ -202,6 +217,27 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(clock.expired());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_pausing_before_the_last_of_a_response_is_not_timed_as_a_slow_head() {
+        let clock = HeadClock::new(Duration::from_secs(10));
+        clock.disarm();
+        clock.arm();
+        // The body has ended; its last bytes wait for room the client does not make for 50 s (under
+        // the send timeout): every tick meanwhile finds the writes quiet, and still times nothing.
+        clock.write_blocked();
+        for _ in 0..20 {
+            tokio::time::advance(Duration::from_millis(2500)).await;
+            assert!(!clock.expired(), "waiting for the client's window");
+        }
+        // The client reads; the rest goes out and the writes go quiet: the deadline starts then.
+        clock.wrote();
+        assert!(!clock.expired(), "the tick that starts the deadline");
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(!clock.expired());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(clock.expired(), "a head awaited 10 s after the last write");
     }
 
     #[tokio::test(start_paused = true)]

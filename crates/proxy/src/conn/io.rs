@@ -124,8 +124,10 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for SendTimeout<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
-        if let (Poll::Ready(Ok(1..)), Some(head)) = (&polled, &this.head) {
-            head.wrote();
+        match (&polled, &this.head) {
+            (Poll::Ready(Ok(1..)), Some(head)) => head.wrote(),
+            (Poll::Pending, Some(head)) => head.write_blocked(),
+            _ => {}
         }
         this.check(cx, polled)
     }
