@@ -776,7 +776,6 @@ fn median_run(runs: &[&CapacityRun]) -> Option<CapacityRun> {
     }))
 }
 
-/// One line of the capacity table.
 /// Each backend's share of the requests, its own p50 and p99, and its share of the requests slower
 /// than the run's p99 (`DUET_BACKENDS=1`): where a tail comes from.
 fn print_backend_detail(samples: &[Sample]) {
@@ -808,6 +807,7 @@ fn print_backend_detail(samples: &[Sample]) {
     }
 }
 
+/// One line of the capacity table.
 fn print_capacity_row(target: &str, workers: usize, utilisation: f64, run: &CapacityRun) {
     let [success, p50, p99, p999, b0_share, steal, late] = *run;
     println!(
