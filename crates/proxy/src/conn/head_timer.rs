@@ -77,16 +77,17 @@ impl HeadClock {
     /// A write to the client made progress: while a head is awaited, its deadline starts again at the
     /// next tick.
     pub(crate) fn wrote(&self) {
-        self.blocked.set(false);
-        if self.state.get() != Awaited::No {
-            self.state.set(Awaited::AfterWrites);
-        }
+        self.written(false);
     }
 
     /// A write to the client found no room (the client is not reading): no head is timed until a
     /// write makes progress again, however long the client pauses.
     pub(crate) fn write_blocked(&self) {
-        self.blocked.set(true);
+        self.written(true);
+    }
+
+    fn written(&self, blocked: bool) {
+        self.blocked.set(blocked);
         if self.state.get() != Awaited::No {
             self.state.set(Awaited::AfterWrites);
         }

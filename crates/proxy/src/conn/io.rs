@@ -78,8 +78,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
 
 /// A client connection whose writes may make no progress for at most `limits.send_timeout`: a client
 /// that stops reading would otherwise hold its connection, and the backend's (counted as load), forever.
-/// Over HTTP/1.1, each write that makes progress also tells the connection's [`HeadClock`], which does
-/// not time the next head while the last response is still going out.
+/// Over HTTP/1.1, each write that makes progress, and each that finds the client's window full, also
+/// tells the connection's [`HeadClock`], which does not time the next head while the last response is
+/// still going out or waiting for the client to read it.
 pub(crate) struct SendTimeout<IO> {
     pub(crate) io: IO,
     pub(crate) stall: Stall,
