@@ -127,6 +127,11 @@ impl Completion {
         self.backend
     }
 
+    /// When the attempt started: its request is sent from then on.
+    pub(crate) fn started(&self) -> Instant {
+        self.attempt_started
+    }
+
     /// The response head arrived: a status the cluster penalises (429, 503 by default) records the
     /// PeakEWMA penalty instead of a latency.
     pub(crate) fn on_head(&mut self, head: &Parts) {
@@ -169,16 +174,11 @@ impl Completion {
         }
     }
 
-    /// The response body ended. Settles now.
+    /// The response body ended. Settles now (its connection pooled again if it ended cleanly).
     /// `how` is `Complete`, `BodyReset` or `BodyTimeout`.
     pub(crate) fn end(mut self, how: Ending) {
         if how == Ending::BodyTimeout {
             self.cluster.counters.read_timeouts.fetch_add(1, Relaxed);
-        }
-        if how == Ending::Complete && !self.upgraded {
-            if let Some(Hold::Lease(lease)) = self.lease.take() {
-                lease.release();
-            }
         }
         self.ended = Some(how);
     }
@@ -215,6 +215,12 @@ fn head_grpc_status(headers: &HeaderMap) -> Option<u8> {
 impl Drop for Completion {
     fn drop(&mut self) {
         let now = Instant::now();
+        // Pooled again with this reading of the clock (it starts the connection's idle time).
+        if self.ended == Some(Ending::Complete) && !self.upgraded {
+            if let Some(Hold::Lease(lease)) = self.lease.take() {
+                lease.release(now);
+            }
+        }
         let duration = self.request.as_ref().map(|(started, timings)| {
             let duration = now.saturating_duration_since(*started);
             timings.request_duration.observe(duration);

@@ -127,10 +127,10 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// The response ended cleanly: the connection can take the next request.
-    pub(crate) fn release(self) {
+    /// The response ended cleanly (at `now`): the connection can take the next request.
+    pub(crate) fn release(self, now: Instant) {
         if let Some(pool) = self.pool.upgrade() {
-            pool.put(self.backend, self.sender);
+            pool.put(self.backend, self.sender, now);
         }
     }
 }
@@ -213,12 +213,15 @@ impl UpstreamError {
 impl UpstreamClient {
     /// Sends `request` (origin-form target, `Host` set) to `backend` on a pooled connection, or a new one
     /// when none is ready. The lease goes back with [`Lease::release`] once the response has ended.
+    /// `now` is the attempt's start: the clock reading that says which pooled connections have been
+    /// idle too long (one reading per attempt, not one more per request).
     pub(crate) async fn send(
         &self,
         backend: SocketAddr,
         mut request: Request<UpstreamBody>,
+        now: Instant,
     ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
-        while let Some(mut sender) = self.pool.take(backend) {
+        while let Some(mut sender) = self.pool.take(backend, now) {
             // Pinned where built: hyper's future holds the request, copied once more if moved.
             match pin!(sender.try_send_request(request)).await {
                 Ok(response) => return Ok((response, self.lease(backend, sender))),
@@ -297,16 +300,17 @@ impl UpstreamClient {
 }
 
 impl Pool {
-    /// The most recently pooled connection to `backend` that can take a request now. Closed and
+    /// The most recently pooled connection to `backend` that can take a request at `now`. Closed and
     /// expired ones are dropped; one still finishing its last response (its connection task has not
     /// caught up with the body's end yet) stays for later.
-    fn take(&self, backend: SocketAddr) -> Option<SendRequest<UpstreamBody>> {
+    fn take(&self, backend: SocketAddr, now: Instant) -> Option<SendRequest<UpstreamBody>> {
         let mut idle = self.idle.borrow_mut();
         let stack = idle.get_mut(&backend)?;
         let mut busy = None;
         let mut found = None;
         while let Some(entry) = stack.pop_back() {
-            if entry.sender.is_closed() || entry.since.elapsed() >= self.idle_timeout {
+            let idle = now.saturating_duration_since(entry.since);
+            if entry.sender.is_closed() || idle >= self.idle_timeout {
                 continue;
             }
             if entry.sender.is_ready() {
@@ -324,7 +328,7 @@ impl Pool {
         found
     }
 
-    fn put(self: Rc<Self>, backend: SocketAddr, sender: SendRequest<UpstreamBody>) {
+    fn put(self: Rc<Self>, backend: SocketAddr, sender: SendRequest<UpstreamBody>, now: Instant) {
         if sender.is_closed() {
             return;
         }
@@ -334,10 +338,7 @@ impl Pool {
             if stack.len() >= MAX_IDLE_PER_BACKEND {
                 stack.pop_front();
             }
-            stack.push_back(Idle {
-                sender,
-                since: Instant::now(),
-            });
+            stack.push_back(Idle { sender, since: now });
         }
         if !self.sweeping.replace(true) {
             tokio::task::spawn_local(sweep(Rc::downgrade(&self)));

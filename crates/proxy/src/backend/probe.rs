@@ -18,6 +18,7 @@ use duet_config::{Cluster, Timeouts, UpstreamProtocol};
 use http::{header, HeaderValue, Request};
 use http_body_util::BodyExt;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
+use tokio::time::Instant;
 
 /// A cluster's health-check client, in the cluster's protocol. Cheap to clone; not `Send`.
 #[derive(Clone)]
@@ -61,12 +62,14 @@ impl HealthClient {
         if let Ok(host) = HeaderValue::from_str(&backend.to_string()) {
             request.headers_mut().insert(header::HOST, host);
         }
-        let (response, hold) = self.0.send(backend, request).await.map_err(|e| {
-            match std::error::Error::source(&e) {
+        let (response, hold) = self
+            .0
+            .send(backend, request, Instant::now())
+            .await
+            .map_err(|e| match std::error::Error::source(&e) {
                 Some(cause) => format!("{e}: {cause}"),
                 None => e.to_string(),
-            }
-        })?;
+            })?;
         let status = response.status().as_u16();
         response
             .into_body()
@@ -74,7 +77,7 @@ impl HealthClient {
             .await
             .map_err(|e| e.to_string())?;
         match hold {
-            Hold::Lease(lease) => lease.release(),
+            Hold::Lease(lease) => lease.release(Instant::now()),
             // Its slot frees the stream on drop.
             Hold::Stream(_) => {}
         }

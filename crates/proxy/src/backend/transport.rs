@@ -10,6 +10,7 @@ use crate::backend::{
 use http::{header, uri::Authority, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use std::{net::SocketAddr, pin::pin};
+use tokio::time::Instant;
 
 /// A worker's client toward one cluster's backends, in the cluster's protocol.
 #[derive(Clone)]
@@ -29,16 +30,18 @@ pub(crate) enum Hold {
 }
 
 impl Transport {
-    /// Sends `request`, built for HTTP/1.1 (origin-form target, `Host` set), in this protocol.
+    /// Sends `request`, built for HTTP/1.1 (origin-form target, `Host` set), in this protocol, for an
+    /// attempt that started at `now`.
     pub(crate) async fn send(
         &self,
         backend: SocketAddr,
         request: Request<UpstreamBody>,
+        now: Instant,
     ) -> Result<(Response<Incoming>, Hold), UpstreamError> {
         match self {
             Self::Http1(client) => {
                 // Pinned where built: awaited by value, the future (about a kilobyte) would be copied.
-                let (response, lease) = pin!(client.send(backend, request)).await?;
+                let (response, lease) = pin!(client.send(backend, request, now)).await?;
                 Ok((response, Hold::Lease(lease)))
             }
             Self::H2(client) => {

@@ -94,6 +94,9 @@ pub(crate) async fn send(
     let resendable = resendable(prepared);
     let h2 = matches!(cluster.client(), Transport::H2(_));
     let mut resends = 0;
+    // When this send starts: the attempt's start, then each resend's. The pool and the head's
+    // deadline take this reading rather than one each.
+    let mut sent = completion.started();
     let error = loop {
         let request = upstream_request(&prepared.parts, &authority, body, headers.take());
         let upload = prepared.source.upload().cloned();
@@ -102,8 +105,8 @@ pub(crate) async fn send(
         // pool's future without the transport's around it: one layer less per attempt.
         let unanswered = match cluster.client() {
             Transport::Http1(client) => {
-                let response = pin!(client.send(backend, request));
-                match head_deadline(cluster, response, upload).await {
+                let response = pin!(client.send(backend, request, sent));
+                match head_deadline(cluster, response, upload, sent).await {
                     Ok(Ok((response, lease))) => {
                         completion.lend(Hold::Lease(lease));
                         return Ok((response, completion));
@@ -113,8 +116,8 @@ pub(crate) async fn send(
                 }
             }
             transport => {
-                let response = pin!(transport.send(backend, request));
-                match head_deadline(cluster, response, upload).await {
+                let response = pin!(transport.send(backend, request, sent));
+                match head_deadline(cluster, response, upload, sent).await {
                     Ok(Ok((response, hold))) => {
                         completion.lend(hold);
                         return Ok((response, completion));
@@ -142,6 +145,7 @@ pub(crate) async fn send(
                     match prepared.source.attempt() {
                         Some(again) => {
                             body = again;
+                            sent = Instant::now();
                             continue;
                         }
                         None => ProxyError::upstream(ErrorKind::BadGateway, backend, error),
@@ -185,12 +189,13 @@ pin_project! {
     /// limit after the last progress of an upload.)
     ///
     /// Its timer is one of the cluster's spares ([`SpareTimers`]), taken when the head is first waited
-    /// for and handed back when the wait ends.
+    /// for (set to `limit` after `sent`) and handed back when the wait ends.
     struct HeadDeadline<'a, F> {
         #[pin]
         response: F,
         spare: &'a SpareTimers,
         timer: Option<Pin<Box<Sleep>>>,
+        sent: Instant,
         limit: Duration,
         upload: Option<Arc<Upload>>,
         frames: u64,
@@ -206,27 +211,30 @@ pin_project! {
     }
 }
 
-/// The wait for `response`'s head, bounded as `cluster`'s `timeouts.response_headers` says.
+/// The wait for `response`'s head, sent at `sent`, bounded as `cluster`'s `timeouts.response_headers`
+/// says.
 fn head_deadline<'a, F>(
     cluster: &'a Cluster,
     response: F,
     upload: Option<Arc<Upload>>,
+    sent: Instant,
 ) -> HeadDeadline<'a, F> {
     let limit = cluster.response_timeout();
-    HeadDeadline::new(response, &cluster.spare_timers, limit, upload)
+    HeadDeadline::new(response, &cluster.spare_timers, (sent, limit), upload)
 }
 
 impl<'a, F> HeadDeadline<'a, F> {
     fn new(
         response: F,
         spare: &'a SpareTimers,
-        limit: Duration,
+        (sent, limit): (Instant, Duration),
         upload: Option<Arc<Upload>>,
     ) -> Self {
         Self {
             response,
             spare,
             timer: None,
+            sent,
             limit,
             upload,
             frames: 0,
@@ -243,8 +251,8 @@ impl<F: Future> Future for HeadDeadline<'_, F> {
             return Poll::Ready(Ok(output));
         }
         let limit = *this.limit;
-        let spare = *this.spare;
-        let timer = (this.timer).get_or_insert_with(|| spare.take(Instant::now() + limit));
+        let (spare, sent) = (*this.spare, *this.sent);
+        let timer = (this.timer).get_or_insert_with(|| spare.take(sent + limit));
         loop {
             ready!(timer.as_mut().poll(cx));
             let moving = this.upload.as_ref().is_some_and(|upload| {
