@@ -28,8 +28,8 @@
 //!   (plain, or TLS with the cluster's `tls:`: `backend/connect.rs` is the seam), outlier ejection and
 //!   request bodies. Nothing is shared with another worker.
 //! - **`telemetry/`**: metric cells and their Prometheus text, the status page, the access log.
-//! - leaves: errors, header rules, the peer, request ids, stall timers, tunnels, the control plane's
-//!   [`view`].
+//! - leaves: errors, header rules, the peer, request ids, stall timers, tunnels, the heap slots a
+//!   worker keeps for what it boxes per request (`spare.rs`), the control plane's [`view`].
 //!
 //! Between requests the worker applies what its control plane publishes ([`view`]): a reloaded config
 //! ([`WorkerProxy::reload`]), host names resolved again ([`WorkerProxy::apply_names`]: membership changes
@@ -62,6 +62,7 @@ mod peer;
 mod request_id;
 mod stall;
 mod tunnel;
+mod spare;
 pub mod view;
 
 #[cfg(test)]

@@ -1,6 +1,10 @@
 //! The access-log record of one request, written once when its response is finished.
 
-use crate::{peer::Client, telemetry::upload::Received};
+use crate::{
+    peer::Client,
+    spare::{self, SpareBoxes},
+    telemetry::upload::Received,
+};
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, Version};
 use std::{
     borrow::Cow,
@@ -98,63 +102,14 @@ impl AccessLog {
             grpc_status: None,
             written: false,
         };
-        Some(match spare_record() {
-            Some(spare) => Box::write(spare, record),
-            None => Box::new(record),
-        })
+        Some(spare::boxed(&SPARE_RECORDS, record))
     }
 }
 
 thread_local! {
-    /// The boxes of finished records (their contents dropped), for this thread's next requests: a
-    /// record's allocation and free cost about 140 instructions per request.
-    // The boxes are the point: their allocations are what is reused.
-    #[allow(clippy::vec_box)]
-    static SPARE_RECORDS: RefCell<Vec<SpareRecord>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A finished record's box, its contents dropped.
-type SpareRecord = Box<MaybeUninit<AccessLog>>;
-
-/// Boxes kept per thread: more than a worker has requests in flight at once, mostly.
-const SPARE_RECORDS_KEPT: usize = 64;
-
-fn spare_record() -> Option<SpareRecord> {
-    SPARE_RECORDS
-        .try_with(|spare| spare.try_borrow_mut().ok()?.pop())
-        .ok()
-        .flatten()
-}
-
-/// Drops a finished record's contents now and keeps its box for a next request (unless enough are).
-fn recycle(record: Box<AccessLog>) {
-    let kept = SPARE_RECORDS.try_with(|spare| {
-        let Ok(mut spare) = spare.try_borrow_mut() else {
-            return false;
-        };
-        if spare.len() >= SPARE_RECORDS_KEPT {
-            return false;
-        }
-        spare.reserve(SPARE_RECORDS_KEPT);
-        true
-    });
-    if kept != Ok(true) {
-        return;
-    }
-    let raw = Box::into_raw(record);
-    // SAFETY: `raw` is the pointer of a live record's box, which it owned: the record is dropped in
-    // place once, and its allocation (a `MaybeUninit<AccessLog>`'s layout is an `AccessLog`'s) is
-    // owned again by a box whose contents are never read before `Box::write` fills them.
-    #[allow(unsafe_code)]
-    let emptied = unsafe {
-        std::ptr::drop_in_place(raw);
-        Box::from_raw(raw.cast::<MaybeUninit<AccessLog>>())
-    };
-    let _ = SPARE_RECORDS.try_with(|spare| {
-        if let Ok(mut spare) = spare.try_borrow_mut() {
-            spare.push(emptied);
-        }
-    });
+    /// The boxes of finished records, for this thread's next requests (more than a worker has
+    /// requests in flight at once, mostly).
+    static SPARE_RECORDS: SpareBoxes<AccessLog> = const { SpareBoxes::new(64) };
 }
 
 /// The first `Host` and `User-Agent` values, as `HeaderMap::get` finds them: in one walk over a short
@@ -239,7 +194,7 @@ impl AccessLog {
     pub(crate) fn finish(mut self: Box<Self>, duration: Duration, backend_text: &str) {
         self.write(duration, Some(backend_text));
         self.written = true;
-        recycle(self);
+        spare::recycle(&SPARE_RECORDS, self);
     }
 
     fn write(&self, duration: Duration, backend_text: Option<&str>) {
@@ -1265,20 +1220,13 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_record_s_box_is_kept_emptied_for_the_next_and_only_so_many() {
-        let first = Box::new(record(10));
+    fn a_finished_record_s_box_is_the_next_record_s() {
+        let first = spare::boxed(&SPARE_RECORDS, record(10));
         let address: *const AccessLog = &*first;
-        recycle(first);
-        let spare = spare_record().expect("the box kept");
-        let reused = Box::write(spare, record(20));
-        assert!(std::ptr::eq(&*reused, address), "the same allocation");
-        assert_eq!(reused.user_agent.as_ref().map(HeaderValue::len), Some(20));
-        assert!(spare_record().is_none(), "one box, taken");
-        for _ in 0..SPARE_RECORDS_KEPT + 10 {
-            recycle(Box::new(record(10)));
-        }
-        let kept = std::iter::from_fn(spare_record).count();
-        assert_eq!(kept, SPARE_RECORDS_KEPT);
+        first.finish(Duration::from_millis(1), "127.0.0.1:9");
+        let next = spare::boxed(&SPARE_RECORDS, record(20));
+        assert!(std::ptr::eq(&*next, address), "the same allocation");
+        assert_eq!(next.user_agent.as_ref().map(HeaderValue::len), Some(20));
     }
 
     #[test]
