@@ -9,6 +9,9 @@
 #   OFFSET=100 benches/instructions.sh       moves every port by 100 (two measurements at once)
 #   NO_BUILD=1 benches/instructions.sh      uses the release binaries as they are (a build of another
 #                                           profile holds cargo's lock on target/)
+#   PACE_MS=50 benches/instructions.sh       each of wrk's 8 connections waits 50 ms after each response
+#                                           (about 150 requests/s): the cost per request at a low rate,
+#                                           where each request wakes the proxy on its own
 #   KEEP=/tmp/profiles benches/instructions.sh
 #                                           keeps each run's callgrind output there (PROXY-log-on.out), for
 #                                           callgrind_annotate --inclusive=yes to say where the instructions go
@@ -67,7 +70,7 @@ count() { # proxy log
     echo "callgrind_control could not zero process $pid ($1): is it running under callgrind?" >&2
     return 1
   fi
-  requests=$(wrk -t1 -c8 -d"$SECS" "$url" | awk '/requests in/ {print $1}')
+  requests=$(wrk -t1 -c8 -d"$SECS" ${PACE_MS:+-s "$WORK/paced.lua"} "$url" | awk '/requests in/ {print $1}')
   kill "$pid" 2>/dev/null || true
   while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
   total=$(callgrind_annotate "$COUNTS"/callgrind.out.* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
@@ -77,7 +80,10 @@ count() { # proxy log
   printf '  %-8s log %-3s %8d requests  %7d instructions/request\n' "$1" "$2" "$requests" $((total / requests))
 }
 
-echo "== user-space instructions per request (callgrind, wrk -c8, ${SECS} s counted)"
+if [ -n "${PACE_MS:-}" ]; then
+  echo "function delay() return $PACE_MS end" >"$WORK/paced.lua"
+fi
+echo "== user-space instructions per request (callgrind, wrk -c8${PACE_MS:+ pausing $PACE_MS ms after each response}, ${SECS} s counted)"
 for log in off on; do
   write_configs "$log"
   # nginx serves in its master process (the same request path as its worker): callgrind_control cannot
