@@ -78,7 +78,9 @@ impl RouteIndex {
     /// dot) may take, in the table's order.
     pub(crate) fn candidates(&self, host: Option<&str>) -> Candidates<'_> {
         let mut lists: [&[u32]; 3] = [&[], &[], &self.others];
-        if let Some(host) = host {
+        // A table with no route by host (many have none) has nothing to look a host up in.
+        let by_host = !(self.by_host.is_empty() && self.by_suffix.is_empty());
+        if let Some(host) = host.filter(|_| by_host) {
             let name = path::without_root_dot(strip_port(host));
             let lowercased;
             let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -205,6 +207,14 @@ mod tests {
         assert_eq!(of(Some("web.example.com")), [0, 2, 3, 5]);
         assert_eq!(of(Some("other.test")), [2, 5]);
         assert_eq!(of(None), [2, 5]);
+    }
+
+    #[test]
+    fn a_table_without_host_routes_gives_every_host_its_routes_in_order() {
+        let index = index("  - { match: { path_prefix: /x }, cluster: a }\n  - { cluster: a }\n");
+        for host in [Some("API.example.com.:8080"), Some("[::1]:80"), Some(""), None] {
+            assert_eq!(index.candidates(host).collect::<Vec<_>>(), [0, 1], "{host:?}");
+        }
     }
 
     #[test]
