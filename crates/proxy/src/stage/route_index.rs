@@ -212,8 +212,17 @@ mod tests {
     #[test]
     fn a_table_without_host_routes_gives_every_host_its_routes_in_order() {
         let index = index("  - { match: { path_prefix: /x }, cluster: a }\n  - { cluster: a }\n");
-        for host in [Some("API.example.com.:8080"), Some("[::1]:80"), Some(""), None] {
-            assert_eq!(index.candidates(host).collect::<Vec<_>>(), [0, 1], "{host:?}");
+        for host in [
+            Some("API.example.com.:8080"),
+            Some("[::1]:80"),
+            Some(""),
+            None,
+        ] {
+            assert_eq!(
+                index.candidates(host).collect::<Vec<_>>(),
+                [0, 1],
+                "{host:?}"
+            );
         }
     }
 
