@@ -220,14 +220,15 @@ fn head_deadline<'a, F>(
     sent: Instant,
 ) -> HeadDeadline<'a, F> {
     let limit = cluster.response_timeout();
-    HeadDeadline::new(response, &cluster.spare_timers, (sent, limit), upload)
+    HeadDeadline::new(response, &cluster.spare_timers, sent, limit, upload)
 }
 
 impl<'a, F> HeadDeadline<'a, F> {
     fn new(
         response: F,
         spare: &'a SpareTimers,
-        (sent, limit): (Instant, Duration),
+        sent: Instant,
+        limit: Duration,
         upload: Option<Arc<Upload>>,
     ) -> Self {
         Self {
