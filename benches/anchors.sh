@@ -10,6 +10,8 @@
 #   bare     (only when asked for, e.g. PROXIES="duet bare haproxy nginx") the calibration proxy of #11:
 #            hyper 1.x and nothing else (crates/proxy/examples/bare_hyper.rs: round robin, no header
 #            rules, limits, retries, metrics or log): what hyper and the kernel cost before duet adds anything
+# DUET_POLICY and DUET_ATTEMPTS change duet's policy (default p2c_peak_ewma) and attempts (default 3),
+# to count what a feature costs (benches/instructions.sh: DUET_ATTEMPTS=1 DUET_POLICY=p2c_inflight ...).
 # OFFSET moves every port (proxies and default backends) by that much, so two measurements can run at once.
 OFFSET=${OFFSET:-0}
 LAUNCH=${LAUNCH:-taskset -c 0}
@@ -34,9 +36,9 @@ routes:
     cluster: app
 clusters:
   - name: app
-    policy: p2c_peak_ewma
+    policy: ${DUET_POLICY:-p2c_peak_ewma}
     backends: [ $duet_backends ]
-    retries: { attempts: 3, budget_percent: 20%, min_retries_per_second: 10 }
+    retries: { attempts: ${DUET_ATTEMPTS:-3}, budget_percent: 20%, min_retries_per_second: 10 }
 YAML
   mkdir -p "$WORK/nginx/logs"
   local nginx_log="access_log off;"

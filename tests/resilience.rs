@@ -401,6 +401,57 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
 }
 
 #[test]
+fn a_get_retried_after_its_backend_hung_up_carries_every_header_the_client_sent() {
+    // The first attempt takes the request's header map to the backend that hangs up; the retry's
+    // headers are rebuilt from the fields kept for it (`header_copy.rs`): all of them, repeated
+    // ones in their order, and the same request id.
+    let good = Backend::start(BackendOptions::named("good")).expect("good");
+    let closer = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("closer");
+    let settings = [("outlier_detection", "{ consecutive_failures: 0 }")];
+    let duet = Duet::start_with(
+        &cluster_yaml(
+            1,
+            "round_robin",
+            &[closer.address(), good.address()],
+            &settings,
+        ),
+        "warn,duet::cli=info",
+    );
+    let request =
+        b"GET /page?q=1 HTTP/1.1\r\nHost: shop.example\r\nX-Multi: one\r\nCookie: a=1\r\n\
+        X-Multi: two\r\nAccept: text/html\r\nConnection: close\r\n\r\n";
+    for _ in 0..6 {
+        let (response, _) = raw_exchange(duet.address, request, Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    assert!(
+        closer.requests() >= 1,
+        "some GETs met the closer first, and were retried"
+    );
+    let recorded = good.recorded();
+    assert_eq!(
+        recorded.len(),
+        6,
+        "and every GET was served by the good backend"
+    );
+    let request_ids: std::collections::HashSet<_> = recorded
+        .iter()
+        .map(|seen| seen.headers["x-request-id"].clone())
+        .collect();
+    assert_eq!(request_ids.len(), 6, "one request id each");
+    for seen in &recorded {
+        assert_eq!(seen.uri, "/page?q=1");
+        assert_eq!(seen.headers["host"], "shop.example");
+        let multi: Vec<_> = seen.headers.get_all("x-multi").iter().collect();
+        assert_eq!(multi, ["one", "two"], "repeated fields, in order");
+        assert_eq!(seen.headers["cookie"], "a=1");
+        assert_eq!(seen.headers["accept"], "text/html");
+        assert_eq!(seen.headers.get_all("x-forwarded-for").iter().count(), 1);
+        assert!(seen.headers.get("connection").is_none(), "hop-by-hop");
+    }
+}
+
+#[test]
 fn when_health_checks_fail_everywhere_panic_mode_still_serves() {
     // The checks ask for a status the backends never give: every backend is "unhealthy". Below the panic
     // threshold duet balances over all of them instead of answering 503 to everything.

@@ -4,9 +4,9 @@
 
 use crate::{
     attempt::completion::Completion, backend::request_body::BodySource, error::ProxyError,
-    telemetry::access_log::AccessLog, tunnel::PendingTunnel,
+    header_copy::HeaderCopy, telemetry::access_log::AccessLog, tunnel::PendingTunnel,
 };
-use http::{request::Parts, HeaderValue, Response};
+use http::{request::Parts, HeaderMap, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::{
     cell::{Cell, RefCell},
@@ -15,12 +15,55 @@ use std::{
 
 /// A request ready to be sent to any backend of its cluster, as often as retries need.
 pub(crate) struct Prepared {
-    /// Method, target, version and the rewritten headers.
+    /// Method, target, version and the rewritten headers. The headers are empty once an attempt has
+    /// taken them ([`Prepared::lend_headers`], [`Prepared::take_headers`]): read them before, or ask
+    /// [`Prepared::attempt_headers`].
     pub(crate) parts: Parts,
     /// The body each attempt gets.
     pub(crate) source: BodySource,
     /// The protocol upgrade the request asks for, if duet tunnels it.
     pub(crate) upgrade: Option<Upgrade>,
+    /// The headers' fields, kept when an attempt that may be followed by another took the map.
+    lent: Option<HeaderCopy>,
+}
+
+impl Prepared {
+    pub(crate) fn new(parts: Parts, source: BodySource, upgrade: Option<Upgrade>) -> Self {
+        Self {
+            parts,
+            source,
+            upgrade,
+            lent: None,
+        }
+    }
+
+    /// The headers for an attempt that another may follow: the map itself the first time (its fields
+    /// kept), rebuilt from those fields after.
+    pub(crate) fn lend_headers(&mut self) -> HeaderMap {
+        match &self.lent {
+            Some(copy) => copy.to_map(),
+            None => {
+                self.lent = Some(HeaderCopy::of(&self.parts.headers));
+                std::mem::take(&mut self.parts.headers)
+            }
+        }
+    }
+
+    /// The headers for the last attempt, which nothing follows: nothing kept.
+    pub(crate) fn take_headers(&mut self) -> HeaderMap {
+        match self.lent.take() {
+            Some(copy) => copy.to_map(),
+            None => std::mem::take(&mut self.parts.headers),
+        }
+    }
+
+    /// A copy of the headers, for an attempt that cannot take them (a hedge, a resend).
+    pub(crate) fn attempt_headers(&self) -> HeaderMap {
+        match &self.lent {
+            Some(copy) => copy.to_map(),
+            None => self.parts.headers.clone(),
+        }
+    }
 }
 
 /// A protocol upgrade the request asks for. The client's side of the tunnel is the connection itself,
@@ -80,5 +123,50 @@ impl InService {
 impl Drop for InService {
     fn drop(&mut self) {
         self.0.in_service.set(self.0.in_service.get() - 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared() -> Prepared {
+        let (parts, ()) = http::Request::get("/")
+            .header("host", "example.com")
+            .header("cookie", "a=1")
+            .header("x-request-id", "abc")
+            .header("cookie", "b=2")
+            .body(())
+            .expect("request")
+            .into_parts();
+        Prepared::new(parts, BodySource::Empty, None)
+    }
+
+    fn fields(headers: &HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_attempt_gets_the_same_headers_whether_lent_taken_or_copied() {
+        let mut request = prepared();
+        let original = fields(&request.parts.headers);
+        assert_eq!(original.len(), 4);
+
+        // The first attempt takes the map itself; the fields stay for the next ones.
+        let first = request.lend_headers();
+        assert_eq!(fields(&first), original);
+        assert!(request.parts.headers.is_empty(), "moved, not copied");
+        // A resend or a hedge while it is out, a retry after it, and the last attempt.
+        assert_eq!(fields(&request.attempt_headers()), original);
+        assert_eq!(fields(&request.lend_headers()), original);
+        assert_eq!(fields(&request.take_headers()), original);
+
+        // A single attempt that nothing follows moves the map and keeps nothing.
+        let mut single = prepared();
+        assert_eq!(fields(&single.take_headers()), original);
+        assert!(single.lent.is_none());
     }
 }

@@ -58,6 +58,7 @@ mod outcome;
 mod grpc;
 mod error;
 mod headers;
+mod header_copy;
 mod peer;
 mod request_id;
 mod stall;

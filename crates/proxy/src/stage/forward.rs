@@ -36,8 +36,8 @@ const MAX_RESENDS: u32 = 3;
 pub(crate) type Picked = (SocketAddr, Upstream, LoadGuard);
 
 /// Sends `prepared` to a backend of `cluster` not in `tried`, counted as that backend's load until the
-/// returned [`Completion`] settles. `last` says this is the last attempt, so the headers can be moved
-/// instead of copied.
+/// returned [`Completion`] settles. `last` says this is the last attempt, so the headers need not be kept
+/// for another.
 pub(crate) async fn forward(
     cluster: &Rc<Cluster>,
     prepared: &mut Prepared,
@@ -45,12 +45,11 @@ pub(crate) async fn forward(
     last: bool,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
     let (picked, body, headers) = begin(cluster, prepared, tried, last)?;
-    send(cluster, prepared, picked, body, headers).await
+    send(cluster, prepared, picked, body, Some(headers)).await
 }
 
-/// What [`send`] takes for one attempt: the backend picked, the body, and the headers when they were
-/// moved out of the prepared request (the last attempt).
-pub(crate) type Begun = (Picked, UpstreamBody, Option<HeaderMap>);
+/// What [`send`] takes for one attempt: the backend picked, the body, and the headers.
+pub(crate) type Begun = (Picked, UpstreamBody, HeaderMap);
 
 /// The part of [`forward`] that does not wait: a backend of `cluster` not in `tried` picked, and the
 /// attempt's body and headers. A caller that awaits [`send`] itself keeps one future layer (and its
@@ -69,10 +68,14 @@ pub(crate) fn begin(
     };
     // A request that may meet the keep-alive close race is sent again to the same backend (as one
     // attempt, one unit of load): only when RFC 9110 lets a client resend it unasked (idempotent) and
-    // its body can be sent again, so its headers are copied even for the last attempt.
+    // its body can be sent again, so its headers are kept even for the last attempt.
     // An h2 stream the backend refused (GOAWAY) is sent again the same way.
     let keep = resendable(prepared) || matches!(cluster.client(), Transport::H2(_));
-    let headers = (last && !keep).then(|| std::mem::take(&mut prepared.parts.headers));
+    let headers = if last && !keep {
+        prepared.take_headers()
+    } else {
+        prepared.lend_headers()
+    };
     Ok((picked, body, headers))
 }
 
@@ -81,8 +84,8 @@ fn resendable(prepared: &Prepared) -> bool {
     prepared.parts.method.is_idempotent() && prepared.source.replayable()
 }
 
-/// Sends `prepared` with `body` to the backend `picked` for it: with `headers` when the caller moved
-/// them out (the last attempt), else with a copy of the prepared ones.
+/// Sends `prepared` with `body` to the backend `picked` for it: with `headers` when the caller took
+/// them ([`begin`]), else (a hedge) with a copy of the prepared ones; a resend gets a copy too.
 pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     prepared: &Prepared,
@@ -98,7 +101,8 @@ pub(crate) async fn send(
     // deadline take this reading rather than one each.
     let mut sent = completion.started();
     let error = loop {
-        let request = upstream_request(&prepared.parts, &authority, body, headers.take());
+        let headers = headers.take().unwrap_or_else(|| prepared.attempt_headers());
+        let request = upstream_request(&prepared.parts, &authority, body, headers);
         let upload = prepared.source.upload().cloned();
         // Each future is pinned where it is built: moved into the deadline by value, it (over a
         // kilobyte) would be copied twice more per attempt. HTTP/1.1 (most clusters) awaits the
@@ -320,13 +324,12 @@ fn local_fault(error: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
 }
 
 /// The request for one attempt: the client's method and origin-form target over HTTP/1.1, with `Host`
-/// (an HTTP/1.0 client may have sent none: then the backend's address). The last attempt brings the
-/// headers it moved out of `parts`; earlier ones copy them.
+/// (an HTTP/1.0 client may have sent none: then the backend's address), and `headers`.
 fn upstream_request(
     parts: &Parts,
     authority: &Authority,
     body: UpstreamBody,
-    headers: Option<HeaderMap>,
+    headers: HeaderMap,
 ) -> Request<UpstreamBody> {
     let mut request = Request::new(body);
     *request.uri_mut() = parts
@@ -335,7 +338,7 @@ fn upstream_request(
         .map_or_else(|| Uri::from_static("/"), |target| Uri::from(target.clone()));
     *request.method_mut() = parts.method.clone();
     *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = headers.unwrap_or_else(|| parts.headers.clone());
+    *request.headers_mut() = headers;
     if !crate::headers::has(request.headers(), &header::HOST) {
         if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
             request.headers_mut().insert(header::HOST, host);
@@ -400,18 +403,17 @@ mod tests {
         let authority = Authority::from_static("10.0.0.1:8080");
         let mut absolute = parts("http://example.com/a/b?c=d", Some("example.com"));
         absolute.version = Version::HTTP_10;
-        let request = upstream_request(&absolute, &authority, UpstreamBody::Empty, None);
+        let headers = absolute.headers.clone();
+        let request = upstream_request(&absolute, &authority, UpstreamBody::Empty, headers);
         assert_eq!(request.uri(), "/a/b?c=d");
         assert_eq!(request.version(), Version::HTTP_11);
         assert_eq!(request.headers()[header::HOST], "example.com");
-        // Not the last attempt: the headers were copied, so the next attempt has them too.
-        assert_eq!(absolute.headers["x-kept"], "1");
+        assert_eq!(request.headers()["x-kept"], "1");
 
-        // An HTTP/1.0 request without Host gets the backend's address; the last attempt moves the
-        // headers out.
+        // An HTTP/1.0 request without Host gets the backend's address.
         let mut bare = parts("/x", None);
         let moved = std::mem::take(&mut bare.headers);
-        let request = upstream_request(&bare, &authority, UpstreamBody::Empty, Some(moved));
+        let request = upstream_request(&bare, &authority, UpstreamBody::Empty, moved);
         assert_eq!(request.headers()[header::HOST], "10.0.0.1:8080");
         assert_eq!(request.headers()["x-kept"], "1");
     }

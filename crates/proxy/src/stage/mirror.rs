@@ -112,12 +112,8 @@ fn copy(prepared: &Prepared, source: BodySource) -> Option<Prepared> {
         .version(parts.version)
         .body(())
         .ok()?;
-    *request.headers_mut() = parts.headers.clone();
-    Some(Prepared {
-        parts: request.into_parts().0,
-        source,
-        upgrade: None,
-    })
+    *request.headers_mut() = prepared.attempt_headers();
+    Some(Prepared::new(request.into_parts().0, source, None))
 }
 
 /// One attempt, its response read to the end and dropped: `sent` if the mirror answered.

@@ -72,11 +72,7 @@ pub(crate) fn prepare(
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
-            let prepared = Prepared {
-                parts,
-                source: BodySource::Empty,
-                upgrade,
-            };
+            let prepared = Prepared::new(parts, BodySource::Empty, upgrade);
             let trailer = seldom.trailer;
             return Ok(Preparing::Unread(Unread {
                 prepared,
@@ -89,11 +85,7 @@ pub(crate) fn prepare(
     if seldom.trailer && matches!(source, BodySource::Empty) {
         drop_trailer(&mut parts.headers);
     }
-    Ok(Preparing::Ready(Prepared {
-        parts,
-        source,
-        upgrade,
-    }))
+    Ok(Preparing::Ready(Prepared::new(parts, source, upgrade)))
 }
 
 /// A request prepared, or prepared but for a body to read in full first.

@@ -89,7 +89,13 @@ pub(crate) async fn send(
             None => match forward::begin(cluster, prepared, &tried, last) {
                 Err(error) => Err(error),
                 Ok((picked, body, headers)) => {
-                    let attempt = pin!(forward::send(cluster, prepared, picked, body, headers));
+                    let attempt = pin!(forward::send(
+                        cluster,
+                        prepared,
+                        picked,
+                        body,
+                        Some(headers)
+                    ));
                     match deadline {
                         None => attempt.await,
                         Some(deadline) => (tokio::time::timeout_at(deadline, attempt).await)
@@ -217,11 +223,7 @@ mod tests {
             .body(())
             .expect("request")
             .into_parts();
-        Prepared {
-            parts,
-            source: BodySource::Empty,
-            upgrade: None,
-        }
+        Prepared::new(parts, BodySource::Empty, None)
     }
 
     #[test]
