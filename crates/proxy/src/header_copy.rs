@@ -15,7 +15,7 @@ type Fields = Vec<(HeaderName, HeaderValue)>;
 /// Vectors given back, for this thread's next copies.
 const KEPT: usize = 64;
 
-/// A vector longer than this (a request with very many fields) is freed rather than kept.
+/// A vector with room for more fields than this (a request with very many) is freed rather than kept.
 const KEPT_CAPACITY: usize = 64;
 
 thread_local! {
@@ -47,7 +47,9 @@ impl HeaderCopy {
 
     /// A header map with the copied fields, in their order.
     pub(crate) fn to_map(&self) -> HeaderMap {
-        let mut headers = HeaderMap::with_capacity(self.fields.len());
+        // Sized for the fields but never failing: a name repeated past the index's limit (an HTTP/2
+        // head may carry tens of thousands of values) is legal, and a map grows for it as it goes.
+        let mut headers = HeaderMap::try_with_capacity(self.fields.len()).unwrap_or_default();
         for (name, value) in &self.fields {
             headers.append(name.clone(), value.clone());
         }
@@ -58,7 +60,7 @@ impl HeaderCopy {
 impl Drop for HeaderCopy {
     fn drop(&mut self) {
         let mut fields = std::mem::take(&mut self.fields);
-        if fields.capacity() > KEPT_CAPACITY {
+        if fields.capacity() == 0 || fields.capacity() > KEPT_CAPACITY {
             return;
         }
         fields.clear();
@@ -106,6 +108,18 @@ mod tests {
         assert_eq!(rebuilt.get_all("cookie").iter().count(), 2);
         // Rebuilt again for a third attempt: the copy is left whole.
         assert_eq!(wire(&copy.to_map()), wire(&original));
+    }
+
+    #[test]
+    fn a_name_repeated_past_the_index_limit_is_rebuilt_whole() {
+        // More values than `HeaderMap::with_capacity` accepts (it panics past 24,576): legal for one
+        // name, whose repeats take no index slot.
+        let mut original = HeaderMap::new();
+        for _ in 0..30_000 {
+            original.append("x-many", HeaderValue::from_static("1"));
+        }
+        let rebuilt = HeaderCopy::of(&original).to_map();
+        assert_eq!(rebuilt.get_all("x-many").iter().count(), 30_000);
     }
 
     #[test]
