@@ -197,6 +197,69 @@ fn a_body_over_the_buffer_gets_413_and_reaches_no_backend() {
 }
 
 #[test]
+fn a_client_writing_its_whole_body_before_reading_gets_the_early_answer() {
+    // Many clients write the whole request before they read (Python's http.client, Java's
+    // HttpURLConnection). Had duet closed with their body still arriving, its socket would have reset
+    // the connection: their next write fails, and the answer already waiting for them is never read.
+    // duet reads and drops the rest of the body after answering (a lingering close, as nginx's).
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&config(&[backend.address()], "{ body_read_timeout: 5s }"));
+    const SIZE: usize = 16 << 20;
+    let body = vec![b'x'; SIZE];
+    let cases = [
+        // Refused by its announced length, before a byte of it is read.
+        ("/upload/capped", format!("Content-Length: {SIZE}"), 413),
+        // Refused at the limit, the rest of its one chunk unread.
+        (
+            "/upload/capped",
+            "Transfer-Encoding: chunked".to_owned(),
+            413,
+        ),
+        // Answered by the backend before it read the body; the stream toward it stops.
+        ("/other", format!("Content-Length: {SIZE}"), 200),
+    ];
+    for (path, framing, status) in cases {
+        let mut stream = connect(&duet);
+        stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("write timeout");
+        let chunked = framing.starts_with("Transfer-Encoding");
+        let head = format!("POST {path} HTTP/1.1\r\nHost: a\r\n{framing}\r\n\r\n");
+        stream.write_all(head.as_bytes()).expect("head");
+        if chunked {
+            stream
+                .write_all(format!("{SIZE:x}\r\n").as_bytes())
+                .expect("size");
+        }
+        stream
+            .write_all(&body)
+            .unwrap_or_else(|e| panic!("{path}, {framing}: the whole body is taken in: {e}"));
+        if chunked {
+            stream.write_all(b"\r\n0\r\n\r\n").expect("last chunk");
+        }
+        let response = read_response(&mut stream, &mut Vec::new()).expect("response");
+        assert_eq!(
+            response.status(),
+            status,
+            "{path}, {framing}: {}",
+            response.head
+        );
+        if status == 413 {
+            assert!(
+                response
+                    .head
+                    .to_ascii_lowercase()
+                    .contains("connection: close"),
+                "the client is told the connection ends: {}",
+                response.head
+            );
+        }
+        let (_, closed) = read_until_closed(&mut stream, Duration::from_secs(5));
+        assert!(closed, "{path}, {framing}: then the connection closes");
+    }
+}
+
+#[test]
 fn a_client_below_the_upload_floor_gets_408_before_any_backend_sees_it() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
     let limits = "{ body_read_timeout: 5s, min_upload_rate: 1KiB/s, upload_rate_grace: 200ms }";

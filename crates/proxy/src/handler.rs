@@ -256,13 +256,15 @@ impl WorkerProxy {
         }
 
         let route = (routed.route, &state.filters);
+        // A body refused is left unread, and the connection closes after the answer.
+        let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         let mut prepared = match prepare::prepare(request, cluster, route, routed.host, client) {
             Ok(Preparing::Ready(prepared)) => prepared,
             Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
                 Ok(prepared) => prepared,
-                Err(error) => return Ok(refused(cluster, client, &error, log, grpc)),
+                Err(error) => return Ok(refused(cluster, client, &error, log, (grpc, closes))),
             },
-            Err(error) => return Ok(refused(cluster, client, &error, log, grpc)),
+            Err(error) => return Ok(refused(cluster, client, &error, log, (grpc, closes))),
         };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
         let hedging = table.hedging[routed.index].as_deref();
@@ -485,17 +487,27 @@ impl RouteState {
     }
 }
 
-/// The answer to a request the prepare stage refused, counted as its cluster's.
+/// The answer to a request the prepare stage refused, counted as its cluster's; `body_unread`: the
+/// request has a body duet did not read to its end (it refused it before or while reading it).
 fn refused(
     cluster: &Cluster,
     client: Client,
     error: &ProxyError,
     log: Option<Box<AccessLog>>,
-    grpc: bool,
+    (grpc, body_unread): (bool, bool),
 ) -> Response<ProxyBody> {
     tracing::debug!(client = %client.address, "{error}");
     cluster.counters.response(error.status().as_u16());
-    respond::cluster_error(cluster, error, log, grpc)
+    let mut response = respond::cluster_error(cluster, error, log, grpc);
+    if body_unread {
+        // What is left of the body is not read: the connection closes after the answer (hyper
+        // honours the field), and the client hears it rather than meeting the close.
+        let close = http::HeaderValue::from_static("close");
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, close);
+    }
+    response
 }
 
 /// Each route's mirroring state; a route that mirrors to the same cluster under the same name as in

@@ -12,5 +12,6 @@ pub(crate) mod parking;
 
 pub(crate) mod active;
 pub(crate) mod io;
+pub(crate) mod linger;
 pub(crate) mod head_timer;
 pub(crate) mod recycled;

@@ -5,6 +5,7 @@ use crate::{
         active::Active,
         head_timer::{ClientBody, HeadClock, WithClientBody},
         io::{ClientIo, Prefixed, SendTimeout},
+        linger::linger,
         parking::Parked,
         recycled::Recycler,
         shared::Shared,
@@ -214,9 +215,12 @@ async fn hyper_turn<IO: ClientIo>(
     let parts = match drive(http, turn, shutdown).await {
         Finished::Handed(parts) => parts,
         Finished::Done(parts) => {
-            // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN).
+            // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN), then read
+            // what the client is still sending, so that it can read the answer before the close.
+            let sending = !parts.read_buf.is_empty();
             let mut io = parts.io.into_inner();
             let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
+            linger(&mut io, sending).await;
             return false;
         }
         Finished::Failed => return false,
