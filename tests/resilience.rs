@@ -314,6 +314,18 @@ fn when_every_backend_fails_retries_stay_within_the_budget() {
     assert!(ratio > 1.05, "retries did happen: {ratio}");
 }
 
+/// duet balancing round robin over a backend that reads each request and hangs up, and a good one,
+/// never ejecting either.
+fn closer_and_good() -> (RawBackend, Backend, Duet) {
+    let good = Backend::start(BackendOptions::named("good")).expect("good");
+    let closer = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("closer");
+    let settings = [("outlier_detection", "{ consecutive_failures: 0 }")];
+    let backends = [closer.address(), good.address()];
+    let yaml = cluster_yaml(1, "round_robin", &backends, &settings);
+    let duet = Duet::start_with(&yaml, "warn,duet::cli=info");
+    (closer, good, duet)
+}
+
 #[test]
 fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
     // Never reached: the connection was refused. Any method may be retried, even a large streamed body.
@@ -346,17 +358,7 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
     assert_eq!(good.requests(), 10);
 
     // Reached: the backend read the request and hung up. A POST is not replayed; a GET is.
-    let good = Backend::start(BackendOptions::named("good")).expect("good");
-    let closer = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("closer");
-    let duet = Duet::start_with(
-        &cluster_yaml(
-            1,
-            "round_robin",
-            &[closer.address(), good.address()],
-            &settings,
-        ),
-        "warn,duet::cli=info",
-    );
+    let (closer, good, duet) = closer_and_good();
     let mut failed = 0;
     for _ in 0..10 {
         let (response, _) = raw_exchange(duet.address, b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello", Duration::from_secs(5));
@@ -403,20 +405,9 @@ fn a_post_that_failed_to_connect_is_retried_one_that_was_sent_is_not() {
 #[test]
 fn a_get_retried_after_its_backend_hung_up_carries_every_header_the_client_sent() {
     // The first attempt takes the request's header map to the backend that hangs up; the retry's
-    // headers are rebuilt from the fields kept for it (`header_copy.rs`): all of them, repeated
-    // ones in their order, and the same request id.
-    let good = Backend::start(BackendOptions::named("good")).expect("good");
-    let closer = RawBackend::start(Misbehaviour::CloseAfterRequest).expect("closer");
-    let settings = [("outlier_detection", "{ consecutive_failures: 0 }")];
-    let duet = Duet::start_with(
-        &cluster_yaml(
-            1,
-            "round_robin",
-            &[closer.address(), good.address()],
-            &settings,
-        ),
-        "warn,duet::cli=info",
-    );
+    // headers are rebuilt from the fields kept for it (`header_copy.rs`): all of them, repeated ones
+    // in their order.
+    let (closer, good, duet) = closer_and_good();
     let request =
         b"GET /page?q=1 HTTP/1.1\r\nHost: shop.example\r\nX-Multi: one\r\nCookie: a=1\r\n\
         X-Multi: two\r\nAccept: text/html\r\nConnection: close\r\n\r\n";
