@@ -232,6 +232,17 @@ fn the_mirror_gets_exact_copies_of_its_share_of_requests() {
         "the chunked body was not copied"
     );
     assert_eq!(counts("sampled"), [2.0, 0.0, 0.0, 0.0], "25% of 8");
+    // The copies' answers reach no client: not counted as passed to clients.
+    let passed = |cluster: &str| {
+        let labels = format!("cluster=\"{cluster}\"");
+        sum(
+            &crate::admin::get(admin, "/metrics"),
+            "duet_response_body_bytes_total",
+            &labels,
+        )
+    };
+    assert_eq!(passed("shadow"), 0.0);
+    assert_eq!(passed("app"), 11.0 * 3.0, "11 answers of `app`");
 }
 
 /// A mirror that never answers: every client still gets its response (while the copies hang), at

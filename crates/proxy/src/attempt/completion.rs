@@ -67,6 +67,9 @@ pub(crate) struct Settlement {
     /// then kept, unpooled, until the attempt settles).
     lease: Option<Hold>,
     upgraded: bool,
+    /// The response goes to no client (a mirror's copy, read and dropped): its bytes are not counted as
+    /// passed to clients.
+    dropped_response: bool,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
 }
@@ -120,12 +123,19 @@ impl Completion {
             log: None,
             lease: None,
             upgraded: false,
+            dropped_response: false,
             guard,
         };
         Self(ManuallyDrop::new(spare::boxed(
             &SPARE_SETTLEMENTS,
             settlement,
         )))
+    }
+
+    /// The response goes to no client (a mirror's): it is read and dropped, and its bytes are not
+    /// counted as passed to clients (`duet_response_body_bytes_total`).
+    pub(crate) fn drop_response(&mut self) {
+        self.dropped_response = true;
     }
 
     /// The response arrived on `lease`'s connection (or stream).
@@ -210,10 +220,10 @@ impl Completion {
 
     /// Response body bytes passed to the client.
     pub(crate) fn on_data(&mut self, bytes: usize) {
-        self.cluster
-            .counters
-            .bytes_sent
-            .fetch_add(bytes as u64, Relaxed);
+        if !self.dropped_response {
+            let sent = &self.cluster.counters.bytes_sent;
+            sent.fetch_add(bytes as u64, Relaxed);
+        }
         if let Some(log) = self.log.as_mut() {
             log.bytes += bytes as u64;
         }

@@ -122,6 +122,7 @@ async fn send(cluster: &Rc<Cluster>, mut copy: Prepared) -> usize {
         Ok((response, mut completion)) => {
             let (head, body) = response.into_parts();
             completion.on_head(&head);
+            completion.drop_response();
             // The body settles the attempt (load, latency, connection back to the pool) as it ends.
             let mut body = ProxyBody::upstream(body, completion);
             while let Some(Ok(_)) = body.frame().await {}
