@@ -217,10 +217,12 @@ async fn hyper_turn<IO: ClientIo>(
         Finished::Done(parts) => {
             // hyper has flushed; close our side properly (a TLS close_notify, a TCP FIN), then read
             // what the client is still sending, so that it can read the answer before the close.
+            // Only the socket is kept meanwhile: hyper's read buffer and the service go now.
             let sending = !parts.read_buf.is_empty();
             let mut io = parts.io.into_inner();
+            drop((parts.read_buf, parts.service));
             let _ = tokio::time::timeout(DRAIN_GRACE, io.shutdown()).await;
-            linger(&mut io, sending).await;
+            linger(&mut io, sending, shutdown).await;
             return false;
         }
         Finished::Failed => return false,

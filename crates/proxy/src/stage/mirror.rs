@@ -121,8 +121,8 @@ async fn send(cluster: &Rc<Cluster>, mut copy: Prepared) -> usize {
     match forward(cluster, &mut copy, &[], true).await {
         Ok((response, mut completion)) => {
             let (head, body) = response.into_parts();
-            completion.on_head(&head);
             completion.drop_response();
+            completion.on_head(&head);
             // The body settles the attempt (load, latency, connection back to the pool) as it ends.
             let mut body = ProxyBody::upstream(body, completion);
             while let Some(Ok(_)) = body.frame().await {}
