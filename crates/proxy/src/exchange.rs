@@ -129,6 +129,7 @@ impl Drop for InService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::header_copy::tests::wire as fields;
 
     fn prepared() -> Prepared {
         let (parts, ()) = http::Request::get("/")
@@ -140,13 +141,6 @@ mod tests {
             .expect("request")
             .into_parts();
         Prepared::new(parts, BodySource::Empty, None)
-    }
-
-    fn fields(headers: &HeaderMap) -> Vec<(String, String)> {
-        headers
-            .iter()
-            .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_owned()))
-            .collect()
     }
 
     #[test]

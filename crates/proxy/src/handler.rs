@@ -262,9 +262,9 @@ impl WorkerProxy {
             Ok(Preparing::Ready(prepared)) => prepared,
             Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
                 Ok(prepared) => prepared,
-                Err(error) => return Ok(refused(cluster, client, &error, log, (grpc, closes))),
+                Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
             },
-            Err(error) => return Ok(refused(cluster, client, &error, log, (grpc, closes))),
+            Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
         };
         self.start_mirror(&table, routed.route, routed.index, &prepared);
         let hedging = table.hedging[routed.index].as_deref();
@@ -494,7 +494,8 @@ fn refused(
     client: Client,
     error: &ProxyError,
     log: Option<Box<AccessLog>>,
-    (grpc, body_unread): (bool, bool),
+    grpc: bool,
+    body_unread: bool,
 ) -> Response<ProxyBody> {
     tracing::debug!(client = %client.address, "{error}");
     cluster.counters.response(error.status().as_u16());

@@ -75,7 +75,7 @@ impl Drop for HeaderCopy {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn map(fields: &[(&'static str, &'static str)]) -> HeaderMap {
@@ -86,7 +86,8 @@ mod tests {
         headers
     }
 
-    fn wire(headers: &HeaderMap) -> Vec<(String, String)> {
+    /// The fields of `headers` as text, in the order hyper writes them.
+    pub(crate) fn wire(headers: &HeaderMap) -> Vec<(String, String)> {
         headers
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_owned()))
