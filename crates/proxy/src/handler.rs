@@ -230,10 +230,8 @@ impl WorkerProxy {
             host: routed.host.as_ref(),
             client,
         };
-        match state.filters.on_request(&arrival, &mut log) {
-            Decision::Continue => {}
-            Decision::Answer(response) => return Ok(response),
-            Decision::Refuse(error) => return Ok(respond::error_response(&error, log, grpc)),
+        if let Some(answer) = answered(state, &arrival, &mut log, grpc) {
+            return Ok(answer);
         }
         let Some((index, timings)) = state.pick() else {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
@@ -242,7 +240,6 @@ impl WorkerProxy {
         if let Some(log) = log.as_mut() {
             log.cluster = Some(cluster.name.clone());
         }
-
         let (route, filters) = (routed.route, &state.filters);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
@@ -257,15 +254,8 @@ impl WorkerProxy {
             };
         filters.on_prepared(&prepared);
         let attempts = retry::RouteState { timings, filters };
-        let outcome = pin!(retry::send(
-            cluster,
-            route,
-            attempts,
-            &mut prepared,
-            started,
-            log
-        ))
-        .await;
+        let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
+        let outcome = pin!(sent).await;
         if outcome.is_err() {
             // No backend answered: the error response is the whole of it. (An answered request is
             // timed when its body ends, by its `Completion`.)
@@ -411,6 +401,21 @@ impl Table {
     fn route_named(&self, name: &str) -> Option<(&RouteState, &[Rc<Cluster>])> {
         let at = self.config.routes.iter().position(|r| r.name == name)?;
         Some((self.routes.get(at)?, &self.clusters[..]))
+    }
+}
+
+/// The request phase of the route's filters: duet's own answer if a filter answers or refuses the
+/// request.
+fn answered(
+    state: &RouteState,
+    arrival: &Arrival<'_>,
+    log: &mut Option<Box<AccessLog>>,
+    grpc: bool,
+) -> Option<Response<ProxyBody>> {
+    match state.filters.on_request(arrival, log) {
+        Decision::Continue => None,
+        Decision::Answer(response) => Some(response),
+        Decision::Refuse(error) => Some(respond::error_response(&error, log.take(), grpc)),
     }
 }
 
