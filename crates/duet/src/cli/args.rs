@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-/// duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker).
+/// duet: an HTTP/1.1 and HTTP/2 load balancer (power of two choices, one local view per worker).
 #[derive(Debug, Parser)]
 #[command(
     name = "duet",
