@@ -61,11 +61,8 @@ fn blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
                 block = Some((number + 2, wanted, String::new()));
             }
             None => {}
-            Some((first, wanted, body)) if fence == "```" => {
-                if wanted {
-                    found.push((first, body));
-                }
-            }
+            Some((first, true, body)) if fence == "```" => found.push((first, body)),
+            Some((_, false, _)) if fence == "```" => {}
             Some((first, wanted, mut body)) => {
                 body.push_str(line);
                 body.push('\n');
