@@ -48,7 +48,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
+    HealthCheck, HostPattern, Hsts, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
     OutlierDetection, PathMatch, PathRewrite, Pattern, Policy, Redirect, RedirectPath, Retries,
     Rewrite, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch,
     WeightedCluster, Workers,

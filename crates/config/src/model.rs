@@ -136,6 +136,34 @@ pub struct Route {
     /// Sends a request that waits too long for its first response head once more, to another backend
     /// (`hedge:`); `None` (the default): never.
     pub hedge: Option<crate::hedge::Hedge>,
+    /// `hsts:`: the `Strict-Transport-Security` field on responses to requests that came over TLS;
+    /// `None` (the default): none added.
+    pub hsts: Option<Hsts>,
+}
+
+/// `hsts:`: tells browsers to reach the route's host over HTTPS only, for `max_age` (RFC 6797).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hsts {
+    /// How long a browser remembers it (whole seconds on the wire).
+    pub max_age: std::time::Duration,
+    /// The subdomains of the host too.
+    pub include_subdomains: bool,
+    /// Asks to be listed in browsers' preload lists.
+    pub preload: bool,
+}
+
+impl std::fmt::Display for Hsts {
+    /// The field's value: `max-age=31536000; includeSubDomains; preload`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "max-age={}", self.max_age.as_secs())?;
+        if self.include_subdomains {
+            f.write_str("; includeSubDomains")?;
+        }
+        if self.preload {
+            f.write_str("; preload")?;
+        }
+        Ok(())
+    }
 }
 
 /// `mirror:`: a share of a route's requests copied to another cluster, whose answers are discarded.
@@ -193,6 +221,9 @@ impl Route {
         }
         if let Some(attempts) = self.retry_attempts {
             text.push_str(&format!(" retries {attempts}"));
+        }
+        if let Some(hsts) = &self.hsts {
+            text.push_str(&format!(" hsts {hsts}"));
         }
         text
     }

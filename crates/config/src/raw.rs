@@ -79,6 +79,8 @@ pub(crate) struct RawRoute {
     pub(crate) mirror: Option<Spanned<RawMirror>>,
     #[serde(default)]
     pub(crate) hedge: Option<Spanned<RawHedge>>,
+    #[serde(default)]
+    pub(crate) hsts: Option<Spanned<RawHsts>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
@@ -125,6 +127,17 @@ pub(crate) struct RawMirror {
     pub(crate) cluster: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) percent: Option<Spanned<Scalar>>,
+}
+
+/// `hsts: { max_age, include_subdomains, preload }`: each part left out takes its default.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawHsts {
+    #[serde(default)]
+    pub(crate) max_age: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) include_subdomains: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) preload: Option<Spanned<Scalar>>,
 }
 
 /// `hedge: { after, max_extra, methods }`: each part left out takes its default.
@@ -565,6 +578,7 @@ static ROUTE: Shape = Shape {
         ("retries", &leaf::<RawRouteRetries>()),
         ("mirror", &leaf::<RawMirror>()),
         ("hedge", &leaf::<RawHedge>()),
+        ("hsts", &leaf::<RawHsts>()),
     ],
 };
 static MATCH: Shape = Shape {

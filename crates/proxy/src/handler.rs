@@ -6,25 +6,23 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::{ConnectionState, InService, Prepared},
+    exchange::{ConnectionState, InService},
+    filter::phase::{Arrival, Build, Decision, WorkerShared},
     grpc,
     peer::Client,
     request_id::RequestIds,
-    stage::filters::Filters,
-    stage::hedge_state::RouteHedging,
-    stage::mirror::{self, MirrorsInFlight, RouteMirror},
+    route_state::RouteState,
     stage::prepare::{self, Preparing},
     stage::respond,
     stage::retry,
     stage::route,
     stage::route_index::RouteIndex,
-    stage::split::Splitter,
     telemetry::access_log::AccessLog,
-    telemetry::metrics::{MirrorCounts, Readiness, Registry, RouteTimings, WorkerCounters},
+    telemetry::metrics::{Readiness, Registry, WorkerCounters},
     telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
-use duet_config::{Action, Config, Route};
+use duet_config::Config;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{
@@ -45,7 +43,8 @@ pub struct WorkerProxy {
     registry: Option<(usize, Registry)>,
     readiness: Arc<Readiness>,
     ids: RequestIds,
-    mirrors_in_flight: MirrorsInFlight,
+    /// What the worker keeps for every route's filters, across reloads.
+    shared: WorkerShared,
 }
 
 struct Table {
@@ -55,10 +54,6 @@ struct Table {
     routes: Vec<RouteState>,
     /// `config.routes` by exact host, so a large table is not scanned per request.
     index: RouteIndex,
-    /// Each route's mirroring state (`None` for a route without `mirror:`), in `config.routes` order.
-    mirrors: Vec<Option<RouteMirror>>,
-    /// Each hedging route's delay and budget in this worker, in `config.routes` order.
-    hedging: Vec<Option<Rc<RouteHedging>>>,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
 }
@@ -97,7 +92,8 @@ impl WorkerProxy {
             .as_ref()
             .map_or_else(Default::default, |(_, r)| r.readiness_flags());
         let health = SharedHealth::default();
-        let table = Table::new(config, names, None, &health);
+        let shared = WorkerShared::default();
+        let table = Table::new(config, names, None, (&health, &shared));
         let proxy = Self {
             table: RefCell::new(Rc::new(table)),
             health,
@@ -105,7 +101,7 @@ impl WorkerProxy {
             registry,
             readiness,
             ids: RequestIds::new(),
-            mirrors_in_flight: MirrorsInFlight::default(),
+            shared,
         };
         proxy.publish_cells();
         proxy
@@ -131,23 +127,10 @@ impl WorkerProxy {
             return;
         };
         let table = self.table.borrow().clone();
-        let cells = table
-            .clusters
-            .iter()
-            .enumerate()
-            .map(|(index, cluster)| {
-                let mut cells = cluster.cells();
-                cells.routes = (table.routes.iter().flat_map(|route| &route.timings))
-                    .filter(|(to, _)| *to == index)
-                    .map(|(_, timings)| timings.clone())
-                    .collect();
-                cells.mirrors = (table.config.routes.iter().zip(&table.mirrors))
-                    .filter(|(route, _)| route.mirror.is_some_and(|m| m.cluster == index))
-                    .filter_map(|(_, state)| Some(state.as_ref()?.counts.clone()))
-                    .collect();
-                cells
-            })
-            .collect();
+        let mut cells: Vec<_> = table.clusters.iter().map(|c| c.cells()).collect();
+        for route in &table.routes {
+            route.publish(&mut cells);
+        }
         registry.publish(*index, cells);
         registry.publish_routes(*index, RouteCells::of(&table.config));
     }
@@ -158,7 +141,7 @@ impl WorkerProxy {
     /// on the table they started with.
     pub fn reload(&self, config: Arc<Config>, names: &ResolvedNames) {
         let old = self.table.borrow().clone();
-        let table = Table::new(config, names, Some(&old), &self.health);
+        let table = Table::new(config, names, Some(&old), (&self.health, &self.shared));
         for cluster in &table.clusters {
             cluster.resume();
         }
@@ -240,13 +223,18 @@ impl WorkerProxy {
             Ok(routed) => routed,
             Err(error) => return Ok(self.unrouted(&error, log, grpc)),
         };
-        if let Action::Redirect(redirect) = &routed.route.action {
-            let (matched, host) = (&routed.route.path, routed.host.as_ref());
-            return Ok(respond::redirect(
-                redirect, matched, &request, host, client.tls, log,
-            ));
-        }
         let state = &table.routes[routed.index];
+        let arrival = Arrival {
+            request: &request,
+            route: routed.route,
+            host: routed.host.as_ref(),
+            client,
+        };
+        match state.filters.on_request(&arrival, &mut log) {
+            Decision::Continue => {}
+            Decision::Answer(response) => return Ok(response),
+            Decision::Refuse(error) => return Ok(respond::error_response(&error, log, grpc)),
+        }
         let Some((index, timings)) = state.pick() else {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
         };
@@ -255,23 +243,23 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
 
-        let route = (routed.route, &state.filters);
+        let (route, filters) = (routed.route, &state.filters);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let mut prepared = match prepare::prepare(request, cluster, route, routed.host, client) {
-            Ok(Preparing::Ready(prepared)) => prepared,
-            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
-                Ok(prepared) => prepared,
+        let mut prepared =
+            match prepare::prepare(request, cluster, (route, filters), routed.host, client) {
+                Ok(Preparing::Ready(prepared)) => prepared,
+                Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
+                    Ok(prepared) => prepared,
+                    Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
+                },
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-            },
-            Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-        };
-        self.start_mirror(&table, routed.route, routed.index, &prepared);
-        let hedging = table.hedging[routed.index].as_deref();
-        let attempts = retry::RouteState { timings, hedging };
+            };
+        filters.on_prepared(&prepared);
+        let attempts = retry::RouteState { timings, filters };
         let outcome = pin!(retry::send(
             cluster,
-            routed.route,
+            route,
             attempts,
             &mut prepared,
             started,
@@ -286,8 +274,8 @@ impl WorkerProxy {
         let mut response = respond::respond(
             cluster,
             outcome,
-            (prepared.upgrade, &state.filters.response),
-            client.address,
+            (prepared.upgrade, filters),
+            &client,
             connection,
             grpc,
         );
@@ -321,25 +309,6 @@ impl WorkerProxy {
         } else {
             headers.insert(KEEP_ALIVE, table.keep_alive.clone());
         }
-    }
-
-    /// Copies the request to the route's mirror cluster, if it has one: never waited for.
-    fn start_mirror(&self, table: &Table, route: &Route, index: usize, prepared: &Prepared) {
-        let (Some(mirror), Some(Some(state))) = (&route.mirror, table.mirrors.get(index)) else {
-            return;
-        };
-        let Some(cluster) = table.clusters.get(mirror.cluster) else {
-            return;
-        };
-        let cap = table.config.limits.max_mirrors_in_flight;
-        mirror::mirror(
-            mirror,
-            state,
-            cluster,
-            &self.mirrors_in_flight,
-            cap,
-            prepared,
-        );
     }
 
     /// The answer to a request refused before routing, counted by why.
@@ -385,25 +354,20 @@ impl Table {
     }
 
     /// The table for `config`, taking over what `previous` clusters of the same name can hand on, and
-    /// the histograms of routes that keep their name and cluster.
+    /// what each route of the same name keeps (histograms, what its filters keep).
     fn new(
         config: Arc<Config>,
         names: &ResolvedNames,
         previous: Option<&Table>,
-        health: &SharedHealth,
+        (health, shared): (&SharedHealth, &WorkerShared),
     ) -> Self {
-        let routes = (config.routes.iter())
-            .map(|route| RouteState::new(route, &config.clusters, previous))
-            .collect();
-        let mirrors = mirror_states(&config, previous);
         let index = RouteIndex::new(&config.routes);
-        let hedging = hedging(&config, previous);
-        let previous = previous.map_or(&[][..], |old| &old.clusters[..]);
-        let clusters = config
+        let old_clusters = previous.map_or(&[][..], |old| &old.clusters[..]);
+        let clusters: Vec<Rc<Cluster>> = config
             .clusters
             .iter()
             .map(|cluster| {
-                let kept = previous.iter().find(|old| *old.name == *cluster.name);
+                let kept = old_clusters.iter().find(|old| *old.name == *cluster.name);
                 let built = Cluster::new(
                     cluster,
                     kept.map(|c| &**c),
@@ -413,6 +377,20 @@ impl Table {
                 );
                 built.name_backends(cluster, names);
                 Rc::new(built)
+            })
+            .collect();
+        let build = Build {
+            config: &config,
+            clusters: &clusters,
+            worker: shared,
+        };
+        let routes = (config.routes.iter())
+            .map(|route| {
+                RouteState::new(
+                    route,
+                    &build,
+                    previous.and_then(|old| old.route_named(&route.name)),
+                )
             })
             .collect();
         let keep_alive = http::HeaderValue::from_str(&format!(
@@ -425,65 +403,14 @@ impl Table {
             clusters,
             routes,
             index,
-            mirrors,
-            hedging,
             keep_alive,
         }
     }
-}
 
-/// What a worker keeps for one route: its split, its filters compiled, and the latency histograms of
-/// each cluster it sends to.
-struct RouteState {
-    /// The index of each cluster the route sends to, and its histograms for the route (the `cluster`
-    /// label of its series), in the order of the route's action.
-    timings: Vec<(usize, Arc<RouteTimings>)>,
-    /// The smooth weighted round robin of a split route.
-    split: Option<Splitter>,
-    filters: Filters,
-}
-
-impl RouteState {
-    /// The state of `route`, keeping the histograms `previous` had for the same route name and
-    /// cluster name, so that a reload does not reset their series.
-    fn new(route: &Route, clusters: &[duet_config::Cluster], previous: Option<&Table>) -> Self {
-        let name = |clusters: &[duet_config::Cluster], index: usize| {
-            clusters.get(index).map(|c| c.name.clone())
-        };
-        let kept = |index: usize| {
-            let old = previous?;
-            let (_, state) =
-                (old.config.routes.iter().zip(&old.routes)).find(|(r, _)| r.name == route.name)?;
-            let wanted = name(clusters, index);
-            (state.timings.iter())
-                .find(|(to, _)| name(&old.config.clusters, *to) == wanted)
-                .map(|(_, timings)| timings.clone())
-        };
-        let timings = (route.action.clusters())
-            .map(|index| {
-                let timings =
-                    kept(index).unwrap_or_else(|| Arc::new(RouteTimings::new(&route.name)));
-                (index, timings)
-            })
-            .collect();
-        let split = match &route.action {
-            Action::Split(split) => Some(Splitter::new(split)),
-            Action::Cluster(_) | Action::Redirect(_) => None,
-        };
-        Self {
-            timings,
-            split,
-            filters: Filters::new(route),
-        }
-    }
-
-    /// The cluster (its index) that takes this request, and the route's histograms for it; `None`
-    /// for a redirect route.
-    fn pick(&self) -> Option<(usize, &Arc<RouteTimings>)> {
-        let position = self.split.as_ref().map_or(0, Splitter::pick);
-        self.timings
-            .get(position)
-            .map(|(index, timings)| (*index, timings))
+    /// The state of the route named `name`, with the clusters its indexes refer to.
+    fn route_named(&self, name: &str) -> Option<(&RouteState, &[Rc<Cluster>])> {
+        let at = self.config.routes.iter().position(|r| r.name == name)?;
+        Some((self.routes.get(at)?, &self.clusters[..]))
     }
 }
 
@@ -509,47 +436,4 @@ fn refused(
             .insert(http::header::CONNECTION, close);
     }
     response
-}
-
-/// Each route's mirroring state; a route that mirrors to the same cluster under the same name as in
-/// `previous` keeps its counts.
-fn mirror_states(config: &Config, previous: Option<&Table>) -> Vec<Option<RouteMirror>> {
-    let mirror_cluster = |config: &Config, route: &Route| {
-        let mirror = route.mirror?;
-        Some(config.clusters.get(mirror.cluster)?.name.clone())
-    };
-    (config.routes.iter())
-        .map(|route| {
-            let target = mirror_cluster(config, route)?;
-            let kept = previous.and_then(|old| {
-                let (_, state) = (old.config.routes.iter().zip(&old.mirrors)).find(|(r, _)| {
-                    r.name == route.name && mirror_cluster(&old.config, r).as_ref() == Some(&target)
-                })?;
-                Some(state.as_ref()?.counts.clone())
-            });
-            let counts = kept.unwrap_or_else(|| Arc::new(MirrorCounts::new(&route.name)));
-            Some(RouteMirror::new(counts))
-        })
-        .collect()
-}
-
-/// Each route's hedging state: a route that keeps its name, cluster and `hedge:` across a reload
-/// keeps its latency window and budget (no new warm-up).
-fn hedging(config: &Config, previous: Option<&Table>) -> Vec<Option<Rc<RouteHedging>>> {
-    let kept = |route: &duet_config::Route| {
-        let old = previous?;
-        let target = route.target(&config.clusters);
-        let at = old.config.routes.iter().position(|r| {
-            r.name == route.name
-                && r.hedge == route.hedge
-                && r.target(&old.config.clusters) == target
-        })?;
-        old.hedging.get(at).cloned().flatten()
-    };
-    (config.routes.iter())
-        .map(|route| {
-            let hedge = route.hedge.clone()?;
-            Some(kept(route).unwrap_or_else(|| Rc::new(RouteHedging::new(hedge))))
-        })
-        .collect()
 }

@@ -47,12 +47,16 @@
 // Top layer first: each module imports only modules declared after it (tests/layering.rs checks).
 mod conn;
 mod handler;
+mod route_state;
 mod stage;
+mod filter;
+mod forward;
 mod exchange;
 mod attempt;
 mod backend;
 mod telemetry;
 
+mod split;
 mod path;
 mod outcome;
 mod grpc;

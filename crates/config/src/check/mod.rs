@@ -12,6 +12,7 @@ mod cluster_settings;
 mod upstream_tls;
 mod mirror;
 mod hedge;
+mod hsts;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;

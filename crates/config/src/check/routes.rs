@@ -1,7 +1,8 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
 use super::{
-    checker::Checker, field::Field, hedge, mirror, redirect, route_filters, route_match, split,
+    checker::Checker, field::Field, hedge, hsts, mirror, redirect, route_filters, route_match,
+    split,
 };
 use crate::{
     error::{did_you_mean, ConfigError},
@@ -55,6 +56,7 @@ pub(super) fn routes(
             let proxies = !matches!(action, Some(Action::Redirect(_)));
             hedge::hedge(checker, h, &field, proxies)
         });
+        let hsts = (r.hsts.as_ref()).and_then(|h| hsts::hsts(checker, h, &field, &action));
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let primary = action.as_ref().and_then(Action::cluster);
@@ -84,6 +86,7 @@ pub(super) fn routes(
                 mirror,
                 at,
                 hedge,
+                hsts,
             });
         }
     }

@@ -6,9 +6,9 @@ use crate::{
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
     exchange::{Prepared, Upgrade},
+    filter::RouteFilters,
     headers,
     peer::Client,
-    stage::filters::Filters,
 };
 use duet_config::Route;
 use http::{header, HeaderValue, Request};
@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust; then the
-/// route's `filters`) and decides how the body is sent: read in full first when the route buffers
+/// route's `filters` in their upstream-request phase) and decides how the body is sent: read in full first when the route buffers
 /// requests or when it is small and retries may need it again, streamed otherwise. A body in a transfer
 /// coding other than chunked gets 501, one that is malformed 400, one larger than the route's
 /// `buffer_request` 413, one that stalls longer than `limits.body_read_timeout` or falls behind
@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(crate) fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
-    (route, filters): (&Route, &Filters),
+    (route, filters): (&Route, &RouteFilters),
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Preparing, ProxyError> {
@@ -64,10 +64,10 @@ pub(crate) fn prepare(
 
     let (mut parts, body) = request.into_parts();
     filters
-        .apply(&mut parts.uri, &mut parts.headers)
+        .on_upstream_request(&mut parts)
         .map_err(ProxyError::new)?;
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
-    let replay = attempts > 1 || route.hedge.is_some();
+    let replay = attempts > 1 || filters.replays_body();
     let plan = body_plan(body, cluster, route.buffer_request, replay).map_err(ProxyError::new)?;
     let source = match plan {
         BodyPlan::Ready(source) => source,
@@ -141,7 +141,7 @@ enum BodyPlan {
 
 /// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
 /// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
-/// and retries or a hedge (`replay`) may need it again; streamed otherwise.
+/// and retries or a filter (`replay`: a hedge) may need it again; streamed otherwise.
 fn body_plan(
     body: Incoming,
     cluster: &Cluster,

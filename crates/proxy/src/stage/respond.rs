@@ -7,25 +7,25 @@ use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
+    filter::phase::ResponseHead,
+    filter::RouteFilters,
     grpc, headers,
-    stage::filters::HeaderEditor,
+    peer::Client,
     telemetry::access_log::AccessLog,
     tunnel::PendingTunnel,
 };
 use bytes::Bytes;
-use duet_config::{PathMatch, Redirect, RedirectPath};
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use std::net::SocketAddr;
 
-/// The client's response for what the attempts came to; a backend's gets the route's response
-/// `edits`, duet's own answer none; for a gRPC call (`grpc`) that no backend answered, a gRPC error
-/// its client can read.
+/// The client's response for what the attempts came to; a backend's goes through the response-head
+/// phase of the route's `filters`, duet's own answer does not; for a gRPC call (`grpc`) that no
+/// backend answered, a gRPC error its client can read.
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
-    (upgrade, edits): (Option<Upgrade>, &HeaderEditor),
-    client: SocketAddr,
+    (upgrade, filters): (Option<Upgrade>, &RouteFilters),
+    client: &Client,
     connection: &ConnectionState,
     grpc: bool,
 ) -> Response<ProxyBody> {
@@ -33,12 +33,13 @@ pub(crate) fn respond(
         Ok((response, completion)) => relay(
             response,
             completion,
-            (upgrade, edits),
+            (upgrade, filters),
             client,
             (connection, cluster),
             grpc,
         ),
         Err(Failed { error, log }) => {
+            let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
             cluster_error(cluster, &error, log, grpc)
         }
@@ -52,8 +53,8 @@ pub(crate) fn respond(
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    (upgrade, edits): (Option<Upgrade>, &HeaderEditor),
-    client: SocketAddr,
+    (upgrade, filters): (Option<Upgrade>, &RouteFilters),
+    client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
 ) -> Response<ProxyBody> {
@@ -78,7 +79,7 @@ fn relay(
         connection.expect_tunnel(PendingTunnel {
             backend: hyper::upgrade::on(&mut response),
             idle: cluster.tunnel_idle(),
-            peer: client,
+            peer: client.address,
         });
         protocol = Some(upgrade.protocol);
         completion.upgraded();
@@ -86,7 +87,8 @@ fn relay(
     let headers = response.headers_mut();
     headers::remove_hop_by_hop(headers, protocol);
     single_content_length(headers);
-    edits.apply(headers);
+    let mut head = ResponseHead { headers, client };
+    filters.on_response_head(&mut head);
     let (parts, body) = response.into_parts();
     completion.on_head(&parts);
     Response::from_parts(parts, ProxyBody::upstream(body, completion))
@@ -147,97 +149,6 @@ pub(crate) fn asterisk<B>(
         .headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     response
-}
-
-/// The answer of a redirect route: no backend is asked. `Location` (RFC 9110 §10.2.2) is the request's
-/// URL with the redirect's parts in place and the query kept; a port is written only when it is not the
-/// scheme's default. `host` is the host the request named (with its port, if any).
-pub(crate) fn redirect<B>(
-    redirect: &Redirect,
-    matched: &PathMatch,
-    request: &Request<B>,
-    host: Option<&HeaderValue>,
-    tls: bool,
-    mut log: Option<Box<AccessLog>>,
-) -> Response<ProxyBody> {
-    let location = location(redirect, matched, request.uri(), host, tls);
-    let Ok(location) = HeaderValue::from_str(&location) else {
-        return local_error(&ProxyError::new(ErrorKind::InvalidPath), log);
-    };
-    let status = StatusCode::from_u16(redirect.status).unwrap_or(StatusCode::FOUND);
-    if let Some(log) = log.as_mut() {
-        log.status = status;
-    }
-    let mut response = Response::new(ProxyBody::error(Bytes::new(), log, "redirect"));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(header::LOCATION, location);
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    response
-}
-
-/// The redirect's target URL. Without a host from either the request or the redirect (an HTTP/1.0
-/// request without Host), a relative reference: the path and query alone.
-fn location(
-    redirect: &Redirect,
-    matched: &PathMatch,
-    uri: &Uri,
-    host: Option<&HeaderValue>,
-    tls: bool,
-) -> String {
-    let path = match (&redirect.path, matched) {
-        (Some(RedirectPath::Full(path)), _) => path.clone(),
-        (Some(RedirectPath::Prefix(new)), PathMatch::Prefix(old)) => {
-            let rest = uri.path().get(old.len()..).unwrap_or_default();
-            match (new.strip_suffix('/'), rest.starts_with('/')) {
-                (Some(trimmed), true) => format!("{trimmed}{rest}"),
-                _ if new.is_empty() && rest.is_empty() => "/".to_owned(),
-                _ => format!("{new}{rest}"),
-            }
-        }
-        _ => uri.path().to_owned(),
-    };
-    let query = uri.query().map_or_else(String::new, |q| format!("?{q}"));
-    let (request_host, request_port) = host
-        .and_then(|h| h.to_str().ok())
-        .map_or((None, None), split_host);
-    let Some(name) = redirect.host.as_deref().or(request_host) else {
-        return format!("{path}{query}");
-    };
-    let scheme = redirect
-        .scheme
-        .as_deref()
-        .unwrap_or(if tls { "https" } else { "http" });
-    let port = match (redirect.port, &redirect.scheme) {
-        (Some(port), _) => Some(port),
-        (None, Some(_)) => None,
-        (None, None) => request_port,
-    };
-    let default = if scheme == "https" { 443 } else { 80 };
-    let port = port
-        .filter(|&p| p != default)
-        .map_or_else(String::new, |p| format!(":{p}"));
-    let name = crate::path::without_root_dot(name);
-    if name.contains(':') {
-        format!("{scheme}://[{name}]{port}{path}{query}")
-    } else {
-        format!("{scheme}://{name}{port}{path}{query}")
-    }
-}
-
-/// `name[:port]` or `[v6][:port]` into the name (brackets off) and the port.
-fn split_host(authority: &str) -> (Option<&str>, Option<u16>) {
-    let (name, port) = match authority.strip_prefix('[') {
-        Some(rest) => match rest.split_once(']') {
-            Some((name, tail)) => (name, tail.strip_prefix(':')),
-            None => (rest, None),
-        },
-        None => match authority.rsplit_once(':') {
-            Some((name, port)) => (name, Some(port)),
-            None => (authority, None),
-        },
-    };
-    (Some(name), port.and_then(|p| p.parse().ok()))
 }
 
 /// A gRPC response to an HTTP/1.1 client: hyper writes only the trailers a response's `Trailer` field
@@ -336,59 +247,6 @@ mod tests {
                 "{fields:?}"
             );
         }
-    }
-
-    #[test]
-    fn a_location_keeps_the_query_and_writes_only_what_is_not_a_default() {
-        let redirect = |scheme: Option<&str>, port, path| Redirect {
-            scheme: scheme.map(str::to_owned),
-            host: None,
-            port,
-            path,
-            status: 308,
-        };
-        let prefix = PathMatch::Prefix("/old".into());
-        let uri: Uri = "/old/x?a=1&b".parse().expect("uri");
-        let host = HeaderValue::from_static("shop.example.com:8080");
-        let at =
-            |r: &Redirect, host: Option<&HeaderValue>, tls| location(r, &prefix, &uri, host, tls);
-        assert_eq!(
-            at(&redirect(Some("https"), None, None), Some(&host), false),
-            "https://shop.example.com/old/x?a=1&b"
-        );
-        assert_eq!(
-            at(
-                &redirect(None, None, Some(RedirectPath::Prefix("/new".into()))),
-                Some(&host),
-                false
-            ),
-            "http://shop.example.com:8080/new/x?a=1&b"
-        );
-        assert_eq!(
-            at(
-                &redirect(None, None, Some(RedirectPath::Prefix("/".into()))),
-                Some(&host),
-                true
-            ),
-            "https://shop.example.com:8080/x?a=1&b"
-        );
-        assert_eq!(
-            at(
-                &redirect(
-                    Some("https"),
-                    Some(8443),
-                    Some(RedirectPath::Full("/p".into()))
-                ),
-                Some(&HeaderValue::from_static("[::1]:80")),
-                false
-            ),
-            "https://[::1]:8443/p?a=1&b"
-        );
-        assert_eq!(
-            at(&redirect(None, Some(9000), None), None, false),
-            "/old/x?a=1&b",
-            "no host known: a relative reference"
-        );
     }
 
     #[test]

@@ -5,17 +5,17 @@
 //! the route's `retry_methods` and a body that can be sent again. Every attempt counts as its backend's
 //! load; a retry also draws from a [`TpsBudget`](tower::retry::budget::TpsBudget) that every request
 //! fills, so retries stay a fraction of traffic when a whole cluster fails. A route's `timeout` bounds all
-//! the attempts together: past it the client gets 504.
+//! the attempts together: past it the client gets 504. A route's filter may send the first attempt in
+//! its own way (a hedge: [`RouteFilters::first_attempt`]); what it comes to is retried the same.
 
 use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     exchange::{Failed, Outcome},
-    grpc,
-    stage::forward,
-    stage::hedge::{race, Answered},
-    stage::hedge_state::RouteHedging,
+    filter::phase::{FirstAttempt, Raced},
+    filter::RouteFilters,
+    forward, grpc,
     telemetry::access_log::AccessLog,
     telemetry::metrics::RouteTimings,
 };
@@ -29,20 +29,20 @@ use std::{
 use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
-/// What a route keeps in one worker: its latency histograms and hedge counters, and its hedging
-/// state when it hedges.
+/// What a route keeps in one worker that its attempts use: its latency histograms for the cluster
+/// picked, and its filters.
 #[derive(Clone, Copy)]
 pub(crate) struct RouteState<'a> {
     pub(crate) timings: &'a Arc<RouteTimings>,
-    pub(crate) hedging: Option<&'a RouteHedging>,
+    pub(crate) filters: &'a RouteFilters,
 }
 
-/// Sends `prepared` to `cluster`, retrying failed attempts where that is safe, and hedging the first
-/// one when the route says so.
+/// Sends `prepared` to `cluster`, retrying failed attempts where that is safe; the first attempt as
+/// the route's filters send it.
 pub(crate) async fn send(
     cluster: &Rc<Cluster>,
     route: &Route,
-    RouteState { timings, hedging }: RouteState<'_>,
+    RouteState { timings, filters }: RouteState<'_>,
     prepared: &mut Prepared,
     started: Instant,
     log: Option<Box<AccessLog>>,
@@ -63,8 +63,8 @@ pub(crate) async fn send(
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts).max(1) as usize;
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut last_error = None;
-    let mut hedge = hedging.map(|hedging| (hedging, hedge_delay(hedging, prepared)));
-    let mut raced = None;
+    let mut first = true;
+    let mut dropped = false;
     loop {
         if !tried.is_empty() {
             cluster.counters.retries.fetch_add(1, Relaxed);
@@ -73,20 +73,28 @@ pub(crate) async fn send(
         // Past the route's deadline the attempt in flight is dropped (its load released) and the
         // request fails with 504: an error that blames no backend, so final below.
         let timed_out = || Err(ProxyError::new(ErrorKind::RouteTimeout));
-        let result = match hedge.take() {
-            Some((hedging, delay)) => {
-                let race = Box::pin(race(cluster, prepared, &mut tried, hedging, timings, delay));
-                match within(deadline, race).await {
-                    Some(r) => {
-                        raced = Some((r.dropped, r.answered));
-                        r.result
-                    }
-                    None => timed_out(),
+        let result = 'attempt: {
+            if std::mem::take(&mut first) {
+                let attempt = FirstAttempt {
+                    cluster,
+                    prepared,
+                    tried: &mut tried,
+                    timings,
+                    log: &mut log,
+                };
+                if let Some(race) = filters.first_attempt(attempt) {
+                    break 'attempt match within(deadline, race).await {
+                        Some(Raced { result, dropped: d }) => {
+                            dropped = d;
+                            result
+                        }
+                        None => timed_out(),
+                    };
                 }
             }
             // The attempt is awaited here, pinned where it is built, rather than in a helper
             // future: each layer of future would copy the attempt's (two kilobytes) and its result.
-            None => match forward::begin(cluster, prepared, &tried, last) {
+            match forward::begin(cluster, prepared, &tried, last) {
                 Err(error) => Err(error),
                 Ok((picked, body, headers)) => {
                     let attempt = pin!(forward::send(
@@ -102,17 +110,15 @@ pub(crate) async fn send(
                             .unwrap_or_else(|_| timed_out()),
                     }
                 }
-            },
+            }
         };
         let error = match result {
             Ok((response, mut completion)) => {
                 let answered = Some(completion.backend());
-                let (dropped, hedged) = raced.unwrap_or((false, None));
                 let sent = attempts_sent(&tried, answered) + usize::from(dropped);
                 cluster.counters.attempts.observe(sent);
                 let log = noted(log, &tried, answered).map(|mut log| {
                     log.attempts = sent as u32;
-                    log.hedged = hedged.map_or("-", Answered::log_value);
                     log
                 });
                 completion.attach_request(started, timings.clone(), log);
@@ -136,16 +142,6 @@ pub(crate) async fn send(
         tracing::debug!(cluster = %cluster.name, %backend, attempt = tried.len() + 1, "retrying: {error}");
         last_error = Some(error);
     }
-}
-
-/// How long `prepared`'s first attempt may wait before it is hedged: `None` if it may not be (a
-/// method the route does not hedge, a streamed body that cannot be sent twice, an upgrade, or a
-/// percentile still warming up). A hedgeable request earns its share of the budget here.
-fn hedge_delay(hedging: &RouteHedging, prepared: &Prepared) -> Option<std::time::Duration> {
-    let hedgeable = prepared.upgrade.is_none()
-        && prepared.source.replayable()
-        && hedging.hedges(&prepared.parts.method);
-    hedgeable.then(|| hedging.arrived()).flatten()
 }
 
 /// `future`, bounded by the route's deadline if it has one: `None` once the deadline has passed.

@@ -9,7 +9,7 @@ use std::{cell::RefCell, time::Duration};
 /// Response-head times kept: the percentile is of the route's last this many first attempts.
 const WINDOW: usize = 1024;
 /// Samples needed before a percentile is trusted enough to hedge on.
-pub(crate) const WARM_UP: u64 = 100;
+const WARM_UP: u64 = 100;
 /// The percentile is computed again after this many new samples, not on every request.
 const REFRESH_EVERY: u64 = 32;
 /// No hedge sooner than this, whatever the percentile says: below it a second attempt is noise.

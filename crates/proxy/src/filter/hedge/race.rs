@@ -1,5 +1,6 @@
 //! A hedged first attempt: when it has no response head after the route's hedge delay, one more
 //! attempt goes to another backend (P2C, the first one excluded) and the first response head wins.
+//! The access log's `hedged` says which answered (`first` or `hedge`) when a hedge was sent.
 //!
 //! The other attempt is dropped at once: its [`Completion`] settles as an attempt dropped before its
 //! response (load released once, its connection closed rather than pooled mid-request), and an
@@ -7,31 +8,28 @@
 //! the other one answers: a hedge never hides a failure. One hedge per request at most, sent only
 //! while the route's budget has a token.
 
+use super::state::RouteHedging;
 use crate::{
-    attempt::completion::Completion,
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
-    stage::{forward, hedge_state::RouteHedging},
+    filter::phase::{Attempt, FirstAttempt, Raced},
+    forward,
     telemetry::metrics::{HedgeOutcome, RouteTimings},
 };
-use http::Response;
-use hyper::body::Incoming;
 use std::{future::Future, net::SocketAddr, pin::pin, rc::Rc, time::Duration};
 use tokio::time::Instant;
 
-type Attempt = Result<(Response<Incoming>, Completion), ProxyError>;
-
 /// Which attempt's response head came first, when a hedge was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Answered {
+enum Answered {
     First,
     Hedge,
 }
 
 impl Answered {
     /// The access log's `hedged`.
-    pub(crate) fn log_value(self) -> &'static str {
+    fn log_value(self) -> &'static str {
         match self {
             Self::First => "first",
             Self::Hedge => "hedge",
@@ -39,32 +37,22 @@ impl Answered {
     }
 }
 
-/// What a hedged first attempt came to: the answer (or the last failure), whether a hedge was sent
-/// and which attempt answered. Backends whose attempts failed while the other was still running are
-/// pushed onto `tried` by [`race`]; the returned error's backend is the caller's to add.
-pub(crate) struct Raced {
-    pub(crate) result: Attempt,
-    /// An attempt was dropped unfinished because the other answered: sent, but neither the answer
-    /// nor among the failures in `tried`, so the request's attempts count it apart.
-    pub(crate) dropped: bool,
-    /// Which attempt answered, when a hedge was sent.
-    pub(crate) answered: Option<Answered>,
-}
-
-/// The first attempt of a request to `cluster`, hedged after `delay` if the route's budget allows.
-/// `tried` is empty on entry (only a first attempt is hedged).
-pub(crate) async fn race(
-    cluster: &Rc<Cluster>,
-    prepared: &Prepared,
-    tried: &mut Vec<SocketAddr>,
-    hedging: &RouteHedging,
-    timings: &RouteTimings,
-    delay: Option<Duration>,
-) -> Raced {
+/// The first attempt of a request, hedged after the route's delay if the budget allows (see
+/// [`hedge_delay`]). Backends whose attempts failed while the other was still running are pushed onto
+/// `tried` (empty on entry: only a first attempt is hedged); the returned error's backend is the
+/// caller's to add.
+pub(super) async fn race(hedging: &RouteHedging, attempt: FirstAttempt<'_>) -> Raced {
+    let FirstAttempt {
+        cluster,
+        prepared,
+        tried,
+        timings,
+        log,
+    } = attempt;
+    let delay = hedge_delay(hedging, prepared);
     let unanswered = |result| Raced {
         result,
         dropped: false,
-        answered: None,
     };
     let Some(body) = prepared.source.attempt() else {
         return unanswered(Err(ProxyError::new(ErrorKind::BadGateway)));
@@ -97,6 +85,9 @@ pub(crate) async fn race(
     let failures = tried.len();
     let (result, answered) = both(first, second, tried).await;
     let dropped = answered.is_some() && tried.len() == failures;
+    if let (Some(answered), Some(log)) = (answered, log.as_mut()) {
+        log.hedged = answered.log_value();
+    }
     match answered {
         Some(Answered::Hedge) => {
             // The first attempt waited at least this long: above the delay, which is all the
@@ -110,11 +101,17 @@ pub(crate) async fn race(
         }
         None => pending.settle(HedgeOutcome::Lost),
     }
-    Raced {
-        result,
-        dropped,
-        answered,
-    }
+    Raced { result, dropped }
+}
+
+/// How long `prepared`'s first attempt may wait before it is hedged: `None` if it may not be (a
+/// method the route does not hedge, a streamed body that cannot be sent twice, an upgrade, or a
+/// percentile still warming up). A hedgeable request earns its share of the budget here.
+fn hedge_delay(hedging: &RouteHedging, prepared: &Prepared) -> Option<Duration> {
+    let hedgeable = prepared.upgrade.is_none()
+        && prepared.source.replayable()
+        && hedging.hedges(&prepared.parts.method);
+    hedgeable.then(|| hedging.arrived()).flatten()
 }
 
 /// The hedge's attempt, to a backend not in `excluded`, if the budget has a token and such a backend

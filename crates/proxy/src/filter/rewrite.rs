@@ -1,4 +1,6 @@
-//! `rewrite: { path | path_prefix }`: the path a backend gets instead of the request's.
+//! `rewrite: { path | path_prefix, host }`: the path and Host a backend gets instead of the request's.
+//! The Host is set after the route's request edits (which may not name Host); `X-Forwarded-Host` still
+//! names the request's.
 //!
 //! Both work on the normalised path (the one routed on) and keep the query as sent. `path_prefix` is
 //! Gateway API's `ReplacePrefixMatch`: it replaces exactly the prefix the route matched, segment by
@@ -18,9 +20,43 @@
 //! is replaced as is (`/xyzbar`), and the result normalised again, so no rewrite ever produces `//`, a
 //! dot segment or a path above `/` (one that would, as `/foo..` rewritten from `/foo` to `/`, is 400).
 
-use crate::{error::ErrorKind, path};
-use duet_config::{PathMatch, PathRewrite};
-use http::Uri;
+use crate::{
+    error::ErrorKind,
+    filter::phase::{Build, Phase, Phases},
+    path,
+};
+use duet_config::{PathMatch, PathRewrite, Route};
+use http::{header, request, HeaderValue, Uri};
+
+/// A route's `rewrite:`, compiled.
+#[derive(Debug)]
+pub(crate) struct Rewrite {
+    path: Option<(PathRewrite, PathMatch)>,
+    host: Option<HeaderValue>,
+}
+
+impl Phases for Rewrite {
+    const PHASES: Phase = Phase::UPSTREAM_REQUEST;
+
+    fn build(route: &Route, _: &Build<'_>, _: Option<&Self>) -> Option<Self> {
+        let rewrite = &route.rewrite;
+        let path = (rewrite.path.clone()).map(|path| (path, route.path.clone()));
+        let host = (rewrite.host.as_deref()).and_then(|h| HeaderValue::from_str(h).ok());
+        (path.is_some() || host.is_some()).then_some(Self { path, host })
+    }
+
+    /// The target becomes origin-form (the Host already names the authority). An edge case the
+    /// normaliser refuses (see [`path`]) is 400.
+    fn on_upstream_request(&self, parts: &mut request::Parts) -> Result<(), ErrorKind> {
+        if let Some(host) = &self.host {
+            parts.headers.insert(header::HOST, host.clone());
+        }
+        if let Some((rewrite, matched)) = &self.path {
+            parts.uri = path(&parts.uri, rewrite, matched)?;
+        }
+        Ok(())
+    }
+}
 
 /// `uri`'s origin-form target with its path rewritten and its query kept.
 pub(crate) fn path(

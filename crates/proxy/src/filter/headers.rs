@@ -1,7 +1,7 @@
-//! A route's filters, compiled once per config: the header edits of `request_headers:` and
-//! `response_headers:`, and the `rewrite:` of path and Host.
+//! `request_headers:` and `response_headers:`: a route's header edits, names and values parsed once per
+//! config.
 //!
-//! Request edits run last in prepare: after the hop-by-hop fields are gone and duet's own fields
+//! Request edits run in the upstream-request phase: after the hop-by-hop fields are gone and duet's own fields
 //! (`X-Forwarded-For`/`-Proto`/`-Host`, `X-Request-Id`) are set, so a route has the last word on what
 //! its backend reads (it may, say, remove `X-Forwarded-Host` for a backend that misreads it) and a
 //! client can never undo an edit. Response edits apply to a backend's response, after its hop-by-hop
@@ -9,13 +9,13 @@
 //! stay recognisable and no edit meant for the application (a `Cache-Control`, say) makes them
 //! cacheable. The config refuses edits of hop-by-hop or framing fields and of Host.
 
-use crate::stage::rewrite;
-use duet_config::{HeaderEdits, PathMatch, PathRewrite, Route};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Uri};
+use crate::filter::phase::{Build, Phase, Phases, ResponseHead};
+use duet_config::{HeaderEdits, Route};
+use http::{request, HeaderMap, HeaderName, HeaderValue};
 
 /// One of a route's header edits, with names and values parsed once.
 #[derive(Debug, Default)]
-pub(crate) struct HeaderEditor {
+struct HeaderEditor {
     set: Vec<(HeaderName, HeaderValue)>,
     add: Vec<(HeaderName, HeaderValue)>,
     remove: Vec<HeaderName>,
@@ -23,7 +23,7 @@ pub(crate) struct HeaderEditor {
 
 impl HeaderEditor {
     /// The edits as compiled; the config has checked every name and value, so none is dropped.
-    pub(crate) fn new(edits: &HeaderEdits) -> Self {
+    fn new(edits: &HeaderEdits) -> Self {
         let field = |(name, value): &(String, String)| {
             Some((
                 HeaderName::from_bytes(name.as_bytes()).ok()?,
@@ -40,7 +40,7 @@ impl HeaderEditor {
     }
 
     /// Removes, then sets (every field of the name replaced by one), then adds.
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
+    fn apply(&self, headers: &mut HeaderMap) {
         for name in &self.remove {
             headers.remove(name);
         }
@@ -53,40 +53,40 @@ impl HeaderEditor {
     }
 }
 
-/// Everything a route changes in what passes through it.
-#[derive(Debug, Default)]
-pub(crate) struct Filters {
-    pub(crate) request: HeaderEditor,
-    pub(crate) response: HeaderEditor,
-    path: Option<(PathRewrite, PathMatch)>,
-    host: Option<HeaderValue>,
-}
+/// `request_headers:`: edits of the request every attempt sends.
+#[derive(Debug)]
+pub(crate) struct RequestHeaders(HeaderEditor);
 
-impl Filters {
-    pub(crate) fn new(route: &Route) -> Self {
-        Self {
-            request: HeaderEditor::new(&route.request_headers),
-            response: HeaderEditor::new(&route.response_headers),
-            path: (route.rewrite.path.clone()).map(|path| (path, route.path.clone())),
-            host: (route.rewrite.host.as_deref()).and_then(|h| HeaderValue::from_str(h).ok()),
-        }
+impl Phases for RequestHeaders {
+    const PHASES: Phase = Phase::UPSTREAM_REQUEST;
+
+    fn build(route: &Route, _: &Build<'_>, _: Option<&Self>) -> Option<Self> {
+        let edits = &route.request_headers;
+        (!edits.is_empty()).then(|| Self(HeaderEditor::new(edits)))
     }
 
-    /// The request's headers and target as the backend gets them: the route's request edits made,
-    /// then its rewrite. The target becomes origin-form (the Host already names the authority).
-    /// An edge case the normaliser refuses (see [`rewrite::path`]) is 400.
-    pub(crate) fn apply(
+    fn on_upstream_request(
         &self,
-        uri: &mut Uri,
-        headers: &mut HeaderMap,
+        parts: &mut request::Parts,
     ) -> Result<(), crate::error::ErrorKind> {
-        self.request.apply(headers);
-        if let Some(host) = &self.host {
-            headers.insert(header::HOST, host.clone());
-        }
-        if let Some((rewrite, matched)) = &self.path {
-            *uri = rewrite::path(uri, rewrite, matched)?;
-        }
+        self.0.apply(&mut parts.headers);
         Ok(())
+    }
+}
+
+/// `response_headers:`: edits of a backend's response head.
+#[derive(Debug)]
+pub(crate) struct ResponseHeaders(HeaderEditor);
+
+impl Phases for ResponseHeaders {
+    const PHASES: Phase = Phase::RESPONSE_HEAD;
+
+    fn build(route: &Route, _: &Build<'_>, _: Option<&Self>) -> Option<Self> {
+        let edits = &route.response_headers;
+        (!edits.is_empty()).then(|| Self(HeaderEditor::new(edits)))
+    }
+
+    fn on_response_head(&self, head: &mut ResponseHead<'_>) {
+        self.0.apply(head.headers);
     }
 }

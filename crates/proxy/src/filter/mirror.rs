@@ -1,4 +1,4 @@
-//! Beside stage 3, mirror: a copy of a share of a route's requests sent to another cluster, fire and
+//! `mirror:`, a filter of the prepared phase: a copy of a share of a route's requests sent to another cluster, fire and
 //! forget (Envoy's `request_mirror_policies`, nginx's `mirror`).
 //!
 //! - **What is copied**: the prepared request (headers as the primary backend gets them) with a body
@@ -18,29 +18,64 @@
 //!   (10% mirrors every tenth request of the route), not by chance.
 
 use crate::{
-    attempt::body::ProxyBody, backend::cluster::Cluster, backend::request_body::BodySource,
-    exchange::Prepared, stage::forward::forward, telemetry::metrics::MirrorCounts,
+    attempt::body::ProxyBody,
+    backend::cluster::Cluster,
+    backend::request_body::BodySource,
+    exchange::Prepared,
+    filter::phase::{Build, Phase, Phases},
+    forward::forward,
+    telemetry::metrics::{ClusterCells, MirrorCounts},
 };
-use duet_config::Mirror;
+use duet_config::{Mirror, Route};
 use http::Request;
 use http_body_util::BodyExt;
 use std::{cell::Cell, rc::Rc, sync::Arc};
 
-/// A route's mirroring state in one worker: what is due, and the counts.
+/// A route's mirroring in one worker: where copies go, what is due, and the counts.
 pub(crate) struct RouteMirror {
+    mirror: Mirror,
+    cluster: Rc<Cluster>,
     /// Hundredths of a percent accumulated: a copy is due each time it reaches [`Mirror::ALL`].
     due: Cell<u32>,
-    pub(crate) counts: Arc<MirrorCounts>,
+    counts: Arc<MirrorCounts>,
+    /// Copies in flight on this worker, for all its routes, and how many may be.
+    in_flight: Rc<Cell<usize>>,
+    cap: usize,
+}
+
+impl Phases for RouteMirror {
+    const PHASES: Phase = Phase::PREPARED;
+
+    /// A route that mirrors to the cluster of the same name as before a reload keeps its counts.
+    fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self> {
+        let mirror = route.mirror?;
+        let cluster = build.clusters.get(mirror.cluster)?.clone();
+        let counts = match previous {
+            Some(old) if old.cluster.name == cluster.name => old.counts.clone(),
+            _ => Arc::new(MirrorCounts::new(&route.name)),
+        };
+        Some(Self {
+            mirror,
+            cluster,
+            due: Cell::new(0),
+            counts,
+            in_flight: build.worker.mirrors_in_flight.clone(),
+            cap: build.config.limits.max_mirrors_in_flight,
+        })
+    }
+
+    fn on_prepared(&self, prepared: &Prepared) {
+        self.mirror(prepared);
+    }
+
+    fn publish(&self, cells: &mut [ClusterCells]) {
+        if let Some(cells) = cells.get_mut(self.mirror.cluster) {
+            cells.mirrors.push(self.counts.clone());
+        }
+    }
 }
 
 impl RouteMirror {
-    pub(crate) fn new(counts: Arc<MirrorCounts>) -> Self {
-        Self {
-            due: Cell::new(0),
-            counts,
-        }
-    }
-
     /// Whether this request is one of the route's `basis_points` share.
     fn sample(&self, basis_points: u32) -> bool {
         let due = self.due.get() + basis_points.min(Mirror::ALL);
@@ -48,11 +83,41 @@ impl RouteMirror {
         self.due.set(if take { due - Mirror::ALL } else { due });
         take
     }
-}
 
-/// Copies in flight on one worker.
-#[derive(Default)]
-pub(crate) struct MirrorsInFlight(Rc<Cell<usize>>);
+    /// Starts a copy of `prepared` if this request is in the route's share, its body can be copied
+    /// and fewer than `cap` copies are in flight on the worker; counts what it did. Returns at once.
+    fn mirror(&self, prepared: &Prepared) {
+        if !self.sample(self.mirror.basis_points) {
+            return;
+        }
+        let state = &self.counts;
+        let source = match &prepared.source {
+            _ if prepared.upgrade.is_some() => None,
+            BodySource::Empty => Some(BodySource::Empty),
+            BodySource::Buffered(bytes) if bytes.len() <= self.cluster.replay_body_limit => {
+                Some(BodySource::Buffered(bytes.clone()))
+            }
+            BodySource::Buffered(_) | BodySource::Streaming(_) => None,
+        };
+        let Some(source) = source else {
+            return state.count(MirrorCounts::SKIPPED_BODY);
+        };
+        if self.in_flight.get() >= self.cap {
+            return state.count(MirrorCounts::SKIPPED_CAP);
+        }
+        let Some(copy) = copy(prepared, source) else {
+            return state.count(MirrorCounts::SKIPPED_BODY);
+        };
+        self.in_flight.set(self.in_flight.get() + 1);
+        let held = InFlight(self.in_flight.clone());
+        let (cluster, counts) = (self.cluster.clone(), state.clone());
+        tokio::task::spawn_local(async move {
+            let outcome = send(&cluster, copy).await;
+            counts.count(outcome);
+            drop(held);
+        });
+    }
+}
 
 /// One copy in flight, counted until dropped.
 struct InFlight(Rc<Cell<usize>>);
@@ -61,46 +126,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.set(self.0.get().saturating_sub(1));
     }
-}
-
-/// Starts a copy of `prepared` to `cluster` if this request is in the route's share, its body can be
-/// copied and fewer than `cap` copies are in flight; counts what it did. Returns at once.
-pub(crate) fn mirror(
-    mirror: &Mirror,
-    state: &RouteMirror,
-    cluster: &Rc<Cluster>,
-    in_flight: &MirrorsInFlight,
-    cap: usize,
-    prepared: &Prepared,
-) {
-    if !state.sample(mirror.basis_points) {
-        return;
-    }
-    let source = match &prepared.source {
-        _ if prepared.upgrade.is_some() => None,
-        BodySource::Empty => Some(BodySource::Empty),
-        BodySource::Buffered(bytes) if bytes.len() <= cluster.replay_body_limit => {
-            Some(BodySource::Buffered(bytes.clone()))
-        }
-        BodySource::Buffered(_) | BodySource::Streaming(_) => None,
-    };
-    let Some(source) = source else {
-        return state.counts.count(MirrorCounts::SKIPPED_BODY);
-    };
-    if in_flight.0.get() >= cap {
-        return state.counts.count(MirrorCounts::SKIPPED_CAP);
-    }
-    let Some(copy) = copy(prepared, source) else {
-        return state.counts.count(MirrorCounts::SKIPPED_BODY);
-    };
-    in_flight.0.set(in_flight.0.get() + 1);
-    let held = InFlight(in_flight.0.clone());
-    let (cluster, counts) = (cluster.clone(), state.counts.clone());
-    tokio::task::spawn_local(async move {
-        let outcome = send(&cluster, copy).await;
-        counts.count(outcome);
-        drop(held);
-    });
 }
 
 /// The request again, with its own copy of the headers (`Parts` cannot be cloned: its extensions).
@@ -141,7 +166,18 @@ mod tests {
 
     #[test]
     fn a_share_is_kept_exactly_by_accumulating_it() {
-        let state = RouteMirror::new(Arc::new(MirrorCounts::new("r")));
+        let cluster = crate::backend::cluster::for_tests(&["127.0.0.1:9"], "");
+        let state = RouteMirror {
+            mirror: Mirror {
+                cluster: 0,
+                basis_points: 0,
+            },
+            cluster,
+            due: Cell::new(0),
+            counts: Arc::new(MirrorCounts::new("r")),
+            in_flight: Rc::default(),
+            cap: 1,
+        };
         let taken: Vec<bool> = (0..20).map(|_| state.sample(1_000)).collect();
         let tenth: Vec<bool> = (1..=20).map(|i| i % 10 == 0).collect();
         assert_eq!(taken, tenth, "10%: every tenth request");

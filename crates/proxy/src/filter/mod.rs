@@ -1,0 +1,209 @@
+//! Filters: what a route does beside sending requests to its cluster, one module per feature.
+//!
+//! # The phases of a request
+//!
+//! A request meets a route's filters at fixed points of the stages (`stage/`), in this order; each
+//! is a method of [`Phases`] with a default that does nothing, and a filter implements only those it
+//! names in its `PHASES`:
+//!
+//! | phase | hook | run by | what a filter may do there |
+//! |---|---|---|---|
+//! | request | `on_request` | the handler, after routing | answer in duet's name (a redirect), refuse |
+//! | upstream request | `on_upstream_request` | prepare, after duet's own header rules | edit the headers and target every attempt sends |
+//! | prepared | `on_prepared` | the handler, before the first attempt | start work beside the attempts (a mirror's copy) |
+//! | first attempt | `first_attempt` | retry | send the first attempt its own way (a hedge) |
+//! | response head | `on_response_head` | respond, on a backend's response | edit the response head |
+//!
+//! A filter's state lives in its value, one per route per worker, built once per config by
+//! [`Phases::build`], which is also handed the filter of the route of the same name before a reload:
+//! that is the whole of a filter's reload carry-over. A filter's metric cells reach the exposition
+//! through [`Phases::publish`].
+//!
+//! What is not a per-request feature stays where it is: connections (`conn/`), the pool and the
+//! balancer (`backend/`), a route's choice of cluster (`split.rs`), attempts and retries
+//! (`stage/retry.rs`, `forward.rs`), and what settles when an attempt ends (`attempt/`).
+//!
+//! # Cost
+//!
+//! Dispatch is static: [`Filter`] is an enum of the built-in filters, and a route keeps only the
+//! filters it uses, with the set of phases any of them acts in; a phase no filter of the route uses
+//! is one bit test. A route without filters pays for none.
+//!
+//! # Adding a filter
+//!
+//! The footprint of a new filter, `hsts:` here (`hsts.rs` is the worked example, with its tests):
+//!
+//! 1. **Its config**: the route key in `duet-config` (`raw.rs` for how it is written, `model.rs` for
+//!    what it means, a check under `check/` that refuses bad values with their line and column).
+//! 2. **Its module**, `filter/NAME.rs`: a type holding what the filter needs per route, with
+//!    `impl Phases`: `PHASES`, `build` (from the route's config; `None` when the route does not use
+//!    it) and the hooks of its phases. Its metrics, if any, are cells it holds and hands over in
+//!    `publish`.
+//! 3. **One line registering it** in the `filters!` list below: its variant and type. The list's
+//!    order is the order in which a route's filters run in each phase.
+//!
+//! Nothing else changes: the stages run every registered filter through its phases.
+
+mod headers;
+mod hedge;
+mod hsts;
+mod mirror;
+mod redirect;
+mod rewrite;
+
+pub(crate) mod phase;
+
+use crate::{
+    exchange::Prepared, telemetry::access_log::AccessLog, telemetry::metrics::ClusterCells,
+};
+use duet_config::Route;
+use http::request;
+use phase::{Arrival, Build, Decision, FirstAttempt, Phase, Phases, Race, ResponseHead};
+
+/// Declares the built-in filters, in the order they run: the [`Filter`] enum, its dispatch, and
+/// how a route's filters are built.
+macro_rules! filters {
+    ($($variant:ident($filter:ty),)+) => {
+        /// One of a route's filters.
+        pub(crate) enum Filter {
+            $($variant($filter),)+
+        }
+
+        impl Filter {
+            /// The filters `route` uses, in the order they run; `previous` are the filters of the
+            /// route of the same name before a reload.
+            fn build_all(route: &Route, build: &Build<'_>, previous: &[Filter]) -> Vec<Filter> {
+                let mut filters = Vec::new();
+                $(
+                    let old = previous.iter().find_map(|f| match f {
+                        Filter::$variant(old) => Some(old),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    });
+                    if let Some(filter) = <$filter as Phases>::build(route, build, old) {
+                        filters.push(Filter::$variant(filter));
+                    }
+                )+
+                filters
+            }
+
+            /// The phases this filter acts in.
+            fn phases(&self) -> Phase {
+                match self {
+                    $(Filter::$variant(_) => <$filter as Phases>::PHASES,)+
+                }
+            }
+        }
+
+        /// Runs `$call` on the filter inside `$filter`, whichever it is.
+        macro_rules! dispatch {
+            ($on:expr, $f:ident => $call:expr) => {
+                match $on {
+                    $(Filter::$variant($f) => $call,)+
+                }
+            };
+        }
+    };
+}
+
+// The built-in filters, in the order they run in each phase.
+filters! {
+    Redirect(redirect::RedirectRoute),
+    RequestHeaders(headers::RequestHeaders),
+    Rewrite(rewrite::Rewrite),
+    Mirror(mirror::RouteMirror),
+    Hedge(hedge::Hedging),
+    ResponseHeaders(headers::ResponseHeaders),
+    Hsts(hsts::Hsts),
+}
+
+/// A route's filters in one worker, in the order they run, with the phases any of them acts in.
+#[derive(Default)]
+pub(crate) struct RouteFilters {
+    filters: Vec<Filter>,
+    phases: Phase,
+}
+
+impl RouteFilters {
+    /// The filters of `route`, handing on what `previous` (the same route's filters before a reload)
+    /// keeps.
+    pub(crate) fn new(route: &Route, build: &Build<'_>, previous: Option<&RouteFilters>) -> Self {
+        let previous = previous.map_or(&[][..], |p| &p.filters[..]);
+        let filters = Filter::build_all(route, build, previous);
+        let phases = (filters.iter()).fold(Phase::NONE, |all, f| all.and(f.phases()));
+        Self { filters, phases }
+    }
+
+    /// The filters acting in `phase`, in order.
+    fn acting(&self, phase: Phase) -> impl Iterator<Item = &Filter> {
+        let any = self.phases.has(phase);
+        (self.filters.iter()).filter(move |f| any && f.phases().has(phase))
+    }
+
+    /// The request phase: the first filter that answers or refuses the request decides.
+    pub(crate) fn on_request(
+        &self,
+        arrival: &Arrival<'_>,
+        log: &mut Option<Box<AccessLog>>,
+    ) -> Decision {
+        for filter in self.acting(Phase::REQUEST) {
+            match dispatch!(filter, f => f.on_request(arrival, log)) {
+                Decision::Continue => {}
+                decided => return decided,
+            }
+        }
+        Decision::Continue
+    }
+
+    /// The upstream-request phase; the first error refuses the request.
+    pub(crate) fn on_upstream_request(
+        &self,
+        parts: &mut request::Parts,
+    ) -> Result<(), crate::error::ErrorKind> {
+        for filter in self.acting(Phase::UPSTREAM_REQUEST) {
+            dispatch!(filter, f => f.on_upstream_request(parts))?;
+        }
+        Ok(())
+    }
+
+    /// The prepared phase.
+    pub(crate) fn on_prepared(&self, prepared: &Prepared) {
+        for filter in self.acting(Phase::PREPARED) {
+            dispatch!(filter, f => f.on_prepared(prepared));
+        }
+    }
+
+    /// Whether a filter needs the request's body to stay ours to send again.
+    pub(crate) fn replays_body(&self) -> bool {
+        (self.filters.iter()).any(|filter| dispatch!(filter, f => f.replays_body()))
+    }
+
+    /// The first attempt as the route's first filter that runs it does; `None`: the usual one.
+    pub(crate) fn first_attempt<'a>(&'a self, attempt: FirstAttempt<'a>) -> Option<Race<'a>> {
+        let filter = self.acting(Phase::FIRST_ATTEMPT).next()?;
+        dispatch!(filter, f => f.first_attempt(attempt))
+    }
+
+    /// The response-head phase.
+    pub(crate) fn on_response_head(&self, head: &mut ResponseHead<'_>) {
+        for filter in self.acting(Phase::RESPONSE_HEAD) {
+            dispatch!(filter, f => f.on_response_head(head));
+        }
+    }
+
+    /// Adds the filters' metric cells to their worker's clusters' `cells`.
+    pub(crate) fn publish(&self, cells: &mut [ClusterCells]) {
+        for filter in &self.filters {
+            dispatch!(filter, f => f.publish(cells));
+        }
+    }
+}
+
+impl std::fmt::Debug for RouteFilters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteFilters")
+            .field("filters", &self.filters.len())
+            .field("phases", &self.phases)
+            .finish()
+    }
+}

@@ -1,0 +1,168 @@
+//! The phases of one request that a filter may act in, with what each phase is handed, and the
+//! [`Phases`] trait a filter implements, one method per phase, each defaulting to doing nothing.
+
+use crate::{
+    attempt::body::ProxyBody,
+    attempt::completion::Completion,
+    backend::cluster::Cluster,
+    error::ProxyError,
+    exchange::Prepared,
+    peer::Client,
+    telemetry::access_log::AccessLog,
+    telemetry::metrics::{ClusterCells, RouteTimings},
+};
+use duet_config::{Config, Route};
+use http::{request, HeaderMap, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use std::{future::Future, net::SocketAddr, pin::Pin, rc::Rc};
+
+/// The phases a filter may act in, as bits: [`Phases::PHASES`] says which a filter uses, so that a
+/// route runs only the hooks its filters have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Phase(u8);
+
+impl Phase {
+    /// [`Phases::on_request`].
+    pub(crate) const REQUEST: Self = Self(1);
+    /// [`Phases::on_upstream_request`].
+    pub(crate) const UPSTREAM_REQUEST: Self = Self(1 << 1);
+    /// [`Phases::on_prepared`].
+    pub(crate) const PREPARED: Self = Self(1 << 2);
+    /// [`Phases::first_attempt`].
+    pub(crate) const FIRST_ATTEMPT: Self = Self(1 << 3);
+    /// [`Phases::on_response_head`].
+    pub(crate) const RESPONSE_HEAD: Self = Self(1 << 4);
+    /// None.
+    pub(crate) const NONE: Self = Self(0);
+
+    /// Both sets of phases.
+    pub(crate) const fn and(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// Whether `self` includes every phase of `other`.
+    pub(crate) const fn has(self, other: Self) -> bool {
+        self.0 & other.0 == other.0 && other.0 != 0
+    }
+}
+
+/// What the request phase sees: the request as routed, before anything of it is changed.
+pub(crate) struct Arrival<'a> {
+    pub(crate) request: &'a Request<Incoming>,
+    pub(crate) route: &'a Route,
+    /// The host the request named (with its port, if any), as routed.
+    pub(crate) host: Option<&'a HeaderValue>,
+    pub(crate) client: Client,
+}
+
+/// What a filter decides in the request phase.
+pub(crate) enum Decision {
+    /// The request goes on to the next filter, and then to a backend.
+    Continue,
+    /// duet answers the request itself with this response; no backend is asked, and the filters
+    /// after this one do not run.
+    Answer(Response<ProxyBody>),
+    /// duet refuses the request with its own error response for this error (a gRPC status for a
+    /// gRPC call), counted as the error's kind.
+    Refuse(ProxyError),
+}
+
+/// A response head on its way to the client: a backend's, after duet removed its hop-by-hop fields.
+pub(crate) struct ResponseHead<'a> {
+    pub(crate) headers: &'a mut HeaderMap,
+    /// The client the response goes to (`tls`: it came over TLS).
+    pub(crate) client: &'a Client,
+}
+
+/// One attempt's result: the backend's response with the attempt's completion, or why it failed.
+pub(crate) type Attempt = Result<(Response<Incoming>, Completion), ProxyError>;
+
+/// A first attempt a filter sends in its own way (a hedge races a second attempt beside it).
+pub(crate) struct Raced {
+    pub(crate) result: Attempt,
+    /// An attempt was dropped unfinished because another answered: sent, but neither the answer nor
+    /// among the failures in `tried`, so the request's attempts count it apart.
+    pub(crate) dropped: bool,
+}
+
+/// A first attempt, as a filter runs it: boxed, since only the routes with such a filter pay for it.
+pub(crate) type Race<'a> = Pin<Box<dyn Future<Output = Raced> + 'a>>;
+
+/// What a first attempt run by a filter is given: the cluster picked for the request, the request,
+/// the backends that failed (the race adds those it sees fail), the route's timings for that
+/// cluster, and the request's access-log record (to say how the attempt went).
+pub(crate) struct FirstAttempt<'a> {
+    pub(crate) cluster: &'a Rc<Cluster>,
+    pub(crate) prepared: &'a Prepared,
+    pub(crate) tried: &'a mut Vec<SocketAddr>,
+    pub(crate) timings: &'a RouteTimings,
+    pub(crate) log: &'a mut Option<Box<AccessLog>>,
+}
+
+/// What a filter is built from: the config, the worker's clusters (in `config.clusters` order) and
+/// what the worker keeps for every route's filters.
+pub(crate) struct Build<'a> {
+    pub(crate) config: &'a Config,
+    pub(crate) clusters: &'a [Rc<Cluster>],
+    pub(crate) worker: &'a WorkerShared,
+}
+
+/// What one worker keeps for the filters of all its routes, across reloads.
+#[derive(Default)]
+pub(crate) struct WorkerShared {
+    /// Copies of requests in flight to mirror clusters, bounded by `limits.max_mirrors_in_flight`.
+    pub(crate) mirrors_in_flight: Rc<std::cell::Cell<usize>>,
+}
+
+/// A filter: one feature's per-route state and the phases it acts in. Every hook has a default that
+/// does nothing; a filter implements the ones it names in [`PHASES`](Phases::PHASES), and only those
+/// run.
+pub(crate) trait Phases: Sized {
+    /// The phases whose hooks this filter implements.
+    const PHASES: Phase;
+
+    /// The filter for `route`, or `None` when the route does not use it. `previous` is the same
+    /// filter of the route of the same name in the config before a reload: what it keeps (counts, a
+    /// latency window, a budget) it hands on here, when the route still means the same by it.
+    fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self>;
+
+    /// After routing, before anything of the request is changed or read: the filter may answer or
+    /// refuse the request in duet's name. `log` is the request's access-log record, for an answer.
+    fn on_request(&self, _arrival: &Arrival<'_>, _log: &mut Option<Box<AccessLog>>) -> Decision {
+        Decision::Continue
+    }
+
+    /// The request as every attempt sends it: after duet's own header rules (hop-by-hop fields out,
+    /// `X-Forwarded-*` and `X-Request-Id` in), before its body is read. An error refuses the request
+    /// (400 for [`ErrorKind::InvalidPath`](crate::error::ErrorKind::InvalidPath)).
+    fn on_upstream_request(
+        &self,
+        _parts: &mut request::Parts,
+    ) -> Result<(), crate::error::ErrorKind> {
+        Ok(())
+    }
+
+    /// The request is ready to send (its body read, if it is read first): the filter may start work
+    /// beside the attempts, never waited for.
+    fn on_prepared(&self, _prepared: &Prepared) {}
+
+    /// Whether the request's body must stay ours to send again (read in full when small) for this
+    /// filter's sake.
+    fn replays_body(&self) -> bool {
+        false
+    }
+
+    /// The first attempt, sent in the filter's way; `None`: the usual single attempt. At most one
+    /// filter of a route runs it.
+    fn first_attempt<'a>(&'a self, _attempt: FirstAttempt<'a>) -> Option<Race<'a>> {
+        None
+    }
+
+    /// A backend's response head on its way to the client (duet's own answers are left as duet
+    /// writes them).
+    fn on_response_head(&self, _head: &mut ResponseHead<'_>) {}
+
+    /// The filter's metric cells, added to its worker's clusters' (`cells`, in `config.clusters`
+    /// order) when the worker publishes them.
+    fn publish(&self, _cells: &mut [ClusterCells]) {}
+}
