@@ -1,5 +1,5 @@
 //! Real-traffic experiments through the real `duet` binary and real loopback backends, reproducing
-//! published setups. Writes tables to stdout, JSON and SVG plots under `docs/`.
+//! published setups. Writes tables to stdout, JSON and SVG plots under `docs/src/figures/`.
 //!
 //! ```sh
 //! cargo bench --bench experiments -- tower      # tower PR #76: 10 backends of very different latency
@@ -157,7 +157,7 @@ fn summary(samples: &[Sample]) -> (f64, impl Fn(f64) -> f64) {
 }
 
 fn docs() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/figures");
     std::fs::create_dir_all(dir.join("experiments")).expect("docs dir");
     dir
 }
@@ -921,7 +921,7 @@ fn csv_dir() -> PathBuf {
     dir
 }
 
-/// The CDF (linear fraction) and the tail (fraction slower, log-log) of `name` as SVGs under `docs/`.
+/// The CDF (linear fraction) and the tail (fraction slower, log-log) of `name` as SVGs under `docs/src/figures/`.
 fn tail_plots(name: &str, title: &str, cdf: &[Series], tail: &[Series]) {
     let docs = docs();
     let x = "latency (ms, log scale)";
@@ -951,7 +951,7 @@ fn tail_plots(name: &str, title: &str, cdf: &[Series], tail: &[Series]) {
 /// of requests stalling 100 ms more; open loop at 1,500 req/s, 1 worker. duet over the same backends
 /// without stalls (the floor), then with stalls unhedged and hedged (`after: p95` or `p99`, `max_extra:
 /// 5%`), and nginx and HAProxy when installed. Latency CDFs: a CSV per balancer under
-/// `target/experiments/`, SVGs under `docs/`.
+/// `target/experiments/`, SVGs under `docs/src/figures/`.
 fn stalls(seconds: u64) {
     let rate = 1500.0;
     println!(

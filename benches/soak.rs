@@ -11,7 +11,7 @@
 //! (`duet-backend`) killed and restarted in turn, a backend that never answers (504 by the route's
 //! timeout), one that answers garbage (502), and a SIGHUP every few seconds with a rewritten config
 //! (backends and routes change). Sampled each second: duet's open file descriptors and resident memory.
-//! At the end: SIGTERM while requests are in flight, and the exit code and time. Writes `docs/soak.md`.
+//! At the end: SIGTERM while requests are in flight, and the exit code and time. Writes `docs/src/lab/soak.md`.
 
 use duet_testbed::{
     config::{Cluster, DuetConfig},
@@ -430,8 +430,8 @@ fn main() {
     });
     let report = report(&record, &duet, &samples, exit, drained_in, duration);
     println!("{report}");
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/soak.md");
-    std::fs::write(&docs, report).expect("write docs/soak.md");
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/lab/soak.md");
+    std::fs::write(&docs, report).expect("write docs/src/lab/soak.md");
     eprintln!("soak: wrote {}", docs.display());
     let _ = std::fs::remove_file(&path);
 }

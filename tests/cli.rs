@@ -145,6 +145,7 @@ fn version_and_usage_errors() {
     );
     let (code, stdout, _) = duet(&["man"]);
     assert!(code == 0 && stdout.contains(".TH duet 1"), "{stdout}");
+    every_manual_page_is_written_and_renders();
 
     // Per-command help, and the file from the environment.
     let (code, stdout, _) = duet(&["check", "--help"]);
@@ -161,6 +162,49 @@ fn version_and_usage_errors() {
         .expect("run duet");
     assert!(output.status.success(), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stdout).contains("config/duet.yaml: ok"));
+}
+
+/// `duet man --out DIR`: duet(1), a page per command and duet.yaml(5); `man -l` renders each where
+/// man is installed.
+fn every_manual_page_is_written_and_renders() {
+    let dir = std::env::temp_dir().join(format!("duet-man-{}", std::process::id()));
+    let (code, stdout, stderr) = duet(&["man", "--out", &dir.to_string_lossy()]);
+    assert_eq!(code, 0, "{stderr}");
+    let pages = [
+        "duet.1",
+        "duet-run.1",
+        "duet-check.1",
+        "duet-demo.1",
+        "duet-probe.1",
+        "duet-completions.1",
+        "duet-man.1",
+        "duet.yaml.5",
+    ];
+    for page in pages {
+        let path = dir.join(page);
+        assert!(
+            stdout.contains(&*path.to_string_lossy()),
+            "{page} not named: {stdout}"
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(
+            text.contains("\n.TH ") || text.starts_with(".TH "),
+            "{page}: {text}"
+        );
+        let Ok(output) = Command::new("man")
+            .arg("-l")
+            .arg(&path)
+            .env("MANWIDTH", "80")
+            .output()
+        else {
+            continue; // no man on this machine: the roff is checked above only
+        };
+        assert!(
+            output.status.success() && output.stdout.len() > 200,
+            "man -l {page}: {output:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

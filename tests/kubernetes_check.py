@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What no Kubernetes schema knows about deploy/kubernetes/duet.yaml, checked against duet itself.
+"""What no Kubernetes schema knows about deploy/kubernetes/base/duet.yaml, checked against duet itself.
 
     python3 tests/kubernetes_check.py [path/to/duet]      (default: target/debug/duet)
 
@@ -26,7 +26,7 @@ import urllib.request
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MANIFEST = os.path.join(ROOT, "deploy", "kubernetes", "duet.yaml")
+MANIFEST = os.path.join(ROOT, "deploy", "kubernetes", "base", "duet.yaml")
 DUET = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "debug", "duet")
 failures = []
 

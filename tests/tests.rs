@@ -9,6 +9,7 @@ mod browser;
 mod buffering;
 mod cli;
 mod discovery;
+mod docs;
 mod edge;
 mod failures;
 mod framing;

@@ -24,10 +24,11 @@ pub enum Policy {
     /// endpoints, the pick is plain [`P2c`](Self::P2c). A completion vouches for one pick.
     ///
     /// Opt-in. In duet-sim's finite-capacity model (10 backends of 4 request slots, one at half speed,
-    /// 85–95% load, 1 or 2 workers) it cuts plain P2C's p50 by 8–14% and its p99 by 3–9% under either
-    /// metric, and it keeps or improves the slow-backend, degraded-backend and 32-worker results; it has
-    /// not yet been measured on real traffic. Remembering the last *winner* instead (the classic
-    /// memory) did worse than plain P2C there.
+    /// near saturation) it cuts plain P2C's p50 and p99 under either metric and keeps the
+    /// slow-backend, degraded-backend and many-worker results (`cargo test -p duet-sim --test memory`
+    /// pins this); on real traffic it closes most of P2C's p50 gap to a full scan. Remembering the last
+    /// *winner* instead (the classic memory) did worse than plain P2C there. The figures are dated
+    /// records in the book's lab (`docs/src/lab/balance-quality.md`).
     P2cMemory,
     /// Least loaded, by a full scan: **every** eligible endpoint's load is read on every pick (n reads
     /// where every other load-aware policy reads two), and the minimum wins, loads divided by weight when

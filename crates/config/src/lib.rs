@@ -140,6 +140,13 @@ fn special_kind(file_type: &std::fs::FileType) -> Option<&'static str> {
     (!file_type.is_file()).then_some("a special file")
 }
 
+/// Every configuration key, as a dotted path from the top of the file (`clusters.timeouts.read`;
+/// items of a list add no step), read from the schema's own structs: what the configuration
+/// reference must document.
+pub fn schema_keys() -> Vec<String> {
+    raw::schema_keys()
+}
+
 /// Parses and checks configuration text; `origin` names it in errors (usually the file path) and
 /// relative certificate paths are taken from its folder. Reads nothing and asks no resolver.
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {

@@ -638,8 +638,8 @@ pub struct Cluster {
 /// again on every reload (rotation); nothing here is read by this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamTls {
-    /// PEM certificates to trust (the backends' CA) and where `ca` is written; `None`: the system's
-    /// roots.
+    /// PEM certificates to trust (the backends' CA) and where `ca` is written; `None`: Mozilla's
+    /// roots, compiled into duet (webpki-roots); the system's store is not read.
     pub ca: Option<(std::path::PathBuf, Location)>,
     /// The name to send (SNI) and to verify the backend's certificate against; `None`: each
     /// backend's host name.

@@ -598,6 +598,25 @@ static CLUSTER: Shape = Shape {
     ],
 };
 
+/// Every key the schema reads, as a dotted path from the top (`clusters.health_check.interval`; a
+/// list's items add no step), in the order of the structs. The configuration reference is checked
+/// against it, so a key added here without an entry there fails a test.
+pub(crate) fn schema_keys() -> Vec<String> {
+    let mut keys = Vec::new();
+    collect_keys(&CONFIG, "", &mut keys);
+    keys
+}
+
+fn collect_keys(shape: &Shape, prefix: &str, keys: &mut Vec<String>) {
+    for field in (shape.fields)() {
+        let path = format!("{prefix}{field}");
+        keys.push(path.clone());
+        if let Some((_, child)) = shape.children.iter().find(|(name, _)| name == field) {
+            collect_keys(child, &format!("{path}."), keys);
+        }
+    }
+}
+
 /// A key the schema does not have: its name, location and the keys allowed where it stands.
 pub(crate) struct UnknownKey<'a> {
     pub(crate) key: &'a Spanned<String>,
@@ -684,6 +703,19 @@ mod tests {
             fields_of::<RawRoute>().contains(&"match"),
             "renamed fields use the YAML name"
         );
+    }
+
+    #[test]
+    fn schema_keys_are_dotted_paths_through_every_section() {
+        let keys = schema_keys();
+        for key in [
+            "workers",
+            "listeners.tls.cert",
+            "routes.match.path.exact",
+            "limits.http2.adaptive_window",
+        ] {
+            assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+        }
     }
 
     #[test]

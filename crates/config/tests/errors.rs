@@ -424,8 +424,8 @@ fn trusted_proxies_are_addresses_or_networks() {
 
 #[test]
 fn the_kubernetes_config_map_holds_a_valid_config() {
-    let manifest =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/duet.yaml");
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/kubernetes/base/duet.yaml");
     let text = std::fs::read_to_string(&manifest).expect("manifest");
     // The block scalar under `duet.yaml: |`, indented four spaces.
     let config: String = text

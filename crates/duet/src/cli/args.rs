@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-/// duet: an HTTP/1.1 load balancer (power of two choices, one local view per worker).
+/// duet: an HTTP/1.1 and HTTP/2 load balancer (power of two choices, one local view per worker).
 #[derive(Debug, Parser)]
 #[command(
     name = "duet",
@@ -62,8 +62,13 @@ pub(super) enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff): `duet man > duet.1; man ./duet.1`.
-    Man,
+    /// Print duet(1) (roff), or with --out write duet(1), a page per command (duet-run(1),
+    /// duet-check(1), ...) and duet.yaml(5), the configuration reference: `duet man --out man/`.
+    Man {
+        /// Write every page into this folder (created if missing) instead of duet(1) to stdout.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ mod args;
 mod reload;
 mod check;
 mod logging;
+mod man;
 
 pub use run::DRAIN_CUT_SHORT;
 
@@ -48,20 +49,7 @@ pub fn main(args: Vec<String>) -> i32 {
             clap_complete::generate(shell, &mut command, "duet", &mut std::io::stdout());
             0
         }
-        Command::Man => {
-            let mut page = Vec::new();
-            match clap_mangen::Man::new(Cli::command()).render(&mut page) {
-                Ok(()) => {
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(&page);
-                    0
-                }
-                Err(error) => {
-                    eprintln!("duet man: {error}");
-                    1
-                }
-            }
-        }
+        Command::Man { out } => man::run(Cli::command(), out.as_deref()),
         Command::Demo => {
             let _log = logging::init_logging(false, "warn", None);
             match demo::run() {
