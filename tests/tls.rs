@@ -171,3 +171,43 @@ fn check_fails(config: &std::path::Path) -> String {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     stderr
 }
+
+/// `hsts:` (the worked example of a filter) end to end: a backend's response over TLS carries the
+/// route's `Strict-Transport-Security`, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_with_hsts_sets_the_field_on_responses_over_tls() {
+    let certificate = support::TestCertificate::localhost();
+    let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
+    let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .tls(&certificate.cert, &certificate.key)
+        .to_yaml()
+        .replace(
+            "cluster: app }",
+            "cluster: app, hsts: { max_age: 10m, include_subdomains: true } }",
+        );
+    assert!(yaml.contains("hsts:"), "{yaml}");
+    let duet = Duet::start(&yaml);
+    let tcp = tokio::net::TcpStream::connect(duet.address)
+        .await
+        .expect("connect");
+    let mut tls = TlsConnector::from(Arc::new(certificate.client_config()))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_string(&mut response)).await;
+    let fields: Vec<&str> = (response.lines())
+        .filter(|line| {
+            line.to_ascii_lowercase()
+                .starts_with("strict-transport-security:")
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        ["strict-transport-security: max-age=600; includeSubDomains"],
+        "{response}"
+    );
+}
