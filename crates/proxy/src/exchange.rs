@@ -67,7 +67,7 @@ impl Prepared {
 }
 
 /// A protocol upgrade the request asks for. The client's side of the tunnel is the connection itself,
-/// taken back from hyper once the `101` is written (see `server.rs`).
+/// taken back from hyper once the `101` is written (see `conn/serve.rs`).
 pub(crate) struct Upgrade {
     pub(crate) protocol: HeaderValue,
 }

@@ -1,6 +1,7 @@
 //! HTTP/2 client connections: negotiated by ALPN on TLS listeners, or spoken with prior knowledge (the
 //! connection preface) on plain ones. Each stream is one request through the same stages as an
-//! HTTP/1.1 request; backends are still spoken to over HTTP/1.1.
+//! HTTP/1.1 request, sent to its cluster's backends over HTTP/1.1, or over HTTP/2 for a `protocol: h2`
+//! cluster.
 //!
 //! An h2 connection is never parked: its streams are tasks of their own on the worker's thread (hyper
 //! spawns them through [`LocalExec`]), and it closes with a GOAWAY once idle for
