@@ -1,26 +1,10 @@
 //! A route's `hedge:`: read as written, defaults where left out, each mistake located.
 
 use duet_config::{parse, Hedge, HedgeAfter};
+
+mod support;
 use std::time::Duration;
-
-const BASE: &str = "\
-listeners: [ { address: 127.0.0.1:0 } ]
-routes: [ { cluster: web } ]
-clusters:
-  - name: web
-    backends: [ { address: 127.0.0.1:9001 }, { address: 127.0.0.1:9002 } ]
-";
-
-fn with_routes(routes: &str) -> String {
-    BASE.replace("routes: [ { cluster: web } ]", routes)
-}
-
-fn errors(yaml: &str) -> Vec<String> {
-    match parse(yaml, "bad.yaml") {
-        Ok(_) => panic!("expected errors for:\n{yaml}"),
-        Err(errors) => errors.errors.iter().map(ToString::to_string).collect(),
-    }
-}
+use support::{errors, with_routes, BASE};
 
 #[test]
 fn hedging_is_read_as_written_with_defaults_for_what_is_left_out() {

@@ -2,24 +2,8 @@
 
 use duet_config::parse;
 
-const BASE: &str = "\
-listeners: [ { address: 127.0.0.1:0 } ]
-routes: [ { cluster: web } ]
-clusters:
-  - name: web
-    backends: [ { address: 127.0.0.1:9001 } ]
-";
-
-fn with_routes(routes: &str) -> String {
-    BASE.replace("routes: [ { cluster: web } ]", routes)
-}
-
-fn errors(yaml: &str) -> Vec<String> {
-    match parse(yaml, "bad.yaml") {
-        Ok(_) => panic!("expected errors for:\n{yaml}"),
-        Err(errors) => errors.errors.iter().map(ToString::to_string).collect(),
-    }
-}
+mod support;
+use support::{errors, with_routes};
 
 #[test]
 fn the_field_is_written_as_configured_with_a_year_by_default() {
