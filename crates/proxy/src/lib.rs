@@ -7,6 +7,8 @@
 //!   request, turned into a tunnel by a `101`, and drained at shutdown.
 //! - **`handler.rs`**: [`WorkerProxy`], one worker's routing table (replaced by reloads) and
 //!   `WorkerProxy::handle`, which runs each request through the stages.
+//! - **`route_state.rs`**: what the worker keeps for one route (its clusters with their histograms, its
+//!   split, its filters), carried over a reload by route name.
 //! - **`stage/`**, in the order a request meets them:
 //!   1. **route**: a target over `limits.max_uri_length` gets 414; host and path prefix pick the
 //!      route, first match wins (404 if none).
@@ -14,10 +16,13 @@
 //!      is buffered when small and replayable, streamed otherwise (400 if malformed, 408 if it stalls).
 //!   3. **retry**: attempts, each re-picked among backends not tried yet, while it is safe and the
 //!      cluster's retry budget allows.
-//!   4. **forward**: one attempt. The cluster's balancer picks a backend by power of two choices and
-//!      counts it as load; the request goes out on the worker's pool; every failure becomes one
-//!      [`ErrorKind`] (503 nothing eligible, 502 unreachable or not HTTP, 504 too slow).
-//!   5. **respond**: response headers cleaned, a `101` becomes a tunnel, the body streams back.
+//!   4. **respond**: response headers cleaned, a `101` becomes a tunnel, the body streams back.
+//! - **`filter/`**: a route's features (header edits, rewrite, redirect, mirror, hedging, HSTS), one
+//!   module each, which the handler and the stages run in the request's phases; its crate doc is the
+//!   guide to adding one.
+//! - **`forward.rs`**: one attempt. The cluster's balancer picks a backend by power of two choices
+//!   and counts it as load; the request goes out on the worker's pool; every failure becomes one
+//!   [`ErrorKind`] (503 nothing eligible, 502 unreachable or not HTTP, 504 too slow).
 //! - **`exchange.rs`**: what passes between the stages (the prepared request, failed attempts, what
 //!   the connection needs to know).
 //! - **`attempt/`**: each attempt's `Completion`, the one hook for what happens when an attempt ends:
