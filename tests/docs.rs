@@ -18,30 +18,41 @@ fn read(relative: &str) -> String {
         .unwrap_or_else(|error| panic!("{relative}: {error}"))
 }
 
-/// README.md and every Markdown page under docs/src, as (path relative to the root, text).
-fn pages() -> Vec<(String, String)> {
-    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+/// The files under `dir` (relative to the root) whose names end in `.ext`, relative to the root,
+/// sorted.
+fn files_under(dir: &str, ext: &str) -> Vec<String> {
+    fn walk(dir: &Path, ext: &str, found: &mut Vec<PathBuf>) {
         let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
-                walk(&path, found);
-            } else if path.extension().is_some_and(|e| e == "md") {
+                walk(&path, ext, found);
+            } else if path.extension().is_some_and(|e| e == ext) {
                 found.push(path);
             }
         }
     }
-    let mut paths = vec![root().join("README.md")];
-    walk(&root().join("docs/src"), &mut paths);
-    paths.sort();
-    paths
-        .into_iter()
+    let mut paths = Vec::new();
+    walk(&root().join(dir), ext, &mut paths);
+    let mut relative: Vec<String> = (paths.iter())
         .map(|path| {
-            let relative = path
-                .strip_prefix(root())
-                .expect("under the root")
-                .to_string_lossy()
-                .into_owned();
+            let relative = path.strip_prefix(root()).expect("under the root");
+            relative.to_string_lossy().into_owned()
+        })
+        .collect();
+    relative.sort();
+    relative
+}
+
+fn rust_files(dir: &str) -> Vec<String> {
+    files_under(dir, "rs")
+}
+
+/// README.md and every Markdown page under docs/src, as (path relative to the root, text).
+fn pages() -> Vec<(String, String)> {
+    let paths = std::iter::once("README.md".to_owned()).chain(files_under("docs/src", "md"));
+    paths
+        .map(|relative| {
             let text = read(&relative);
             (relative, text)
         })
@@ -153,12 +164,21 @@ fn the_configuration_reference_has_every_key_of_the_schema() {
 #[test]
 fn the_metrics_reference_has_every_family() {
     let source = read("crates/proxy/src/telemetry/metrics_families.rs");
-    let families: BTreeSet<String> = source
+    let mut families: BTreeSet<String> = source
         .split("Family::new(\"")
         .skip(1)
         .filter_map(|rest| rest.split_once('"'))
         .map(|(name, _)| name.to_owned())
+        .filter(|name| !name.is_empty())
         .collect();
+    // The filters' counter families are declared in their modules: `CounterFamily { name: "…"`.
+    for file in rust_files("crates/proxy/src/filter") {
+        let source = read(&file);
+        let declared = (source.split("= CounterFamily {").skip(1))
+            .filter_map(|rest| rest.split_once("name: \"")?.1.split_once('"'))
+            .map(|(name, _)| name.to_owned());
+        families.extend(declared);
+    }
     assert!(families.len() > 30, "{families:?}");
     let entries = table_entries(&read(METRICS));
     let missing: Vec<_> = families.difference(&entries).collect();

@@ -204,6 +204,15 @@ impl Route {
         }
     }
 
+    /// What the route sends beside its target, for people to read: ` (mirror shadow 10%)`, or
+    /// nothing.
+    pub fn beside_target(&self, clusters: &[Cluster]) -> String {
+        self.mirror.map_or_else(String::new, |m| {
+            let cluster = clusters.get(m.cluster).map_or("", |c| c.name.as_str());
+            format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
+        })
+    }
+
     /// The route's filters, for people to read: empty when there are none, else each after a space,
     /// as ` request_headers set x-team=api rewrite path_prefix /v2 retries 2`.
     pub fn filters(&self) -> String {
@@ -277,13 +286,18 @@ impl Action {
     /// Every cluster the route may send to (indexes into [`Config::clusters`]), in the order written,
     /// weight-0 ones included; none for a redirect.
     pub fn clusters(&self) -> impl Iterator<Item = usize> + '_ {
+        self.weighted().map(|(index, _)| index)
+    }
+
+    /// Each cluster the action sends to (index into [`Config::clusters`]) with its weight: a single
+    /// cluster at 1, each cluster of a split with its own; none for a redirect.
+    pub fn weighted(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
         let split = match self {
             Self::Split(split) => &split[..],
             Self::Cluster(_) | Self::Redirect(_) => &[],
         };
-        self.cluster()
-            .into_iter()
-            .chain(split.iter().map(|w| w.cluster))
+        (self.cluster().map(|index| (index, 1)).into_iter())
+            .chain(split.iter().map(|w| (w.cluster, w.weight)))
     }
 }
 

@@ -7,7 +7,7 @@ use crate::{
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, InService},
-    filter::phase::{Arrival, Build, Decision, WorkerShared},
+    filter::phase::{Arrival, Build, Decision},
     grpc,
     peer::Client,
     request_id::RequestIds,
@@ -43,8 +43,6 @@ pub struct WorkerProxy {
     registry: Option<(usize, Registry)>,
     readiness: Arc<Readiness>,
     ids: RequestIds,
-    /// What the worker keeps for every route's filters, across reloads.
-    shared: WorkerShared,
 }
 
 struct Table {
@@ -92,8 +90,7 @@ impl WorkerProxy {
             .as_ref()
             .map_or_else(Default::default, |(_, r)| r.readiness_flags());
         let health = SharedHealth::default();
-        let shared = WorkerShared::default();
-        let table = Table::new(config, names, None, (&health, &shared));
+        let table = Table::new(config, names, None, &health);
         let proxy = Self {
             table: RefCell::new(Rc::new(table)),
             health,
@@ -101,7 +98,6 @@ impl WorkerProxy {
             registry,
             readiness,
             ids: RequestIds::new(),
-            shared,
         };
         proxy.publish_cells();
         proxy
@@ -131,7 +127,7 @@ impl WorkerProxy {
         for route in &table.routes {
             route.publish(&mut cells);
         }
-        registry.publish(*index, cells);
+        registry.publish(*index, cells, crate::filter::counter_families());
         registry.publish_routes(*index, RouteCells::of(&table.config));
     }
 
@@ -141,7 +137,7 @@ impl WorkerProxy {
     /// on the table they started with.
     pub fn reload(&self, config: Arc<Config>, names: &ResolvedNames) {
         let old = self.table.borrow().clone();
-        let table = Table::new(config, names, Some(&old), (&self.health, &self.shared));
+        let table = Table::new(config, names, Some(&old), &self.health);
         for cluster in &table.clusters {
             cluster.resume();
         }
@@ -349,7 +345,7 @@ impl Table {
         config: Arc<Config>,
         names: &ResolvedNames,
         previous: Option<&Table>,
-        (health, shared): (&SharedHealth, &WorkerShared),
+        health: &SharedHealth,
     ) -> Self {
         let index = RouteIndex::new(&config.routes);
         let old_clusters = previous.map_or(&[][..], |old| &old.clusters[..]);
@@ -372,7 +368,6 @@ impl Table {
         let build = Build {
             config: &config,
             clusters: &clusters,
-            worker: shared,
         };
         let routes = (config.routes.iter())
             .map(|route| {
@@ -397,10 +392,10 @@ impl Table {
         }
     }
 
-    /// The state of the route named `name`, with the clusters its indexes refer to.
-    fn route_named(&self, name: &str) -> Option<(&RouteState, &[Rc<Cluster>])> {
+    /// The state of the route named `name`.
+    fn route_named(&self, name: &str) -> Option<&RouteState> {
         let at = self.config.routes.iter().position(|r| r.name == name)?;
-        Some((self.routes.get(at)?, &self.clusters[..]))
+        self.routes.get(at)
     }
 }
 

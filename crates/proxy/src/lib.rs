@@ -7,8 +7,8 @@
 //!   request, turned into a tunnel by a `101`, and drained at shutdown.
 //! - **`handler.rs`**: [`WorkerProxy`], one worker's routing table (replaced by reloads) and
 //!   `WorkerProxy::handle`, which runs each request through the stages.
-//! - **`route_state.rs`**: what the worker keeps for one route (its clusters with their histograms, its
-//!   split, its filters), carried over a reload by route name.
+//! - **`route_state/`**: what the worker keeps for one route (its clusters with their histograms, its
+//!   weighted split, its filters), carried over a reload by route name.
 //! - **`stage/`**, in the order a request meets them:
 //!   1. **route**: a target over `limits.max_uri_length` gets 414; host and path prefix pick the
 //!      route, first match wins (404 if none).
@@ -61,7 +61,6 @@ mod attempt;
 mod backend;
 mod telemetry;
 
-mod split;
 mod path;
 mod outcome;
 mod grpc;
@@ -79,8 +78,6 @@ pub mod view;
 mod tests;
 #[cfg(test)]
 mod fuzz_tests;
-#[cfg(test)]
-mod hedge_tests;
 
 pub use attempt::body::{BodyError, ProxyBody};
 pub use backend::cluster::{ClusterBalance, Upstream};
@@ -102,7 +99,7 @@ pub use stage::route_index::RouteIndex;
 pub use telemetry::access_log::set_access_log_sink;
 pub use telemetry::metrics::{config_hash, DiscoveryCounters, Registry};
 pub use telemetry::status::{
-    BackendStatus, ClusterStatus, ConfigStatus, RouteStatus, SplitShare, Status, StatusWindow,
+    BackendStatus, ClusterShare, ClusterStatus, ConfigStatus, RouteStatus, Status, StatusWindow,
     Totals,
 };
 pub use view::{Endpoint, HealthView, ResolvedNames};

@@ -168,7 +168,7 @@ fn summary(
     out
 }
 
-/// `  route NAME host H path P [conditions] -> TARGET [(only on ...)] [(mirror ...)]`.
+/// `  route NAME host H path P [conditions] -> TARGET [(only on ...)] [(mirror ...)] [filters]`.
 fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> String {
     let host = match &route.host {
         None => "*".to_owned(),
@@ -183,19 +183,13 @@ fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> Strin
             .collect();
         format!(" (only on {})", named.join(", "))
     });
-    let mirror = route.mirror.map_or_else(String::new, |m| {
-        let cluster = config
-            .clusters
-            .get(m.cluster)
-            .map_or("", |c| c.name.as_str());
-        format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
-    });
     format!(
-        "  route {} host {host} path {}{} -> {}{only_on}{mirror}{}",
+        "  route {} host {host} path {}{} -> {}{only_on}{}{}",
         route.name,
         route.path,
         route.conditions(),
         route.target(&config.clusters),
+        route.beside_target(&config.clusters),
         route.filters()
     )
 }

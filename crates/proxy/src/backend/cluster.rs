@@ -431,7 +431,7 @@ impl Cluster {
             counters: self.counters.clone(),
             backends,
             routes: Vec::new(),
-            mirrors: Vec::new(),
+            route_counters: Vec::new(),
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::{
     exchange::Prepared,
     filter::phase::{Build, Phase, Phases},
     forward::forward,
-    telemetry::metrics::{ClusterCells, MirrorCounts},
+    telemetry::metrics::{ClusterCells, CounterFamily, RouteCounters},
 };
 use duet_config::{Mirror, Route};
 use http::Request;
@@ -37,14 +37,40 @@ pub(crate) struct RouteMirror {
     cluster: Rc<Cluster>,
     /// Hundredths of a percent accumulated: a copy is due each time it reaches [`Mirror::ALL`].
     due: Cell<u32>,
-    counts: Arc<MirrorCounts>,
-    /// Copies in flight on this worker, for all its routes, and how many may be.
+    /// What became of its copies ([`OUTCOMES`]).
+    counts: Arc<RouteCounters>,
+    /// Copies in flight on this worker, for all its routes ([`IN_FLIGHT`]), and how many may be.
     in_flight: Rc<Cell<usize>>,
     cap: usize,
 }
 
+thread_local! {
+    /// Copies in flight on this worker, for all its routes (a worker is one thread), bounded by
+    /// `limits.max_mirrors_in_flight`.
+    static IN_FLIGHT: Rc<Cell<usize>> = Rc::default();
+}
+
+/// What became of the copies a route sent to its mirror cluster, by `outcome`: `sent`, the mirror
+/// cluster answered (any status); `failed`, it did not (no backend eligible, refused, timed out);
+/// `skipped_cap`, not sent, `limits.max_mirrors_in_flight` copies were in flight; `skipped_body`, not
+/// sent, the body was streamed (not buffered within the mirror cluster's `replay_body_limit`) or the
+/// request asked for an upgrade. Only mirroring routes have these series, under the mirror cluster.
+static OUTCOMES: CounterFamily = CounterFamily {
+    name: "duet_mirrors_total",
+    help: "Requests a route copied to its mirror cluster (cluster), by outcome: sent (answered, answer discarded), failed (no answer), skipped_cap (limits.max_mirrors_in_flight copies in flight), skipped_body (a streamed body or an upgrade: not copied).",
+    label: "outcome",
+    values: &["sent", "failed", "skipped_cap", "skipped_body"],
+    every_route: false,
+    status: None,
+};
+const SENT: usize = 0;
+const FAILED: usize = 1;
+const SKIPPED_CAP: usize = 2;
+const SKIPPED_BODY: usize = 3;
+
 impl Phases for RouteMirror {
     const PHASES: Phase = Phase::PREPARED;
+    const COUNTERS: &'static [&'static CounterFamily] = &[&OUTCOMES];
 
     /// A route that mirrors to the cluster of the same name as before a reload keeps its counts.
     fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self> {
@@ -52,14 +78,14 @@ impl Phases for RouteMirror {
         let cluster = build.clusters.get(mirror.cluster)?.clone();
         let counts = match previous {
             Some(old) if old.cluster.name == cluster.name => old.counts.clone(),
-            _ => Arc::new(MirrorCounts::new(&route.name)),
+            _ => Arc::new(RouteCounters::new(&OUTCOMES, &route.name)),
         };
         Some(Self {
             mirror,
             cluster,
             due: Cell::new(0),
             counts,
-            in_flight: build.worker.mirrors_in_flight.clone(),
+            in_flight: IN_FLIGHT.with(Rc::clone),
             cap: build.config.limits.max_mirrors_in_flight,
         })
     }
@@ -70,7 +96,7 @@ impl Phases for RouteMirror {
 
     fn publish(&self, cells: &mut [ClusterCells]) {
         if let Some(cells) = cells.get_mut(self.mirror.cluster) {
-            cells.mirrors.push(self.counts.clone());
+            cells.route_counters.push(self.counts.clone());
         }
     }
 }
@@ -100,20 +126,20 @@ impl RouteMirror {
             BodySource::Buffered(_) | BodySource::Streaming(_) => None,
         };
         let Some(source) = source else {
-            return state.count(MirrorCounts::SKIPPED_BODY);
+            return state.add(SKIPPED_BODY);
         };
         if self.in_flight.get() >= self.cap {
-            return state.count(MirrorCounts::SKIPPED_CAP);
+            return state.add(SKIPPED_CAP);
         }
         let Some(copy) = copy(prepared, source) else {
-            return state.count(MirrorCounts::SKIPPED_BODY);
+            return state.add(SKIPPED_BODY);
         };
         self.in_flight.set(self.in_flight.get() + 1);
         let held = InFlight(self.in_flight.clone());
         let (cluster, counts) = (self.cluster.clone(), state.clone());
         tokio::task::spawn_local(async move {
             let outcome = send(&cluster, copy).await;
-            counts.count(outcome);
+            counts.add(outcome);
             drop(held);
         });
     }
@@ -151,11 +177,11 @@ async fn send(cluster: &Rc<Cluster>, mut copy: Prepared) -> usize {
             // The body settles the attempt (load, latency, connection back to the pool) as it ends.
             let mut body = ProxyBody::upstream(body, completion);
             while let Some(Ok(_)) = body.frame().await {}
-            MirrorCounts::SENT
+            SENT
         }
         Err(error) => {
             tracing::debug!(cluster = %cluster.name, "mirror: {error}");
-            MirrorCounts::FAILED
+            FAILED
         }
     }
 }
@@ -174,7 +200,7 @@ mod tests {
             },
             cluster,
             due: Cell::new(0),
-            counts: Arc::new(MirrorCounts::new("r")),
+            counts: Arc::new(RouteCounters::new(&OUTCOMES, "r")),
             in_flight: Rc::default(),
             cap: 1,
         };

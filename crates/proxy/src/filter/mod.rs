@@ -16,8 +16,16 @@
 //!
 //! A filter's state lives in its value, one per route per worker, built once per config by
 //! [`Phases::build`], which is also handed the filter of the route of the same name before a reload:
-//! that is the whole of a filter's reload carry-over. A filter's metric cells reach the exposition
-//! through [`Phases::publish`].
+//! that is the whole of a filter's reload carry-over ([`per_cluster`] keeps a value per cluster of
+//! the route across it). What a filter keeps for all the routes of its worker lives in its module, in
+//! a thread local (a worker is one thread).
+//!
+//! A filter's metrics are counters per route: it declares their families in
+//! [`Phases::COUNTERS`] (name, help, label and its values: `duet_hedges_total{outcome}`), holds a
+//! [`RouteCounters`](crate::telemetry::metrics::RouteCounters) per route (and cluster), and hands
+//! them over in [`Phases::publish`]. The exposition and the status page render every registered
+//! family where the filters' families stand, in registration order; nothing in `telemetry/` names
+//! a filter.
 //!
 //! What is not a per-request feature stays where it is: connections (`conn/`), the pool and the
 //! balancer (`backend/`), a route's choice of cluster (`split.rs`), attempts and retries
@@ -37,8 +45,8 @@
 //!    what it means, a check under `check/` that refuses bad values with their line and column).
 //! 2. **Its module**, `filter/NAME.rs`: a type holding what the filter needs per route, with
 //!    `impl Phases`: `PHASES`, `build` (from the route's config; `None` when the route does not use
-//!    it) and the hooks of its phases. Its metrics, if any, are cells it holds and hands over in
-//!    `publish`.
+//!    it) and the hooks of its phases. Its metrics, if any, are counter families it declares in
+//!    `COUNTERS` and cells it holds and hands over in `publish`.
 //! 3. **One line registering it** in the `filters!` list below: its variant and type. The list's
 //!    order is the order in which a route's filters run in each phase.
 //!
@@ -51,10 +59,13 @@ mod mirror;
 mod redirect;
 mod rewrite;
 
+pub(crate) mod per_cluster;
 pub(crate) mod phase;
 
 use crate::{
-    exchange::Prepared, telemetry::access_log::AccessLog, telemetry::metrics::ClusterCells,
+    exchange::Prepared,
+    telemetry::access_log::AccessLog,
+    telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::Route;
 use http::request;
@@ -93,6 +104,17 @@ macro_rules! filters {
                     $(Filter::$variant(_) => <$filter as Phases>::PHASES,)+
                 }
             }
+        }
+
+        /// The families of every filter's counters, in the order they are exported.
+        pub(crate) fn counter_families() -> &'static [&'static CounterFamily] {
+            static ALL: std::sync::LazyLock<Vec<&'static CounterFamily>> =
+                std::sync::LazyLock::new(|| {
+                    let mut all = Vec::new();
+                    $(all.extend_from_slice(<$filter as Phases>::COUNTERS);)+
+                    all
+                });
+            &ALL
         }
 
         /// Runs `$call` on the filter inside `$filter`, whichever it is.

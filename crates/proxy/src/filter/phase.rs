@@ -9,7 +9,7 @@ use crate::{
     exchange::Prepared,
     peer::Client,
     telemetry::access_log::AccessLog,
-    telemetry::metrics::{ClusterCells, RouteTimings},
+    telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::{Config, Route};
 use http::{request, HeaderMap, HeaderValue, Request, Response};
@@ -83,35 +83,28 @@ pub(crate) struct Raced {
     /// An attempt was dropped unfinished because another answered: sent, but neither the answer nor
     /// among the failures in `tried`, so the request's attempts count it apart.
     pub(crate) dropped: bool,
+    /// Which of the filter's attempts answered, for the access log (its `hedged` field); `None`:
+    /// the filter sent one attempt, or none answered.
+    pub(crate) answered: Option<&'static str>,
 }
 
 /// A first attempt, as a filter runs it: boxed, since only the routes with such a filter pay for it.
 pub(crate) type Race<'a> = Pin<Box<dyn Future<Output = Raced> + 'a>>;
 
 /// What a first attempt run by a filter is given: the cluster picked for the request, the request,
-/// the backends that failed (the race adds those it sees fail), the route's timings for that
-/// cluster, and the request's access-log record (to say how the attempt went).
+/// and the backends that failed (the race adds those it sees fail).
 pub(crate) struct FirstAttempt<'a> {
     pub(crate) cluster: &'a Rc<Cluster>,
     pub(crate) prepared: &'a Prepared,
     pub(crate) tried: &'a mut Vec<SocketAddr>,
-    pub(crate) timings: &'a RouteTimings,
-    pub(crate) log: &'a mut Option<Box<AccessLog>>,
 }
 
-/// What a filter is built from: the config, the worker's clusters (in `config.clusters` order) and
-/// what the worker keeps for every route's filters.
+/// What a filter is built from: the config and the worker's clusters (in `config.clusters` order).
+/// What a filter keeps for all the routes of its worker lives in its module, in a thread local: a
+/// worker is one thread.
 pub(crate) struct Build<'a> {
     pub(crate) config: &'a Config,
     pub(crate) clusters: &'a [Rc<Cluster>],
-    pub(crate) worker: &'a WorkerShared,
-}
-
-/// What one worker keeps for the filters of all its routes, across reloads.
-#[derive(Default)]
-pub(crate) struct WorkerShared {
-    /// Copies of requests in flight to mirror clusters, bounded by `limits.max_mirrors_in_flight`.
-    pub(crate) mirrors_in_flight: Rc<std::cell::Cell<usize>>,
 }
 
 /// A filter: one feature's per-route state and the phases it acts in. Every hook has a default that
@@ -120,6 +113,11 @@ pub(crate) struct WorkerShared {
 pub(crate) trait Phases: Sized {
     /// The phases whose hooks this filter implements.
     const PHASES: Phase;
+
+    /// The families of the counters the filter keeps per route, exported in this order; its cells
+    /// ([`RouteCounters`](crate::telemetry::metrics::RouteCounters)) are handed over in
+    /// [`publish`](Phases::publish).
+    const COUNTERS: &'static [&'static CounterFamily] = &[];
 
     /// The filter for `route`, or `None` when the route does not use it. `previous` is the same
     /// filter of the route of the same name in the config before a reload: what it keeps (counts, a

@@ -20,10 +20,10 @@ impl Phases for RedirectRoute {
     const PHASES: Phase = Phase::REQUEST;
 
     fn build(route: &Route, _: &Build<'_>, _: Option<&Self>) -> Option<Self> {
-        match &route.action {
-            Action::Redirect(redirect) => Some(Self(redirect.clone())),
-            Action::Cluster(_) | Action::Split(_) => None,
-        }
+        let Action::Redirect(redirect) = &route.action else {
+            return None;
+        };
+        Some(Self(redirect.clone()))
     }
 
     fn on_request(&self, arrival: &Arrival<'_>, log: &mut Option<Box<AccessLog>>) -> Decision {

@@ -79,13 +79,18 @@ pub(crate) async fn send(
                     cluster,
                     prepared,
                     tried: &mut tried,
-                    timings,
-                    log: &mut log,
                 };
                 if let Some(race) = filters.first_attempt(attempt) {
                     break 'attempt match within(deadline, race).await {
-                        Some(Raced { result, dropped: d }) => {
+                        Some(Raced {
+                            result,
+                            dropped: d,
+                            answered,
+                        }) => {
                             dropped = d;
+                            if let (Some(answered), Some(log)) = (answered, log.as_mut()) {
+                                log.raced = answered;
+                            }
                             result
                         }
                         None => timed_out(),

@@ -42,9 +42,9 @@ pub(crate) struct AccessLog {
     pub(crate) tried: Vec<SocketAddr>,
     /// Attempts sent to backends (0: none was picked), a hedge included.
     pub(crate) attempts: u32,
-    /// Whether a hedge was sent and which attempt's response head came first: `first` or `hedge`
-    /// (`-`: no hedge was sent, or neither answered).
-    pub(crate) hedged: &'static str,
+    /// Which attempt's response head came first when a filter raced two for the first attempt (the
+    /// line's `hedged`: `first` or `hedge`; `-`: one attempt was sent, or neither answered).
+    pub(crate) raced: &'static str,
     /// From the answering attempt's start to its response head.
     pub(crate) upstream_head_ms: Option<f64>,
     pub(crate) bytes: u64,
@@ -94,7 +94,7 @@ impl AccessLog {
             backend: None,
             tried: Vec::new(),
             attempts: 0,
-            hedged: "-",
+            raced: "-",
             upstream_head_ms: None,
             bytes: 0,
             received: Received::Known(0),
@@ -229,7 +229,7 @@ impl AccessLog {
             backend = %OrDash(self.backend),
             tried = %Joined(&self.tried),
             attempts = self.attempts,
-            hedged = %self.hedged,
+            "hedged" = %self.raced,
             duration_ms,
             upstream_head_ms,
             bytes = self.bytes,
@@ -353,7 +353,7 @@ impl AccessLog {
             });
         }
         fields.number(name!("attempts"), u64::from(self.attempts));
-        fields.text(name!("hedged"), self.hedged);
+        fields.text(name!("hedged"), self.raced);
         fields.millis(name!("duration_ms"), duration_ms);
         fields.millis(name!("upstream_head_ms"), upstream_head_ms);
         fields.number(name!("bytes"), self.bytes);
@@ -1177,7 +1177,7 @@ mod tests {
             backend: Some("127.0.0.1:9001".parse().expect("address")),
             tried: vec!["127.0.0.1:9002".parse().expect("address")],
             attempts: 2,
-            hedged: "-",
+            raced: "-",
             upstream_head_ms: Some(1.25),
             bytes: 1234,
             received: Received::Known(0),

@@ -79,8 +79,6 @@ pub(crate) struct RouteTimings {
     pub(crate) request_duration: Histogram,
     /// From a request's arrival to its response head from a backend (retries included).
     pub(crate) response_head: Histogram,
-    /// Hedges sent, by how they ended ([`HedgeOutcome`]).
-    pub(crate) hedges: [AtomicU64; HedgeOutcome::LABELS.len()],
 }
 
 impl RouteTimings {
@@ -89,64 +87,59 @@ impl RouteTimings {
             route: route.into(),
             request_duration: Histogram::default(),
             response_head: Histogram::default(),
-            hedges: Default::default(),
         }
     }
-
-    /// Counts a hedge that ended as `outcome`.
-    pub(crate) fn hedge(&self, outcome: HedgeOutcome) {
-        self.hedges[outcome as usize].fetch_add(1, Relaxed);
-    }
 }
 
-/// How a hedge (the second attempt sent beside a slow first one) ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HedgeOutcome {
-    /// Its response head came first: the client got its answer.
-    Won,
-    /// The first attempt answered first, or both failed: it was dropped or came to nothing.
-    Lost,
-    /// The request ended before either answered (the route's timeout, the client went away).
-    Cancelled,
-}
-
-impl HedgeOutcome {
-    /// The `outcome` label's values, in the order of [`RouteTimings::hedges`].
-    pub(crate) const LABELS: [&'static str; 3] = ["won", "lost", "cancelled"];
-}
-
-/// What became of the copies one route mirrors to one cluster, in one worker.
+/// What a filter counts for each route, exported as one counter family: `NAME{worker, cluster,
+/// route, LABEL}` with one series per value of `LABEL`.
 #[derive(Debug)]
-pub(crate) struct MirrorCounts {
+pub(crate) struct CounterFamily {
+    pub(crate) name: &'static str,
+    pub(crate) help: &'static str,
+    /// The last label, and its values (each counted by [`RouteCounters::add`] with its index).
+    pub(crate) label: &'static str,
+    pub(crate) values: &'static [&'static str],
+    /// Whether every route has the family's series for each of its clusters, at 0 where it does not
+    /// use the filter (so a rate over them never starts from nothing); otherwise only the routes
+    /// with the filter have them.
+    pub(crate) every_route: bool,
+    /// The status page's summary of a cluster's counts, under this noun (`hedges since start: 3
+    /// won, 1 lost, 0 cancelled`), shown once there are any; `None`: not on the status page.
+    pub(crate) status: Option<&'static str>,
+}
+
+/// A filter's counters for one route and one cluster, in one worker: one per value of its family's
+/// label (the family says what they count and how they are exported).
+#[derive(Debug)]
+pub(crate) struct RouteCounters {
+    pub(crate) family: &'static CounterFamily,
     /// The route's name (`route` label).
     pub(crate) route: Arc<str>,
-    /// By [`MirrorCounts::OUTCOMES`], in that order.
-    pub(crate) outcomes: [AtomicU64; 4],
+    counts: Box<[AtomicU64]>,
 }
 
-impl MirrorCounts {
-    /// `sent`: the mirror cluster answered (any status); `failed`: it did not (no backend eligible,
-    /// refused, timed out); `skipped_cap`: not sent, `limits.max_mirrors_in_flight` copies were in
-    /// flight; `skipped_body`: not sent, the body was streamed (not buffered within the mirror
-    /// cluster's `replay_body_limit`) or the request asked for an upgrade.
-    pub(crate) const OUTCOMES: [&'static str; 4] =
-        ["sent", "failed", "skipped_cap", "skipped_body"];
-    pub(crate) const SENT: usize = 0;
-    pub(crate) const FAILED: usize = 1;
-    pub(crate) const SKIPPED_CAP: usize = 2;
-    pub(crate) const SKIPPED_BODY: usize = 3;
-
-    pub(crate) fn new(route: &str) -> Self {
+impl RouteCounters {
+    pub(crate) fn new(family: &'static CounterFamily, route: &str) -> Self {
         Self {
+            family,
             route: route.into(),
-            outcomes: Default::default(),
+            counts: (0..family.values.len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
     }
 
-    pub(crate) fn count(&self, outcome: usize) {
-        if let Some(cell) = self.outcomes.get(outcome) {
+    /// Counts one more of the family's `index`th value.
+    pub(crate) fn add(&self, index: usize) {
+        if let Some(cell) = self.counts.get(index) {
             cell.fetch_add(1, Relaxed);
         }
+    }
+
+    /// The count of the family's `index`th value (0 past the last).
+    pub(crate) fn get(&self, index: usize) -> u64 {
+        self.counts.get(index).map_or(0, |cell| cell.load(Relaxed))
     }
 }
 
@@ -255,8 +248,8 @@ pub(crate) struct ClusterCells {
     pub(crate) backends: Vec<BackendCell>,
     /// The timings of the routes that lead to this cluster.
     pub(crate) routes: Vec<Arc<RouteTimings>>,
-    /// The routes that mirror requests to this cluster.
-    pub(crate) mirrors: Vec<Arc<MirrorCounts>>,
+    /// The filters' counters of the routes that act on this cluster, each under its family.
+    pub(crate) route_counters: Vec<Arc<RouteCounters>>,
 }
 
 #[derive(Debug, Default)]
@@ -265,6 +258,8 @@ pub(crate) struct WorkerEntry {
     pub(crate) clusters: Vec<ClusterCells>,
     /// The routes of the worker's table, described for the status page.
     pub(crate) routes: Vec<RouteCells>,
+    /// The families of the filters' counters ([`RouteCounters`]), in the order they are exported.
+    pub(crate) counter_families: &'static [&'static CounterFamily],
 }
 
 /// What the control plane's discovery counts.
@@ -423,12 +418,21 @@ impl Registry {
         workers.entry(worker).or_default().counters.clone()
     }
 
-    pub(crate) fn publish(&self, worker: usize, clusters: Vec<ClusterCells>) {
+    /// `worker`'s cells (after a start or a reload), with the families its filters' counters
+    /// belong to.
+    pub(crate) fn publish(
+        &self,
+        worker: usize,
+        clusters: Vec<ClusterCells>,
+        counter_families: &'static [&'static CounterFamily],
+    ) {
         let mut workers = self
             .workers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        workers.entry(worker).or_default().clusters = clusters;
+        let entry = workers.entry(worker).or_default();
+        entry.clusters = clusters;
+        entry.counter_families = counter_families;
     }
 
     /// The routes of `worker`'s table (after a start or a reload).
@@ -561,31 +565,47 @@ pub(crate) mod fixture {
                         .response_head
                         .observe(Duration::from_micros(micros / 2));
                 }
-                for (j, cell) in timings.hedges.iter().enumerate() {
-                    add(cell, seed * 10 + (i + j) as u64);
-                }
                 Arc::new(timings)
             })
             .collect();
-        let mirrors = routes
-            .iter()
-            .take(1)
-            .map(|r| {
-                let counts = MirrorCounts::new(&r.route);
-                for (i, cell) in counts.outcomes.iter().enumerate() {
-                    add(cell, seed * 100 + i as u64);
-                }
-                Arc::new(counts)
-            })
-            .collect();
+        // Every route has a family's counters that every route has; the first route has another's.
+        let (outcomes_family, copies_family) =
+            (family("duet_hedges_total"), family("duet_mirrors_total"));
+        let mut route_counters = Vec::new();
+        for (i, route) in routes.iter().enumerate() {
+            let outcomes = RouteCounters::new(outcomes_family, &route.route);
+            for j in 0..outcomes_family.values.len() {
+                (0..seed * 10 + (i + j) as u64).for_each(|_| outcomes.add(j));
+            }
+            route_counters.push(Arc::new(outcomes));
+        }
+        for route in routes.iter().take(1) {
+            let copies = RouteCounters::new(copies_family, &route.route);
+            for j in 0..copies_family.values.len() {
+                (0..seed * 100 + j as u64).for_each(|_| copies.add(j));
+            }
+            route_counters.push(Arc::new(copies));
+        }
         ClusterCells {
             name: name.to_owned(),
             policy,
             counters: Arc::new(counters),
             backends,
             routes,
-            mirrors,
+            route_counters,
         }
+    }
+
+    /// The filters' counter families, as the workers publish them.
+    pub(crate) fn families() -> &'static [&'static CounterFamily] {
+        crate::filter::counter_families()
+    }
+
+    /// The family named `name` (one that every route has, `duet_hedges_total`, or one that only
+    /// the routes with the filter have, `duet_mirrors_total`).
+    fn family(name: &str) -> &'static CounterFamily {
+        let found = families().iter().find(|family| family.name == name);
+        found.unwrap_or_else(|| panic!("no counter family {name}"))
     }
 
     pub(crate) const WEIRD: &str = "we\"ird\\name\n<&>";
@@ -667,6 +687,7 @@ pub(crate) mod fixture {
                 ),
                 cluster("idle", "p2c_inflight", 5, &[], Vec::new()),
             ],
+            families(),
         );
         registry.publish(
             1,
@@ -691,6 +712,7 @@ pub(crate) mod fixture {
                 ),
                 cluster("idle", "p2c_inflight", 6, &[], Vec::new()),
             ],
+            families(),
         );
         (registry, loads)
     }
@@ -748,6 +770,8 @@ mod golden_tests {
     }
 
     #[test]
+    /// The filters' families come with the workers' cells: before any worker has published, they
+    /// are not written at all.
     fn before_any_worker_starts_both_expositions_are_every_header_and_the_process_samples() {
         let registry = super::Registry::new();
         let plain = registry.render_prometheus();
@@ -771,6 +795,12 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 42, "{plain}");
+        let filter_families = super::fixture::families().len();
+        assert_eq!(filter_families, 2);
+        assert_eq!(
+            plain.matches("# TYPE ").count() + filter_families,
+            42,
+            "{plain}"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! The Prometheus exposition: every metric family duet exports, described as data in [`FAMILIES`]
 //! (name, type, help, labels, and where its value is in the cells), and the one renderer that walks the
-//! table over the workers' cells.
+//! table over the workers' cells. The filters' counter families are described by the filters
+//! ([`CounterFamily`]) and published with the workers' cells; they are rendered where
+//! [`Read::Filters`] stands in the table.
 //!
 //! A family's series come from one level of the cells — the process, each worker, each worker's
 //! clusters or their backends — which fixes its labels (`worker`, then `cluster`, then `backend`),
@@ -14,8 +16,8 @@ use crate::{
     outcome::Failure,
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
-        BackendCell, BackendStats, ClusterCells, ClusterCounters, DiscoveryCounters, HedgeOutcome,
-        MirrorCounts, ProcessState, Registry, RouteTimings, WorkerCounters, WorkerEntry,
+        BackendCell, BackendStats, ClusterCells, ClusterCounters, CounterFamily, DiscoveryCounters,
+        ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters, WorkerEntry,
     },
 };
 use std::{
@@ -52,10 +54,11 @@ enum Read {
     Cluster(fn(&ClusterCounters, usize) -> Value),
     /// Each worker's backends' (`worker`, `cluster`, `backend`).
     Backend(fn(&BackendCell, usize) -> Value),
-    /// Each worker's mirroring routes' (`worker`, `cluster`: the mirror cluster, `route`).
-    Mirror(fn(&MirrorCounts, usize) -> Value),
-    /// Each worker's routes' counters (`worker`, `cluster`, `route`).
-    Route(fn(&RouteTimings, usize) -> Value),
+    /// The families of the filters' counters, in their order ([`CounterFamily`]), each rendered
+    /// where this entry stands.
+    Filters,
+    /// One filter's counters of each worker's routes (`worker`, `cluster`, `route`).
+    RouteCounters(&'static CounterFamily),
     /// A histogram of each route, summed over workers (`cluster`, `route`).
     RouteLatency(fn(&RouteTimings) -> &Histogram),
     /// Attempts per request of each cluster, summed over workers (`cluster`).
@@ -170,14 +173,8 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_ejections_total", COUNTER,
         "Backends ejected by outlier detection.",
         Read::Cluster(|c, _| count(&c.ejections))),
-    Family::new("duet_mirrors_total", COUNTER,
-        "Requests a route copied to its mirror cluster (cluster), by outcome: sent (answered, answer discarded), failed (no answer), skipped_cap (limits.max_mirrors_in_flight copies in flight), skipped_body (a streamed body or an upgrade: not copied).",
-        Read::Mirror(|m, i| nth(&m.outcomes, i)))
-        .by("outcome", &MirrorCounts::OUTCOMES),
-    Family::new("duet_hedges_total", COUNTER,
-        "Hedges (a second attempt sent to another backend when the first had no response head after the route's hedge delay), by outcome: won (answered first), lost (the first answered first, or both failed), cancelled (the request ended before either answered).",
-        Read::Route(|r, i| nth(&r.hedges, i)))
-        .by("outcome", &HedgeOutcome::LABELS),
+    // The filters' counter families (`duet_mirrors_total`, `duet_hedges_total`), from their modules.
+    Family::new("", COUNTER, "", Read::Filters),
     Family::new("duet_request_duration_seconds", HISTOGRAM,
         "From a request's arrival to the end of its response (all attempts): the client's view.",
         Read::RouteLatency(|r| &r.request_duration)),
@@ -280,6 +277,15 @@ impl<'a> Scrape<'a> {
             .flat_map(|(w, e)| e.clusters.iter().map(move |c| (*w, c)))
     }
 
+    /// The families of the filters' counters, as the workers published them (all run the same
+    /// filters; a worker not yet published has none).
+    fn counter_families(&self) -> &'a [&'static CounterFamily] {
+        (self.workers.values())
+            .map(|w| w.counter_families)
+            .find(|families| !families.is_empty())
+            .unwrap_or_default()
+    }
+
     fn backends(&self) -> impl Iterator<Item = (usize, &'a ClusterCells, &'a BackendCell)> {
         self.clusters()
             .flat_map(|(w, c)| c.backends.iter().map(move |b| (w, c, b)))
@@ -310,7 +316,24 @@ impl Family {
         self
     }
 
+    /// The family of a filter's counters.
+    fn of_counters(family: &'static CounterFamily) -> Self {
+        Self::new(
+            family.name,
+            COUNTER,
+            family.help,
+            Read::RouteCounters(family),
+        )
+        .by(family.label, family.values)
+    }
+
     fn render(&self, scrape: &Scrape<'_>, aggregate: bool, out: &mut String) {
+        if let Read::Filters = self.read {
+            for family in scrape.counter_families() {
+                Self::of_counters(family).render(scrape, aggregate, out);
+            }
+            return;
+        }
         let name = self.name;
         let _ = writeln!(
             out,
@@ -341,11 +364,7 @@ impl Family {
                     .backends()
                     .map(|(_, c, b)| (Labels::backend(&c.name, b.address), cell(&b.stats))),
             ),
-            Read::Worker(_)
-            | Read::Cluster(_)
-            | Read::Route(_)
-            | Read::Backend(_)
-            | Read::Mirror(_)
+            Read::Worker(_) | Read::Cluster(_) | Read::RouteCounters(_) | Read::Backend(_)
                 if aggregate =>
             {
                 let mut sums = WorkerSums::default();
@@ -383,35 +402,36 @@ impl Family {
                     self.series(labels, |i| read(&c.counters, i), emit);
                 }
             }
-            Read::Route(read) => {
-                for (w, c) in scrape.clusters() {
-                    for r in &c.routes {
-                        let labels = Labels {
-                            route: Some(&r.route),
-                            ..Labels::worker(w).with_cluster(&c.name)
-                        };
-                        self.series(labels, |i| read(r, i), emit);
-                    }
-                }
-            }
             Read::Backend(read) => {
                 for (w, c, b) in scrape.backends() {
                     let labels = Labels::worker(w).with_backend(&c.name, b.address);
                     self.series(labels, |i| read(b, i), emit);
                 }
             }
-            Read::Mirror(read) => {
+            Read::RouteCounters(family) => {
                 for (w, c) in scrape.clusters() {
-                    for m in &c.mirrors {
+                    let cluster = Labels::worker(w).with_cluster(&c.name);
+                    let of_family =
+                        (c.route_counters.iter()).filter(|r| r.family.name == family.name);
+                    let mut each = |route: &'a str, counters: Option<&RouteCounters>| {
                         let labels = Labels {
-                            route: Some(&m.route),
-                            ..Labels::worker(w).with_cluster(&c.name)
+                            route: Some(route),
+                            ..cluster.clone()
                         };
-                        self.series(labels, |i| read(m, i), emit);
+                        let read = |i| Value::Count(counters.map_or(0, |c| c.get(i)));
+                        self.series(labels, read, emit);
+                    };
+                    if family.every_route {
+                        for r in &c.routes {
+                            let counters = of_family.clone().find(|c| c.route == r.route);
+                            each(&r.route, counters.map(|c| &**c));
+                        }
+                    } else {
+                        of_family.for_each(|counters| each(&counters.route, Some(counters)));
                     }
                 }
             }
-            Read::RouteLatency(_) | Read::Attempts | Read::BackendLatency(_) => {}
+            Read::RouteLatency(_) | Read::Attempts | Read::BackendLatency(_) | Read::Filters => {}
         }
     }
 

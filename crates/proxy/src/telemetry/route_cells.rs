@@ -1,4 +1,4 @@
-//! A route as the status page shows it: what it matches, where it sends (each cluster of a split with
+//! A route as the status page shows it: what it matches, where it sends (each of its clusters with
 //! its weight) and its filters, as text for people. Each worker publishes its table's routes beside
 //! its cluster cells; they change only with the config.
 
@@ -11,7 +11,7 @@ pub(crate) struct RouteCells {
     /// `host api.example.com path /v1 method GET`: its matchers.
     pub(crate) matches: String,
     /// Each cluster it sends to and its weight (a single `cluster:` at weight 1); empty for a redirect.
-    pub(crate) split: Vec<(String, u32)>,
+    pub(crate) clusters: Vec<(String, u32)>,
     /// `redirect 308 scheme https`, for a redirect route; empty otherwise.
     pub(crate) redirect: String,
     /// ` request_headers set x-team=api rewrite path_prefix /v2`: its filters, empty without any.
@@ -35,18 +35,17 @@ impl RouteCells {
         let name = |index: usize| {
             (config.clusters.get(index)).map_or_else(String::new, |c| c.name.clone())
         };
-        let (split, redirect) = match &route.action {
-            Action::Cluster(index) => (vec![(name(*index), 1)], String::new()),
-            Action::Split(split) => (
-                split.iter().map(|w| (name(w.cluster), w.weight)).collect(),
-                String::new(),
-            ),
-            Action::Redirect(redirect) => (Vec::new(), redirect.to_string()),
+        let clusters = (route.action.weighted())
+            .map(|(index, weight)| (name(index), weight))
+            .collect();
+        let redirect = match &route.action {
+            Action::Redirect(redirect) => redirect.to_string(),
+            _ => String::new(),
         };
         Self {
             name: route.name.clone(),
             matches: format!("host {host} path {}{}", route.path, route.conditions()),
-            split,
+            clusters,
             redirect,
             filters: route.filters(),
         }

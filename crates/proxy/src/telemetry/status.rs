@@ -13,7 +13,7 @@ use crate::{
 };
 use serde::Serialize;
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     fmt::Write,
     net::SocketAddr,
     sync::atomic::Ordering::Relaxed,
@@ -49,8 +49,10 @@ pub struct RouteStatus {
     pub name: String,
     /// Its matchers, as `host api.example.com path /v1 method GET`.
     pub matches: String,
-    /// The clusters it sends to, each with its weight and share; empty for a redirect route.
-    pub split: Vec<SplitShare>,
+    /// The clusters it sends to, each with its weight and share (`split` in the JSON); empty for a
+    /// redirect route.
+    #[serde(rename = "split")]
+    pub shares: Vec<ClusterShare>,
     /// What a redirect route answers, as `redirect 308 scheme https`; `None` for a route that proxies.
     pub redirect: Option<String>,
     /// Its filters, as `request_headers set x-team=api rewrite path_prefix /v2`; empty without any.
@@ -59,10 +61,10 @@ pub struct RouteStatus {
 
 /// One cluster of a route.
 #[derive(Debug, Serialize)]
-pub struct SplitShare {
+pub struct ClusterShare {
     /// The cluster's name.
     pub cluster: String,
-    /// Its weight in the split (1 for a route's only cluster).
+    /// Its weight among the route's clusters (1 for a route's only cluster).
     pub weight: u32,
     /// Its configured share: its weight over the route's total.
     pub share: f64,
@@ -96,8 +98,13 @@ pub struct ClusterStatus {
     pub requests: u64,
     /// Upper bound of the bucket holding the 99th percentile of request durations, in ms.
     pub p99_ms: Option<f64>,
-    /// Hedges sent by its routes since start, summed over workers: won, lost, cancelled.
-    pub hedges: [u64; 3],
+    /// What its routes' filters counted since start, summed over workers, under each counter family's
+    /// status noun, one count per value of its label (`"hedges": [won, lost, cancelled]`).
+    #[serde(flatten)]
+    pub counts: BTreeMap<&'static str, Vec<u64>>,
+    /// The same, for people: `hedges since start: 3 won, 1 lost, 0 cancelled`, for those with any.
+    #[serde(skip)]
+    count_lines: Vec<String>,
     /// Its backends.
     pub backends: Vec<BackendStatus>,
 }
@@ -362,32 +369,57 @@ impl View<'_> {
                 backend.picks as f64 / picks as f64
             };
         }
-        let mut hedges = [0; 3];
-        for route in same.iter().flat_map(|c| &c.routes) {
-            for (sum, cell) in hedges.iter_mut().zip(&route.hedges) {
-                *sum += cell.load(std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        let (counts, count_lines) = self.counts(&same);
         ClusterStatus {
             name: cluster.name.clone(),
             policy: cluster.policy,
             requests: durations.count(),
             p99_ms: durations.quantile_bound(0.99).map(|s| s * 1000.0),
-            hedges,
+            counts,
+            count_lines,
             backends,
         }
     }
 
+    /// The counts of the filter counter families shown on the status page, summed over `same` (one
+    /// cluster in every worker), by family noun; and those with any as lines.
+    fn counts(&self, same: &[&ClusterCells]) -> (BTreeMap<&'static str, Vec<u64>>, Vec<String>) {
+        let families = (self.entries.iter())
+            .map(|e| e.counter_families)
+            .find(|families| !families.is_empty())
+            .unwrap_or_default();
+        let mut counts = BTreeMap::new();
+        let mut lines = Vec::new();
+        for family in families {
+            let Some(noun) = family.status else { continue };
+            let mut sums = vec![0; family.values.len()];
+            let of_family = same.iter().flat_map(|c| &c.route_counters);
+            for counters in of_family.filter(|c| c.family.name == family.name) {
+                for (i, sum) in sums.iter_mut().enumerate() {
+                    *sum += counters.get(i);
+                }
+            }
+            if sums.iter().any(|&n| n > 0) {
+                let each = (sums.iter().zip(family.values))
+                    .map(|(n, value)| format!("{n} {value}"))
+                    .collect::<Vec<_>>();
+                lines.push(format!("{noun} since start: {}", each.join(", ")));
+            }
+            counts.insert(noun, sums);
+        }
+        (counts, lines)
+    }
+
     /// A route (the first worker's description) with the requests each of its clusters took.
     fn route(&self, route: &RouteCells) -> RouteStatus {
-        let total: u64 = route.split.iter().map(|(_, w)| u64::from(*w)).sum();
+        let total: u64 = route.clusters.iter().map(|(_, w)| u64::from(*w)).sum();
         let empty = Summed::default();
-        let split = (route.split.iter())
+        let shares = (route.clusters.iter())
             .map(|(cluster, weight)| {
                 let key = (cluster.clone(), route.name.clone());
                 let now = self.totals.routes.get(&key).unwrap_or(&empty);
                 let then = self.baseline.routes.get(&key).unwrap_or(&empty);
-                SplitShare {
+                ClusterShare {
                     cluster: cluster.clone(),
                     weight: *weight,
                     share: u64::from(*weight) as f64 / total.max(1) as f64,
@@ -398,7 +430,7 @@ impl View<'_> {
         RouteStatus {
             name: route.name.clone(),
             matches: route.matches.clone(),
-            split,
+            shares,
             redirect: (!route.redirect.is_empty()).then(|| route.redirect.clone()),
             filters: route.filters.trim_start().to_owned(),
         }
@@ -511,8 +543,8 @@ impl Status {
                     b.rtt_estimate_ms
                 );
             }
-            if let Some(hedges) = cluster.hedges_line() {
-                let _ = writeln!(out, "  {hedges}");
+            for line in &cluster.count_lines {
+                let _ = writeln!(out, "  {line}");
             }
         }
         for route in &self.routes {
@@ -520,7 +552,7 @@ impl Status {
             if let Some(redirect) = &route.redirect {
                 let _ = writeln!(out, "  {redirect}");
             }
-            for s in &route.split {
+            for s in &route.shares {
                 let _ = writeln!(
                     out,
                     "  -> {:<20} weight {:>7} {:>6.1}% {:>10} requests",
@@ -553,9 +585,9 @@ impl Status {
                 cluster.policy,
                 cluster.requests,
                 millis(cluster.p99_ms),
-                cluster
-                    .hedges_line()
-                    .map_or_else(String::new, |hedges| format!(" · {hedges}")),
+                (cluster.count_lines.iter())
+                    .map(|line| format!(" · {line}"))
+                    .collect::<String>(),
             );
             for backend in &cluster.backends {
                 self.write_html_row(&mut out, backend);
@@ -603,8 +635,8 @@ impl Status {
         );
     }
 
-    /// The routes' table, in match order: each route's matchers, where it sends (each cluster of a
-    /// split with its weight, configured share and requests in the window) and its filters.
+    /// The routes' table, in match order: each route's matchers, where it sends (each of its clusters
+    /// with its weight, configured share and requests in the window) and its filters.
     fn write_html_routes(&self, out: &mut String) {
         if self.routes.is_empty() {
             return;
@@ -616,7 +648,7 @@ impl Status {
         for route in &self.routes {
             let to = match &route.redirect {
                 Some(redirect) => escape(redirect),
-                None => (route.split.iter())
+                None => (route.shares.iter())
                     .map(|s| {
                         format!(
                             "{} (weight {}, {:.1}%): {} requests",
@@ -671,15 +703,6 @@ impl Status {
             b.error_rate * 100.0,
             millis(b.p99_ms),
         );
-    }
-}
-
-impl ClusterStatus {
-    /// `hedges since start: 3 won, 1 lost, 0 cancelled`, if its routes sent any.
-    fn hedges_line(&self) -> Option<String> {
-        let [won, lost, cancelled] = self.hedges;
-        (won + lost + cancelled > 0)
-            .then(|| format!("hedges since start: {won} won, {lost} lost, {cancelled} cancelled"))
     }
 }
 

@@ -8,14 +8,14 @@
 //! the other one answers: a hedge never hides a failure. One hedge per request at most, sent only
 //! while the route's budget has a token.
 
-use super::state::RouteHedging;
+use super::{state::RouteHedging, Outcome};
 use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     filter::phase::{Attempt, FirstAttempt, Raced},
     forward,
-    telemetry::metrics::{HedgeOutcome, RouteTimings},
+    telemetry::metrics::RouteCounters,
 };
 use std::{future::Future, net::SocketAddr, pin::pin, rc::Rc, time::Duration};
 use tokio::time::Instant;
@@ -41,18 +41,21 @@ impl Answered {
 /// [`hedge_delay`]). Backends whose attempts failed while the other was still running are pushed onto
 /// `tried` (empty on entry: only a first attempt is hedged); the returned error's backend is the
 /// caller's to add.
-pub(super) async fn race(hedging: &RouteHedging, attempt: FirstAttempt<'_>) -> Raced {
+pub(super) async fn race(
+    hedging: &RouteHedging,
+    outcomes: &RouteCounters,
+    attempt: FirstAttempt<'_>,
+) -> Raced {
     let FirstAttempt {
         cluster,
         prepared,
         tried,
-        timings,
-        log,
     } = attempt;
     let delay = hedge_delay(hedging, prepared);
     let unanswered = |result| Raced {
         result,
         dropped: false,
+        answered: None,
     };
     let Some(body) = prepared.source.attempt() else {
         return unanswered(Err(ProxyError::new(ErrorKind::BadGateway)));
@@ -81,27 +84,28 @@ pub(super) async fn race(hedging: &RouteHedging, attempt: FirstAttempt<'_>) -> R
     let Some(second) = start_hedge(cluster, prepared, &excluded, hedging) else {
         return answered_alone(first.await);
     };
-    let mut pending = Pending::new(timings);
+    let mut pending = Pending::new(outcomes);
     let failures = tried.len();
     let (result, answered) = both(first, second, tried).await;
     let dropped = answered.is_some() && tried.len() == failures;
-    if let (Some(answered), Some(log)) = (answered, log.as_mut()) {
-        log.hedged = answered.log_value();
-    }
     match answered {
         Some(Answered::Hedge) => {
             // The first attempt waited at least this long: above the delay, which is all the
             // percentile needs to know of it.
             hedging.record(started.elapsed());
-            pending.settle(HedgeOutcome::Won);
+            pending.settle(Outcome::Won);
         }
         Some(Answered::First) => {
             hedging.record(started.elapsed());
-            pending.settle(HedgeOutcome::Lost);
+            pending.settle(Outcome::Lost);
         }
-        None => pending.settle(HedgeOutcome::Lost),
+        None => pending.settle(Outcome::Lost),
     }
-    Raced { result, dropped }
+    Raced {
+        result,
+        dropped,
+        answered: answered.map(Answered::log_value),
+    }
 }
 
 /// How long `prepared`'s first attempt may wait before it is hedged: `None` if it may not be (a
@@ -164,28 +168,28 @@ async fn both(
 /// Counts a hedge once: by how it settled, or as cancelled if the request is dropped first (the
 /// route's timeout, the client gone).
 struct Pending<'a> {
-    timings: &'a RouteTimings,
+    outcomes: &'a RouteCounters,
     settled: bool,
 }
 
 impl<'a> Pending<'a> {
-    fn new(timings: &'a RouteTimings) -> Self {
+    fn new(outcomes: &'a RouteCounters) -> Self {
         Self {
-            timings,
+            outcomes,
             settled: false,
         }
     }
 
-    fn settle(&mut self, outcome: HedgeOutcome) {
+    fn settle(&mut self, outcome: Outcome) {
         self.settled = true;
-        self.timings.hedge(outcome);
+        self.outcomes.add(outcome as usize);
     }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            self.timings.hedge(HedgeOutcome::Cancelled);
+            self.outcomes.add(Outcome::Cancelled as usize);
         }
     }
 }
