@@ -836,3 +836,29 @@ clusters:
         "{lines:#?}"
     );
 }
+
+#[test]
+fn an_absolute_target_is_logged_with_the_host_it_was_routed_by() {
+    let admin = Backend::start(BackendOptions::named("admin")).expect("admin");
+    let www = Backend::start(BackendOptions::named("www")).expect("www");
+    let config = DuetConfig::new()
+        .route(Some("admin.internal"), "/", "admin")
+        .route(None, "/", "www")
+        .cluster(Cluster::new("admin").backend(admin.address()))
+        .cluster(Cluster::new("www").backend(www.address()));
+    let duet = Duet::start(&config.to_yaml());
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET http://admin.internal/x HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.ends_with("admin"), "{response}");
+    let logged = support::eventually(Duration::from_secs(5), || {
+        duet.log_lines().iter().any(|l| {
+            l.contains("duet::access")
+                && l.contains(" host=admin.internal path=/x ")
+                && l.contains(" cluster=admin ")
+        })
+    });
+    assert!(logged, "{:#?}", duet.log_lines());
+}
