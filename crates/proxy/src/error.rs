@@ -26,6 +26,10 @@ pub enum ErrorKind {
     /// The request's method is not an upper-case token (`delete`): methods are case-sensitive (RFC 9110
     /// §9.1), so a method route would not see it as `DELETE` while some backends would (400).
     InvalidMethod,
+    /// An HTTP/2 request's field value starts or ends with whitespace, which RFC 9113 §8.2.1 calls
+    /// malformed: an HTTP/1.1 hop would trim it, so a route and the backend could read different values
+    /// (400).
+    InvalidHeader,
     /// The request's method is one duet never forwards: `CONNECT` asks for a tunnel to any host, and duet
     /// is no forward proxy (405, with `Allow`).
     MethodNotAllowed,
@@ -102,6 +106,7 @@ impl ProxyError {
             ErrorKind::InvalidPath => "invalid_path",
             ErrorKind::AmbiguousPath => "ambiguous_path",
             ErrorKind::InvalidMethod => "invalid_method",
+            ErrorKind::InvalidHeader => "invalid_header",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::UnknownTransferCoding => "unknown_transfer_coding",
             ErrorKind::BodyTimeout => "client_body_timeout",
@@ -131,7 +136,8 @@ impl ProxyError {
             | ErrorKind::InvalidHost
             | ErrorKind::InvalidPath
             | ErrorKind::AmbiguousPath
-            | ErrorKind::InvalidMethod => StatusCode::BAD_REQUEST,
+            | ErrorKind::InvalidMethod
+            | ErrorKind::InvalidHeader => StatusCode::BAD_REQUEST,
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::BodyTimeout | ErrorKind::UploadTooSlow => StatusCode::REQUEST_TIMEOUT,
@@ -160,6 +166,7 @@ impl ProxyError {
             ErrorKind::InvalidPath => "invalid request path\n",
             ErrorKind::AmbiguousPath => "ambiguous request path\n",
             ErrorKind::InvalidMethod => "invalid request method\n",
+            ErrorKind::InvalidHeader => "malformed header field\n",
             ErrorKind::MethodNotAllowed => "method not allowed\n",
             ErrorKind::UnknownTransferCoding => "transfer coding not implemented\n",
             ErrorKind::BodyTimeout => "request body not received in time\n",

@@ -16,6 +16,7 @@
 //!   public listener.
 //! - **Path matchers**: `path: { exact: ... }` is the whole normalised path, `{ regex: ... }` is searched in
 //!   it (compiled once at load, linear time); `path_prefix:` is `path: { prefix: ... }`.
+//! - **HTTP/2 fields**: a value with leading or trailing whitespace is malformed (RFC 9113 §8.2.1): 400.
 //! - **Method**: `CONNECT` is 405 (duet tunnels nothing but upgrades), a method with a lower-case letter
 //!   400 (`delete` is not `DELETE` to a route, but is to some backends).
 //! - **Method, headers, query**: every one written must hold; a header is matched on any of its fields
@@ -24,8 +25,8 @@
 //!   write `/public/` to require a segment boundary.
 
 use crate::error::{ErrorKind, ProxyError};
-use crate::path;
 use crate::stage::route_index::{strip_port, RouteIndex};
+use crate::{headers, path};
 use duet_config::{HostPattern, Route};
 use http::{header, HeaderValue, Method, Request, Uri, Version};
 
@@ -54,6 +55,9 @@ pub(crate) fn route<'t, B>(
         return Err(ProxyError::new(ErrorKind::UriTooLong));
     }
     check_method(request.method()).map_err(ProxyError::new)?;
+    if request.version() == Version::HTTP_2 && headers::padded_value(request.headers()) {
+        return Err(ProxyError::new(ErrorKind::InvalidHeader));
+    }
     let host = request_host(request).map_err(ProxyError::new)?;
     path::normalise_uri(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
