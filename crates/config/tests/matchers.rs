@@ -173,3 +173,28 @@ fn each_redirect_mistake_is_located() {
     }
     assert_eq!(found.len(), expected.len(), "{found:#?}");
 }
+
+#[test]
+fn a_header_matcher_on_a_client_address_field_duet_replaces_is_refused_with_a_hint() {
+    let found = errors(
+        "  - { match: { headers: { X-Real-IP: 10.0.0.1 } }, cluster: web }\n  \
+         - { match: { headers: { x-forwarded-for: { regex: '^10\\.' } } }, cluster: web }\n  \
+         - { match: { headers: { Forwarded: for=10.0.0.1 } }, cluster: web }\n",
+    );
+    assert_eq!(found.len(), 3, "{found:#?}");
+    let expected = [
+        "r.yaml:3:27: routes[0].match.headers.X-Real-IP: `x-real-ip` is replaced by duet from what it saw",
+        "r.yaml:4:27: routes[1].match.headers.x-forwarded-for: `x-forwarded-for` is replaced by duet from what it saw",
+        "r.yaml:5:27: routes[2].match.headers.Forwarded: `forwarded` is replaced by duet from what it saw",
+    ];
+    for (error, want) in found.iter().zip(expected) {
+        assert!(error.starts_with(want), "{error}\nwanted {want}");
+        assert!(
+            error.contains("hint: a client writes any address it likes here"),
+            "{error}"
+        );
+    }
+    // How the client came in, which a trusted front proxy says, can still be matched.
+    let kept = routes("  - { match: { headers: { x-forwarded-proto: http } }, cluster: web }\n");
+    assert_eq!(kept[0].headers[0].name, "x-forwarded-proto");
+}

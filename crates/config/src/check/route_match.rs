@@ -116,6 +116,18 @@ fn headers(checker: &mut Checker, raw: &Pairs<RawValueMatch>, field: &Field) -> 
             checker.reject(name, &field, message);
             continue;
         }
+        if CLIENT_ADDRESS_FIELDS.contains(&lower.as_str()) {
+            let message = format!(
+                "`{lower}` is replaced by duet from what it saw: the route would match the value the \
+                 client sent, which the backend never gets"
+            );
+            let e = checker.error(name, &field, message);
+            checker.push(e.hint(
+                "a client writes any address it likes here (duet keeps it only from `trusted_proxies`); \
+                 route by the client's address, not this field (matching the address is not supported yet)",
+            ));
+            continue;
+        }
         let value = match wanted {
             RawValueMatch::Exact(text) => Some(ValueMatch::Exact(text.0.clone())),
             RawValueMatch::Regex(text) => {
@@ -152,6 +164,13 @@ fn query(
     }
     out
 }
+
+/// The forwarding fields that carry the client's address, which duet drops and rebuilds from the peer
+/// it saw unless the peer is a trusted proxy: a matcher on them would act on what any client can forge
+/// (an allow-list by `X-Real-IP` would let everyone in). `X-Forwarded-Proto` and `-Host` may still be
+/// matched: they say what a client chooses anyway (its scheme, its host), and behind a TLS front proxy
+/// they are how a route tells `https` from `http`.
+const CLIENT_ADDRESS_FIELDS: [&str; 3] = ["x-forwarded-for", "x-real-ip", "forwarded"];
 
 /// RFC 9110 §5.6.2's token, which header names and methods are.
 pub(super) fn token(text: &str) -> bool {
