@@ -231,7 +231,11 @@ fn a_regex_past_its_memory_limit_is_refused_where_written() {
 fn a_configs_regexes_past_their_total_memory_limit_are_refused_once_where_they_cross_it() {
     // Each under the limit for one regex (about 0.9 MiB), forty of them far over the total.
     let routes: String = (0..40)
-        .map(|i| format!("  - {{ match: {{ path: {{ regex: '^/{i:02}/\\w{{1,17}}$' }} }}, cluster: web }}\n"))
+        .map(|i| {
+            format!(
+                "  - {{ match: {{ path: {{ regex: '^/{i:02}/\\w{{1,17}}$' }} }}, cluster: web }}\n"
+            )
+        })
         .collect();
     let found = errors(&routes);
     assert_eq!(found.len(), 1, "{found:#?}");
@@ -252,4 +256,21 @@ fn a_configs_regexes_past_their_total_memory_limit_are_refused_once_where_they_c
         error.contains("KiB, over the 16384 KiB a config's regexes may hold together"),
         "{error}"
     );
+}
+
+#[test]
+fn a_path_written_with_parameters_is_refused_since_routes_match_paths_without_them() {
+    let found = errors(
+        "  - { match: { path: { exact: '/page;jsessionid=1' } }, cluster: web }\n  \
+         - { match: { path_prefix: '/api;v=2/' }, cluster: web }\n",
+    );
+    let expected = [
+        "r.yaml:3:31: routes[0].match.path.exact: `/page;jsessionid=1` holds `;`: routes match a request's path without its `;` parameters",
+        "r.yaml:4:29: routes[1].match.path_prefix: `/api;v=2/` holds `;`: routes match a request's path without its `;` parameters",
+    ];
+    assert_eq!(found.len(), 2, "{found:#?}");
+    for (error, want) in found.iter().zip(expected) {
+        assert!(error.starts_with(want), "{error}\nwanted {want}");
+    }
+    assert!(found[0].contains("hint: write `/page`"), "{}", found[0]);
 }

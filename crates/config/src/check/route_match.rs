@@ -223,6 +223,15 @@ fn path_prefix(checker: &mut Checker, p: &Spanned<Scalar>, field: &Field) -> Str
         checker.push(e.hint(format!("did you mean `/{text}`?")));
         return "/".to_owned();
     }
+    if let Some(at) = text.find(';') {
+        let message = format!(
+            "`{text}` holds `;`: routes match a request's path without its `;` parameters, as \
+             Tomcat and Spring read it, so no request would match"
+        );
+        let e = checker.error(p, field, message);
+        checker.push(e.hint(format!("write `{}`", &text[..at])));
+        return "/".to_owned();
+    }
     matching::path_prefix(text)
         .map_err(|refusal| refuse(checker, p, field, refusal))
         .unwrap_or_else(|()| "/".to_owned())

@@ -15,7 +15,9 @@
 //!   other it does not exist (404 if nothing else matches), so an internal route never answers on a
 //!   public listener.
 //! - **Path matchers**: `path: { exact: ... }` is the whole normalised path, `{ regex: ... }` is searched in
-//!   it (compiled once at load, linear time); `path_prefix:` is `path: { prefix: ... }`.
+//!   it (compiled once at load, linear time); `path_prefix:` is `path: { prefix: ... }`. Every kind
+//!   matches the path without its `;` parameters (`/actuator/env;x` is `/actuator/env`), as Tomcat and
+//!   Spring read it; the backend still gets them.
 //! - **HTTP/2 fields**: a value with leading or trailing whitespace is malformed (RFC 9113 §8.2.1): 400.
 //! - **Method**: `CONNECT` is 405 (duet tunnels nothing but upgrades), a method with a lower-case letter
 //!   400 (`delete` is not `DELETE` to a route, but is to some backends).
@@ -61,7 +63,7 @@ pub(crate) fn route<'t, B>(
     let host = request_host(request).map_err(ProxyError::new)?;
     path::normalise_uri(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
-    let path = request.uri().path();
+    let path = path::without_parameters(request.uri().path());
     let (index, route) = (index.candidates(host_name))
         .filter_map(|i| Some((i, routes.get(i)?)))
         .find(|(_, r)| {
