@@ -470,3 +470,87 @@ fn the_proxy_field_never_reaches_a_backend() {
     let seen = backend.recorded().pop().expect("forwarded").headers;
     assert!(!seen.contains_key("proxy"), "{seen:?}");
 }
+
+/// The access-log lines written so far that hold every one of `fields`.
+fn access_lines_with(duet: &Duet, fields: &[&str]) -> bool {
+    crate::support::eventually(Duration::from_secs(5), || {
+        duet.log_lines()
+            .iter()
+            .any(|l| l.contains("duet::access") && fields.iter().all(|f| l.contains(f)))
+    })
+}
+
+#[test]
+fn connect_is_answered_405_with_allow_and_logged_so() {
+    let (backend, duet) = one_backend();
+    for request in [
+        &b"CONNECT / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"[..],
+        b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nConnection: close\r\n\r\n",
+    ] {
+        let response = exchange(&duet, request);
+        assert_eq!(status(&response), "405", "{response}");
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("\r\nallow: get, head, post, put, delete, patch, options, trace\r\n"),
+            "{response}"
+        );
+    }
+    assert_eq!(backend.requests(), 0, "never forwarded");
+    assert!(
+        access_lines_with(
+            &duet,
+            &[
+                " method=CONNECT ",
+                " status=405 ",
+                " outcome=method_not_allowed"
+            ]
+        ),
+        "{:#?}",
+        duet.log_lines()
+    );
+}
+
+#[test]
+fn a_method_that_is_not_upper_case_is_400_and_never_routed() {
+    // A lower-case `delete` would miss a `method: [DELETE]` route and reach a catch-all, while some
+    // backends read it as DELETE; methods are case-sensitive (RFC 9110 §9.1) and nginx refuses it.
+    let guarded = Backend::start(BackendOptions::named("guarded")).expect("backend");
+    let open = Backend::start(BackendOptions::named("open")).expect("backend");
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - {{ match: {{ method: [DELETE], path_prefix: /api }}, cluster: guarded }}\n\
+         \x20 - {{ cluster: open }}\nclusters:\n\
+         \x20 - {{ name: guarded, backends: [ {{ address: {} }} ] }}\n\
+         \x20 - {{ name: open, backends: [ {{ address: {} }} ] }}\n",
+        guarded.address(),
+        open.address()
+    );
+    let duet = Duet::start(&yaml);
+    for method in ["delete", "Delete", "get", "pOST"] {
+        let request =
+            format!("{method} /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let response = exchange(&duet, request.as_bytes());
+        assert_eq!(status(&response), "400", "{method}: {response}");
+    }
+    assert_eq!((guarded.requests(), open.requests()), (0, 0));
+    assert!(
+        access_lines_with(
+            &duet,
+            &[" method=delete ", " status=400 ", " outcome=invalid_method"]
+        ),
+        "{:#?}",
+        duet.log_lines()
+    );
+    // Upper case, and extension methods in upper case, still go where their routes say.
+    let response = exchange(
+        &duet,
+        b"DELETE /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.ends_with("guarded"), "{response}");
+    let response = exchange(
+        &duet,
+        b"PROPFIND /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.ends_with("open"), "{response}");
+}

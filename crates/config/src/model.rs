@@ -469,24 +469,62 @@ impl std::fmt::Display for PathMatch {
 
 /// A regular expression compiled once when the config is read (the `regex` crate: linear time in the
 /// input, no backtracking). Two are equal when written the same.
+///
+/// Linear time is not small memory: a counted repetition of a Unicode class compiles to megabytes
+/// (`\w{1,50}` is 2.5 MiB, `\pL{1,100}` 4.3 MiB), and every worker holds the config. So one regex may
+/// compile to at most [`SIZE_LIMIT`](Self::SIZE_LIMIT), a tenth of the crate's default, and the config
+/// check holds all of a config's regexes to [`TOTAL_LIMIT`](Self::TOTAL_LIMIT).
 #[derive(Debug, Clone)]
-pub struct Pattern(regex::Regex);
+pub struct Pattern {
+    regex: regex::Regex,
+    /// The heap the compiled expression holds (its search caches apart).
+    memory: usize,
+}
+
+/// Why a regex is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatternError {
+    /// It does not parse: what the parser says.
+    Invalid(String),
+    /// It compiles to more than [`Pattern::SIZE_LIMIT`].
+    TooLarge,
+}
 
 impl Pattern {
-    /// Compiles `text`; the error says what is wrong with it.
-    pub fn new(text: &str) -> Result<Self, String> {
-        regex::Regex::new(text).map(Self).map_err(|e| e.to_string())
+    /// The most one regex may compile to (the `regex` crate's `size_limit`): 1 MiB. Paths and header
+    /// values need far less: `^/users/[0-9]+$` is 2 KiB, `\w+` 57 KiB.
+    pub const SIZE_LIMIT: usize = 1 << 20;
+    /// The most a config's regexes may hold together: 16 MiB.
+    pub const TOTAL_LIMIT: usize = 16 << 20;
+
+    /// Compiles `text`, refused past [`SIZE_LIMIT`](Self::SIZE_LIMIT).
+    pub fn new(text: &str) -> Result<Self, PatternError> {
+        let regex = regex::RegexBuilder::new(text)
+            .size_limit(Self::SIZE_LIMIT)
+            .build()
+            .map_err(|error| match error {
+                regex::Error::CompiledTooBig(_) => PatternError::TooLarge,
+                other => PatternError::Invalid(other.to_string()),
+            })?;
+        // The same expression as the meta regex `regex` wraps, which can say what it holds.
+        let memory = regex_automata::meta::Regex::new(text).map_or(0, |m| m.memory_usage());
+        Ok(Self { regex, memory })
     }
 
     /// The compiled expression.
     pub fn regex(&self) -> &regex::Regex {
-        &self.0
+        &self.regex
+    }
+
+    /// The heap the compiled expression holds, in bytes (its search caches apart).
+    pub fn memory_usage(&self) -> usize {
+        self.memory
     }
 }
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.0.as_str() == other.0.as_str()
+        self.regex.as_str() == other.regex.as_str()
     }
 }
 

@@ -211,6 +211,38 @@ fn any_of(headers: &HeaderMap, names: &[HeaderName]) -> bool {
     headers.keys().any(|present| names.contains(present))
 }
 
+/// Whether a field value starts or ends with a space or tab: RFC 9113 §8.2.1 calls such an HTTP/2
+/// request malformed (HTTP/1.1's parser trims what it reads, so only HTTP/2 can carry one), and a route
+/// matching the value and a backend trimming it would read two values.
+pub(crate) fn padded_value(headers: &HeaderMap) -> bool {
+    headers.values().any(|value| {
+        let bytes = value.as_bytes();
+        let blank = |b: Option<&u8>| matches!(b, Some(b' ' | b'\t'));
+        blank(bytes.first()) || blank(bytes.last())
+    })
+}
+
+/// Joins an HTTP/2 request's `cookie` fields into one, separated by `; `: RFC 9113 §8.2.3 lets HTTP/2
+/// split the cookie into fields for compression and says they MUST be joined before an HTTP/1.1 hop,
+/// where a request carries one Cookie field (RFC 6265 §5.4) and many servers read only the first.
+pub(crate) fn join_cookies(headers: &mut HeaderMap) {
+    let Entry::Occupied(mut cookies) = headers.entry(header::COOKIE) else {
+        return;
+    };
+    let mut crumbs = cookies.iter();
+    let (Some(first), Some(_)) = (crumbs.next(), crumbs.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for crumb in cookies.iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(crumb.as_bytes());
+    }
+    if let Ok(value) = HeaderValue::from_maybe_shared(bytes::Bytes::from(joined)) {
+        cookies.insert(value);
+    }
+}
+
 /// Why a message's `Transfer-Encoding` cannot be relayed: duet decodes `chunked` and nothing else.
 pub(crate) fn unknown_transfer_coding(headers: &HeaderMap) -> bool {
     headers
@@ -542,6 +574,42 @@ mod tests {
         let upgrades: Vec<&[u8]> = h.get_all("upgrade").iter().map(|v| v.as_bytes()).collect();
         assert_eq!(upgrades, vec![&b"WebSocket"[..]]);
         assert_eq!(h["connection"], "upgrade");
+    }
+
+    #[test]
+    fn cookie_fields_are_joined_into_one_and_a_single_one_left_as_it_is() {
+        let mut split = headers(&[
+            ("cookie", "a=1"),
+            ("accept", "*/*"),
+            ("cookie", "b=2"),
+            ("cookie", "c=3"),
+        ]);
+        join_cookies(&mut split);
+        let cookies: Vec<_> = split.get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        assert_eq!(split["accept"], "*/*");
+        let mut single = headers(&[("cookie", "a=1; b=2")]);
+        join_cookies(&mut single);
+        assert_eq!(single.get_all("cookie").iter().count(), 1);
+        assert_eq!(single["cookie"], "a=1; b=2");
+        let mut none = headers(&[("accept", "*/*")]);
+        join_cookies(&mut none);
+        assert!(!none.contains_key("cookie"));
+    }
+
+    #[test]
+    fn a_value_padded_with_whitespace_is_found() {
+        for padded in [" a", "a ", "\ta", "a\t", " "] {
+            assert!(
+                padded_value(&headers(&[("x", "ok"), ("y", padded)])),
+                "{padded:?}"
+            );
+        }
+        assert!(!padded_value(&headers(&[
+            ("x", "a b"),
+            ("y", ""),
+            ("z", "a\tb")
+        ])));
     }
 
     #[test]

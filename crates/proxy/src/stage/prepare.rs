@@ -44,8 +44,12 @@ pub(crate) fn prepare(
         .flatten();
     let upgrade = protocol.clone().map(|protocol| Upgrade { protocol });
     let absolute_form = request.uri().authority().is_some();
+    let http2 = request.version() == http::Version::HTTP_2;
     let request_headers = request.headers_mut();
     headers::remove_request_hop_by_hop(request_headers, protocol);
+    if http2 {
+        headers::join_cookies(request_headers);
+    }
     if let (true, Some(host)) = (absolute_form, &host) {
         // The host routed on is the host the backend sees (RFC 9112 §3.2.2); otherwise Host already is.
         request_headers.insert(header::HOST, host.clone());
