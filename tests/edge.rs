@@ -554,3 +554,60 @@ fn a_method_that_is_not_upper_case_is_400_and_never_routed() {
     );
     assert!(response.ends_with("open"), "{response}");
 }
+
+/// duet with one listener (its `underscores_in_headers` as given, when given) and a route that sets
+/// `x-team` and removes `x-debug`, over `backend`, with the admin listener.
+fn edited_route(backend: SocketAddr, underscores: &str) -> Duet {
+    let yaml = format!(
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         listeners: [ {{ address: 127.0.0.1:0 {underscores} }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-team: api }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    Duet::start(&yaml)
+}
+
+const UNDERSCORED: &[u8] = b"GET /u HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 6.6.6.6\r\n\
+    X_Real_IP: 6.6.6.6\r\nX_Request_Id: forged\r\nX_Team: admin\r\nX_Debug: 1\r\n\
+    X-Kept: yes\r\nConnection: close\r\n\r\n";
+
+#[test]
+fn header_names_with_underscores_are_dropped_and_counted_by_default() {
+    // A CGI or WSGI backend reads `X_Forwarded_For` as HTTP_X_FORWARDED_FOR, the variable of the
+    // X-Forwarded-For duet rebuilt: nginx drops such names by default.
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = edited_route(backend.address(), "");
+    let response = exchange(&duet, UNDERSCORED);
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    let underscored: Vec<_> = seen.keys().filter(|n| n.as_str().contains('_')).collect();
+    assert!(underscored.is_empty(), "{seen:?}");
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(seen["x-team"], "api");
+    assert!(!seen.contains_key("x-debug"));
+    assert_eq!(seen["x-kept"], "yes");
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
+        5.0,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_listener_may_keep_header_names_with_underscores() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = edited_route(backend.address(), ", underscores_in_headers: keep");
+    let response = exchange(&duet, UNDERSCORED);
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    assert_eq!(seen["x_forwarded_for"], "6.6.6.6");
+    assert_eq!(seen["x_team"], "admin");
+    assert_eq!(seen["x-team"], "api");
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
+        0.0,
+        "{metrics}"
+    );
+}

@@ -8,7 +8,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, InService},
     filter::phase::{Arrival, Build, Decision, WorkerShared},
-    grpc,
+    grpc, headers,
     peer::Client,
     request_id::RequestIds,
     route_state::RouteState,
@@ -22,7 +22,7 @@ use crate::{
     telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
-use duet_config::Config;
+use duet_config::{Config, Underscores};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{
@@ -214,6 +214,7 @@ impl WorkerProxy {
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
+        self.drop_underscored(&table, client.listener, request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
         let mut log = AccessLog::start(&request, started, client, request_id);
         if request.uri().path() == "*" {
@@ -298,6 +299,20 @@ impl WorkerProxy {
             );
         } else {
             headers.insert(KEEP_ALIVE, table.keep_alive.clone());
+        }
+    }
+
+    /// Drops (and counts) the request fields whose name holds an underscore, unless the listener the
+    /// request came on keeps them (`underscores_in_headers: keep`). Before routing: no matcher, header
+    /// edit or forwarding rule then sees them.
+    fn drop_underscored(&self, table: &Table, listener: usize, headers: &mut http::HeaderMap) {
+        let keeps = (table.config.listeners.get(listener))
+            .is_some_and(|l| l.underscores_in_headers == Underscores::Keep);
+        if !keeps {
+            let dropped = headers::remove_underscored(headers);
+            if dropped > 0 {
+                self.counters.underscore_dropped.fetch_add(dropped, Relaxed);
+            }
         }
     }
 

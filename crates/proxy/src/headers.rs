@@ -211,6 +211,24 @@ fn any_of(headers: &HeaderMap, names: &[HeaderName]) -> bool {
     headers.keys().any(|present| names.contains(present))
 }
 
+/// Removes the fields whose name holds an underscore (`X_Forwarded_For`), and says how many went. A CGI
+/// or WSGI backend reads each field as `HTTP_` and its name upper-cased with `-` as `_`, so such a name
+/// reaches it as the hyphenated field duet scrubs, sets or a route edits, past every rule that goes by
+/// name; nginx drops them by default too. One pass over the names finds none in most requests.
+pub(crate) fn remove_underscored(headers: &mut HeaderMap) -> u64 {
+    let underscored = |name: &HeaderName| name.as_str().as_bytes().contains(&b'_');
+    if !headers.keys().any(underscored) {
+        return 0;
+    }
+    let names: Vec<HeaderName> = headers.keys().filter(|n| underscored(n)).cloned().collect();
+    let mut removed = 0;
+    for name in names {
+        removed += headers.get_all(&name).iter().count() as u64;
+        headers.remove(&name);
+    }
+    removed
+}
+
 /// Whether a field value starts or ends with a space or tab: RFC 9113 §8.2.1 calls such an HTTP/2
 /// request malformed (HTTP/1.1's parser trims what it reads, so only HTTP/2 can carry one), and a route
 /// matching the value and a backend trimming it would read two values.
@@ -595,6 +613,22 @@ mod tests {
         let mut none = headers(&[("accept", "*/*")]);
         join_cookies(&mut none);
         assert!(!none.contains_key("cookie"));
+    }
+
+    #[test]
+    fn names_with_underscores_are_removed_and_counted_and_the_others_kept() {
+        let mut request = headers(&[
+            ("x_forwarded_for", "6.6.6.6"),
+            ("host", "a"),
+            ("x_team", "a"),
+            ("x_team", "b"),
+            ("x-team", "api"),
+        ]);
+        assert_eq!(remove_underscored(&mut request), 3);
+        let mut names: Vec<&str> = request.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["host", "x-team"]);
+        assert_eq!(remove_underscored(&mut request), 0);
     }
 
     #[test]

@@ -173,6 +173,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) reclaimed: AtomicU64,
     /// Requests by the protocol the client spoke: HTTP/1.0 (or 0.9), HTTP/1.1, HTTP/2.
     pub(crate) requests: [AtomicU64; 3],
+    /// Request fields dropped for an underscore in their name (`underscores_in_headers: drop`).
+    pub(crate) underscore_dropped: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -771,6 +773,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 42, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 43, "{plain}");
     }
 }
