@@ -366,7 +366,7 @@ fn bytes_after_a_head_response_never_reach_the_next_request() {
 
 /// A backend that answers one request with `ok` and hands over the bytes it received, trailers and
 /// all (the testbed's backends record heads only).
-fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
+pub(crate) fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = listener.local_addr().expect("address");
     let (sent, received) = std::sync::mpsc::channel();
@@ -609,5 +609,37 @@ fn a_listener_may_keep_header_names_with_underscores() {
         admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
         0.0,
         "{metrics}"
+    );
+}
+
+#[test]
+fn request_trailers_cannot_undo_the_routes_header_edits_or_carry_underscored_names() {
+    // A backend that merges trailers into its headers would otherwise read the `X-User-Role` the route
+    // sets and the `X-Debug` it removes as the client wrote them.
+    let (backend, received) = recording_backend();
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-user-role: guest }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    let duet = Duet::start(&yaml);
+    let response = exchange(
+        &duet,
+        b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\
+          Trailer: X-User-Role, X-Debug, X_Team, X-Checksum\r\nConnection: close\r\n\r\n\
+          5\r\nhello\r\n0\r\n\
+          X-User-Role: admin\r\nX-Debug: 1\r\nX_Team: admin\r\nX-Checksum: abc\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = received
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the backend got the request")
+        .to_ascii_lowercase();
+    let (head, body) = seen.split_once("\r\n\r\n").expect("a head");
+    assert!(head.contains("\r\nx-user-role: guest\r\n"), "{head}");
+    let trailers = body.split_once("\r\n0\r\n").expect("the last chunk").1;
+    assert_eq!(
+        trailers, "x-checksum: abc\r\n\r\n",
+        "only the trailer the route leaves alone goes on"
     );
 }

@@ -3,7 +3,7 @@
 
 use crate::request_id::X_REQUEST_ID;
 use http::{header, header::Entry, HeaderMap, HeaderName, HeaderValue, Version};
-use std::{cell::RefCell, net::IpAddr};
+use std::{cell::RefCell, net::IpAddr, sync::Arc};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -332,6 +332,57 @@ pub(crate) fn remove_forbidden_trailers(trailers: &mut HeaderMap) {
     }
 }
 
+/// What a request's trailers lose besides [`NOT_IN_TRAILERS`]: every field the route's request edits
+/// set or remove, and names with an underscore where the head loses them. A backend that merges
+/// trailers into its headers (many do) would otherwise read `X-User-Role: admin` past a route that sets
+/// it, or the `X-Debug` it removes: a trailer may carry only what the head could.
+///
+/// Why not drop request trailers altogether, as nginx (which never forwards them) and Envoy (HTTP/1
+/// by default) do: duet has forwarded end-to-end trailers (an upload's checksum) until now, and none
+/// of them reaches further than its head would.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrailerScrub {
+    /// The names the route's request edits set or remove, parsed once per config.
+    edited: Arc<[HeaderName]>,
+    /// Names with an underscore go too (the listener drops them from the head).
+    underscored: bool,
+}
+
+impl TrailerScrub {
+    /// For a route whose request edits set `set` and remove `removed` (names as the config checked).
+    pub(crate) fn new<'a>(
+        set: impl Iterator<Item = &'a str>,
+        removed: impl Iterator<Item = &'a str>,
+    ) -> Self {
+        let edited = (set.chain(removed))
+            .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+            .collect();
+        Self {
+            edited,
+            underscored: false,
+        }
+    }
+
+    /// This scrub for a request whose listener drops names with an underscore, or keeps them.
+    pub(crate) fn with_underscores_dropped(&self, dropped: bool) -> Self {
+        Self {
+            edited: self.edited.clone(),
+            underscored: dropped,
+        }
+    }
+
+    /// Drops from `trailers` what the head could not carry.
+    pub(crate) fn apply(&self, trailers: &mut HeaderMap) {
+        remove_forbidden_trailers(trailers);
+        for name in self.edited.iter() {
+            trailers.remove(name);
+        }
+        if self.underscored {
+            remove_underscored(trailers);
+        }
+    }
+}
+
 thread_local! {
     /// The last client address this worker formatted, and its text: a keep-alive connection's requests
     /// all come from one address, so formatting it once per run of requests is enough.
@@ -563,6 +614,31 @@ mod tests {
         let mut names: Vec<&str> = trailers.keys().map(|k| k.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["server-timing", "x-checksum"]);
+    }
+
+    #[test]
+    fn trailers_lose_what_the_route_edits_and_underscored_names_where_the_head_does() {
+        let sent = [
+            ("x-user-role", "admin"),
+            ("x-debug", "1"),
+            ("x_team", "admin"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-checksum", "abc"),
+        ];
+        let scrub = TrailerScrub::new(["x-user-role"].into_iter(), ["x-debug"].into_iter());
+        let names = |scrub: &TrailerScrub| {
+            let mut trailers = headers(&sent);
+            scrub.apply(&mut trailers);
+            let mut names: Vec<String> = trailers.keys().map(|k| k.as_str().to_owned()).collect();
+            names.sort_unstable();
+            names
+        };
+        assert_eq!(names(&scrub.with_underscores_dropped(true)), ["x-checksum"]);
+        assert_eq!(names(&scrub), ["x-checksum", "x_team"]);
+        assert_eq!(
+            names(&TrailerScrub::default()),
+            ["x-checksum", "x-debug", "x-user-role", "x_team"]
+        );
     }
 
     #[test]
