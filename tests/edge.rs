@@ -366,7 +366,7 @@ fn bytes_after_a_head_response_never_reach_the_next_request() {
 
 /// A backend that answers one request with `ok` and hands over the bytes it received, trailers and
 /// all (the testbed's backends record heads only).
-fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
+pub(crate) fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = listener.local_addr().expect("address");
     let (sent, received) = std::sync::mpsc::channel();
@@ -553,4 +553,93 @@ fn a_method_that_is_not_upper_case_is_400_and_never_routed() {
         b"PROPFIND /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
     );
     assert!(response.ends_with("open"), "{response}");
+}
+
+/// duet with one listener (its `underscores_in_headers` as given, when given) and a route that sets
+/// `x-team` and removes `x-debug`, over `backend`, with the admin listener.
+fn edited_route(backend: SocketAddr, underscores: &str) -> Duet {
+    let yaml = format!(
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         listeners: [ {{ address: 127.0.0.1:0 {underscores} }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-team: api }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    Duet::start(&yaml)
+}
+
+const UNDERSCORED: &[u8] = b"GET /u HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 6.6.6.6\r\n\
+    X_Real_IP: 6.6.6.6\r\nX_Request_Id: forged\r\nX_Team: admin\r\nX_Debug: 1\r\n\
+    X-Kept: yes\r\nConnection: close\r\n\r\n";
+
+#[test]
+fn header_names_with_underscores_are_dropped_and_counted_by_default() {
+    // A CGI or WSGI backend reads `X_Forwarded_For` as HTTP_X_FORWARDED_FOR, the variable of the
+    // X-Forwarded-For duet rebuilt: nginx drops such names by default.
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = edited_route(backend.address(), "");
+    let response = exchange(&duet, UNDERSCORED);
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    let underscored: Vec<_> = seen.keys().filter(|n| n.as_str().contains('_')).collect();
+    assert!(underscored.is_empty(), "{seen:?}");
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(seen["x-team"], "api");
+    assert!(!seen.contains_key("x-debug"));
+    assert_eq!(seen["x-kept"], "yes");
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
+        5.0,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_listener_may_keep_header_names_with_underscores() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = edited_route(backend.address(), ", underscores_in_headers: keep");
+    let response = exchange(&duet, UNDERSCORED);
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    assert_eq!(seen["x_forwarded_for"], "6.6.6.6");
+    assert_eq!(seen["x_team"], "admin");
+    assert_eq!(seen["x-team"], "api");
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
+        0.0,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn request_trailers_cannot_undo_the_routes_header_edits_or_carry_underscored_names() {
+    // A backend that merges trailers into its headers would otherwise read the `X-User-Role` the route
+    // sets and the `X-Debug` it removes as the client wrote them.
+    let (backend, received) = recording_backend();
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-user-role: guest }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    let duet = Duet::start(&yaml);
+    let response = exchange(
+        &duet,
+        b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\
+          Trailer: X-User-Role, X-Debug, X_Team, X-Checksum\r\nConnection: close\r\n\r\n\
+          5\r\nhello\r\n0\r\n\
+          X-User-Role: admin\r\nX-Debug: 1\r\nX_Team: admin\r\nX-Checksum: abc\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = received
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the backend got the request")
+        .to_ascii_lowercase();
+    let (head, body) = seen.split_once("\r\n\r\n").expect("a head");
+    assert!(head.contains("\r\nx-user-role: guest\r\n"), "{head}");
+    let trailers = body.split_once("\r\n0\r\n").expect("the last chunk").1;
+    assert_eq!(
+        trailers, "x-checksum: abc\r\n\r\n",
+        "only the trailer the route leaves alone goes on"
+    );
 }

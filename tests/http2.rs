@@ -272,3 +272,75 @@ async fn an_http2_request_is_logged_with_the_authority_it_was_routed_by() {
     });
     assert!(logged, "{:#?}", duet.log_lines());
 }
+
+/// A request body of frames given in advance: data, then trailers.
+struct FramesThenTrailers(std::collections::VecDeque<http_body::Frame<Bytes>>);
+
+impl http_body::Body for FramesThenTrailers {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_request_trailers_cannot_undo_the_routes_header_edits() {
+    let (backend, received) = crate::edge::recording_backend();
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-user-role: guest }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    let duet = Duet::start(&yaml);
+    let tcp = tokio::net::TcpStream::connect(duet.address)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut trailers = http::HeaderMap::new();
+    for (name, value) in [
+        ("x-user-role", "admin"),
+        ("x-debug", "1"),
+        ("x_team", "admin"),
+        ("x-checksum", "abc"),
+    ] {
+        trailers.insert(name, http::HeaderValue::from_static(value));
+    }
+    let body = FramesThenTrailers(
+        [
+            http_body::Frame::data(Bytes::from_static(b"hello")),
+            http_body::Frame::trailers(trailers),
+        ]
+        .into(),
+    );
+    let request = Request::post("http://localhost/upload")
+        .version(Version::HTTP_2)
+        .header("trailer", "x-user-role, x-debug, x_team, x-checksum")
+        .body(body)
+        .expect("request");
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("in time")
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+    let seen = tokio::task::spawn_blocking(move || received.recv_timeout(Duration::from_secs(5)))
+        .await
+        .expect("joined")
+        .expect("the backend got the request")
+        .to_ascii_lowercase();
+    let (head, body) = seen.split_once("\r\n\r\n").expect("a head");
+    assert!(head.contains("\r\nx-user-role: guest\r\n"), "{head}");
+    let trailers = body.split_once("\r\n0\r\n").expect("the last chunk").1;
+    assert_eq!(trailers, "x-checksum: abc\r\n\r\n", "{seen}");
+}

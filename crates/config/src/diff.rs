@@ -134,6 +134,12 @@ fn listeners(changes: &mut Changes, old: &[Listener], new: &[Listener]) {
                     l.trusted_proxies.iter().map(ToString::to_string).collect()
                 };
                 changes.field(&prefix, "trusted_proxies", &nets(before), &nets(listener));
+                changes.field(
+                    &prefix,
+                    "underscores_in_headers",
+                    &before.underscores_in_headers.name(),
+                    &listener.underscores_in_headers.name(),
+                );
             }
         }
     }

@@ -50,8 +50,8 @@ pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
     HealthCheck, HostPattern, Hsts, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, Redirect,
-    RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol,
-    UpstreamTls, ValueMatch, WeightedCluster, Workers,
+    RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, Underscores,
+    UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

@@ -45,6 +45,31 @@ pub struct Listener {
     /// Peers (other proxies, load balancers) whose `X-Forwarded-For` chain is kept and extended. From
     /// anyone else, every forwarding field a client sent is dropped and rebuilt. Default: nobody.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// What becomes of a request field whose name holds an underscore. Default: dropped.
+    pub underscores_in_headers: Underscores,
+}
+
+/// `underscores_in_headers:` of a listener. CGI and WSGI backends (and the frameworks on them) read a
+/// field as `HTTP_` and its name upper-cased with `-` as `_`, so `X_Forwarded_For` reaches them as the
+/// `X-Forwarded-For` duet rebuilt, and `X_Team` as the `X-Team` a route sets: the forwarding and
+/// header-edit protections, which go by name, would not see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Underscores {
+    /// Dropped before routing, each counted (nginx's default, `underscores_in_headers off`).
+    #[default]
+    Drop,
+    /// Forwarded as sent, for clients and backends that need such names.
+    Keep,
+}
+
+impl Underscores {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Drop => "drop",
+            Self::Keep => "keep",
+        }
+    }
 }
 
 impl Listener {

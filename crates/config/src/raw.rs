@@ -40,6 +40,8 @@ pub(crate) struct RawListener {
     pub(crate) tls: Option<RawTls>,
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) underscores_in_headers: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,7 +8,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, InService},
     filter::phase::{Arrival, Build, Decision},
-    grpc,
+    grpc, headers,
     peer::Client,
     request_id::RequestIds,
     route_state::RouteState,
@@ -22,7 +22,7 @@ use crate::{
     telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
-use duet_config::Config;
+use duet_config::{Config, Underscores};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{
@@ -210,6 +210,7 @@ impl WorkerProxy {
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
+        let dropped = self.drop_underscored(&table, client.listener, request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
         let mut log = AccessLog::start(&request, started, client, request_id);
         if request.uri().path() == "*" {
@@ -237,17 +238,17 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
         let (route, filters) = (routed.route, &state.filters);
+        let parts = (route, filters, state.trailers(dropped));
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let mut prepared =
-            match prepare::prepare(request, cluster, (route, filters), routed.host, client) {
-                Ok(Preparing::Ready(prepared)) => prepared,
-                Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
-                    Ok(prepared) => prepared,
-                    Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-                },
+        let mut prepared = match prepare::prepare(request, cluster, parts, routed.host, client) {
+            Ok(Preparing::Ready(prepared)) => prepared,
+            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
+                Ok(prepared) => prepared,
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-            };
+            },
+            Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
+        };
         filters.on_prepared(&prepared);
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
@@ -295,6 +296,27 @@ impl WorkerProxy {
         } else {
             headers.insert(KEEP_ALIVE, table.keep_alive.clone());
         }
+    }
+
+    /// Drops (and counts) the request fields whose name holds an underscore, unless the listener the
+    /// request came on keeps them (`underscores_in_headers: keep`); says whether it drops them (its
+    /// trailers then lose them too). Before routing: no matcher, header edit or forwarding rule then
+    /// sees them.
+    fn drop_underscored(
+        &self,
+        table: &Table,
+        listener: usize,
+        headers: &mut http::HeaderMap,
+    ) -> bool {
+        let keeps = (table.config.listeners.get(listener))
+            .is_some_and(|l| l.underscores_in_headers == Underscores::Keep);
+        if !keeps {
+            let dropped = headers::remove_underscored(headers);
+            if dropped > 0 {
+                self.counters.underscore_dropped.fetch_add(dropped, Relaxed);
+            }
+        }
+        !keeps
     }
 
     /// The answer to a request refused before routing, counted by why.

@@ -2,7 +2,7 @@
 
 use crate::{
     backend::client_body::{BodyError, BodyPace, ClientBody},
-    headers,
+    headers::TrailerScrub,
     telemetry::{
         metrics::ClusterCounters,
         upload::{Received, Upload},
@@ -116,13 +116,17 @@ pub(crate) struct Reclaimable {
     state: Arc<AtomicU8>,
     upload: Arc<Upload>,
     hint: SizeHint,
+    /// What the client's trailers lose on their way.
+    trailers: TrailerScrub,
 }
 
 impl Reclaimable {
+    /// The client's `body`, its trailers scrubbed by `trailers`.
     pub(crate) fn new(
         body: Incoming,
         pace: BodyPace,
         counters: Option<Arc<ClusterCounters>>,
+        trailers: TrailerScrub,
     ) -> Self {
         let hint = body.size_hint();
         Self {
@@ -133,6 +137,7 @@ impl Reclaimable {
                 ..Upload::default()
             }),
             hint,
+            trailers,
         }
     }
 }
@@ -239,8 +244,8 @@ fn poll_streaming(
         Poll::Ready(Some(Ok(mut frame))) => {
             upload.frames.fetch_add(1, Ordering::Relaxed);
             if let Some(trailers) = frame.trailers_mut() {
-                // Fields scrubbed from the head must not come back as trailers.
-                headers::remove_forbidden_trailers(trailers);
+                // Fields scrubbed from the head, or edited there, must not come back as trailers.
+                shared.trailers.apply(trailers);
             }
             if let Some(data) = frame.data_ref() {
                 let length = data.len() as u64;

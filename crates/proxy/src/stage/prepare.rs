@@ -7,7 +7,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::{Prepared, Upgrade},
     filter::RouteFilters,
-    headers,
+    headers::{self, TrailerScrub},
     peer::Client,
 };
 use duet_config::Route;
@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(crate) fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
-    (route, filters): (&Route, &RouteFilters),
+    (route, filters, trailers): (&Route, &RouteFilters, TrailerScrub),
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Preparing, ProxyError> {
@@ -72,7 +72,8 @@ pub(crate) fn prepare(
         .map_err(ProxyError::new)?;
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
     let replay = attempts > 1 || filters.replays_body();
-    let plan = body_plan(body, cluster, route.buffer_request, replay).map_err(ProxyError::new)?;
+    let plan = body_plan(body, cluster, (route.buffer_request, replay), trailers)
+        .map_err(ProxyError::new)?;
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
@@ -149,8 +150,8 @@ enum BodyPlan {
 fn body_plan(
     body: Incoming,
     cluster: &Cluster,
-    buffer: Option<usize>,
-    replay: bool,
+    (buffer, replay): (Option<usize>, bool),
+    trailers: TrailerScrub,
 ) -> Result<BodyPlan, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodyPlan::Ready(BodySource::Empty));
@@ -167,7 +168,7 @@ fn body_plan(
         }
         None => {
             let counters = Some(cluster.counters.clone());
-            let body = Reclaimable::new(body, cluster.body_pace, counters);
+            let body = Reclaimable::new(body, cluster.body_pace, counters, trailers);
             return Ok(BodyPlan::Ready(BodySource::Streaming(body)));
         }
     };

@@ -166,6 +166,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) reclaimed: AtomicU64,
     /// Requests by the protocol the client spoke: HTTP/1.0 (or 0.9), HTTP/1.1, HTTP/2.
     pub(crate) requests: [AtomicU64; 3],
+    /// Request fields dropped for an underscore in their name (`underscores_in_headers: drop`).
+    pub(crate) underscore_dropped: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -799,7 +801,7 @@ mod golden_tests {
         assert_eq!(filter_families, 2);
         assert_eq!(
             plain.matches("# TYPE ").count() + filter_families,
-            42,
+            43,
             "{plain}"
         );
     }

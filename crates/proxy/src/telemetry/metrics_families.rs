@@ -127,6 +127,9 @@ const FAMILIES: &[Family] = &[
         "Requests refused before routing, by reason.",
         Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
         .by("reason", &["no_route", "uri_too_long", "head_too_large", "malformed", "header_timeout"]),
+    Family::new("duet_underscore_headers_dropped_total", COUNTER,
+        "Request header fields dropped because their name holds an underscore (a listener's underscores_in_headers: drop, the default).",
+        Read::Worker(|w, _| count(&w.underscore_dropped))),
     Family::new("duet_requests_total", COUNTER,
         "Requests received, by the protocol the client spoke.",
         Read::Worker(|w, i| nth(&w.requests, i)))
