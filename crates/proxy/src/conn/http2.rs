@@ -4,7 +4,8 @@
 //! cluster.
 //!
 //! An h2 connection is never parked: its streams are tasks of their own on the worker's thread (hyper
-//! spawns them through [`LocalExec`]), and it closes with a GOAWAY once idle for
+//! spawns them through [`StreamExec`], which resets a stream whose client takes none of its response
+//! for `limits.send_timeout`), and it closes with a GOAWAY once idle for
 //! `limits.keepalive_timeout` (or if no request arrives within `limits.header_read_timeout` of the
 //! accept), or when the drain starts; streams in progress finish first.
 
@@ -15,6 +16,7 @@ use crate::{
         io::{ClientIo, Prefixed, SendTimeout},
         serve::log_connection_error,
         shared::Shared,
+        stream_watch::{StreamExec, StreamWatch, Waiting},
     },
     exchange::{ConnectionState, InService},
     peer::Client,
@@ -44,21 +46,6 @@ use tokio::{
 
 /// What a client speaking HTTP/2 with prior knowledge sends first (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Runs hyper's per-stream tasks on the worker's thread: the proxy's futures hold `Rc`s, so they
-/// cannot be sent to another.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LocalExec;
-
-impl<F> hyper::rt::Executor<F> for LocalExec
-where
-    F: Future + 'static,
-    F::Output: 'static,
-{
-    fn execute(&self, future: F) {
-        tokio::task::spawn_local(future);
-    }
-}
 
 /// What a plain connection's first bytes say it speaks.
 pub(crate) enum Sniffed {
@@ -125,30 +112,19 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let limits = shared.proxy().limits();
     let state = Rc::new(ConnectionState::default());
     let open = Rc::new(Cell::new(0usize));
-    let service = {
-        let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
-        service_fn(move |request| {
-            let stream = OpenStream::new(&open);
-            let handled = proxy
-                .clone()
-                .handle(request, client, InService::new(state.clone()));
-            Box::pin(async move {
-                let response = handled.await?;
-                Ok::<_, Infallible>(response.map(|body| StreamBody {
-                    body,
-                    _open: stream,
-                }))
-            })
-                as Pin<Box<dyn Future<Output = Result<Response<StreamBody>, Infallible>>>>
-        })
-    };
+    let watch = Rc::new(StreamWatch::new(
+        limits.send_timeout,
+        shared.counters.clone(),
+        client.address,
+    ));
+    let service = stream_service(&shared, client, &state, &open, &watch);
     let io = TokioIo::new(SendTimeout {
         io,
         stall: Stall::new(limits.send_timeout),
         // HTTP/2 has no head to time between requests: its streams carry their own.
         head: None,
     });
-    let connection = server_builder(&limits).serve_connection(io, service);
+    let connection = server_builder(&limits, StreamExec(watch)).serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut shutdown = shared.shutdown.clone();
     let mut closing = false;
@@ -187,13 +163,50 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     }
 }
 
+/// The service hyper calls for each stream: the proxy's, its response body counting the stream as
+/// open and watched by the stream's task ([`StreamWatch`]).
+fn stream_service(
+    shared: &Shared,
+    client: Client,
+    state: &Rc<ConnectionState>,
+    open: &Rc<Cell<usize>>,
+    watch: &Rc<StreamWatch>,
+) -> impl hyper::service::HttpService<
+    hyper::body::Incoming,
+    ResBody = StreamBody,
+    Error = Infallible,
+    Future = StreamResponse,
+> {
+    let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
+    let watch = watch.clone();
+    service_fn(move |request| {
+        let stream = OpenStream::new(&open);
+        let waiting = Rc::new(Waiting::default());
+        watch.expect(waiting.clone());
+        let handled = proxy
+            .clone()
+            .handle(request, client, InService::new(state.clone()));
+        Box::pin(async move {
+            let response = handled.await?;
+            Ok::<_, Infallible>(response.map(|body| StreamBody {
+                body,
+                waiting,
+                _open: stream,
+            }))
+        }) as StreamResponse
+    })
+}
+
+/// A stream's response, as the proxy makes it.
+type StreamResponse = Pin<Box<dyn Future<Output = Result<Response<StreamBody>, Infallible>>>>;
+
 /// hyper's HTTP/2 server with duet's limits (`limits.http2`).
-fn server_builder(limits: &Limits) -> http2::Builder<LocalExec> {
+fn server_builder(limits: &Limits, exec: StreamExec) -> http2::Builder<StreamExec> {
     let h2 = limits.http2;
     // The head limit, as HTTP/1.1's unless set apart: the decoded fields of one request, counted as
     // RFC 9113 §6.5.2 says (name, value and 32 bytes each).
     let list_size = h2.max_header_list_size.unwrap_or(limits.max_request_head);
-    let mut builder = http2::Builder::new(LocalExec);
+    let mut builder = http2::Builder::new(exec);
     builder
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(list_size).unwrap_or(u32::MAX))
@@ -229,10 +242,12 @@ impl Drop for OpenStream {
 }
 
 pin_project! {
-    /// A stream's response body: the proxy's, holding the stream open while it is sent.
+    /// A stream's response body: the proxy's, holding the stream open while it is sent, and telling
+    /// the stream's task when hyper holds a frame of it for the client's window.
     pub(crate) struct StreamBody {
         #[pin]
         body: ProxyBody,
+        waiting: Rc<Waiting>,
         _open: OpenStream,
     }
 }
@@ -245,7 +260,13 @@ impl Body for StreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().body.poll_frame(cx)
+        let this = self.project();
+        this.waiting.asked();
+        let polled = this.body.poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = polled {
+            this.waiting.handed();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

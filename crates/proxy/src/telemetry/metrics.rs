@@ -159,7 +159,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) head_too_large: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) header_timeout: AtomicU64,
-    /// Connections closed because the client read nothing for `limits.send_timeout`.
+    /// Connections closed, and HTTP/2 streams reset, because the client read nothing for
+    /// `limits.send_timeout`.
     pub(crate) send_timeout: AtomicU64,
     /// Client connections open now (parked ones included).
     pub(crate) active: AtomicU64,

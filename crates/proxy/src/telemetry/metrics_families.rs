@@ -118,7 +118,7 @@ const FAMILIES: &[Family] = &[
         "Idle keep-alive client connections closed to make room for a new one at max_connections.",
         Read::Worker(|w, _| count(&w.reclaimed))),
     Family::new("duet_send_timeouts_total", COUNTER,
-        "Client connections closed because the client read nothing for limits.send_timeout.",
+        "Client connections closed, and HTTP/2 streams reset, because the client read nothing for limits.send_timeout.",
         Read::Worker(|w, _| count(&w.send_timeout))),
     Family::new("duet_rejected_requests_total", COUNTER,
         "Requests refused before routing, by reason.",
