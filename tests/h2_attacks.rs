@@ -279,3 +279,65 @@ fn streams_a_client_reads_nothing_of_are_reset_at_the_send_timeout_and_their_bac
     );
     still_serving(&duet);
 }
+
+/// The seconds in a `closed after S s` outcome.
+fn closed_after(outcome: &str) -> u64 {
+    outcome
+        .strip_prefix("closed after ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(seconds, _)| seconds.parse().ok())
+        .unwrap_or_else(|| panic!("not closed: {outcome}"))
+}
+
+#[test]
+fn a_client_silent_after_its_preface_is_closed_even_if_it_never_acknowledges_the_goaway() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    // header_read_timeout 1s: the GOAWAY at 1 s, the close a header_read_timeout later.
+    let (_backend, duet) = duet();
+    let outcome = attack(python, &duet, "silent_forever");
+    eprintln!("silent forever: {outcome}");
+    assert!(closed_after(&outcome) <= 4, "{outcome}");
+    still_serving(&duet);
+}
+
+#[test]
+fn a_client_silent_after_a_request_is_closed_even_if_it_never_acknowledges_the_goaway() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    // keepalive_timeout 2s: idle for 2 to 4 s (it is looked at every 2 s), then GOAWAY, then the
+    // close a header_read_timeout (1 s) later.
+    let (backend, duet) = duet();
+    let outcome = attack(python, &duet, "silent_after_a_request");
+    eprintln!("silent after a request: {outcome}");
+    assert!(closed_after(&outcome) <= 7, "{outcome}");
+    assert_eq!(backend.requests(), 1);
+}
+
+#[test]
+fn silent_http2_clients_at_max_connections_do_not_lock_others_out() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .section(
+            "limits",
+            "{ header_read_timeout: 1s, keepalive_timeout: 2s, max_connections: 4 }",
+        )
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let silent: Vec<_> = (0..4)
+        .map(|_| start_attack(python, &duet, "silent_forever"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // Waits in the accept queue until a silent one is closed (about 2 s after its preface).
+    still_serving(&duet);
+    for (mut child, mut line) in silent {
+        let outcome = line();
+        let _ = child.wait();
+        assert!(closed_after(&outcome) <= 4, "{outcome}");
+    }
+}

@@ -127,6 +127,47 @@ def zero_window(host, port, streams=10, size=2 * 1024 * 1024):
         send_quietly(sock, conn.data_to_send())
     return "reset=%d ended=%d" % (len(reset), len(ended)), streams
 
+def closed_within(sock, seconds):
+    """Reads, answering nothing, until the server closes or SECONDS pass: `closed after S s` or
+    `open`."""
+    sock.settimeout(0.2)
+    started = time.monotonic()
+    while time.monotonic() < started + seconds:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            return "closed after %d s" % round(time.monotonic() - started)
+    return "open"
+
+def silent_forever(host, port):
+    """The preface and SETTINGS, then not one byte (not the SETTINGS or PING acknowledgements):
+    `closed after S s`, S counted from the preface, or `open` after 30 s."""
+    sock, _ = connect(host, port)
+    return closed_within(sock, 30), 0
+
+def silent_after_a_request(host, port):
+    """One GET answered in full, then not one byte (not the PING acknowledgement of the GOAWAY):
+    `closed after S s`, S counted from the response, or `open` after 30 s."""
+    sock, conn = connect(host, port)
+    conn.send_headers(1, request_headers("/first"), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(10)
+    ended = False
+    while not ended:
+        data = sock.recv(65536)
+        if not data:
+            return "closed before the response", 1
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.DataReceived):
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            ended = ended or isinstance(event, h2.events.StreamEnded)
+        sock.sendall(conn.data_to_send())
+    return closed_within(sock, 30), 1
+
 def settings(host, port):
     """Not an attack: what the server grants, as `settings max_concurrent_streams=N
     max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
@@ -187,7 +228,8 @@ def backend(host, port):
         sock.sendall(conn.data_to_send())
 
 ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
-           "zero_window": zero_window}
+           "zero_window": zero_window, "silent_forever": silent_forever,
+           "silent_after_a_request": silent_after_a_request}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

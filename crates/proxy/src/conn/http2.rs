@@ -7,7 +7,9 @@
 //! spawns them through [`StreamExec`], which resets a stream whose client takes none of its response
 //! for `limits.send_timeout`), and it closes with a GOAWAY once idle for
 //! `limits.keepalive_timeout` (or if no request arrives within `limits.header_read_timeout` of the
-//! accept), or when the drain starts; streams in progress finish first.
+//! accept), or when the drain starts; streams in progress finish first. A client that lets the GOAWAY
+//! go unanswered (its PING never acknowledged) is closed `limits.header_read_timeout` after it, once
+//! no stream is open: every state of a connection has a deadline.
 
 use crate::{
     attempt::body::ProxyBody,
@@ -127,14 +129,18 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let connection = server_builder(&limits, StreamExec(watch)).serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut shutdown = shared.shutdown.clone();
+    // Once the GOAWAY is out, the close is timed too: a client that never answers its PING (or never
+    // sends a byte at all) would otherwise hold the connection, and its place under
+    // `limits.max_connections`, for good. Open streams finish under their own bounds first.
+    let close_within = limits.header_read_timeout;
     let mut closing = false;
-    if *shutdown.borrow() {
-        connection.as_mut().graceful_shutdown();
-        closing = true;
-    }
     // Idle while no request has started since the last look and no stream is open.
     let mut seen = 0;
     let mut check = opened + limits.header_read_timeout;
+    if *shutdown.borrow() {
+        connection.as_mut().graceful_shutdown();
+        (closing, check) = (true, Instant::now() + close_within);
+    }
     loop {
         tokio::select! {
             result = connection.as_mut() => {
@@ -143,20 +149,25 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
                 }
                 return;
             }
-            () = tokio::time::sleep_until(check), if !closing => {
+            () = tokio::time::sleep_until(check) => {
                 let requests = state.requests.get();
-                if requests == seen && open.get() == 0 {
+                let idle = requests == seen && open.get() == 0;
+                if closing && open.get() == 0 {
+                    tracing::debug!(target: "duet::conn", peer = %client.address, "closing an h2 connection whose client let its GOAWAY go unanswered");
+                    return;
+                }
+                if idle && !closing {
                     tracing::trace!(target: "duet::conn", peer = %client.address, "idle h2 connection: GOAWAY");
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
                 seen = requests;
-                check = Instant::now() + limits.keepalive_timeout;
+                check = Instant::now() + if closing { close_within } else { limits.keepalive_timeout };
             }
             changed = shutdown.changed(), if !closing => {
                 if changed.is_err() || *shutdown.borrow() {
                     connection.as_mut().graceful_shutdown();
-                    closing = true;
+                    (closing, check) = (true, Instant::now() + close_within);
                 }
             }
         }
