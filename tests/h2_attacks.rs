@@ -341,3 +341,14 @@ fn silent_http2_clients_at_max_connections_do_not_lock_others_out() {
         assert!(closed_after(&outcome) <= 4, "{outcome}");
     }
 }
+
+#[test]
+fn a_prior_knowledge_client_may_open_its_connection_ahead_of_its_first_request() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    // header_read_timeout 1s: the preface comes 1.5 s after the connect.
+    let (backend, duet) = duet();
+    assert_eq!(attack(python, &duet, "late_preface"), "status 200 sent=1");
+    assert_eq!(backend.requests(), 1);
+}

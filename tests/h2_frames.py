@@ -168,6 +168,24 @@ def silent_after_a_request(host, port):
         sock.sendall(conn.data_to_send())
     return closed_within(sock, 30), 1
 
+def late_preface(host, port):
+    """Connects, says nothing for 1.5 s, then sends the preface and one GET: `status S`."""
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    time.sleep(1.5)
+    conn = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+    conn.initiate_connection()
+    conn.send_headers(1, request_headers("/late"), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return "closed", 1
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                return "status %s" % dict(event.headers)[b":status"].decode(), 1
+        sock.sendall(conn.data_to_send())
+
 def settings(host, port):
     """Not an attack: what the server grants, as `settings max_concurrent_streams=N
     max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
@@ -229,7 +247,7 @@ def backend(host, port):
 
 ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
            "zero_window": zero_window, "silent_forever": silent_forever,
-           "silent_after_a_request": silent_after_a_request}
+           "silent_after_a_request": silent_after_a_request, "late_preface": late_preface}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

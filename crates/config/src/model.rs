@@ -832,7 +832,8 @@ pub struct Limits {
     pub max_request_head: usize,
     /// Request target length; longer gets 414. Default 8 KiB.
     pub max_uri_length: usize,
-    /// Time a client has to send a complete request head. Default 10 s.
+    /// Time a client has to send a complete request head, from its first byte (and to finish a TLS
+    /// handshake, from the accept). Default 10 s.
     pub header_read_timeout: Duration,
     /// Longest wait for the next piece of a request body; longer gets 408. Default 60 s.
     pub body_read_timeout: Duration,
@@ -850,8 +851,8 @@ pub struct Limits {
     /// Client connections served at once, per process (split evenly over the workers); past it new
     /// connections wait in the kernel's accept queue. Default 10,000.
     pub max_connections: usize,
-    /// How long an idle keep-alive connection waits for its next request. Default 75 s (nginx's);
-    /// announced to clients as `Keep-Alive: timeout=N`.
+    /// How long an idle keep-alive connection waits for its next request, and a new connection for
+    /// its first byte. Default 75 s (nginx's); announced to clients as `Keep-Alive: timeout=N`.
     pub keepalive_timeout: Duration,
     /// Requests served on one connection before duet asks the client to reconnect (`Connection: close`),
     /// so long-lived connections rotate across workers. Default 1,000 (nginx's).

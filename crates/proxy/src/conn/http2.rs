@@ -59,23 +59,32 @@ pub(crate) enum Sniffed {
     Closed,
 }
 
-/// Tells HTTP/2 with prior knowledge from HTTP/1.1 by the first bytes of a plain connection, waiting
-/// for them until `until`. The bytes are peeked, not read, unless the preface arrives in pieces: an
-/// HTTP/1.1 connection costs one more system call and no allocation.
-pub(crate) async fn sniff(stream: &mut TcpStream, until: Instant) -> Sniffed {
+/// Tells HTTP/2 with prior knowledge from HTTP/1.1 by the first bytes of a plain connection, `read`
+/// being those already read from it, waiting for the rest until `until`. The bytes are peeked, not
+/// read, unless the preface arrives in pieces: an HTTP/1.1 connection costs one more system call and
+/// no allocation.
+pub(crate) async fn sniff(stream: &mut TcpStream, read: Bytes, until: Instant) -> Sniffed {
     let mut seen = [0u8; PREFACE.len()];
-    let peeked = match timeout_at(until, stream.peek(&mut seen)).await {
+    let had = read.len().min(PREFACE.len());
+    seen[..had].copy_from_slice(&read[..had]);
+    if seen[..had] != PREFACE[..had] {
+        return Sniffed::Http1(read);
+    }
+    if had == PREFACE.len() {
+        return Sniffed::Http2(read);
+    }
+    let peeked = match timeout_at(until, stream.peek(&mut seen[had..])).await {
         Ok(Ok(0) | Err(_)) | Err(_) => return Sniffed::Closed,
-        Ok(Ok(n)) => n,
+        Ok(Ok(n)) => had + n,
     };
     if seen[..peeked] != PREFACE[..peeked] {
-        return Sniffed::Http1(Bytes::new());
+        return Sniffed::Http1(read);
     }
     if peeked == PREFACE.len() {
-        return Sniffed::Http2(Bytes::new());
+        return Sniffed::Http2(read);
     }
     // A prefix of the preface: read it, and what follows, until it is whole or differs.
-    let mut have = 0;
+    let mut have = had;
     while have < PREFACE.len() {
         match timeout_at(until, stream.read(&mut seen[have..])).await {
             Ok(Ok(0) | Err(_)) | Err(_) => return Sniffed::Closed,
@@ -93,7 +102,8 @@ pub(crate) struct Http2Connection<IO> {
     pub(crate) shared: Rc<Shared>,
     pub(crate) io: Prefixed<IO>,
     pub(crate) client: Client,
-    /// When it was accepted: its first request is due `limits.header_read_timeout` after that.
+    /// When it was accepted (TLS) or its first bytes arrived (plain): its first request is due
+    /// `limits.header_read_timeout` after that.
     pub(crate) opened: Instant,
     pub(crate) active: Active,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
