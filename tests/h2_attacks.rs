@@ -352,3 +352,29 @@ fn a_prior_knowledge_client_may_open_its_connection_ahead_of_its_first_request()
     assert_eq!(attack(python, &duet, "late_preface"), "status 200 sent=1");
     assert_eq!(backend.requests(), 1);
 }
+
+#[test]
+fn an_http2_request_with_more_fields_than_http11_allows_gets_431() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .admin()
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    // 1,500 fields: 431 as over HTTP/1.1 (past 100 fields), before routing; 50 are served.
+    assert_eq!(
+        attack(python, &duet, "many_fields"),
+        "statuses 431 200 sent=2"
+    );
+    assert_eq!(backend.requests(), 1, "the 431 reached no backend");
+    assert_eq!(
+        sum(
+            &get(duet.admin_address(), "/metrics"),
+            "duet_rejected_requests_total",
+            "reason=\"head_too_large\""
+        ),
+        1.0
+    );
+}

@@ -186,6 +186,30 @@ def late_preface(host, port):
                 return "status %s" % dict(event.headers)[b":status"].decode(), 1
         sock.sendall(conn.data_to_send())
 
+def many_fields(host, port):
+    """A GET with 1,500 header fields (60 KB of header list, under the 64 KiB limit), then one with
+    50: `statuses A B`."""
+    sock, conn = connect(host, port)
+    fields = {1: 1500, 3: 50}
+    for stream, count in fields.items():
+        headers = request_headers("/fields/%d" % count)
+        headers += [(b"x-f%d" % i, b"v") for i in range(count)]
+        conn.send_headers(stream, headers, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(10)
+    statuses = {}
+    while len(statuses) < len(fields):
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                statuses[event.stream_id] = dict(event.headers)[b":status"].decode()
+            elif isinstance(event, h2.events.StreamReset):
+                statuses[event.stream_id] = "reset"
+        sock.sendall(conn.data_to_send())
+    return "statuses " + " ".join(statuses.get(s, "none") for s in fields), len(fields)
+
 def settings(host, port):
     """Not an attack: what the server grants, as `settings max_concurrent_streams=N
     max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
@@ -247,7 +271,8 @@ def backend(host, port):
 
 ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
            "zero_window": zero_window, "silent_forever": silent_forever,
-           "silent_after_a_request": silent_after_a_request, "late_preface": late_preface}
+           "silent_after_a_request": silent_after_a_request, "late_preface": late_preface,
+           "many_fields": many_fields}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

@@ -310,6 +310,7 @@ impl WorkerProxy {
     ) -> Response<ProxyBody> {
         let counter = match error.kind() {
             ErrorKind::UriTooLong => &self.counters.uri_too_long,
+            ErrorKind::HeadTooLarge => &self.counters.head_too_large,
             ErrorKind::NoRoute => &self.counters.no_route,
             _ => &self.counters.malformed,
         };
