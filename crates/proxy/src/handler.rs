@@ -243,11 +243,14 @@ impl WorkerProxy {
         let (route, filters) = (routed.route, &state.filters);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let mut prepared =
+        // A body read in full holds its share of its connection's buffering budget until the request
+        // is done.
+        let (mut prepared, _buffering) =
             match prepare::prepare(request, cluster, (route, filters), routed.host, client) {
-                Ok(Preparing::Ready(prepared)) => prepared,
-                Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
-                    Ok(prepared) => prepared,
+                Ok(Preparing::Ready(prepared)) => (prepared, None),
+                Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster, connection)).await
+                {
+                    Ok((prepared, turn)) => (prepared, Some(turn)),
                     Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
                 },
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),

@@ -5,7 +5,7 @@ use crate::{
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
-    exchange::{Prepared, Upgrade},
+    exchange::{ConnectionState, Prepared, Upgrade},
     filter::RouteFilters,
     headers,
     peer::Client,
@@ -15,6 +15,7 @@ use http::{header, HeaderValue, Request};
 use http_body::Body;
 use hyper::body::Incoming;
 use std::sync::atomic::Ordering::Relaxed;
+use tokio::sync::SemaphorePermit;
 
 /// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust; then the
 /// route's `filters` in their upstream-request phase) and decides how the body is sent: read in full first when the route buffers
@@ -105,15 +106,27 @@ pub(crate) struct Unread {
 }
 
 impl Unread {
-    /// The request with its body read, as `limits` allow: 413 past `limit`, 400 for a malformed body,
-    /// 408 for one that stalls or falls behind `limits.min_upload_rate`.
-    pub(crate) async fn read(self, cluster: &Cluster) -> Result<Prepared, ProxyError> {
+    /// The request with its body read, as `limits` allow, within `connection`'s buffering budget (what
+    /// it takes of it is held as long as what is returned with the request): 413 past `limit`, 400 for
+    /// a malformed body, 408 for one that stalls or falls behind `limits.min_upload_rate`, 503 if its
+    /// share of the budget does not come within `limits.body_read_timeout`.
+    pub(crate) async fn read<'c>(
+        self,
+        cluster: &Cluster,
+        connection: &'c ConnectionState,
+    ) -> Result<(Prepared, SemaphorePermit<'c>), ProxyError> {
         let Unread {
             mut prepared,
             body,
             limit,
             trailer,
         } = self;
+        // What the body announces, or all it may hold.
+        let needs = body.size_hint().exact().map_or(limit, |n| n as usize);
+        let wait = cluster.body_pace.idle_timeout;
+        let Some(turn) = connection.reserve_buffer(needs, limit, wait).await else {
+            return Err(ProxyError::new(ErrorKind::LocalResource));
+        };
         let source = buffer(body, cluster, limit)
             .await
             .map_err(ProxyError::new)?;
@@ -121,7 +134,7 @@ impl Unread {
         if trailer {
             drop_trailer(&mut prepared.parts.headers);
         }
-        Ok(prepared)
+        Ok((prepared, turn))
     }
 }
 
