@@ -860,6 +860,10 @@ pub struct Limits {
     /// Mirrored requests (`mirror:` on a route) in flight at once, per worker; past it a request is not
     /// mirrored (counted as `skipped_cap`), so a slow mirror cluster cannot pile up copies. Default 64.
     pub max_mirrors_in_flight: usize,
+    /// Bytes of request bodies read in full (a route's `buffer_request`, or small bodies kept for
+    /// retries) held at once, per worker; a request whose body would take the total past it gets 503
+    /// rather than duet growing. Default 256 MiB.
+    pub max_buffered_bytes: usize,
     /// HTTP/2 client connections.
     pub http2: Http2Limits,
 }
@@ -943,6 +947,7 @@ impl Default for Limits {
             keepalive_requests: 1000,
             http2: Http2Limits::default(),
             max_mirrors_in_flight: 64,
+            max_buffered_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -3,14 +3,19 @@
 //! can be read knowing only this.
 
 use crate::{
-    attempt::completion::Completion, backend::request_body::BodySource, error::ProxyError,
-    header_copy::HeaderCopy, telemetry::access_log::AccessLog, tunnel::PendingTunnel,
+    attempt::completion::Completion,
+    backend::request_body::BodySource,
+    error::ProxyError,
+    header_copy::HeaderCopy,
+    telemetry::{access_log::AccessLog, metrics::WorkerCounters},
+    tunnel::PendingTunnel,
 };
 use http::{request::Parts, HeaderMap, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::{
     cell::{Cell, RefCell},
     rc::Rc,
+    sync::{atomic::Ordering::Relaxed, Arc},
     time::Duration,
 };
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -116,6 +121,60 @@ impl Default for BufferBudget {
             bytes: Semaphore::const_new(0),
             capacity: Cell::new(0),
         }
+    }
+}
+
+/// What a body read in full holds until its request is done: its share of its connection's budget
+/// and of its worker's (`limits.max_buffered_bytes`).
+pub(crate) struct BufferHold<'c> {
+    _connection: SemaphorePermit<'c>,
+    _worker: WorkerBuffered,
+}
+
+impl<'c> BufferHold<'c> {
+    pub(crate) fn new(connection: SemaphorePermit<'c>, worker: WorkerBuffered) -> Self {
+        Self {
+            _connection: connection,
+            _worker: worker,
+        }
+    }
+}
+
+/// A worker's budget for bodies read in full: what they hold now is counted in its
+/// `WorkerCounters::buffered`, up to `limit` (`limits.max_buffered_bytes`).
+#[derive(Clone, Copy)]
+pub(crate) struct WorkerBuffers<'w> {
+    pub(crate) counters: &'w Arc<WorkerCounters>,
+    pub(crate) limit: usize,
+}
+
+impl WorkerBuffers<'_> {
+    /// `bytes` of the worker's budget, given back when what is returned is dropped; `None`, counted,
+    /// if the worker holds too much already: duet answers 503 rather than grow.
+    pub(crate) fn reserve(self, bytes: usize) -> Option<WorkerBuffered> {
+        let bytes = bytes as u64;
+        let held = self.counters.buffered.fetch_add(bytes, Relaxed);
+        if held.saturating_add(bytes) > self.limit as u64 {
+            self.counters.buffered.fetch_sub(bytes, Relaxed);
+            self.counters.buffer_refused.fetch_add(1, Relaxed);
+            return None;
+        }
+        Some(WorkerBuffered {
+            counters: self.counters.clone(),
+            bytes,
+        })
+    }
+}
+
+/// Bytes of a worker's buffering budget, held until dropped.
+pub(crate) struct WorkerBuffered {
+    counters: Arc<WorkerCounters>,
+    bytes: u64,
+}
+
+impl Drop for WorkerBuffered {
+    fn drop(&mut self) {
+        self.counters.buffered.fetch_sub(self.bytes, Relaxed);
     }
 }
 

@@ -6,7 +6,7 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::{ConnectionState, InService},
+    exchange::{ConnectionState, InService, WorkerBuffers},
     filter::phase::{Arrival, Build, Decision, WorkerShared},
     grpc,
     peer::Client,
@@ -243,16 +243,18 @@ impl WorkerProxy {
         let (route, filters) = (routed.route, &state.filters);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        // A body read in full holds its share of its connection's buffering budget until the request
-        // is done.
+        // A body read in full holds its share of the buffering budgets until the request is done.
         let (mut prepared, _buffering) =
             match prepare::prepare(request, cluster, (route, filters), routed.host, client) {
                 Ok(Preparing::Ready(prepared)) => (prepared, None),
-                Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster, connection)).await
-                {
-                    Ok((prepared, turn)) => (prepared, Some(turn)),
-                    Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-                },
+                Ok(Preparing::Unread(unread)) => {
+                    match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
+                        Ok((prepared, turn)) => (prepared, Some(turn)),
+                        Err(error) => {
+                            return Ok(refused(cluster, client, &error, log, grpc, closes))
+                        }
+                    }
+                }
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
             };
         filters.on_prepared(&prepared);
@@ -301,6 +303,14 @@ impl WorkerProxy {
             );
         } else {
             headers.insert(KEEP_ALIVE, table.keep_alive.clone());
+        }
+    }
+
+    /// The worker's budget for bodies read in full, as `table`'s limits set it.
+    fn buffers(&self, table: &Table) -> WorkerBuffers<'_> {
+        WorkerBuffers {
+            counters: &self.counters,
+            limit: table.config.limits.max_buffered_bytes,
         }
     }
 

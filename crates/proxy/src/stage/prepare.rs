@@ -5,7 +5,7 @@ use crate::{
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
-    exchange::{ConnectionState, Prepared, Upgrade},
+    exchange::{BufferHold, ConnectionState, Prepared, Upgrade, WorkerBuffers},
     filter::RouteFilters,
     headers,
     peer::Client,
@@ -15,7 +15,6 @@ use http::{header, HeaderValue, Request};
 use http_body::Body;
 use hyper::body::Incoming;
 use std::sync::atomic::Ordering::Relaxed;
-use tokio::sync::SemaphorePermit;
 
 /// Rewrites the headers (hop-by-hop fields out; Host as routed; forwarding fields by trust; then the
 /// route's `filters` in their upstream-request phase) and decides how the body is sent: read in full first when the route buffers
@@ -109,12 +108,14 @@ impl Unread {
     /// The request with its body read, as `limits` allow, within `connection`'s buffering budget (what
     /// it takes of it is held as long as what is returned with the request): 413 past `limit`, 400 for
     /// a malformed body, 408 for one that stalls or falls behind `limits.min_upload_rate`, 503 if its
-    /// share of the budget does not come within `limits.body_read_timeout`.
+    /// share of the budget does not come within `limits.body_read_timeout`, or if `worker` holds
+    /// `limits.max_buffered_bytes` already.
     pub(crate) async fn read<'c>(
         self,
         cluster: &Cluster,
         connection: &'c ConnectionState,
-    ) -> Result<(Prepared, SemaphorePermit<'c>), ProxyError> {
+        worker: WorkerBuffers<'_>,
+    ) -> Result<(Prepared, BufferHold<'c>), ProxyError> {
         let Unread {
             mut prepared,
             body,
@@ -127,6 +128,10 @@ impl Unread {
         let Some(turn) = connection.reserve_buffer(needs, limit, wait).await else {
             return Err(ProxyError::new(ErrorKind::LocalResource));
         };
+        // Reserved once the connection's share has come: a stream waiting its turn holds none.
+        let Some(held) = worker.reserve(needs) else {
+            return Err(ProxyError::new(ErrorKind::LocalResource));
+        };
         let source = buffer(body, cluster, limit)
             .await
             .map_err(ProxyError::new)?;
@@ -134,7 +139,7 @@ impl Unread {
         if trailer {
             drop_trailer(&mut prepared.parts.headers);
         }
-        Ok((prepared, turn))
+        Ok((prepared, BufferHold::new(turn, held)))
     }
 }
 

@@ -174,6 +174,10 @@ pub(crate) struct WorkerCounters {
     pub(crate) reclaimed: AtomicU64,
     /// Requests by the protocol the client spoke: HTTP/1.0 (or 0.9), HTTP/1.1, HTTP/2.
     pub(crate) requests: [AtomicU64; 3],
+    /// Bytes of request bodies read in full held now (reserved as each starts to be read).
+    pub(crate) buffered: AtomicU64,
+    /// Requests answered 503 because `limits.max_buffered_bytes` was held already.
+    pub(crate) buffer_refused: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -772,6 +776,6 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        assert_eq!(plain.matches("# TYPE ").count(), 42, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 44, "{plain}");
     }
 }

@@ -120,6 +120,12 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_send_timeouts_total", COUNTER,
         "Client connections closed, and HTTP/2 streams reset, because the client read nothing for limits.send_timeout.",
         Read::Worker(|w, _| count(&w.send_timeout))),
+    Family::new("duet_buffered_request_bytes", GAUGE,
+        "Bytes of request bodies read in full (a route's buffer_request, or kept for retries) held now, against limits.max_buffered_bytes.",
+        Read::Worker(|w, _| count(&w.buffered))),
+    Family::new("duet_buffer_budget_refusals_total", COUNTER,
+        "Requests answered 503 because their worker held limits.max_buffered_bytes of request bodies already.",
+        Read::Worker(|w, _| count(&w.buffer_refused))),
     Family::new("duet_rejected_requests_total", COUNTER,
         "Requests refused before routing, by reason.",
         Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
