@@ -71,6 +71,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             keepalive_timeout,
             keepalive_requests,
             max_mirrors_in_flight,
+            max_buffered_bytes,
         ]
     );
     changed!(

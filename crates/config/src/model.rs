@@ -909,7 +909,8 @@ pub struct Limits {
     pub max_request_head: usize,
     /// Request target length; longer gets 414. Default 8 KiB.
     pub max_uri_length: usize,
-    /// Time a client has to send a complete request head. Default 10 s.
+    /// Time a client has to send a complete request head, from its first byte (and to finish a TLS
+    /// handshake, from the accept). Default 10 s.
     pub header_read_timeout: Duration,
     /// Longest wait for the next piece of a request body; longer gets 408. Default 60 s.
     pub body_read_timeout: Duration,
@@ -920,14 +921,15 @@ pub struct Limits {
     pub min_upload_rate: u64,
     /// The time a request body has before `min_upload_rate` starts to count. Default 10 s.
     pub upload_rate_grace: Duration,
-    /// Longest a write to a client may make no progress; past it both sides are closed. Default 60 s
-    /// (nginx's `send_timeout`).
+    /// Longest a write to a client may make no progress; past it both sides are closed. Over HTTP/2
+    /// it also bounds each stream: one whose client takes none of its response for that long is reset.
+    /// Default 60 s (nginx's `send_timeout`).
     pub send_timeout: Duration,
     /// Client connections served at once, per process (split evenly over the workers); past it new
     /// connections wait in the kernel's accept queue. Default 10,000.
     pub max_connections: usize,
-    /// How long an idle keep-alive connection waits for its next request. Default 75 s (nginx's);
-    /// announced to clients as `Keep-Alive: timeout=N`.
+    /// How long an idle keep-alive connection waits for its next request, and a new connection for
+    /// its first byte. Default 75 s (nginx's); announced to clients as `Keep-Alive: timeout=N`.
     pub keepalive_timeout: Duration,
     /// Requests served on one connection before duet asks the client to reconnect (`Connection: close`),
     /// so long-lived connections rotate across workers. Default 1,000 (nginx's).
@@ -935,6 +937,10 @@ pub struct Limits {
     /// Mirrored requests (`mirror:` on a route) in flight at once, per worker; past it a request is not
     /// mirrored (counted as `skipped_cap`), so a slow mirror cluster cannot pile up copies. Default 64.
     pub max_mirrors_in_flight: usize,
+    /// Bytes of request bodies read in full (a route's `buffer_request`, or small bodies kept for
+    /// retries) held at once, per worker; a request whose body would take the total past it gets 503
+    /// rather than duet growing. Default 256 MiB.
+    pub max_buffered_bytes: usize,
     /// HTTP/2 client connections.
     pub http2: Http2Limits,
 }
@@ -1018,6 +1024,7 @@ impl Default for Limits {
             keepalive_requests: 1000,
             http2: Http2Limits::default(),
             max_mirrors_in_flight: 64,
+            max_buffered_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -432,6 +432,8 @@ pub(crate) struct RawLimits {
     #[serde(default)]
     pub(crate) http2: Option<RawHttp2Limits>,
     pub(crate) max_mirrors_in_flight: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_buffered_bytes: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

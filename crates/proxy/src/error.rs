@@ -12,6 +12,9 @@ pub enum ErrorKind {
     NoRoute,
     /// The request target is longer than `limits.max_uri_length` (414).
     UriTooLong,
+    /// The request head has more fields than HTTP/1.1 allows (100): an HTTP/2 request is held to
+    /// HTTP/1.1's limit (431).
+    HeadTooLarge,
     /// The client's request body was malformed or cut short (400).
     BadRequestBody,
     /// The request's Host is missing (HTTP/1.1), repeated, or not a valid authority; or its target
@@ -101,6 +104,7 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => "no_route",
             ErrorKind::UriTooLong => "uri_too_long",
+            ErrorKind::HeadTooLarge => "head_too_large",
             ErrorKind::BadRequestBody => "bad_request_body",
             ErrorKind::InvalidHost => "invalid_host",
             ErrorKind::InvalidPath => "invalid_path",
@@ -132,6 +136,7 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
+            ErrorKind::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ErrorKind::BadRequestBody
             | ErrorKind::InvalidHost
             | ErrorKind::InvalidPath
@@ -161,6 +166,7 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => "no route matches this host and path\n",
             ErrorKind::UriTooLong => "request target too long\n",
+            ErrorKind::HeadTooLarge => "request header fields too large\n",
             ErrorKind::BadRequestBody => "bad request body\n",
             ErrorKind::InvalidHost => "missing, repeated or invalid Host\n",
             ErrorKind::InvalidPath => "invalid request path\n",

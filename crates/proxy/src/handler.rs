@@ -6,7 +6,7 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::{ConnectionState, InService},
+    exchange::{ConnectionState, InService, WorkerBuffers},
     filter::phase::{Arrival, Build, Decision},
     grpc, headers,
     peer::Client,
@@ -241,14 +241,20 @@ impl WorkerProxy {
         let parts = (route, filters, state.trailers(dropped));
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let mut prepared = match prepare::prepare(request, cluster, parts, routed.host, client) {
-            Ok(Preparing::Ready(prepared)) => prepared,
-            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
-                Ok(prepared) => prepared,
+        // A body read in full holds its share of the buffering budgets until the request is done.
+        let (mut prepared, _buffering) =
+            match prepare::prepare(request, cluster, parts, routed.host, client) {
+                Ok(Preparing::Ready(prepared)) => (prepared, None),
+                Ok(Preparing::Unread(unread)) => {
+                    match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
+                        Ok((prepared, turn)) => (prepared, Some(turn)),
+                        Err(error) => {
+                            return Ok(refused(cluster, client, &error, log, grpc, closes))
+                        }
+                    }
+                }
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-            },
-            Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-        };
+            };
         filters.on_prepared(&prepared);
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
@@ -319,6 +325,14 @@ impl WorkerProxy {
         !keeps
     }
 
+    /// The worker's budget for bodies read in full, as `table`'s limits set it.
+    fn buffers(&self, table: &Table) -> WorkerBuffers<'_> {
+        WorkerBuffers {
+            counters: &self.counters,
+            limit: table.config.limits.max_buffered_bytes,
+        }
+    }
+
     /// The answer to a request refused before routing, counted by why.
     fn unrouted(
         &self,
@@ -328,6 +342,7 @@ impl WorkerProxy {
     ) -> Response<ProxyBody> {
         let counter = match error.kind() {
             ErrorKind::UriTooLong => &self.counters.uri_too_long,
+            ErrorKind::HeadTooLarge => &self.counters.head_too_large,
             ErrorKind::NoRoute => &self.counters.no_route,
             _ => &self.counters.malformed,
         };

@@ -15,6 +15,12 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// their own outbound requests through whatever it names (httpoxy, CVE-2016-5385).
 const PROXY: HeaderName = HeaderName::from_static("proxy");
 
+/// The most fields a request head may have, whatever its protocol: hyper's HTTP/1.1 parser refuses
+/// more (its default `max_headers`, with 431), and an HTTP/2 request is held to the same (each field
+/// of its header list counts, a split `Cookie`'s crumbs too), so no backend gets from one protocol a
+/// head the other would have refused.
+pub(crate) const MAX_REQUEST_FIELDS: usize = 100;
+
 /// The protocols duet tunnels after a `101 Switching Protocols`. HTTP/2 over cleartext (`h2c`) is never
 /// one of them: a request offering it is forwarded as plain HTTP/1.1.
 const TUNNELLED: &[&str] = &["websocket"];

@@ -5,7 +5,7 @@ use crate::{
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
-    exchange::{Prepared, Upgrade},
+    exchange::{BufferHold, ConnectionState, Prepared, Upgrade, WorkerBuffers},
     filter::RouteFilters,
     headers::{self, TrailerScrub},
     peer::Client,
@@ -110,15 +110,33 @@ pub(crate) struct Unread {
 }
 
 impl Unread {
-    /// The request with its body read, as `limits` allow: 413 past `limit`, 400 for a malformed body,
-    /// 408 for one that stalls or falls behind `limits.min_upload_rate`.
-    pub(crate) async fn read(self, cluster: &Cluster) -> Result<Prepared, ProxyError> {
+    /// The request with its body read, as `limits` allow, within `connection`'s buffering budget (what
+    /// it takes of it is held as long as what is returned with the request): 413 past `limit`, 400 for
+    /// a malformed body, 408 for one that stalls or falls behind `limits.min_upload_rate`, 503 if its
+    /// share of the budget does not come within `limits.body_read_timeout`, or if `worker` holds
+    /// `limits.max_buffered_bytes` already.
+    pub(crate) async fn read<'c>(
+        self,
+        cluster: &Cluster,
+        connection: &'c ConnectionState,
+        worker: WorkerBuffers<'_>,
+    ) -> Result<(Prepared, BufferHold<'c>), ProxyError> {
         let Unread {
             mut prepared,
             body,
             limit,
             trailer,
         } = self;
+        // What the body announces, or all it may hold.
+        let needs = body.size_hint().exact().map_or(limit, |n| n as usize);
+        let wait = cluster.body_pace.idle_timeout;
+        let Some(turn) = connection.reserve_buffer(needs, limit, wait).await else {
+            return Err(ProxyError::new(ErrorKind::LocalResource));
+        };
+        // Reserved once the connection's share has come: a stream waiting its turn holds none.
+        let Some(held) = worker.reserve(needs) else {
+            return Err(ProxyError::new(ErrorKind::LocalResource));
+        };
         let source = buffer(body, cluster, limit)
             .await
             .map_err(ProxyError::new)?;
@@ -126,7 +144,7 @@ impl Unread {
         if trailer {
             drop_trailer(&mut prepared.parts.headers);
         }
-        Ok(prepared)
+        Ok((prepared, BufferHold::new(turn, held)))
     }
 }
 

@@ -27,6 +27,7 @@
 //!   write `/public/` to require a segment boundary.
 
 use crate::error::{ErrorKind, ProxyError};
+use crate::headers::MAX_REQUEST_FIELDS;
 use crate::stage::route_index::{strip_port, RouteIndex};
 use crate::{headers, path};
 use duet_config::{HostPattern, Route};
@@ -44,8 +45,10 @@ pub(crate) struct Routed<'t> {
 }
 
 /// Finds the first route for `request`, which came on the listener at `listener`, after checking its
-/// Host and normalising its path in place. 414 for a target over `max_uri_length`, 400 for a bad Host
-/// or path, 404 if no route for that listener matches. `index` is `routes`' index.
+/// Host and normalising its path in place. 431 for a head of more fields than HTTP/1.1 allows (an
+/// HTTP/2 request: hyper refuses such an HTTP/1.1 one before it gets here), 414 for a target over
+/// `max_uri_length`, 400 for a bad Host or path, 404 if no route for that listener matches. `index` is
+/// `routes`' index.
 pub(crate) fn route<'t, B>(
     routes: &'t [Route],
     index: &RouteIndex,
@@ -53,6 +56,9 @@ pub(crate) fn route<'t, B>(
     max_uri_length: usize,
     request: &mut Request<B>,
 ) -> Result<Routed<'t>, ProxyError> {
+    if request.headers().len() > MAX_REQUEST_FIELDS {
+        return Err(ProxyError::new(ErrorKind::HeadTooLarge));
+    }
     if uri_length(request.uri()) > max_uri_length {
         return Err(ProxyError::new(ErrorKind::UriTooLong));
     }
@@ -445,6 +451,35 @@ mod tests {
         for method in ["GET", "DELETE", "PROPFIND", "M-SEARCH", "X_1"] {
             assert_eq!(on(method, "/static/a"), Ok(2), "{method}");
         }
+    }
+
+    #[test]
+    fn a_head_of_more_fields_than_http11_allows_is_431_whatever_its_protocol() {
+        let routes = routes();
+        let with_fields = |count: usize| {
+            let mut request = Request::get("/static/a")
+                .version(Version::HTTP_2)
+                .body(())
+                .expect("request");
+            for n in 1..count {
+                let name = header::HeaderName::from_bytes(format!("x-f{n}").as_bytes());
+                let name = name.expect("a field name");
+                request
+                    .headers_mut()
+                    .append(name, HeaderValue::from_static("v"));
+            }
+            request
+                .headers_mut()
+                .append(header::HOST, HeaderValue::from_static("a.org"));
+            route(&routes, &RouteIndex::new(&routes), 0, 64, &mut request)
+                .map(|r| r.index)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(with_fields(MAX_REQUEST_FIELDS), Ok(2));
+        assert_eq!(
+            with_fields(MAX_REQUEST_FIELDS + 1),
+            Err(ErrorKind::HeadTooLarge)
+        );
     }
 
     #[test]

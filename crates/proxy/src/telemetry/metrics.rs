@@ -152,7 +152,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) head_too_large: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) header_timeout: AtomicU64,
-    /// Connections closed because the client read nothing for `limits.send_timeout`.
+    /// Connections closed, and HTTP/2 streams reset, because the client read nothing for
+    /// `limits.send_timeout`.
     pub(crate) send_timeout: AtomicU64,
     /// Client connections open now (parked ones included).
     pub(crate) active: AtomicU64,
@@ -168,6 +169,10 @@ pub(crate) struct WorkerCounters {
     pub(crate) requests: [AtomicU64; 3],
     /// Request fields dropped for an underscore in their name (`underscores_in_headers: drop`).
     pub(crate) underscore_dropped: AtomicU64,
+    /// Bytes of request bodies read in full held now (reserved as each starts to be read).
+    pub(crate) buffered: AtomicU64,
+    /// Requests answered 503 because `limits.max_buffered_bytes` was held already.
+    pub(crate) buffer_refused: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -801,7 +806,7 @@ mod golden_tests {
         assert_eq!(filter_families, 2);
         assert_eq!(
             plain.matches("# TYPE ").count() + filter_families,
-            43,
+            45,
             "{plain}"
         );
     }
