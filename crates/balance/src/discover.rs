@@ -7,6 +7,7 @@ use crate::{
     future::ResponseFuture,
     guard::LoadGuard,
     load::LoadMetric,
+    weighted::Weighted,
 };
 use std::{
     collections::VecDeque,
@@ -23,12 +24,16 @@ use tower::{
 use tower_service::Service;
 
 /// A [`Balance`] whose endpoints come from a [`Discover`] stream: each `poll_ready` first applies every
-/// change the stream has ready (`Change::Insert` adds an endpoint of weight 1, or replaces the service of
-/// an existing key, keeping its weight and load state; `Change::Remove` removes it), then picks. So a
-/// balancer behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) keeps following its membership: the buffer's worker polls it.
+/// change the stream has ready (`Change::Insert` adds an endpoint, or replaces the service of an
+/// existing key, keeping its load state; `Change::Remove` removes it), then picks. So a balancer behind
+/// [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) keeps
+/// following its membership: the buffer's worker polls it.
 ///
-/// Weights and eligibility, which tower's `Change` cannot carry, go through a [`BalanceHandle`]: a
-/// cloneable handle, kept before the balancer is moved into a `Buffer`, whose updates are applied at the
+/// **Weights** come with the endpoints when the stream announces [`Weighted`] services and the balancer
+/// is built [`with_weights`](Self::with_weights): each insert sets the weight it carries, and inserting
+/// a key again with another weight changes it in place (load state kept). Otherwise a new endpoint has
+/// weight 1 and a re-inserted one keeps its weight. A [`BalanceHandle`] (cloneable, kept before the
+/// balancer is moved into a `Buffer`) also sets weights and eligibility; its updates are applied at the
 /// next `poll_ready`, in the order they were made, after the stream's changes.
 ///
 /// A stream that ends leaves the last membership in place; a stream that fails makes `poll_ready` fail
@@ -67,6 +72,8 @@ where
     ended: bool,
     balance: Balance<D::Key, D::Service, C>,
     updates: Arc<Mutex<VecDeque<Update<D::Key>>>>,
+    /// The weight an inserted service carries, if the balancer honours it ([`Self::with_weights`]).
+    weigh: fn(&D::Service) -> Option<u32>,
 }
 
 /// Changes a [`DiscoverBalance`]'s endpoints where a [`Discover`] stream cannot: weight and eligibility.
@@ -140,6 +147,7 @@ where
             ended: false,
             balance,
             updates: Arc::default(),
+            weigh: |_| None,
         }
     }
 
@@ -169,11 +177,12 @@ where
         while !self.ended {
             match Pin::new(&mut self.discover).poll_discover(cx) {
                 Poll::Ready(Some(Ok(Change::Insert(key, service)))) => {
-                    let weight = self
-                        .balance
-                        .endpoints()
-                        .find(|e| *e.key == key)
-                        .map_or(1, |e| e.weight);
+                    let weight = (self.weigh)(&service).unwrap_or_else(|| {
+                        self.balance
+                            .endpoints()
+                            .find(|e| *e.key == key)
+                            .map_or(1, |e| e.weight)
+                    });
                     self.balance.insert(key, weight, service);
                 }
                 Poll::Ready(Some(Ok(Change::Remove(key)))) => {
@@ -201,6 +210,41 @@ where
             }
         }
         Ok(())
+    }
+}
+
+impl<D, S, C> DiscoverBalance<D, C>
+where
+    D: Discover<Service = Weighted<S>> + Unpin,
+    D::Key: Hash + Eq + Clone,
+{
+    /// Takes each inserted endpoint's weight from the [`Weighted`] value the stream announces (without
+    /// this, every new endpoint has weight 1). An insert of a known key with another weight changes its
+    /// weight without resetting its load state.
+    ///
+    /// ```
+    /// use duet_balance::{DiscoverBalance, LoadMetric, Weighted};
+    /// use std::convert::Infallible;
+    /// use tower::{discover::Change, service_fn, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), duet_balance::BoxError> {
+    /// let backend = |name: &'static str| service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) });
+    /// let changes = futures_util::stream::iter([
+    ///     Ok::<_, Infallible>(Change::Insert("big", Weighted::new(backend("big"), 3))),
+    ///     Ok(Change::Insert("small", Weighted::new(backend("small"), 1))),
+    /// ]);
+    /// let mut balance = DiscoverBalance::new(changes, LoadMetric::InFlight).with_weights();
+    /// balance.ready().await?;
+    /// let weights: Vec<_> = balance.balance().endpoints().map(|e| (*e.key, e.weight)).collect();
+    /// assert_eq!(weights, [("big", 3), ("small", 1)]);
+    /// # let _ = balance.call(()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_weights(mut self) -> Self {
+        self.weigh = |service| Some(service.weight());
+        self
     }
 }
 

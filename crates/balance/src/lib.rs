@@ -167,7 +167,8 @@
 //!   [`remove`](Balance::remove), [`set_eligible`](Balance::set_eligible) and
 //!   [`set_weight`](Balance::set_weight); duet's workers do, each with its own balancer.
 //! * **From discovery**: [`DiscoverBalance`] follows any [`tower::discover::Discover`] stream, applying
-//!   its changes inside `poll_ready`, with a [`BalanceHandle`] for weights and eligibility.
+//!   its changes inside `poll_ready`; a stream of [`Weighted`] services carries each endpoint's weight
+//!   ([`DiscoverBalance::with_weights`]), and a [`BalanceHandle`] sets weights and eligibility.
 //! * **Shared**: a balancer is one state machine (`&mut self`), not a handle; to share one between
 //!   tasks, put it behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) (whose clones all feed one worker task that owns it)
 //!   and keep a [`BalanceHandle`] for changes. Sharing one balancer between threads gives up what
@@ -267,6 +268,8 @@ mod clock;
 
 mod draw;
 
+mod weighted;
+
 mod error;
 
 /// The selection algorithm on its own, free of any service: what a simulator or another balancer
@@ -292,3 +295,4 @@ pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
 pub use policy::Policy;
 pub use service::MAX_PICKS;
 pub use tower::load::{CompleteOnResponse, TrackCompletion};
+pub use weighted::Weighted;
