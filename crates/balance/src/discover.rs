@@ -2,19 +2,18 @@
 //! what `Discover` cannot say (weights, eligibility).
 
 use crate::{
-    balancer::{Balance, PickStats},
+    balancer::Balance,
     error::BoxError,
     future::ResponseFuture,
     guard::LoadGuard,
+    handle::{BalanceHandle, PickStats},
     load::LoadMetric,
     weighted::Weighted,
 };
 use std::{
-    collections::VecDeque,
     fmt,
     hash::Hash,
     pin::Pin,
-    sync::{Arc, Mutex},
     task::{Context, Poll},
 };
 use tower::{
@@ -71,56 +70,8 @@ where
     /// The stream ended: never polled again.
     ended: bool,
     balance: Balance<D::Key, D::Service, C>,
-    updates: Arc<Mutex<VecDeque<Update<D::Key>>>>,
     /// The weight an inserted service carries, if the balancer honours it ([`Self::with_weights`]).
     weigh: fn(&D::Service) -> Option<u32>,
-}
-
-/// Changes a [`DiscoverBalance`]'s endpoints where a [`Discover`] stream cannot: weight and eligibility.
-/// Cheap to clone and `Send`; updates apply at the balancer's next `poll_ready`.
-pub struct BalanceHandle<K> {
-    updates: Arc<Mutex<VecDeque<Update<K>>>>,
-}
-
-enum Update<K> {
-    Weight(K, u32),
-    Eligible(K, bool),
-}
-
-impl<K> Clone for BalanceHandle<K> {
-    fn clone(&self) -> Self {
-        Self {
-            updates: self.updates.clone(),
-        }
-    }
-}
-
-impl<K> fmt::Debug for BalanceHandle<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BalanceHandle").finish_non_exhaustive()
-    }
-}
-
-impl<K> BalanceHandle<K> {
-    /// Sets an endpoint's weight (0 takes it out of rotation). Ignored if the key is unknown then.
-    pub fn set_weight(&self, key: K, weight: u32) {
-        self.push(Update::Weight(key, weight));
-    }
-
-    /// Marks an endpoint eligible or not, keeping its load state (see [`Balance::set_eligible`]).
-    /// Ignored if the key is unknown then.
-    pub fn set_eligible(&self, key: K, eligible: bool) {
-        self.push(Update::Eligible(key, eligible));
-    }
-
-    fn push(&self, update: Update<K>) {
-        // A poisoned queue means a panic while applying updates; the updates themselves are plain data.
-        let mut queue = self
-            .updates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        queue.push_back(update);
-    }
 }
 
 impl<D> DiscoverBalance<D, CompleteOnResponse>
@@ -146,16 +97,14 @@ where
             discover,
             ended: false,
             balance,
-            updates: Arc::default(),
             weigh: |_| None,
         }
     }
 
-    /// A handle for weight and eligibility changes.
+    /// A cloneable handle that reads the balancer's counters and endpoints and sets weights and
+    /// eligibility, also once it has moved into a `Buffer` (see [`Balance::handle`]).
     pub fn handle(&self) -> BalanceHandle<D::Key> {
-        BalanceHandle {
-            updates: self.updates.clone(),
-        }
+        self.balance.handle()
     }
 
     /// The balancer, as of the last `poll_ready`.
@@ -168,8 +117,8 @@ where
         self.balance.stats()
     }
 
-    /// Applies every change the stream has ready, then the handle's updates (so a handle may set the
-    /// weight of an endpoint the stream has just announced).
+    /// Applies every change the stream has ready (the pick that follows applies the handles' updates,
+    /// so a handle may set the weight of an endpoint the stream has just announced).
     fn follow(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError>
     where
         D::Error: Into<BoxError>,
@@ -191,22 +140,6 @@ where
                 Poll::Ready(Some(Err(error))) => return Err(error.into()),
                 Poll::Ready(None) => self.ended = true,
                 Poll::Pending => break,
-            }
-        }
-        let updates: Vec<Update<D::Key>> = self
-            .updates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain(..)
-            .collect();
-        for update in updates {
-            match update {
-                Update::Weight(key, weight) => {
-                    self.balance.set_weight(&key, weight);
-                }
-                Update::Eligible(key, eligible) => {
-                    self.balance.set_eligible(&key, eligible);
-                }
             }
         }
         Ok(())

@@ -128,7 +128,9 @@
 //! [`Balance::stats`] counts picks, load reads, ties and picks where both candidates were idle (too
 //! little concurrency for the metric to mean anything); [`Balance::with_observer`] sees every comparison;
 //! each endpoint's [`EndpointLoad`] exposes its in-flight count, picks and latency estimate, and may be
-//! read from another thread.
+//! read from another thread. [`Balance::handle`] (and [`DiscoverBalance::handle`]) gives a cloneable
+//! [`BalanceHandle`] that reads all of it, and sets weights and eligibility, from anywhere: also once
+//! the balancer has moved into a `tower::buffer::Buffer`.
 //!
 //! # Example
 //!
@@ -171,7 +173,7 @@
 //!   ([`DiscoverBalance::with_weights`]), and a [`BalanceHandle`] sets weights and eligibility.
 //! * **Shared**: a balancer is one state machine (`&mut self`), not a handle; to share one between
 //!   tasks, put it behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) (whose clones all feed one worker task that owns it)
-//!   and keep a [`BalanceHandle`] for changes. Sharing one balancer between threads gives up what
+//!   and keep a [`BalanceHandle`] ([`Balance::handle`]) for stats and changes. Sharing one balancer between threads gives up what
 //!   per-thread balancers buy (no contention, no herding): prefer one per thread where you can.
 //! * **Readiness**: `poll_ready` picks, then polls the picked endpoint. One that is not ready is passed
 //!   over for a new pick (up to [`MAX_PICKS`]), so a slow endpoint never pins the balancer; one whose
@@ -244,6 +246,8 @@ mod service;
 
 mod balancer;
 
+mod handle;
+
 mod policy;
 
 mod endpoints;
@@ -281,15 +285,16 @@ pub mod algo {
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
 }
 
-pub use balancer::{Balance, PickEvent, PickStats};
+pub use balancer::{Balance, PickEvent};
 pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};
-pub use discover::{BalanceHandle, DiscoverBalance};
+pub use discover::DiscoverBalance;
 pub use draw::{DrawSource, Draws};
 pub use endpoints::EndpointView;
 pub use error::{BoxError, NoEligibleEndpoint, NotReady};
 pub use future::ResponseFuture;
 pub use guard::LoadGuard;
+pub use handle::{BalanceHandle, EndpointStats, PickStats};
 pub use layer::{BalanceLayer, Picked, SharedEndpoint};
 pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
 pub use policy::Policy;
