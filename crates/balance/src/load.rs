@@ -2,6 +2,7 @@
 
 use crate::clock::Clock;
 use std::{
+    fmt,
     sync::{
         atomic::{
             AtomicBool, AtomicU64,
@@ -187,7 +188,6 @@ const UNMEASURED: u64 = u64::MAX;
 /// is the lowest first sample of any endpoint, so an endpoint that has not answered is never ranked
 /// behind the measured ones (which would starve it of the answer that measures it) and never ahead of
 /// the fastest. Under [`DefaultRtt::Fixed`] it stays at the configured estimate.
-#[derive(Debug)]
 pub(crate) struct ColdStart {
     /// f64 bits of the estimate in nanoseconds.
     estimate_ns: AtomicU64,
@@ -231,12 +231,30 @@ impl ColdStart {
     }
 }
 
+impl fmt::Debug for ColdStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ColdStart")
+            .field("estimate", &nanos(self.estimate_ns()))
+            .field("learns", &self.learns)
+            .field("learned", &self.learned.load(Relaxed))
+            .finish()
+    }
+}
+
+/// A duration of `ns` nanoseconds (0 for what is not a finite positive number), for `Debug`.
+fn nanos(ns: f64) -> Duration {
+    Duration::from_nanos(if ns.is_finite() {
+        ns.max(0.0) as u64
+    } else {
+        0
+    })
+}
+
 /// The load state of one endpoint in one balancer.
 ///
 /// Shared (by `Arc`) between the balancer and the guards of requests in flight, which may complete on
 /// other threads; all fields are atomics. Each balancer has its own: nothing here is shared between
 /// duet's workers. A control plane may hold the `Arc` to read it for metrics.
-#[derive(Debug)]
 // Field order is layout: what a pick reads of a candidate (counts, estimate, stamp, decay: 32 bytes)
 // comes first, right after the `Arc`'s two counters, so that a candidate costs one cache line (two when
 // the allocation straddles a line) instead of reads spread over the whole 128 bytes, which matters once
@@ -270,6 +288,24 @@ pub struct EndpointLoad {
     /// `ewma_ns` and `average_ns` while those hold [`UNMEASURED`].
     cold: Arc<ColdStart>,
     sample_at: SampleAt,
+}
+
+/// What a person reading it needs: counts as counts, latencies as durations, read now.
+impl fmt::Debug for EndpointLoad {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (now, counts) = (self.clock.now(), self.counts());
+        f.debug_struct("EndpointLoad")
+            .field("eligible", &self.is_eligible())
+            .field("in_flight", &Self::in_flight_of(counts))
+            .field("waiting", &(counts >> 32))
+            .field("picks", &self.picks())
+            .field("rtt_estimate", &nanos(self.estimate_ns(now, counts)))
+            .field("latency_average", &nanos(self.average_ns(now, counts)))
+            .field("measured", &self.is_measured())
+            .field("penalty", &nanos(self.penalty_ns))
+            .field("sample_at", &self.sample_at)
+            .finish_non_exhaustive()
+    }
 }
 
 const ONE_IN_FLIGHT: u64 = 1;
@@ -750,6 +786,19 @@ mod tests {
             Duration::from_secs(1),
             "the estimate peaks"
         );
+    }
+
+    #[test]
+    fn debug_shows_counts_and_durations_not_float_bits() {
+        let (state, _time) = ewma_state(Duration::from_millis(30));
+        state.start();
+        let shown = format!("{state:?}");
+        assert_eq!(
+            shown,
+            "EndpointLoad { eligible: true, in_flight: 1, waiting: 0, picks: 1, rtt_estimate: 30ms, \
+             latency_average: 30ms, measured: true, penalty: 1s, sample_at: ResponseHeaders, .. }"
+        );
+        state.finish();
     }
 
     #[test]
