@@ -38,10 +38,12 @@ mod check;
 mod diff;
 mod error;
 mod model;
+mod access;
 mod hedge;
 mod raw;
 mod units;
 
+pub use access::Access;
 pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};

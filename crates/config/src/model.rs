@@ -139,6 +139,9 @@ pub struct Route {
     /// `hsts:`: the `Strict-Transport-Security` field on responses to requests that came over TLS;
     /// `None` (the default): none added.
     pub hsts: Option<Hsts>,
+    /// `allow:` or `deny:`: the client addresses the route takes (the others get 403); `None` (the
+    /// default): every client.
+    pub access: Option<crate::access::Access>,
 }
 
 /// `hsts:`: tells browsers to reach the route's host over HTTPS only, for `max_age` (RFC 6797).
@@ -233,6 +236,9 @@ impl Route {
         }
         if let Some(hsts) = &self.hsts {
             text.push_str(&format!(" hsts {hsts}"));
+        }
+        if let Some(access) = &self.access {
+            text.push_str(&format!(" {access}"));
         }
         text
     }

@@ -81,6 +81,10 @@ pub(crate) struct RawRoute {
     pub(crate) hedge: Option<Spanned<RawHedge>>,
     #[serde(default)]
     pub(crate) hsts: Option<Spanned<RawHsts>>,
+    #[serde(default)]
+    pub(crate) allow: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    #[serde(default)]
+    pub(crate) deny: Option<Spanned<Vec<Spanned<Scalar>>>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.

@@ -13,12 +13,14 @@ mod upstream_tls;
 mod mirror;
 mod hedge;
 mod hsts;
+mod access;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;
 mod route_filters;
 mod route_match;
 mod matching;
+mod networks;
 
 // What every section uses: the value readers, and the field paths they name.
 mod checker;

@@ -1,8 +1,8 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
 use super::{
-    checker::Checker, field::Field, hedge, hsts, mirror, redirect, route_filters, route_match,
-    split,
+    access, checker::Checker, field::Field, hedge, hsts, mirror, redirect, route_filters,
+    route_match, split,
 };
 use crate::{
     error::{did_you_mean, ConfigError},
@@ -57,6 +57,7 @@ pub(super) fn routes(
             hedge::hedge(checker, h, &field, proxies)
         });
         let hsts = (r.hsts.as_ref()).and_then(|h| hsts::hsts(checker, h, &field, &action));
+        let access = access::access(checker, r, &field);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let primary = action.as_ref().and_then(Action::cluster);
@@ -87,6 +88,7 @@ pub(super) fn routes(
                 at,
                 hedge,
                 hsts,
+                access,
             });
         }
     }

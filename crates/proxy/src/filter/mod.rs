@@ -55,6 +55,7 @@
 mod headers;
 mod hedge;
 mod hsts;
+mod ip_list;
 mod mirror;
 mod redirect;
 mod rewrite;
@@ -130,6 +131,7 @@ macro_rules! filters {
 
 // The built-in filters, in the order they run in each phase.
 filters! {
+    IpList(ip_list::IpList),
     Redirect(redirect::RedirectRoute),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),

@@ -1,0 +1,141 @@
+//! Edge protection through the real binary: address lists (`allow:` / `deny:`) judged on the peer
+//! or a trusted proxy's `X-Forwarded-For`, over IPv4 and IPv6.
+
+use crate::{admin, support::Duet};
+use duet_testbed::{raw::read_until_closed, Backend, BackendOptions};
+use std::{
+    io::Write,
+    net::{IpAddr, SocketAddr, TcpStream},
+    time::Duration,
+};
+
+/// `GET path` from a socket bound to `source` (127.0.0.2 is as much loopback as 127.0.0.1), with
+/// `fields` added; the whole response.
+fn get_from(source: IpAddr, to: SocketAddr, path: &str, fields: &str) -> String {
+    let domain = socket2::Domain::for_address(to);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None).expect("socket");
+    socket
+        .bind(&SocketAddr::new(source, 0).into())
+        .expect("bind the source address");
+    socket.connect(&to.into()).expect("connect");
+    let mut stream: TcpStream = socket.into();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{fields}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("write");
+    let (response, _) = read_until_closed(&mut stream, Duration::from_secs(5));
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// The status code of a whole response.
+fn status(response: &str) -> &str {
+    response.get(9..12).unwrap_or_default()
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("ip")
+}
+
+/// A config listening on `listen`, trusting `trusted`, with `routes` (YAML list items) to `web`.
+fn config(listen: &str, trusted: &str, routes: &str, backend: SocketAddr) -> String {
+    format!(
+        "workers: 1
+admin: {{ address: 127.0.0.1:0 }}
+listeners: [ {{ address: '{listen}', trusted_proxies: [{trusted}] }} ]
+routes:
+{routes}
+clusters:
+  - {{ name: web, backends: [ {{ address: {backend} }} ] }}
+"
+    )
+}
+
+#[test]
+fn an_allow_list_takes_listed_v4_peers_and_refuses_the_others_with_403_counted_and_logged() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let routes =
+        "  - { name: partners, match: { path_prefix: /p }, cluster: web, allow: [127.0.0.1/32] }
+  - { name: open, cluster: web, deny: [127.0.0.3] }";
+    let duet = Duet::start(&config("127.0.0.1:0", "", routes, backend.address()));
+    let listed = get_from(ip("127.0.0.1"), duet.address, "/p", "");
+    assert_eq!(status(&listed), "200", "{listed}");
+    let other = get_from(ip("127.0.0.2"), duet.address, "/p", "");
+    assert_eq!(status(&other), "403", "{other}");
+    assert!(other.ends_with("this route does not take requests from your address\n"));
+    assert_eq!(
+        status(&get_from(ip("127.0.0.2"), duet.address, "/x", "")),
+        "200"
+    );
+    assert_eq!(
+        status(&get_from(ip("127.0.0.3"), duet.address, "/x", "")),
+        "403"
+    );
+    assert_eq!(
+        backend.requests(),
+        2,
+        "a refused request reaches no backend"
+    );
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    let count = |route: &str, outcome: &str| {
+        let labels = format!("route=\"{route}\",outcome=\"{outcome}\"");
+        admin::sum(&metrics, "duet_ip_list_requests_total", &labels)
+    };
+    assert_eq!(count("partners", "allowed"), 1.0, "{metrics}");
+    assert_eq!(count("partners", "denied"), 1.0);
+    assert_eq!(
+        (count("open", "allowed"), count("open", "denied")),
+        (1.0, 1.0)
+    );
+    let denied = |l: &&String| l.contains("duet::access") && l.contains("outcome=client_denied");
+    let logged = crate::support::eventually(Duration::from_secs(5), || {
+        duet.log_lines().iter().filter(denied).count() == 2
+    });
+    assert!(logged, "{:#?}", duet.log_lines());
+    let line = duet
+        .log_lines()
+        .into_iter()
+        .find(|l| denied(&l))
+        .unwrap_or_default();
+    assert!(
+        line.contains("client=127.0.0.2 ") && line.contains("status=403"),
+        "{line}"
+    );
+}
+
+#[test]
+fn v6_peers_are_judged_by_v6_networks() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let routes = "  - { name: in, match: { path_prefix: /in }, cluster: web, allow: ['::1/128'] }
+  - { name: out, match: { path_prefix: /out }, cluster: web, deny: ['::1'] }
+  - { name: v4, match: { path_prefix: /v4 }, cluster: web, allow: [127.0.0.0/8] }";
+    let duet = Duet::start(&config("[::1]:0", "", routes, backend.address()));
+    let v6 = ip("::1");
+    assert_eq!(status(&get_from(v6, duet.address, "/in", "")), "200");
+    assert_eq!(status(&get_from(v6, duet.address, "/out", "")), "403");
+    assert_eq!(status(&get_from(v6, duet.address, "/v4", "")), "403");
+}
+
+#[test]
+fn only_a_trusted_proxy_s_x_forwarded_for_changes_a_decision() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let routes =
+        "  - { name: partners, match: { path_prefix: /p }, cluster: web, allow: [10.0.0.0/8] }
+  - { name: open, cluster: web, deny: [127.0.0.2, 192.0.2.0/24] }";
+    let duet = Duet::start(&config(
+        "127.0.0.1:0",
+        "127.0.0.1",
+        routes,
+        backend.address(),
+    ));
+    let (proxy, untrusted) = (ip("127.0.0.1"), ip("127.0.0.2"));
+    let from = |source, path, xff: &str| {
+        let field = format!("X-Forwarded-For: {xff}\r\n");
+        status(&get_from(source, duet.address, path, &field)).to_owned()
+    };
+    // Through the trusted proxy, the client it names (the last entry) is judged.
+    assert_eq!(from(proxy, "/p", "192.0.2.9, 10.1.2.3"), "200");
+    assert_eq!(from(proxy, "/p", "10.1.2.3, 192.0.2.9"), "403");
+    assert_eq!(from(proxy, "/x", "192.0.2.9"), "403");
+    assert_eq!(from(proxy, "/x", "10.1.2.3"), "200");
+    // From a peer that is not trusted, its own address, whatever it claims.
+    assert_eq!(from(untrusted, "/p", "10.1.2.3"), "403");
+    assert_eq!(from(untrusted, "/x", "10.1.2.3"), "403");
+}
