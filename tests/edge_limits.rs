@@ -139,3 +139,148 @@ fn only_a_trusted_proxy_s_x_forwarded_for_changes_a_decision() {
     assert_eq!(from(untrusted, "/p", "10.1.2.3"), "403");
     assert_eq!(from(untrusted, "/x", "10.1.2.3"), "403");
 }
+
+/// The value of the field `name` in a whole response's head.
+fn field<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    let head = response.split("\r\n\r\n").next()?;
+    head.lines().skip(1).find_map(|line| {
+        let (field, value) = line.split_once(':')?;
+        field.eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+/// A config on one listener with `workers`, one route `limited` on `/` with `rule`, and `extra`
+/// routes before it.
+fn limited(workers: usize, listen: &str, extra: &str, rule: &str, backend: SocketAddr) -> String {
+    format!(
+        "workers: {workers}
+admin: {{ address: 127.0.0.1:0 }}
+listeners: [ {{ address: '{listen}' }} ]
+routes:
+{extra}  - {{ name: limited, cluster: web, rate_limit: {rule} }}
+clusters:
+  - {{ name: web, backends: [ {{ address: {backend} }} ] }}
+"
+    )
+}
+
+/// The route's `duet_rate_limit_requests_total` by outcome: allowed, limited, would_limit.
+fn decisions(duet: &Duet, route: &str) -> [f64; 3] {
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    ["allowed", "limited", "would_limit"].map(|outcome| {
+        let labels = format!("route=\"{route}\",outcome=\"{outcome}\"");
+        admin::sum(&metrics, "duet_rate_limit_requests_total", &labels)
+    })
+}
+
+#[test]
+fn over_its_limit_a_client_gets_429_with_exact_fields_and_another_client_has_its_own_bucket() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let rule = "{ rate: 1/m, burst: 2, key: client_ip }";
+    let duet = Duet::start(&limited(1, "127.0.0.1:0", "", rule, backend.address()));
+    let (one, two) = (ip("127.0.0.1"), ip("127.0.0.2"));
+    assert_eq!(status(&get_from(one, duet.address, "/", "")), "200");
+    assert_eq!(status(&get_from(one, duet.address, "/", "")), "200");
+    let refused = get_from(one, duet.address, "/", "");
+    assert_eq!(status(&refused), "429", "{refused}");
+    // One request's share refills in a minute; the bucket of two, in two.
+    assert_eq!(field(&refused, "retry-after"), Some("60"), "{refused}");
+    assert_eq!(
+        field(&refused, "ratelimit-policy"),
+        Some("\"default\";q=2;w=120")
+    );
+    assert_eq!(field(&refused, "ratelimit"), Some("\"default\";r=0;t=60"));
+    assert!(refused.ends_with("too many requests; try again later\n"));
+    let grpc = get_from(one, duet.address, "/", "Content-Type: application/grpc\r\n");
+    assert_eq!(status(&grpc), "200", "{grpc}");
+    assert_eq!(field(&grpc, "grpc-status"), Some("8"), "RESOURCE_EXHAUSTED");
+    assert_eq!(field(&grpc, "retry-after"), Some("60"));
+    // Another client, its own bucket.
+    assert_eq!(status(&get_from(two, duet.address, "/", "")), "200");
+    assert_eq!(backend.requests(), 3);
+    assert_eq!(decisions(&duet, "limited"), [3.0, 2.0, 0.0]);
+    let logged = crate::support::eventually(Duration::from_secs(5), || {
+        (duet.log_lines().iter())
+            .filter(|l| l.contains("duet::access") && l.contains("outcome=rate_limited"))
+            .count()
+            == 2
+    });
+    assert!(logged, "{:#?}", duet.log_lines());
+}
+
+#[test]
+fn mode_log_refuses_nothing_and_counts_what_it_would_refuse() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let rule = "{ rate: 1/m, burst: 1, key: route, mode: log }";
+    let duet = Duet::start(&limited(1, "127.0.0.1:0", "", rule, backend.address()));
+    for source in [
+        "127.0.0.1",
+        "127.0.0.2",
+        "127.0.0.1",
+        "127.0.0.3",
+        "127.0.0.1",
+    ] {
+        assert_eq!(status(&get_from(ip(source), duet.address, "/", "")), "200");
+    }
+    assert_eq!(backend.requests(), 5);
+    assert_eq!(decisions(&duet, "limited"), [1.0, 0.0, 4.0]);
+}
+
+#[test]
+fn a_header_key_limits_each_value_apart_and_leaves_requests_without_it_alone() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let rule = "{ rate: 1/h, burst: 1, key: 'header:X-Api-Key' }";
+    let duet = Duet::start(&limited(1, "127.0.0.1:0", "", rule, backend.address()));
+    let with = |key: &str| {
+        let fields = if key.is_empty() {
+            String::new()
+        } else {
+            format!("X-Api-Key: {key}\r\n")
+        };
+        status(&get_from(ip("127.0.0.1"), duet.address, "/", &fields)).to_owned()
+    };
+    assert_eq!(with("a"), "200");
+    assert_eq!(with("a"), "429");
+    assert_eq!(with("b"), "200");
+    assert_eq!(with("b"), "429");
+    assert_eq!(with(""), "200", "no key, no limit");
+    assert_eq!(with(""), "200");
+    assert_eq!(decisions(&duet, "limited"), [4.0, 2.0, 0.0]);
+}
+
+#[test]
+fn two_workers_share_one_bucket_and_a_reload_keeps_it_while_the_rule_stays() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let rule = "{ rate: 1/h, burst: 3, key: route }";
+    let duet = Duet::start(&limited(2, "127.0.0.1:0", "", rule, backend.address()));
+    let ok = |path: &str| status(&get_from(ip("127.0.0.1"), duet.address, path, "")) == "200";
+    // Fresh connections spread over both workers (SO_REUSEPORT): three in all go through.
+    let through = (0..20).filter(|_| ok("/")).count();
+    assert_eq!(through, 3);
+    assert_eq!(decisions(&duet, "limited"), [3.0, 17.0, 0.0]);
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    let of_worker = |w: &str| {
+        let labels = format!("worker=\"{w}\",cluster=\"web\",route=\"limited\"");
+        admin::sum(&metrics, "duet_rate_limit_requests_total", &labels)
+    };
+    assert!(of_worker("0") > 0.0 && of_worker("1") > 0.0, "both workers: {metrics}");
+    // A reload that adds a route and keeps the rule keeps the bucket (empty).
+    let listen = duet.address.to_string();
+    let marker = "  - { name: marker, match: { path_prefix: /marker }, cluster: web }\n";
+    let rewrite = |extra: &str, rule: &str| {
+        let yaml = limited(2, &listen, extra, rule, backend.address());
+        std::fs::write(duet.config_path(), yaml).expect("rewrite");
+        duet.signal("HUP");
+    };
+    rewrite(marker, rule);
+    let applied = || (0..8).all(|_| ok("/marker"));
+    assert!(crate::support::eventually(Duration::from_secs(10), applied));
+    assert!((0..8).all(|_| !ok("/")), "still empty on every worker");
+    // A changed rule starts from a full bucket. (Until a worker applies it, `/marker2` is the
+    // limited route's, empty: nothing is taken from the new bucket while waiting.)
+    let marker = "  - { name: marker, match: { path_prefix: /marker2 }, cluster: web }\n";
+    rewrite(marker, "{ rate: 1/h, burst: 4, key: route }");
+    let applied = || (0..8).all(|_| ok("/marker2"));
+    assert!(crate::support::eventually(Duration::from_secs(10), applied));
+    assert_eq!((0..20).filter(|_| ok("/")).count(), 4);
+}

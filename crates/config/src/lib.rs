@@ -39,6 +39,7 @@ mod diff;
 mod error;
 mod model;
 mod access;
+mod rate_limit;
 mod hedge;
 mod raw;
 mod units;
@@ -55,6 +56,7 @@ pub use model::{
     Rewrite, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch,
     WeightedCluster, Workers,
 };
+pub use rate_limit::{RateKey, RateLimit, RateMode};
 
 use error::did_you_mean;
 use raw::RawConfig;

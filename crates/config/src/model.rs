@@ -142,6 +142,9 @@ pub struct Route {
     /// `allow:` or `deny:`: the client addresses the route takes (the others get 403); `None` (the
     /// default): every client.
     pub access: Option<crate::access::Access>,
+    /// `rate_limit:`: how fast each client (or field value, or the route) may send; `None` (the
+    /// default): no limit.
+    pub rate_limit: Option<crate::rate_limit::RateLimit>,
 }
 
 /// `hsts:`: tells browsers to reach the route's host over HTTPS only, for `max_age` (RFC 6797).
@@ -239,6 +242,9 @@ impl Route {
         }
         if let Some(access) = &self.access {
             text.push_str(&format!(" {access}"));
+        }
+        if let Some(limit) = &self.rate_limit {
+            text.push_str(&format!(" rate_limit {limit}"));
         }
         text
     }

@@ -14,6 +14,7 @@ mod mirror;
 mod hedge;
 mod hsts;
 mod access;
+mod rate_limit;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;

@@ -57,6 +57,7 @@ mod hedge;
 mod hsts;
 mod ip_list;
 mod mirror;
+mod rate_limit;
 mod redirect;
 mod rewrite;
 
@@ -132,6 +133,7 @@ macro_rules! filters {
 // The built-in filters, in the order they run in each phase.
 filters! {
     IpList(ip_list::IpList),
+    RateLimit(rate_limit::RouteRateLimit),
     Redirect(redirect::RedirectRoute),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),
