@@ -11,6 +11,7 @@ mod cli;
 mod discovery;
 mod docs;
 mod edge;
+mod edge_limits;
 mod failures;
 mod framing;
 mod full_scan;

@@ -38,10 +38,13 @@ mod check;
 mod diff;
 mod error;
 mod model;
+mod access;
+mod rate_limit;
 mod hedge;
 mod raw;
 mod units;
 
+pub use access::Access;
 pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
@@ -53,6 +56,7 @@ pub use model::{
     RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, Underscores,
     UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
+pub use rate_limit::{RateKey, RateLimit, RateMode};
 
 use error::did_you_mean;
 use raw::RawConfig;

@@ -164,6 +164,12 @@ pub struct Route {
     /// `hsts:`: the `Strict-Transport-Security` field on responses to requests that came over TLS;
     /// `None` (the default): none added.
     pub hsts: Option<Hsts>,
+    /// `allow:` or `deny:`: the client addresses the route takes (the others get 403); `None` (the
+    /// default): every client.
+    pub access: Option<crate::access::Access>,
+    /// `rate_limit:`: how fast each client (or field value, or the route) may send; `None` (the
+    /// default): no limit.
+    pub rate_limit: Option<crate::rate_limit::RateLimit>,
 }
 
 /// `hsts:`: tells browsers to reach the route's host over HTTPS only, for `max_age` (RFC 6797).
@@ -258,6 +264,12 @@ impl Route {
         }
         if let Some(hsts) = &self.hsts {
             text.push_str(&format!(" hsts {hsts}"));
+        }
+        if let Some(access) = &self.access {
+            text.push_str(&format!(" {access}"));
+        }
+        if let Some(limit) = &self.rate_limit {
+            text.push_str(&format!(" rate_limit {limit}"));
         }
         text
     }

@@ -83,6 +83,27 @@ pub(crate) struct RawRoute {
     pub(crate) hedge: Option<Spanned<RawHedge>>,
     #[serde(default)]
     pub(crate) hsts: Option<Spanned<RawHsts>>,
+    #[serde(default)]
+    pub(crate) allow: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    #[serde(default)]
+    pub(crate) deny: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    #[serde(default)]
+    pub(crate) rate_limit: Option<Spanned<RawRateLimit>>,
+}
+
+/// `rate_limit: { rate, burst, key, mode, max_keys }`: `rate` is required.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawRateLimit {
+    #[serde(default)]
+    pub(crate) rate: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) burst: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) key: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) mode: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_keys: Option<Spanned<Scalar>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
@@ -583,6 +604,7 @@ static ROUTE: Shape = Shape {
         ("mirror", &leaf::<RawMirror>()),
         ("hedge", &leaf::<RawHedge>()),
         ("hsts", &leaf::<RawHsts>()),
+        ("rate_limit", &leaf::<RawRateLimit>()),
     ],
 };
 static MATCH: Shape = Shape {

@@ -60,6 +60,11 @@ pub enum ErrorKind {
     RouteTimeout,
     /// The backend closed the connection or answered something that is not HTTP (502).
     BadGateway,
+    /// The client's address is not one its route's `allow:` lists, or is one its `deny:` lists
+    /// (403).
+    ClientDenied,
+    /// The client (or the route) is over its route's `rate_limit` (429).
+    RateLimited,
 }
 
 /// The methods duet forwards, as an `Allow` field lists them (a 405, `OPTIONS *`).
@@ -123,6 +128,8 @@ impl ProxyError {
             ErrorKind::Timeout => "response_headers_timeout",
             ErrorKind::RouteTimeout => "route_timeout",
             ErrorKind::BadGateway => "backend_error",
+            ErrorKind::ClientDenied => "client_denied",
+            ErrorKind::RateLimited => "rate_limited",
         }
     }
 
@@ -154,6 +161,8 @@ impl ProxyError {
                 StatusCode::BAD_GATEWAY
             }
             ErrorKind::Timeout | ErrorKind::RouteTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::ClientDenied => StatusCode::FORBIDDEN,
+            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -185,6 +194,8 @@ impl ProxyError {
             ErrorKind::Timeout => "backend did not answer in time\n",
             ErrorKind::RouteTimeout => "no answer within the route's timeout\n",
             ErrorKind::BadGateway => "backend closed the connection or sent an invalid response\n",
+            ErrorKind::ClientDenied => "this route does not take requests from your address\n",
+            ErrorKind::RateLimited => "too many requests; try again later\n",
         }
     }
 

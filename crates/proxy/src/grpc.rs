@@ -37,6 +37,7 @@ pub(crate) const CODES: [&str; 17] = [
 
 const UNKNOWN: u8 = 2;
 const DEADLINE_EXCEEDED: u8 = 4;
+const PERMISSION_DENIED: u8 = 7;
 const RESOURCE_EXHAUSTED: u8 = 8;
 const UNIMPLEMENTED: u8 = 12;
 const INTERNAL: u8 = 13;
@@ -113,7 +114,8 @@ pub(crate) fn code_for(kind: ErrorKind) -> u8 {
         | ErrorKind::TlsHandshake
         | ErrorKind::BadGateway => UNAVAILABLE,
         ErrorKind::NoRoute => UNIMPLEMENTED,
-        ErrorKind::BodyTooLarge => RESOURCE_EXHAUSTED,
+        ErrorKind::BodyTooLarge | ErrorKind::RateLimited => RESOURCE_EXHAUSTED,
+        ErrorKind::ClientDenied => PERMISSION_DENIED,
         _ => INTERNAL,
     }
 }

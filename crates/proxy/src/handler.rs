@@ -448,6 +448,11 @@ fn answered(
         Decision::Continue => None,
         Decision::Answer(response) => Some(response),
         Decision::Refuse(error) => Some(respond::error_response(&error, log.take(), grpc)),
+        Decision::RefuseWith(error, fields) => {
+            let mut response = respond::error_response(&error, log.take(), grpc);
+            response.headers_mut().extend(fields);
+            Some(response)
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Who is at the other end of a client connection.
 
-use std::net::SocketAddr;
+use http::HeaderMap;
+use std::net::{IpAddr, SocketAddr};
 
 /// Who is at the other end of a client connection, as its listener saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,4 +17,22 @@ pub struct Client {
     /// The listener it came on: its index in the config's `listeners` (routes may be limited to
     /// some; a reload keeps every listener in its place).
     pub listener: usize,
+}
+
+/// The client as the first trusted proxy saw it: the last `X-Forwarded-For` entry when the peer is
+/// trusted (nginx's `real_ip_header X-Forwarded-For` without recursion), the peer otherwise. The
+/// one address the access log names and every per-client decision (`allow:`, `rate_limit:`) is
+/// taken on: an untrusted peer's `X-Forwarded-For` never changes it.
+pub(crate) fn original_client(headers: &HeaderMap, client: Client) -> IpAddr {
+    if !client.trusted {
+        return client.address.ip();
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(client.address.ip())
 }

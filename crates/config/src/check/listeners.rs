@@ -1,6 +1,6 @@
 //! `listeners:` and `admin:`: addresses to bind, none of which may take another's port.
 
-use super::{checker::Checker, field::Field};
+use super::{checker::Checker, field::Field, networks::network};
 use crate::{
     error::ConfigError,
     model::{Listener, TlsFiles, Underscores},
@@ -125,21 +125,9 @@ fn trusted_proxies(
     let list = listener.key("trusted_proxies");
     let mut nets = Vec::new();
     for (i, net) in raw.iter().enumerate() {
-        let text = net.value.0.trim();
-        let parsed = text.parse::<ipnet::IpNet>().ok().or_else(|| {
-            text.parse::<std::net::IpAddr>()
-                .ok()
-                .map(ipnet::IpNet::from)
-        });
-        match parsed {
-            Some(parsed) => nets.push(parsed),
-            None => {
-                let message = format!(
-                    "`{text}` is not an address or network: expected an IP such as 10.0.0.7 \
-                     or a CIDR such as 10.0.0.0/8"
-                );
-                checker.reject(net, list.index(i), message);
-            }
+        match network(&net.value.0) {
+            Ok(parsed) => nets.push(parsed),
+            Err(message) => checker.reject(net, list.index(i), message),
         }
     }
     nets

@@ -13,12 +13,15 @@ mod upstream_tls;
 mod mirror;
 mod hedge;
 mod hsts;
+mod access;
+mod rate_limit;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;
 mod route_filters;
 mod route_match;
 mod matching;
+mod networks;
 
 // What every section uses: the value readers, and the field paths they name.
 mod checker;

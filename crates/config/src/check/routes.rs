@@ -1,12 +1,14 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
 use super::{
-    checker::Checker, field::Field, hedge, hsts, mirror, redirect, route_filters, route_match,
-    split,
+    access, checker::Checker, field::Field, hedge, hsts, mirror, rate_limit, redirect,
+    route_filters, route_match, split,
 };
 use crate::{
+    access::Access,
     error::{did_you_mean, ConfigError},
     model::{http_method, Action, HostPattern, Listener, Location, PathMatch, Route},
+    rate_limit::RateLimit,
     raw::{RawListener, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -52,11 +54,10 @@ pub(super) fn routes(
             .buffer_request
             .as_ref()
             .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
-        let hedge = r.hedge.as_ref().and_then(|h| {
-            let proxies = !matches!(action, Some(Action::Redirect(_)));
-            hedge::hedge(checker, h, &field, proxies)
-        });
+        let proxies = !matches!(action, Some(Action::Redirect(_)));
+        let hedge = (r.hedge.as_ref()).and_then(|h| hedge::hedge(checker, h, &field, proxies));
         let hsts = (r.hsts.as_ref()).and_then(|h| hsts::hsts(checker, h, &field, &action));
+        let (access, rate_limit) = guards(checker, r, &field, proxies);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let mirror = (r.mirror.as_ref())
@@ -86,6 +87,8 @@ pub(super) fn routes(
                 at,
                 hedge,
                 hsts,
+                access,
+                rate_limit,
             });
         }
     }
@@ -96,6 +99,19 @@ pub(super) fn routes(
         );
     }
     routes
+}
+
+/// The route's `allow:`/`deny:` and `rate_limit:`: what it refuses before a backend is asked.
+fn guards(
+    checker: &mut Checker,
+    route: &RawRoute,
+    field: &Field,
+    proxies: bool,
+) -> (Option<Access>, Option<RateLimit>) {
+    let access = access::access(checker, route, field);
+    let rate_limit = (route.rate_limit.as_ref())
+        .and_then(|limit| rate_limit::rate_limit(checker, limit, field, proxies));
+    (access, rate_limit)
 }
 
 /// `name:` as given, or else the route's host and path (`*/api`), made unique by its position.

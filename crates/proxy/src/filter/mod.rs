@@ -55,7 +55,9 @@
 mod headers;
 mod hedge;
 mod hsts;
+mod ip_list;
 mod mirror;
+mod rate_limit;
 mod redirect;
 mod rewrite;
 
@@ -130,6 +132,8 @@ macro_rules! filters {
 
 // The built-in filters, in the order they run in each phase.
 filters! {
+    IpList(ip_list::IpList),
+    RateLimit(rate_limit::RouteRateLimit),
     Redirect(redirect::RedirectRoute),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),

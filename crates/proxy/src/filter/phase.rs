@@ -65,6 +65,8 @@ pub(crate) enum Decision {
     /// duet refuses the request with its own error response for this error (a gRPC status for a
     /// gRPC call), counted as the error's kind.
     Refuse(ProxyError),
+    /// As `Refuse`, with these fields added to duet's response (a 429's `Retry-After`).
+    RefuseWith(ProxyError, HeaderMap),
 }
 
 /// A response head on its way to the client: a backend's, after duet removed its hop-by-hop fields.

@@ -1,7 +1,7 @@
 //! The access-log record of one request, written once when its response is finished.
 
 use crate::{
-    peer::Client,
+    peer::{original_client, Client},
     spare::{self, SpareBoxes},
     telemetry::upload::Received,
 };
@@ -88,7 +88,7 @@ impl AccessLog {
             host,
             user_agent,
             request_id,
-            client: original_client(request, client),
+            client: original_client(request.headers(), client),
             started,
             status: StatusCode::OK,
             cluster: None,
@@ -138,23 +138,6 @@ fn host_and_user_agent(headers: &HeaderMap) -> (Option<HeaderValue>, Option<Head
 /// sends none.
 fn routed_host(target: &Uri) -> Option<HeaderValue> {
     HeaderValue::from_str(target.authority()?.as_str()).ok()
-}
-
-/// The client as the first trusted proxy saw it: the last `X-Forwarded-For` entry when the peer is
-/// trusted (nginx's `real_ip_header X-Forwarded-For` without recursion), the peer otherwise.
-fn original_client<B>(request: &Request<B>, client: Client) -> IpAddr {
-    if !client.trusted {
-        return client.address.ip();
-    }
-    request
-        .headers()
-        .get_all("x-forwarded-for")
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(client.address.ip())
 }
 
 /// A value, or `-` when there is none: formatted straight into the line, no `String` per request.

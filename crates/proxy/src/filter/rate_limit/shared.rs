@@ -1,0 +1,64 @@
+//! One limiter per route and rule for the whole process: every worker's filter for the route holds
+//! the same one, so a client meets one limit however its connections spread over the workers (a
+//! limit is not a load figure, whose per-worker view is the balancers' design).
+//!
+//! The same table is the reload carry-over: a route of the same name with the same rule finds the
+//! limiter the workers still hold from before the reload, its buckets as they were; a changed rule
+//! (or name) gets a new one, and the old one goes when the last worker drops its old table.
+
+use super::keys::{Key, Keys, SharedKeys};
+use duet_config::RateLimit;
+use governor::{clock::QuantaClock, Quota, RateLimiter};
+use std::{
+    num::NonZeroU32,
+    sync::{Arc, Mutex, Weak},
+};
+
+/// A rule's GCRA over its bounded buckets.
+pub(crate) struct Limiter {
+    pub(crate) gcra: RateLimiter<Key, SharedKeys, QuantaClock>,
+}
+
+/// A limiter some worker holds, under its route's name and rule.
+struct Held {
+    route: Arc<str>,
+    rule: RateLimit,
+    limiter: Weak<Limiter>,
+}
+
+/// The limiters some worker holds.
+static LIMITERS: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+/// The process's limiter for `rule` on the route named `route`: the one held already, or a new one.
+pub(crate) fn limiter(route: &str, rule: &RateLimit) -> Arc<Limiter> {
+    let mut all = LIMITERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    all.retain(|held| held.limiter.strong_count() > 0);
+    let found = (all.iter())
+        .filter(|held| *held.route == *route && held.rule == *rule)
+        .find_map(|held| held.limiter.upgrade());
+    if let Some(limiter) = found {
+        return limiter;
+    }
+    let keys = SharedKeys(Arc::new(Keys::new(rule.max_keys as usize)));
+    let limiter = Arc::new(Limiter {
+        gcra: RateLimiter::new(quota(rule), keys, QuantaClock::default()),
+    });
+    all.push(Held {
+        route: route.into(),
+        rule: rule.clone(),
+        limiter: Arc::downgrade(&limiter),
+    });
+    limiter
+}
+
+/// The rule as governor's quota: a request's share refills every `per / requests`, up to `burst`.
+fn quota(rule: &RateLimit) -> Quota {
+    let burst = NonZeroU32::new(rule.burst).unwrap_or(NonZeroU32::MIN);
+    // The interval is never zero: the config allows at most 1e9 requests per second.
+    let interval = rule.interval().max(std::time::Duration::from_nanos(1));
+    Quota::with_period(interval)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX))
+        .allow_burst(burst)
+}
