@@ -367,6 +367,23 @@ fn past_the_workers_buffering_budget_a_request_gets_503_rather_than_duet_growing
         response.head
     );
     assert_eq!(metric("duet_buffer_budget_refusals_total"), 1.0);
+    // A body of unknown length holds what it has read, not all it may: a small one fits beside.
+    let mut small = connect(&duet);
+    small
+        .write_all(chunked_head("/upload/buffered").as_bytes())
+        .expect("chunked head");
+    small
+        .write_all(b"3e8\r\n")
+        .and_then(|()| small.write_all(&[b'y'; 1000]))
+        .and_then(|()| small.write_all(b"\r\n0\r\n\r\n"))
+        .expect("a 1,000-byte chunked body");
+    let response = read_response(&mut small, &mut Vec::new()).expect("an answer");
+    assert!(
+        response.head.starts_with("HTTP/1.1 200"),
+        "{}",
+        response.head
+    );
+    assert_eq!(response.body, b"1000");
     // The first completes, and gives its bytes back.
     first.write_all(&[b'x'; 599_000]).expect("the rest");
     let response = read_response(&mut first, &mut Vec::new()).expect("an answer");

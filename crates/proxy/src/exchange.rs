@@ -152,24 +152,39 @@ impl WorkerBuffers<'_> {
     /// `bytes` of the worker's budget, given back when what is returned is dropped; `None`, counted,
     /// if the worker holds too much already: duet answers 503 rather than grow.
     pub(crate) fn reserve(self, bytes: usize) -> Option<WorkerBuffered> {
-        let bytes = bytes as u64;
-        let held = self.counters.buffered.fetch_add(bytes, Relaxed);
-        if held.saturating_add(bytes) > self.limit as u64 {
-            self.counters.buffered.fetch_sub(bytes, Relaxed);
-            self.counters.buffer_refused.fetch_add(1, Relaxed);
-            return None;
-        }
-        Some(WorkerBuffered {
+        let mut held = WorkerBuffered {
             counters: self.counters.clone(),
-            bytes,
-        })
+            limit: self.limit as u64,
+            bytes: 0,
+        };
+        held.grow_to(bytes).then_some(held)
     }
 }
 
 /// Bytes of a worker's buffering budget, held until dropped.
 pub(crate) struct WorkerBuffered {
     counters: Arc<WorkerCounters>,
+    limit: u64,
     bytes: u64,
+}
+
+impl WorkerBuffered {
+    /// Holds `bytes` in all, if it holds fewer; `false`, counted, if the worker's budget does not
+    /// have them: duet answers 503 rather than grow.
+    pub(crate) fn grow_to(&mut self, bytes: usize) -> bool {
+        let more = (bytes as u64).saturating_sub(self.bytes);
+        if more == 0 {
+            return true;
+        }
+        let held = self.counters.buffered.fetch_add(more, Relaxed);
+        if held.saturating_add(more) > self.limit {
+            self.counters.buffered.fetch_sub(more, Relaxed);
+            self.counters.buffer_refused.fetch_add(1, Relaxed);
+            return false;
+        }
+        self.bytes += more;
+        true
+    }
 }
 
 impl Drop for WorkerBuffered {
@@ -259,6 +274,26 @@ mod tests {
         drop(first);
         let third = connection.reserve_buffer(4 * mib, 4 * mib, wait).await;
         assert!(third.is_some(), "the budget came back");
+    }
+
+    #[test]
+    fn a_worker_holds_no_more_than_its_budget_and_gets_it_back() {
+        let counters = Arc::new(WorkerCounters::default());
+        let worker = WorkerBuffers {
+            counters: &counters,
+            limit: 1000,
+        };
+        let held = |c: &WorkerCounters| c.buffered.load(Relaxed);
+        let mut first = worker.reserve(600).expect("within the budget");
+        assert!(worker.reserve(600).is_none(), "past it");
+        let mut second = worker.reserve(0).expect("nothing yet");
+        assert!(second.grow_to(300));
+        assert!(!second.grow_to(500), "it may not grow past the budget");
+        assert!(first.grow_to(600), "what it holds already");
+        assert_eq!(held(&counters), 900);
+        assert_eq!(counters.buffer_refused.load(Relaxed), 2);
+        drop((first, second));
+        assert_eq!(held(&counters), 0, "given back");
     }
 
     async fn small_bodies(

@@ -76,7 +76,8 @@ enum FirstByte {
     Closed,
 }
 
-/// Waits until `until` for a connection's first byte (peeked, not read).
+/// Waits until `until` for a connection's first byte (peeked, not read), or until the drain starts:
+/// a request already there is served even then.
 async fn first_byte(
     stream: &TcpStream,
     until: Instant,
@@ -84,6 +85,7 @@ async fn first_byte(
 ) -> FirstByte {
     let mut byte = [0u8; 1];
     tokio::select! {
+        biased;
         peeked = tokio::time::timeout_at(until, stream.peek(&mut byte)) => match peeked {
             Ok(Ok(1..)) => FirstByte::Arrived,
             Ok(Ok(0) | Err(_)) => FirstByte::Closed,

@@ -5,7 +5,7 @@ use crate::{
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
-    exchange::{BufferHold, ConnectionState, Prepared, Upgrade, WorkerBuffers},
+    exchange::{BufferHold, ConnectionState, Prepared, Upgrade, WorkerBuffered, WorkerBuffers},
     filter::RouteFilters,
     headers::{self, TrailerScrub},
     peer::Client,
@@ -133,11 +133,14 @@ impl Unread {
         let Some(turn) = connection.reserve_buffer(needs, limit, wait).await else {
             return Err(ProxyError::new(ErrorKind::LocalResource));
         };
-        // Reserved once the connection's share has come: a stream waiting its turn holds none.
-        let Some(held) = worker.reserve(needs) else {
+        // Reserved once the connection's share has come (a stream waiting its turn holds none): what
+        // the body announces at once, so one too large for what is left is refused before a byte is
+        // read; then as it grows, so one of unknown length holds only what it has.
+        let announced = body.size_hint().exact().map_or(0, |n| n as usize);
+        let Some(mut held) = worker.reserve(announced) else {
             return Err(ProxyError::new(ErrorKind::LocalResource));
         };
-        let source = buffer(body, cluster, limit)
+        let source = buffer(body, cluster, limit, &mut held)
             .await
             .map_err(ProxyError::new)?;
         prepared.source = source;
@@ -193,13 +196,19 @@ fn body_plan(
     Ok(BodyPlan::ReadFirst(body, limit))
 }
 
-/// `body` read in full, up to `limit` bytes.
-async fn buffer(body: Incoming, cluster: &Cluster, limit: usize) -> Result<BodySource, ErrorKind> {
+/// `body` read in full, up to `limit` bytes, each byte held within `held`.
+async fn buffer(
+    body: Incoming,
+    cluster: &Cluster,
+    limit: usize,
+    held: &mut WorkerBuffered,
+) -> Result<BodySource, ErrorKind> {
     let bytes = ClientBody::new(body, cluster.body_pace)
-        .read_all(limit)
+        .read_all(limit, |length| held.grow_to(length))
         .await
         .map_err(|error| match error {
             BufferError::TooLarge => ErrorKind::BodyTooLarge,
+            BufferError::NotAdmitted => ErrorKind::LocalResource,
             BufferError::Client(BodyError::Broken(_)) => ErrorKind::BadRequestBody,
             BufferError::Client(BodyError::Stalled) => ErrorKind::BodyTimeout,
             BufferError::Client(BodyError::TooSlow) => ErrorKind::UploadTooSlow,
