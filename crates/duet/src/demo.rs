@@ -17,8 +17,6 @@ const REQUESTS: usize = 1200;
 const CONCURRENCY: usize = 24;
 const FAST: Duration = Duration::from_millis(2);
 const SLOW: Duration = Duration::from_millis(100);
-/// The label of the hedged row.
-pub const HEDGED: &str = "+ hedge p95, warm";
 
 /// One row of the demo's table.
 #[derive(Debug)]
@@ -61,11 +59,15 @@ pub fn rows() -> Result<Vec<Row>, Box<dyn Error>> {
         server.shutdown()?;
     }
     // Hedged after the route's p95, once the first burst has warmed the percentile up.
-    let hedged = Server::start(config(Policy::P2cPeakEwma, &all, Some("{ after: p95 }"))?)?;
-    let address = hedged.local_addrs().first().copied().ok_or("no listener")?;
+    let raced = Server::start(config(
+        Policy::P2cPeakEwma,
+        &all,
+        Some(("hedge", "{ after: p95 }")),
+    )?)?;
+    let address = raced.local_addrs().first().copied().ok_or("no listener")?;
     runtime.block_on(burst("warm-up", address))?;
-    rows.push(runtime.block_on(burst(HEDGED, address))?);
-    hedged.shutdown()?;
+    rows.push(runtime.block_on(burst("+ hedge p95, warm", address))?);
+    raced.shutdown()?;
     let fast = &all[..2];
     let server = Server::start(config(Policy::P2cPeakEwma, fast, None)?)?;
     let address = server.local_addrs().first().copied().ok_or("no listener")?;
@@ -118,13 +120,13 @@ pub fn run() -> Result<(), Box<dyn Error>> {
 fn config(
     policy: Policy,
     backends: &[SocketAddr],
-    hedge: Option<&str>,
+    route_key: Option<(&str, &str)>,
 ) -> Result<Config, Box<dyn Error>> {
     let mut config = DuetConfig::single(policy.name(), backends)
         .workers(2)
         .section("shutdown", "{ drain_timeout: 5s }");
-    if let Some(hedge) = hedge {
-        config = config.route_set("hedge", hedge);
+    if let Some((key, value)) = route_key {
+        config = config.route_set(key, value);
     }
     let yaml = config.to_yaml();
     Ok(duet_config::parse(&yaml, "demo")?)
