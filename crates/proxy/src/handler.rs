@@ -239,6 +239,7 @@ impl WorkerProxy {
         }
         let (route, filters) = (routed.route, &state.filters);
         let parts = (route, filters, state.trailers(dropped));
+        let buffers = self.buffers(&table);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         // A body read in full holds its share of the buffering budgets until the request is done.
@@ -246,11 +247,9 @@ impl WorkerProxy {
             match prepare::prepare(request, cluster, parts, routed.host, client) {
                 Ok(Preparing::Ready(prepared)) => (prepared, None),
                 Ok(Preparing::Unread(unread)) => {
-                    match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
+                    match pin!(unread.read(cluster, connection, buffers)).await {
                         Ok((prepared, turn)) => (prepared, Some(turn)),
-                        Err(error) => {
-                            return Ok(refused(cluster, client, &error, log, grpc, closes))
-                        }
+                        Err(e) => return Ok(refused(cluster, client, &e, log, grpc, closes)),
                     }
                 }
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
