@@ -128,9 +128,9 @@ pub enum DefaultRtt {
     /// In a warm pool, the median of the measured endpoints' estimates: a newcomer then neither looks
     /// idle (and gets stampeded) nor looks slow (and gets starved), and its answers move the estimate
     /// as any endpoint's do. In a cold pool (no endpoint has answered yet), 30 ms until the pool's
-    /// first answer, then the lowest first answer of any endpoint, until its own first answer: an
-    /// endpoint yet to answer is never ranked behind measured ones (which would starve it of the
-    /// answer that measures it).
+    /// first answer, then the lowest answer of any endpoint, until its own first answer: an endpoint
+    /// yet to answer is never ranked behind measured ones (which would starve it of the answer that
+    /// measures it).
     #[default]
     PoolMedian,
     /// A fixed estimate for every new endpoint, until its first answer.
@@ -185,9 +185,9 @@ const UNMEASURED: u64 = u64::MAX;
 /// The estimate of a pool's endpoints that have not answered yet, shared by their load states.
 ///
 /// Under [`DefaultRtt::PoolMedian`] it starts at 30 ms and then learns from the pool's own answers: it
-/// is the lowest first sample of any endpoint, so an endpoint that has not answered is never ranked
-/// behind the measured ones (which would starve it of the answer that measures it) and never ahead of
-/// the fastest. Under [`DefaultRtt::Fixed`] it stays at the configured estimate.
+/// is the lowest sample of any endpoint, so an endpoint that has not answered is never ranked behind
+/// the measured ones (which would starve it of the answer that measures it): it ties with or beats
+/// the fastest until its own first answer. Under [`DefaultRtt::Fixed`] it stays at the configured estimate.
 pub(crate) struct ColdStart {
     /// f64 bits of the estimate in nanoseconds.
     estimate_ns: AtomicU64,
@@ -214,7 +214,7 @@ impl ColdStart {
         f64::from_bits(self.estimate_ns.load(Relaxed))
     }
 
-    /// An endpoint's first sample: the first one replaces the start, later ones can only lower it.
+    /// A sample of any endpoint: the first one replaces the start, later ones can only lower it.
     /// (Two first samples at the same instant on two threads may keep the later instead of the lower:
     /// harmless, and impossible in duet's single-threaded workers.)
     fn learn(&self, rtt_ns: f64) {
@@ -560,6 +560,10 @@ impl EndpointLoad {
         if now > stamp {
             self.stamp.store(now, Relaxed);
         }
+        // Every sample, not only the first: an endpoint's first answer often carries a connection's
+        // setup (a TLS handshake), and a cold estimate left at it would rank the endpoints yet to
+        // answer behind the pooled ones for good.
+        self.cold.learn(rtt_ns);
     }
 }
 

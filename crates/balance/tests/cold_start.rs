@@ -125,3 +125,37 @@ async fn a_newcomer_in_a_warm_pool_starts_at_the_measured_median_and_keeps_the_p
         "one 1 ms sample moved a measured median of {start:?} to {after:?}"
     );
 }
+
+/// An endpoint whose first answer carries a connection's setup (10 ms, say a TLS handshake) and whose
+/// later ones take 1 ms.
+fn pooled(key: &'static str) -> Endpoint {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    BoxService::new(service_fn(move |_: u32| {
+        let first = calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+        async move {
+            let ms = if first { 10 } else { 1 };
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, Infallible>(key)
+        }
+    }))
+}
+
+/// One request at a time: the first endpoint picked answers in 10 ms, then in 1 ms. The other, yet to
+/// answer, reads the pool's lowest answer so far, not that first one: it is tried, rather than left
+/// behind an estimate its rival's setup inflated.
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_yet_to_answer_is_tried_once_the_pool_answers_faster_than_its_first_answer() {
+    for seed in 1..=5 {
+        let mut balance =
+            Balance::with_seed(LoadMetric::default(), seed).with_clock(Clock::tokio());
+        for key in ["a", "b"] {
+            balance.insert(key, 1, pooled(key));
+        }
+        let mut answered = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            let future = balance.ready().await.expect("ready").call(0);
+            answered.insert(future.await.expect("served"));
+        }
+        assert_eq!(answered.len(), 2, "seed {seed}: only {answered:?} answered");
+    }
+}
