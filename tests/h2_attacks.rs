@@ -420,3 +420,22 @@ clusters:
         "no body was whole (the one request is still_serving's)"
     );
 }
+
+#[test]
+fn raw_http2_cookie_fields_are_joined_and_padded_values_are_400_never_forwarded() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&DuetConfig::single("p2c_peak_ewma", &[backend.address()]).to_yaml());
+    // RFC 9113 §8.2.3: a cookie split into fields is one `; `-joined field for an HTTP/1.1 hop;
+    // §8.2.1: a value with leading or trailing whitespace is malformed.
+    assert_eq!(
+        attack(python, &duet, "cookies_and_padded_values"),
+        "statuses 200 400 400 sent=3"
+    );
+    let recorded = backend.recorded();
+    assert_eq!(recorded.len(), 1, "only the cookie request was forwarded");
+    let cookies: Vec<_> = recorded[0].headers.get_all("cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; b=2; c=3"]);
+}

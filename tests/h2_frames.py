@@ -277,6 +277,38 @@ def settings(host, port):
             "connection_window=%d" % (remote.max_concurrent_streams, remote.max_header_list_size,
                                       remote.initial_window_size, conn.outbound_flow_control_window)), 0
 
+def cookies_and_padded_values(host, port):
+    """Raw HEADERS a browser and an attacker send: a GET whose cookie is three fields (as HTTP/2
+    lets a client split it for compression), then GETs whose x-role value is padded with a space or
+    a tab, which RFC 9113 §8.2.1 calls malformed: `statuses A B C`."""
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    config = h2.config.H2Configuration(client_side=True, header_encoding=None,
+                                       validate_outbound_headers=False,
+                                       normalize_outbound_headers=False)
+    conn = h2.connection.H2Connection(config=config)
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    requests = {
+        1: request_headers("/c") + [(b"cookie", b"a=1"), (b"cookie", b"b=2"), (b"cookie", b"c=3")],
+        3: request_headers("/w") + [(b"x-role", b" admin")],
+        5: request_headers("/w") + [(b"x-role", b"admin\t")],
+    }
+    for stream, headers in requests.items():
+        conn.send_headers(stream, headers, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    statuses = {}
+    while len(statuses) < len(requests):
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                statuses[event.stream_id] = dict(event.headers)[b":status"].decode()
+            elif isinstance(event, h2.events.StreamReset):
+                statuses[event.stream_id] = "reset"
+        sock.sendall(conn.data_to_send())
+    return "statuses " + " ".join(statuses.get(s, "none") for s in requests), len(requests)
+
 def backend(host, port):
     """Not an attack: an h2c backend for one connection, on PORT (0: any). Prints `listening PORT`, then,
     at its first request, what duet granted it: `backend initial_window_size=W connection_window=C`;
@@ -310,7 +342,8 @@ def backend(host, port):
 ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
            "zero_window": zero_window, "silent_forever": silent_forever,
            "silent_after_a_request": silent_after_a_request, "late_preface": late_preface,
-           "many_fields": many_fields, "buffered_uploads": buffered_uploads}
+           "many_fields": many_fields, "buffered_uploads": buffered_uploads,
+           "cookies_and_padded_values": cookies_and_padded_values}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]
