@@ -13,6 +13,7 @@ use crate::{
     memory::LastFreed,
     p2c::{P2c, Selection},
     policy::{self, Policy, Turns},
+    strategy::Strategy,
 };
 use std::{fmt, hash::Hash, sync::Arc, time::Duration};
 use tower::load::CompleteOnResponse;
@@ -94,6 +95,12 @@ where
     /// An empty balancer using `metric`, with its generator seeded from the operating system.
     pub fn new(metric: LoadMetric) -> Self {
         Self::with_draws(metric, Draws::from_os())
+    }
+
+    /// An empty balancer choosing by `strategy`, the policy and metric duet's config names
+    /// (`p2c_peak_ewma`...), with its generator seeded from the operating system.
+    pub fn from_strategy(strategy: Strategy) -> Self {
+        Self::new(strategy.metric()).with_policy(strategy.policy())
     }
 
     /// An empty balancer with reproducible draws. For tests and simulation; see [`Draws`].

@@ -248,6 +248,8 @@ mod balancer;
 
 mod handle;
 
+mod strategy;
+
 mod policy;
 
 mod endpoints;
@@ -299,5 +301,6 @@ pub use layer::{BalanceLayer, Picked, SharedEndpoint};
 pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
 pub use policy::Policy;
 pub use service::MAX_PICKS;
+pub use strategy::{Strategy, UnknownStrategy};
 pub use tower::load::{CompleteOnResponse, TrackCompletion};
 pub use weighted::Weighted;

@@ -16,10 +16,7 @@ use crate::{
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView, ResolvedNames},
 };
-use duet_balance::{
-    Balance, LoadGuard, LoadMetric, NoEligibleEndpoint, PeakEwmaConfig, Policy as BalancePolicy,
-    StatusSet,
-};
+use duet_balance::{Balance, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy};
 use duet_config::{Policy, Timeouts, UpstreamProtocol};
 use http::{uri::Authority, StatusCode};
 use rustc_hash::FxBuildHasher;
@@ -437,29 +434,21 @@ impl Cluster {
 }
 
 fn new_balance(policy: Policy) -> ClusterBalance {
-    let (metric, policy) = match policy {
-        Policy::P2cInflight => (LoadMetric::InFlight, BalancePolicy::P2c),
-        Policy::P2cPeakEwma => (
-            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
-            BalancePolicy::P2c,
-        ),
-        Policy::P2cMemoryInflight => (LoadMetric::InFlight, BalancePolicy::P2cMemory),
-        Policy::P2cMemoryPeakEwma => (
-            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
-            BalancePolicy::P2cMemory,
-        ),
-        Policy::LeastInflight => (
-            LoadMetric::InFlightThenLatency(PeakEwmaConfig::default()),
-            BalancePolicy::LeastLoaded,
-        ),
-        Policy::LeastPeakEwma => (
-            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
-            BalancePolicy::LeastLoaded,
-        ),
-        Policy::RoundRobin => (LoadMetric::InFlight, BalancePolicy::RoundRobin),
-        Policy::Random => (LoadMetric::InFlight, BalancePolicy::Random),
-    };
-    Balance::new(metric).with_policy(policy)
+    Balance::from_strategy(strategy(policy))
+}
+
+/// The balancing crate's strategy of the same name as the config's policy (a test checks the names).
+fn strategy(policy: Policy) -> Strategy {
+    match policy {
+        Policy::P2cInflight => Strategy::P2cInflight,
+        Policy::P2cPeakEwma => Strategy::P2cPeakEwma,
+        Policy::P2cMemoryInflight => Strategy::P2cMemoryInflight,
+        Policy::P2cMemoryPeakEwma => Strategy::P2cMemoryPeakEwma,
+        Policy::LeastInflight => Strategy::LeastInflight,
+        Policy::LeastPeakEwma => Strategy::LeastPeakEwma,
+        Policy::RoundRobin => Strategy::RoundRobin,
+        Policy::Random => Strategy::Random,
+    }
 }
 
 /// A cluster of `backends` (addresses never connected to) from a config written for the test, with
@@ -499,6 +488,40 @@ mod tests {
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().expect("an address")
+    }
+
+    #[test]
+    fn every_config_policy_is_the_balancing_strategy_of_the_same_name() {
+        let all = [
+            Policy::P2cInflight,
+            Policy::P2cPeakEwma,
+            Policy::P2cMemoryInflight,
+            Policy::P2cMemoryPeakEwma,
+            Policy::LeastInflight,
+            Policy::LeastPeakEwma,
+            Policy::RoundRobin,
+            Policy::Random,
+        ];
+        // A config policy added later fails to compile here until it is listed above.
+        for policy in all {
+            match policy {
+                Policy::P2cInflight
+                | Policy::P2cPeakEwma
+                | Policy::P2cMemoryInflight
+                | Policy::P2cMemoryPeakEwma
+                | Policy::LeastInflight
+                | Policy::LeastPeakEwma
+                | Policy::RoundRobin
+                | Policy::Random => {}
+            }
+            assert_eq!(strategy(policy).name(), policy.name());
+        }
+        let names: Vec<&str> = all.iter().map(|p| p.name()).collect();
+        let strategies: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names, strategies,
+            "the crate names a strategy the config has not"
+        );
     }
 
     #[test]
