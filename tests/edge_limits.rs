@@ -263,7 +263,10 @@ fn two_workers_share_one_bucket_and_a_reload_keeps_it_while_the_rule_stays() {
         let labels = format!("worker=\"{w}\",cluster=\"web\",route=\"limited\"");
         admin::sum(&metrics, "duet_rate_limit_requests_total", &labels)
     };
-    assert!(of_worker("0") > 0.0 && of_worker("1") > 0.0, "both workers: {metrics}");
+    assert!(
+        of_worker("0") > 0.0 && of_worker("1") > 0.0,
+        "both workers: {metrics}"
+    );
     // A reload that adds a route and keeps the rule keeps the bucket (empty).
     let listen = duet.address.to_string();
     let marker = "  - { name: marker, match: { path_prefix: /marker }, cluster: web }\n";

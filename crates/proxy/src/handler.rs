@@ -237,17 +237,23 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
         let (route, filters) = (routed.route, &state.filters);
+        let body_limit = route.body_limit(&table.config.limits);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let mut prepared =
-            match prepare::prepare(request, cluster, (route, filters), routed.host, client) {
-                Ok(Preparing::Ready(prepared)) => prepared,
-                Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
-                    Ok(prepared) => prepared,
-                    Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-                },
+        let mut prepared = match prepare::prepare(
+            request,
+            cluster,
+            (route, filters, body_limit),
+            routed.host,
+            client,
+        ) {
+            Ok(Preparing::Ready(prepared)) => prepared,
+            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
+                Ok(prepared) => prepared,
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-            };
+            },
+            Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
+        };
         filters.on_prepared(&prepared);
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);

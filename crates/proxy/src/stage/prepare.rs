@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(crate) fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
-    (route, filters): (&Route, &RouteFilters),
+    (route, filters, body_limit): (&Route, &RouteFilters, Option<u64>),
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Preparing, ProxyError> {
@@ -68,7 +68,12 @@ pub(crate) fn prepare(
         .map_err(ProxyError::new)?;
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
     let replay = attempts > 1 || filters.replays_body();
-    let plan = body_plan(body, cluster, route.buffer_request, replay).map_err(ProxyError::new)?;
+    let limits = BodyLimits {
+        buffer: route.buffer_request,
+        max: body_limit,
+        replay,
+    };
+    let plan = body_plan(body, cluster, limits).map_err(ProxyError::new)?;
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
@@ -139,31 +144,42 @@ enum BodyPlan {
     ReadFirst(Incoming, usize),
 }
 
+/// What decides how a body is read: the route's `buffer_request`, its `max_request_body` (or the
+/// `limits` default), and whether retries or a filter may send the body again.
+struct BodyLimits {
+    buffer: Option<usize>,
+    max: Option<u64>,
+    replay: bool,
+}
+
 /// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
 /// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
-/// and retries or a filter (`replay`: a hedge) may need it again; streamed otherwise.
-fn body_plan(
-    body: Incoming,
-    cluster: &Cluster,
-    buffer: Option<usize>,
-    replay: bool,
-) -> Result<BodyPlan, ErrorKind> {
+/// and retries or a filter (`replay`: a hedge) may need it again; streamed otherwise. A body declared
+/// larger than `max_request_body` is refused before a byte of it is read (a client waiting on
+/// `Expect: 100-continue` sends none); one read in full is read up to it at most, and one streamed is
+/// cut where it passes it.
+fn body_plan(body: Incoming, cluster: &Cluster, limits: BodyLimits) -> Result<BodyPlan, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodyPlan::Ready(BodySource::Empty));
     }
     let exact = body.size_hint().exact();
-    let limit = match buffer {
-        // Refused before a byte is read: a client waiting on `Expect: 100-continue` sends none.
+    let max = limits
+        .max
+        .map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX));
+    if exact.is_some_and(|n| n > max as u64) {
+        return Err(ErrorKind::BodyTooLarge);
+    }
+    let limit = match limits.buffer {
         Some(limit) if exact.is_some_and(|n| n > limit as u64) => {
             return Err(ErrorKind::BodyTooLarge)
         }
-        Some(limit) => limit,
-        None if replay && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
+        Some(limit) => limit.min(max),
+        None if limits.replay && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
             cluster.replay_body_limit
         }
         None => {
             let counters = Some(cluster.counters.clone());
-            let body = Reclaimable::new(body, cluster.body_pace, counters);
+            let body = Reclaimable::new(body, cluster.body_pace, counters, limits.max);
             return Ok(BodyPlan::Ready(BodySource::Streaming(body)));
         }
     };
