@@ -28,7 +28,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 ulimit -n "$(ulimit -Hn)"
 
 echo "== building duet (release)"
-cargo build --release -q --bin duet --bin duet-backend
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q --bin duet --bin duet-backend
 target/release/duet-backend --listen 127.0.0.1:19601 --name b >/dev/null &
 
 cat >"$WORK/duet.yaml" <<YAML
