@@ -330,3 +330,72 @@ fn a_buffered_body_past_the_replay_limit_is_retried_elsewhere() {
     );
     assert_eq!(backend.requests(), 2, "which was retried on the other");
 }
+
+#[test]
+fn past_the_workers_buffering_budget_a_request_gets_503_rather_than_duet_growing() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = Duet::start(&config(
+        &[backend.address()],
+        "{ max_buffered_bytes: 1MiB }",
+    ));
+    let admin = duet.admin_address();
+    let metric = |name: &str| sum(&get(admin, "/metrics"), name, "");
+    let head = |length: usize| {
+        format!("POST /upload/buffered HTTP/1.1\r\nHost: a\r\nContent-Length: {length}\r\n\r\n")
+    };
+    // The first announces 600,000 bytes and sends a part: they are held for it.
+    let mut first = connect(&duet);
+    first
+        .write_all(head(600_000).as_bytes())
+        .expect("first head");
+    first.write_all(&[b'x'; 1000]).expect("a part");
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            "duet_buffered_request_bytes"
+        ) == 600_000.0),
+        "the first body's bytes are held"
+    );
+    // A second would take the worker past 1 MiB: 503 at once, counted.
+    let mut second = connect(&duet);
+    second
+        .write_all(head(600_000).as_bytes())
+        .expect("second head");
+    let response = read_response(&mut second, &mut Vec::new()).expect("an answer");
+    assert!(
+        response.head.starts_with("HTTP/1.1 503"),
+        "{}",
+        response.head
+    );
+    assert_eq!(metric("duet_buffer_budget_refusals_total"), 1.0);
+    // A body of unknown length holds what it has read, not all it may: a small one fits beside.
+    let mut small = connect(&duet);
+    small
+        .write_all(chunked_head("/upload/buffered").as_bytes())
+        .expect("chunked head");
+    small
+        .write_all(b"3e8\r\n")
+        .and_then(|()| small.write_all(&[b'y'; 1000]))
+        .and_then(|()| small.write_all(b"\r\n0\r\n\r\n"))
+        .expect("a 1,000-byte chunked body");
+    let response = read_response(&mut small, &mut Vec::new()).expect("an answer");
+    assert!(
+        response.head.starts_with("HTTP/1.1 200"),
+        "{}",
+        response.head
+    );
+    assert_eq!(response.body, b"1000");
+    // The first completes, and gives its bytes back.
+    first.write_all(&[b'x'; 599_000]).expect("the rest");
+    let response = read_response(&mut first, &mut Vec::new()).expect("an answer");
+    assert!(
+        response.head.starts_with("HTTP/1.1 200"),
+        "{}",
+        response.head
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            "duet_buffered_request_bytes"
+        ) == 0.0),
+        "given back"
+    );
+}

@@ -207,26 +207,47 @@ fn every_manual_page_is_written_and_renders() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn the_demo_runs_and_shows_p2c_steering_away_from_the_slow_backend() {
-    let (code, stdout, stderr) = duet(&["demo"]);
-    assert_eq!(code, 0, "{stderr}");
-    let share_of_slow = |policy: &str| -> f64 {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(policy))
-            .unwrap_or_else(|| panic!("no {policy} row:\n{stdout}"));
-        let columns: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(columns[6], "0", "errors column: {line}");
-        columns[3]
-            .trim_end_matches('%')
-            .parse()
-            .expect("slow share")
+/// One row of `duet demo`'s table: (slow backend's share in %, p99 in ms), the errors column 0.
+fn demo_row(stdout: &str, label: &str) -> (f64, f64) {
+    let line = (stdout.lines())
+        .find(|l| {
+            l.strip_prefix(label)
+                .is_some_and(|rest| rest.starts_with("  "))
+        })
+        .unwrap_or_else(|| panic!("no {label} row:\n{stdout}"));
+    // The label may hold a space: the figures are the last six columns.
+    let columns: Vec<&str> = line.split_whitespace().rev().take(6).collect();
+    let [errors, p99, _p50, slow, ..] = columns[..] else {
+        panic!("six figures in {line}");
     };
-    let round_robin = share_of_slow("round_robin");
-    let peak_ewma = share_of_slow("p2c_peak_ewma");
-    assert!((round_robin - 33.3).abs() < 2.0, "{stdout}");
-    assert!(peak_ewma < round_robin / 2.0, "{stdout}");
+    assert_eq!(errors, "0", "errors column: {line}");
+    let number = |text: &str| -> f64 { text.trim_end_matches('%').parse().expect("a number") };
+    (number(slow), number(p99))
+}
+
+/// The p99 of a short burst on a busy 2-core machine is noise-prone (the tests run in parallel):
+/// noise only makes a row slower, so the demo gets three runs to show its hedged row at the floor.
+#[test]
+fn the_demo_shows_p2c_steering_away_and_hedged_peak_ewma_at_the_fast_backends_tail() {
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let (code, stdout, stderr) = duet(&["demo"]);
+        assert_eq!(code, 0, "{stderr}");
+        let (round_robin, _) = demo_row(&stdout, "round_robin");
+        let (peak_ewma, _) = demo_row(&stdout, "p2c_peak_ewma");
+        assert!((round_robin - 33.3).abs() < 2.0, "{stdout}");
+        assert!(peak_ewma < round_robin / 2.0, "{stdout}");
+        // Warm and hedged, the few requests PeakEWMA still sends the slow backend (50× slower)
+        // answer from a fast one: the p99 is within 1.5× of the floor (the fast backends alone).
+        let (_, hedged_p99) = demo_row(&stdout, "+ hedge p95, warm");
+        let (floor_slow, floor_p99) = demo_row(&stdout, "fast only");
+        assert_eq!(floor_slow, 0.0, "{stdout}");
+        if hedged_p99 <= 1.5 * floor_p99 {
+            return;
+        }
+        runs.push(stdout);
+    }
+    panic!("in no run was the hedged row's p99 within 1.5x of the floor:\n{runs:#?}");
 }
 
 #[test]

@@ -366,7 +366,7 @@ fn bytes_after_a_head_response_never_reach_the_next_request() {
 
 /// A backend that answers one request with `ok` and hands over the bytes it received, trailers and
 /// all (the testbed's backends record heads only).
-fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
+pub(crate) fn recording_backend() -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = listener.local_addr().expect("address");
     let (sent, received) = std::sync::mpsc::channel();
@@ -469,4 +469,177 @@ fn the_proxy_field_never_reaches_a_backend() {
     assert_eq!(status(&response), "200", "{response}");
     let seen = backend.recorded().pop().expect("forwarded").headers;
     assert!(!seen.contains_key("proxy"), "{seen:?}");
+}
+
+/// The access-log lines written so far that hold every one of `fields`.
+fn access_lines_with(duet: &Duet, fields: &[&str]) -> bool {
+    crate::support::eventually(Duration::from_secs(5), || {
+        duet.log_lines()
+            .iter()
+            .any(|l| l.contains("duet::access") && fields.iter().all(|f| l.contains(f)))
+    })
+}
+
+#[test]
+fn connect_is_answered_405_with_allow_and_logged_so() {
+    let (backend, duet) = one_backend();
+    for request in [
+        &b"CONNECT / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"[..],
+        b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nConnection: close\r\n\r\n",
+    ] {
+        let response = exchange(&duet, request);
+        assert_eq!(status(&response), "405", "{response}");
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("\r\nallow: get, head, post, put, delete, patch, options, trace\r\n"),
+            "{response}"
+        );
+    }
+    assert_eq!(backend.requests(), 0, "never forwarded");
+    assert!(
+        access_lines_with(
+            &duet,
+            &[
+                " method=CONNECT ",
+                " status=405 ",
+                " outcome=method_not_allowed"
+            ]
+        ),
+        "{:#?}",
+        duet.log_lines()
+    );
+}
+
+#[test]
+fn a_method_that_is_not_upper_case_is_400_and_never_routed() {
+    // A lower-case `delete` would miss a `method: [DELETE]` route and reach a catch-all, while some
+    // backends read it as DELETE; methods are case-sensitive (RFC 9110 §9.1) and nginx refuses it.
+    let guarded = Backend::start(BackendOptions::named("guarded")).expect("backend");
+    let open = Backend::start(BackendOptions::named("open")).expect("backend");
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - {{ match: {{ method: [DELETE], path_prefix: /api }}, cluster: guarded }}\n\
+         \x20 - {{ cluster: open }}\nclusters:\n\
+         \x20 - {{ name: guarded, backends: [ {{ address: {} }} ] }}\n\
+         \x20 - {{ name: open, backends: [ {{ address: {} }} ] }}\n",
+        guarded.address(),
+        open.address()
+    );
+    let duet = Duet::start(&yaml);
+    for method in ["delete", "Delete", "get", "pOST"] {
+        let request =
+            format!("{method} /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let response = exchange(&duet, request.as_bytes());
+        assert_eq!(status(&response), "400", "{method}: {response}");
+    }
+    assert_eq!((guarded.requests(), open.requests()), (0, 0));
+    assert!(
+        access_lines_with(
+            &duet,
+            &[" method=delete ", " status=400 ", " outcome=invalid_method"]
+        ),
+        "{:#?}",
+        duet.log_lines()
+    );
+    // Upper case, and extension methods in upper case, still go where their routes say.
+    let response = exchange(
+        &duet,
+        b"DELETE /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.ends_with("guarded"), "{response}");
+    let response = exchange(
+        &duet,
+        b"PROPFIND /api/users/1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.ends_with("open"), "{response}");
+}
+
+/// duet with one listener (its `underscores_in_headers` as given, when given) and a route that sets
+/// `x-team` and removes `x-debug`, over `backend`, with the admin listener.
+fn edited_route(backend: SocketAddr, underscores: &str) -> Duet {
+    let yaml = format!(
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         listeners: [ {{ address: 127.0.0.1:0 {underscores} }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-team: api }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    Duet::start(&yaml)
+}
+
+const UNDERSCORED: &[u8] = b"GET /u HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 6.6.6.6\r\n\
+    X_Real_IP: 6.6.6.6\r\nX_Request_Id: forged\r\nX_Team: admin\r\nX_Debug: 1\r\n\
+    X-Kept: yes\r\nConnection: close\r\n\r\n";
+
+#[test]
+fn header_names_with_underscores_are_dropped_and_counted_by_default() {
+    // A CGI or WSGI backend reads `X_Forwarded_For` as HTTP_X_FORWARDED_FOR, the variable of the
+    // X-Forwarded-For duet rebuilt: nginx drops such names by default.
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = edited_route(backend.address(), "");
+    let response = exchange(&duet, UNDERSCORED);
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    let underscored: Vec<_> = seen.keys().filter(|n| n.as_str().contains('_')).collect();
+    assert!(underscored.is_empty(), "{seen:?}");
+    assert_eq!(seen["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(seen["x-team"], "api");
+    assert!(!seen.contains_key("x-debug"));
+    assert_eq!(seen["x-kept"], "yes");
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
+        5.0,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_listener_may_keep_header_names_with_underscores() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let duet = edited_route(backend.address(), ", underscores_in_headers: keep");
+    let response = exchange(&duet, UNDERSCORED);
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = backend.recorded().pop().expect("forwarded").headers;
+    assert_eq!(seen["x_forwarded_for"], "6.6.6.6");
+    assert_eq!(seen["x_team"], "admin");
+    assert_eq!(seen["x-team"], "api");
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(
+        admin::sum(&metrics, "duet_underscore_headers_dropped_total", ""),
+        0.0,
+        "{metrics}"
+    );
+}
+
+#[test]
+fn request_trailers_cannot_undo_the_routes_header_edits_or_carry_underscored_names() {
+    // A backend that merges trailers into its headers would otherwise read the `X-User-Role` the route
+    // sets and the `X-Debug` it removes as the client wrote them.
+    let (backend, received) = recording_backend();
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - cluster: app\n    request_headers: {{ set: {{ x-user-role: guest }}, remove: [x-debug] }}\n\
+         clusters: [ {{ name: app, backends: [ {{ address: {backend} }} ] }} ]\n"
+    );
+    let duet = Duet::start(&yaml);
+    let response = exchange(
+        &duet,
+        b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\
+          Trailer: X-User-Role, X-Debug, X_Team, X-Checksum\r\nConnection: close\r\n\r\n\
+          5\r\nhello\r\n0\r\n\
+          X-User-Role: admin\r\nX-Debug: 1\r\nX_Team: admin\r\nX-Checksum: abc\r\n\r\n",
+    );
+    assert_eq!(status(&response), "200", "{response}");
+    let seen = received
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the backend got the request")
+        .to_ascii_lowercase();
+    let (head, body) = seen.split_once("\r\n\r\n").expect("a head");
+    assert!(head.contains("\r\nx-user-role: guest\r\n"), "{head}");
+    let trailers = body.split_once("\r\n0\r\n").expect("the last chunk").1;
+    assert_eq!(
+        trailers, "x-checksum: abc\r\n\r\n",
+        "only the trailer the route leaves alone goes on"
+    );
 }

@@ -3,13 +3,15 @@
 //! well-behaved client is served meanwhile. Skipped with a note where python3-h2 is missing, unless
 //! `DUET_REQUIRE_PYTHON_H2` is set (`.ci/run` installs it and sets it).
 
-use crate::support::{self, Duet};
+use crate::admin::{get, sum};
+use crate::support::{self, eventually, Duet};
 use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    time::Duration,
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
 };
 
 /// A Python that can `import h2`: Debian's packages are for the system interpreter, which a pyenv
@@ -45,6 +47,25 @@ fn attack(python: &str, duet: &Duet, name: &str) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// Starts one attack against `duet` and gives its output line by line, for tests that look at duet
+/// while the attack goes on.
+fn start_attack(python: &str, duet: &Duet, name: &str) -> (Child, impl FnMut() -> String) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2_frames.py");
+    let mut child = Command::new(python)
+        .args([script, "127.0.0.1", &duet.address.port().to_string(), name])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run h2_frames.py");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, move || {
+        lines.next().and_then(Result::ok).unwrap_or_default()
+    })
+}
+
+fn metric(admin: SocketAddr, name: &str) -> f64 {
+    sum(&get(admin, "/metrics"), name, "")
 }
 
 fn duet() -> (Backend, Duet) {
@@ -205,4 +226,197 @@ fn an_h2_cluster_grants_its_backends_the_configured_windows() {
         "backend initial_window_size=100000 connection_window=3145728"
     );
     let _ = backend.wait();
+}
+
+#[test]
+fn streams_a_client_reads_nothing_of_are_reset_at_the_send_timeout_and_their_backends_let_go() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .admin()
+        .section("limits", "{ send_timeout: 3s }")
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let admin = duet.admin_address();
+    // Ten GETs of 2 MiB each behind a window of 0: every response starts, no body byte can go out.
+    let (mut child, mut line) = start_attack(python, &duet, "zero_window");
+    assert_eq!(line(), "holding 10");
+    let holding = Instant::now();
+    assert_eq!(metric(admin, "duet_backend_in_flight"), 10.0);
+    assert_eq!(
+        backend.connections(),
+        10,
+        "one backend connection per stream"
+    );
+    let outcome = line();
+    let took = holding.elapsed();
+    let _ = child.wait();
+    eprintln!("zero window: {outcome} after {took:?}");
+    assert_eq!(outcome, "reset=10 ended=0 sent=10", "every stream reset");
+    assert!(
+        took < Duration::from_secs(8),
+        "at the send timeout: {took:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "duet_backend_in_flight"
+        ) == 0.0),
+        "the backends' in-flight count returned to zero"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || backend.connections_closed()
+            == 10),
+        "the backend connections were closed: {} of 10",
+        backend.connections_closed()
+    );
+    assert_eq!(
+        metric(admin, "duet_send_timeouts_total"),
+        10.0,
+        "each stream counted"
+    );
+    still_serving(&duet);
+}
+
+/// The seconds in a `closed after S s` outcome.
+fn closed_after(outcome: &str) -> u64 {
+    outcome
+        .strip_prefix("closed after ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(seconds, _)| seconds.parse().ok())
+        .unwrap_or_else(|| panic!("not closed: {outcome}"))
+}
+
+#[test]
+fn a_client_silent_after_its_preface_is_closed_even_if_it_never_acknowledges_the_goaway() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    // header_read_timeout 1s: the GOAWAY at 1 s, the close a header_read_timeout later.
+    let (_backend, duet) = duet();
+    let outcome = attack(python, &duet, "silent_forever");
+    eprintln!("silent forever: {outcome}");
+    assert!(closed_after(&outcome) <= 4, "{outcome}");
+    still_serving(&duet);
+}
+
+#[test]
+fn a_client_silent_after_a_request_is_closed_even_if_it_never_acknowledges_the_goaway() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    // keepalive_timeout 2s: idle for 2 to 4 s (it is looked at every 2 s), then GOAWAY, then the
+    // close a header_read_timeout (1 s) later.
+    let (backend, duet) = duet();
+    let outcome = attack(python, &duet, "silent_after_a_request");
+    eprintln!("silent after a request: {outcome}");
+    assert!(closed_after(&outcome) <= 7, "{outcome}");
+    assert_eq!(backend.requests(), 1);
+}
+
+#[test]
+fn silent_http2_clients_at_max_connections_do_not_lock_others_out() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .section(
+            "limits",
+            "{ header_read_timeout: 1s, keepalive_timeout: 2s, max_connections: 4 }",
+        )
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let silent: Vec<_> = (0..4)
+        .map(|_| start_attack(python, &duet, "silent_forever"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // Waits in the accept queue until a silent one is closed (about 2 s after its preface).
+    still_serving(&duet);
+    for (mut child, mut line) in silent {
+        let outcome = line();
+        let _ = child.wait();
+        assert!(closed_after(&outcome) <= 4, "{outcome}");
+    }
+}
+
+#[test]
+fn a_prior_knowledge_client_may_open_its_connection_ahead_of_its_first_request() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    // header_read_timeout 1s: the preface comes 1.5 s after the connect.
+    let (backend, duet) = duet();
+    assert_eq!(attack(python, &duet, "late_preface"), "status 200 sent=1");
+    assert_eq!(backend.requests(), 1);
+}
+
+#[test]
+fn an_http2_request_with_more_fields_than_http11_allows_gets_431() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .admin()
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    // 1,500 fields: 431 as over HTTP/1.1 (past 100 fields), before routing; 50 are served.
+    assert_eq!(
+        attack(python, &duet, "many_fields"),
+        "statuses 431 200 sent=2"
+    );
+    assert_eq!(backend.requests(), 1, "the 431 reached no backend");
+    assert_eq!(
+        sum(
+            &get(duet.admin_address(), "/metrics"),
+            "duet_rejected_requests_total",
+            "reason=\"head_too_large\""
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn an_http2_connection_buffers_no_more_request_bodies_at_once_than_an_http11_one() {
+    let Some(python) = python_with_h2() else {
+        return;
+    };
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /upload/buffered }}, cluster: app, buffer_request: 1MiB }}
+  - {{ cluster: app }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        backend.address()
+    );
+    let duet = Duet::start(&yaml);
+    still_serving(&duet);
+    let before = duet.peak_rss_kib();
+    // 100 streams each send 999,999 of the 1,000,000 bytes they announce, as fast as duet grants
+    // window. Over HTTP/1.1 a connection buffers one body at a time (1 MiB here); over HTTP/2 its
+    // streams queue for that one turn, their bytes held back by flow control.
+    let outcome = attack(python, &duet, "buffered_uploads");
+    let grown = duet.peak_rss_kib().saturating_sub(before);
+    eprintln!("buffered uploads: {outcome}, duet grew {grown} KiB");
+    let uploaded: u64 = outcome
+        .strip_prefix("uploaded ")
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .expect("bytes uploaded");
+    assert!(
+        uploaded < 8_000_000,
+        "held back by flow control: {uploaded} bytes taken"
+    );
+    assert!(grown < 24 * 1024, "duet grew {grown} KiB");
+    assert_eq!(
+        backend.requests(),
+        1,
+        "no body was whole (the one request is still_serving's)"
+    );
 }

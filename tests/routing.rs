@@ -836,3 +836,70 @@ clusters:
         "{lines:#?}"
     );
 }
+
+#[test]
+fn an_absolute_target_is_logged_with_the_host_it_was_routed_by() {
+    let admin = Backend::start(BackendOptions::named("admin")).expect("admin");
+    let www = Backend::start(BackendOptions::named("www")).expect("www");
+    let config = DuetConfig::new()
+        .route(Some("admin.internal"), "/", "admin")
+        .route(None, "/", "www")
+        .cluster(Cluster::new("admin").backend(admin.address()))
+        .cluster(Cluster::new("www").backend(www.address()));
+    let duet = Duet::start(&config.to_yaml());
+    let (response, _) = raw_exchange(
+        duet.address,
+        b"GET http://admin.internal/x HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(response.ends_with("admin"), "{response}");
+    let logged = support::eventually(Duration::from_secs(5), || {
+        duet.log_lines().iter().any(|l| {
+            l.contains("duet::access")
+                && l.contains(" host=admin.internal path=/x ")
+                && l.contains(" cluster=admin ")
+        })
+    });
+    assert!(logged, "{:#?}", duet.log_lines());
+}
+
+#[test]
+fn path_parameters_on_the_last_segment_reach_exact_and_regex_routes_as_the_backend_reads_them() {
+    // Tomcat and Spring drop `;` parameters from each segment: `/actuator/env;x` is `/actuator/env` to
+    // them, so it must take the route `/actuator/env` takes, whatever the route's kind.
+    let actuator = Backend::start(BackendOptions::named("actuator")).expect("actuator");
+    let users = Backend::start(BackendOptions::named("users")).expect("users");
+    let other = Backend::start(BackendOptions::named("other")).expect("other");
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes:\n\
+         \x20 - {{ match: {{ path: {{ exact: /actuator/env }} }}, cluster: actuator }}\n\
+         \x20 - {{ match: {{ path: {{ regex: '^/users/[0-9]+$' }} }}, cluster: users }}\n\
+         \x20 - {{ cluster: other }}\nclusters:\n\
+         \x20 - {{ name: actuator, backends: [ {{ address: {} }} ] }}\n\
+         \x20 - {{ name: users, backends: [ {{ address: {} }} ] }}\n\
+         \x20 - {{ name: other, backends: [ {{ address: {} }} ] }}\n",
+        actuator.address(),
+        users.address(),
+        other.address()
+    );
+    let duet = Duet::start(&yaml);
+    let cases = [
+        ("/actuator/env;x", "actuator"),
+        ("/actuator/env;", "actuator"),
+        ("/actuator/env;a=1?q=2", "actuator"),
+        ("/users/42;jsessionid=1", "users"),
+        ("/users/42x;jsessionid=1", "other"),
+        ("/actuator/env%3Bx", "other"),
+    ];
+    for (target, backend) in cases {
+        let request = format!("GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.ends_with(backend), "{target}: {response}");
+    }
+    // The backend gets the path as sent, parameters included, as a prefix route's backend does.
+    let seen: Vec<String> = actuator.recorded().into_iter().map(|r| r.uri).collect();
+    assert_eq!(
+        seen,
+        ["/actuator/env;x", "/actuator/env;", "/actuator/env;a=1?q=2"]
+    );
+}

@@ -211,3 +211,37 @@ async fn a_route_with_hsts_sets_the_field_on_responses_over_tls() {
         "{response}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_connection_opened_ahead_of_its_first_request_waits_for_it_as_a_kept_alive_one_would()
+{
+    let certificate = support::TestCertificate::localhost();
+    let backend = Backend::start(BackendOptions::named("plain")).expect("backend");
+    let yaml = DuetConfig::single("p2c_peak_ewma", &[backend.address()])
+        .tls(&certificate.cert, &certificate.key)
+        .section(
+            "limits",
+            "{ header_read_timeout: 1s, keepalive_timeout: 30s }",
+        )
+        .to_yaml();
+    let duet = Duet::start(&yaml);
+    let connector = TlsConnector::from(Arc::new(certificate.client_config()));
+    let tcp = tokio::net::TcpStream::connect(duet.address)
+        .await
+        .expect("connect");
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("handshake");
+    // Wall-clock: the request comes after the header timeout has passed since the handshake.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tls.write_all(b"GET /late HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), tls.read_to_string(&mut response))
+        .await
+        .expect("in time")
+        .ok();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}

@@ -889,3 +889,28 @@ async fn an_h2_only_tls_backend_passes_its_health_check_over_h2() {
         .find(|l| l.contains("not admitted"));
     assert_eq!(refused, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_call_over_a_failed_backend_tls_handshake_gets_grpc_status_unavailable() {
+    let dir = TempDir::new();
+    let (trusted, other) = (Ca::new("trusted"), Ca::new("other"));
+    std::fs::write(dir.0.join("ca.pem"), trusted.pem()).expect("ca");
+    let backend = H2TlsBackend::start(&other.server("grpc.internal", false)).await;
+    let duet = start_duet(
+        &dir,
+        backend.address,
+        "{ ca: ca.pem, server_name: grpc.internal }",
+        "    protocol: h2\n    retries: { attempts: 1 }\n",
+    );
+    let sender = grpc::client(duet.address).await;
+    let answer = grpc::call(&sender, "/test.Echo/Unary", &[]).await;
+    assert_eq!(answer.head.status(), 200, "a trailers-only gRPC error");
+    // gRPC's HTTP mapping: the backend could not be reached, so a client may retry elsewhere.
+    assert_eq!(grpc::grpc_status(&answer), Some("14"));
+    assert!(backend.calls.lock().expect("calls").is_empty());
+    assert!(
+        logged(&duet, "outcome=backend_tls_failed"),
+        "{:#?}",
+        duet.log_lines()
+    );
+}

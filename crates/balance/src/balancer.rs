@@ -8,6 +8,7 @@ use crate::{
     endpoints::{EndpointSet, EndpointView},
     error::NoEligibleEndpoint,
     guard::LoadGuard,
+    handle::{BalanceHandle, Counters, EndpointStats, PickStats, Shared, Update},
     load::{EndpointLoad, LoadMetric},
     memory::LastFreed,
     p2c::{P2c, Selection},
@@ -15,28 +16,6 @@ use crate::{
 };
 use std::{fmt, hash::Hash, sync::Arc, time::Duration};
 use tower::load::CompleteOnResponse;
-
-/// Counters of a balancer's selections, for telemetry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PickStats {
-    /// Endpoints picked.
-    pub picks: u64,
-    /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints; one per
-    /// candidate under [`Policy::LeastLoaded`]).
-    pub load_reads: u64,
-    /// Picks decided by a coin flip between equal loads (a draw among equal minimums under
-    /// [`Policy::LeastLoaded`]).
-    pub ties: u64,
-    /// Picks where both candidates had zero load: too little concurrency for the metric to mean much.
-    pub both_zero: u64,
-    /// Requests refused because no endpoint was eligible.
-    pub no_eligible: u64,
-    /// Endpoints removed because their service's `poll_ready` failed (tower's balancer evicts them too:
-    /// a service whose readiness fails is closed for good, e.g. a dropped connection).
-    pub evicted: u64,
-    /// Picks given up because the endpoint's service was not ready, and made again elsewhere.
-    pub repicks: u64,
-}
 
 /// One P2C comparison, as passed to an observer set with [`Balance::with_observer`].
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +68,8 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     policy: Policy,
     p2c: P2c,
     turns: Turns,
-    pub(crate) stats: PickStats,
+    /// Counters, endpoint list and queued updates, shared with [`BalanceHandle`]s.
+    pub(crate) shared: Arc<Shared<K>>,
     observer: Option<Observer<K>>,
     /// Set by [`Balance::with_service_load`]: P2C compares the endpoints' own `Load` instead of the
     /// metric's.
@@ -128,7 +108,7 @@ where
             policy: Policy::P2c,
             p2c: P2c::with_draws(draws),
             turns: Turns::default(),
-            stats: PickStats::default(),
+            shared: Arc::default(),
             observer: None,
             service_load: None,
             excluded: Vec::new(),
@@ -151,7 +131,7 @@ where
             policy: self.policy,
             p2c: self.p2c,
             turns: self.turns,
-            stats: self.stats,
+            shared: self.shared,
             observer: self.observer,
             service_load: self.service_load,
             excluded: self.excluded,
@@ -209,6 +189,7 @@ where
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.endpoints.set_clock(clock);
         self.reserved = Reserved::None;
+        self.publish();
         self
     }
 
@@ -237,13 +218,17 @@ where
     /// Adds an endpoint, or replaces the service and weight of the endpoint with this key while keeping
     /// its load state and eligibility. Returns the replaced service.
     pub fn insert(&mut self, key: K, weight: u32, service: S) -> Option<S> {
-        self.endpoints.insert(key, weight, service)
+        let replaced = self.endpoints.insert(key, weight, service);
+        self.publish();
+        replaced
     }
 
     /// Removes an endpoint. Requests in flight to it complete normally; their guards hold its state.
     /// A pick reserved by `poll_ready` is made again (positions move).
     pub fn remove(&mut self, key: &K) -> Option<S> {
-        self.endpoints.remove(key)
+        let removed = self.endpoints.remove(key);
+        self.publish();
+        removed
     }
 
     /// Keeps only the endpoints for which `keep` returns true.
@@ -270,7 +255,9 @@ where
 
     /// Changes an endpoint's weight (0 makes it ineligible). Returns false if there is no such endpoint.
     pub fn set_weight(&mut self, key: &K, weight: u32) -> bool {
-        self.endpoints.set_weight(key, weight)
+        let known = self.endpoints.set_weight(key, weight);
+        self.publish();
+        known
     }
 
     /// Number of endpoints, eligible or not.
@@ -301,7 +288,66 @@ where
 
     /// The selection counters.
     pub fn stats(&self) -> PickStats {
-        self.stats
+        self.shared.counters.snapshot()
+    }
+
+    /// A cloneable handle that reads this balancer's counters and endpoints and sets weights and
+    /// eligibility from anywhere, also once the balancer has moved into a `tower::buffer::Buffer` (see
+    /// [`BalanceHandle`]). Its updates apply at the balancer's next pick.
+    ///
+    /// ```
+    /// use duet_balance::{Balance, LoadMetric};
+    /// use std::convert::Infallible;
+    /// use tower::{buffer::Buffer, service_fn, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), duet_balance::BoxError> {
+    /// let mut balance = Balance::new(LoadMetric::InFlight);
+    /// for name in ["a", "b"] {
+    ///     balance.insert(name, 1, service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) }));
+    /// }
+    /// let handle = balance.handle();
+    /// let mut shared = Buffer::new(balance, 64);
+    ///
+    /// handle.set_eligible("a", false);
+    /// assert_eq!(shared.ready().await?.call(()).await?, "b");
+    /// assert_eq!(handle.stats().picks, 1);
+    /// let eligible: Vec<_> = handle.endpoints().iter().map(|e| (e.key, e.load.is_eligible())).collect();
+    /// assert_eq!(eligible, [("a", false), ("b", true)]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn handle(&self) -> BalanceHandle<K> {
+        let handle = self.shared.handle();
+        self.publish();
+        handle
+    }
+
+    /// Hands the endpoint list to handles, if there are any.
+    fn publish(&self) {
+        if self.shared.is_watched() {
+            let views = self.endpoints.views().map(|view| EndpointStats {
+                key: view.key.clone(),
+                weight: view.weight,
+                load: view.load.clone(),
+            });
+            self.shared.publish(views.collect());
+        }
+    }
+
+    /// Applies the updates handles have queued, in order.
+    #[cold]
+    fn apply_updates(&mut self) {
+        for update in self.shared.take_updates() {
+            match update {
+                Update::Weight(key, weight) => {
+                    self.set_weight(&key, weight);
+                }
+                Update::Eligible(key, eligible) => {
+                    self.set_eligible(&key, eligible);
+                }
+            }
+        }
     }
 
     /// The load metric.
@@ -377,12 +423,15 @@ where
         exclude: &[K],
         also: &[K],
     ) -> Result<PickedAt, NoEligibleEndpoint> {
+        if self.shared.has_updates() {
+            self.apply_updates();
+        }
         let Self {
             endpoints,
             policy: rule,
             p2c,
             turns,
-            stats,
+            shared,
             observer,
             service_load,
             excluded,
@@ -390,6 +439,7 @@ where
             tied,
             ..
         } = self;
+        let stats = &shared.counters;
         endpoints.refresh();
         excluded.clear();
         if !exclude.is_empty() || !also.is_empty() {
@@ -398,10 +448,10 @@ where
         let candidates = endpoints.candidates();
         let left = Remaining::new(candidates, excluded);
         if left.len() == 0 {
-            stats.no_eligible += 1;
+            stats.no_eligible.add(1);
             return Err(NoEligibleEndpoint);
         }
-        stats.picks += 1;
+        stats.picks.add(1);
         let (slot, picked_at) = match rule {
             Policy::RoundRobin => (turns.select(left), None),
             Policy::Random => (policy::random(left, p2c), None),
@@ -481,19 +531,21 @@ fn compare<K, S>(
     left: Remaining<'_>,
     loads: &Loads<'_, K, S>,
     p2c: &mut P2c,
-    stats: &mut PickStats,
+    stats: &Counters,
     remembered: [Option<usize>; 2],
 ) -> Option<Selection>
 where
     K: Hash + Eq + Clone,
 {
-    let (reads, candidates) = (&mut stats.load_reads, left.candidates());
+    let (mut reads, candidates) = (0, left.candidates());
     let selection = policy::p2c_remembering(left, p2c, remembered, |slot| {
-        *reads += 1;
+        reads += 1;
         loads.read(candidates, slot)
-    })?;
-    stats.ties += u64::from(selection.tie);
-    stats.both_zero += u64::from(selection.both_zero());
+    });
+    stats.load_reads.add(reads);
+    let selection = selection?;
+    stats.ties.add(u64::from(selection.tie));
+    stats.both_zero.add(u64::from(selection.both_zero()));
     Some(selection)
 }
 
@@ -504,17 +556,19 @@ fn scan<K, S>(
     loads: &Loads<'_, K, S>,
     p2c: &mut P2c,
     tied: &mut Vec<usize>,
-    stats: &mut PickStats,
+    stats: &Counters,
 ) -> Option<Selection>
 where
     K: Hash + Eq + Clone,
 {
-    let (reads, candidates) = (&mut stats.load_reads, left.candidates());
+    let (mut reads, candidates) = (0, left.candidates());
     let selection = policy::least_loaded(left, p2c, tied, |slot| {
-        *reads += 1;
+        reads += 1;
         loads.read(candidates, slot)
-    })?;
-    stats.ties += u64::from(selection.tie);
+    });
+    stats.load_reads.add(reads);
+    let selection = selection?;
+    stats.ties.add(u64::from(selection.tie));
     Some(selection)
 }
 
@@ -561,7 +615,7 @@ impl<K: fmt::Debug, S, C> fmt::Debug for Balance<K, S, C> {
             .field("eligible", &self.endpoints.candidates().len())
             .field("policy", &self.policy)
             .field("metric", self.endpoints.metric())
-            .field("stats", &self.stats)
+            .field("stats", &self.shared.counters.snapshot())
             .finish()
     }
 }

@@ -26,10 +26,14 @@ use std::{
 /// let (clock, time) = Clock::mock();
 /// let mut balance: Balance<&str, ()> = Balance::new(LoadMetric::default()).with_clock(clock);
 /// balance.insert("a", 1, ());
+/// // A request that takes 20 ms: the endpoint's first answer replaces the 30 ms start estimate.
+/// let (_, _, guard) = balance.pick_and_claim().expect("one endpoint");
+/// time.advance(Duration::from_millis(20));
+/// drop(guard);
 /// time.advance(Duration::from_secs(10));
-/// // An idle endpoint's estimate (30 ms to start with) decays with τ = 10 s: e^-1 of it is left.
+/// // An idle endpoint's estimate decays with τ = 10 s: e^-1 of it is left.
 /// let estimate = balance.endpoint_load(&"a").map(|load| load.rtt_estimate());
-/// assert_eq!(estimate.map(|e| e.as_micros()), Some(11_036));
+/// assert_eq!(estimate.map(|e| e.as_micros()), Some(7_357));
 /// ```
 #[derive(Clone)]
 pub struct Clock {

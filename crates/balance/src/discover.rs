@@ -2,18 +2,18 @@
 //! what `Discover` cannot say (weights, eligibility).
 
 use crate::{
-    balancer::{Balance, PickStats},
+    balancer::Balance,
     error::BoxError,
     future::ResponseFuture,
     guard::LoadGuard,
+    handle::{BalanceHandle, PickStats},
     load::LoadMetric,
+    weighted::Weighted,
 };
 use std::{
-    collections::VecDeque,
     fmt,
     hash::Hash,
     pin::Pin,
-    sync::{Arc, Mutex},
     task::{Context, Poll},
 };
 use tower::{
@@ -23,12 +23,16 @@ use tower::{
 use tower_service::Service;
 
 /// A [`Balance`] whose endpoints come from a [`Discover`] stream: each `poll_ready` first applies every
-/// change the stream has ready (`Change::Insert` adds an endpoint of weight 1, or replaces the service of
-/// an existing key, keeping its weight and load state; `Change::Remove` removes it), then picks. So a
-/// balancer behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) keeps following its membership: the buffer's worker polls it.
+/// change the stream has ready (`Change::Insert` adds an endpoint, or replaces the service of an
+/// existing key, keeping its load state; `Change::Remove` removes it), then picks. So a balancer behind
+/// [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) keeps
+/// following its membership: the buffer's worker polls it.
 ///
-/// Weights and eligibility, which tower's `Change` cannot carry, go through a [`BalanceHandle`]: a
-/// cloneable handle, kept before the balancer is moved into a `Buffer`, whose updates are applied at the
+/// **Weights** come with the endpoints when the stream announces [`Weighted`] services and the balancer
+/// is built [`with_weights`](Self::with_weights): each insert sets the weight it carries, and inserting
+/// a key again with another weight changes it in place (load state kept). Otherwise a new endpoint has
+/// weight 1 and a re-inserted one keeps its weight. A [`BalanceHandle`] (cloneable, kept before the
+/// balancer is moved into a `Buffer`) also sets weights and eligibility; its updates are applied at the
 /// next `poll_ready`, in the order they were made, after the stream's changes.
 ///
 /// A stream that ends leaves the last membership in place; a stream that fails makes `poll_ready` fail
@@ -66,54 +70,8 @@ where
     /// The stream ended: never polled again.
     ended: bool,
     balance: Balance<D::Key, D::Service, C>,
-    updates: Arc<Mutex<VecDeque<Update<D::Key>>>>,
-}
-
-/// Changes a [`DiscoverBalance`]'s endpoints where a [`Discover`] stream cannot: weight and eligibility.
-/// Cheap to clone and `Send`; updates apply at the balancer's next `poll_ready`.
-pub struct BalanceHandle<K> {
-    updates: Arc<Mutex<VecDeque<Update<K>>>>,
-}
-
-enum Update<K> {
-    Weight(K, u32),
-    Eligible(K, bool),
-}
-
-impl<K> Clone for BalanceHandle<K> {
-    fn clone(&self) -> Self {
-        Self {
-            updates: self.updates.clone(),
-        }
-    }
-}
-
-impl<K> fmt::Debug for BalanceHandle<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BalanceHandle").finish_non_exhaustive()
-    }
-}
-
-impl<K> BalanceHandle<K> {
-    /// Sets an endpoint's weight (0 takes it out of rotation). Ignored if the key is unknown then.
-    pub fn set_weight(&self, key: K, weight: u32) {
-        self.push(Update::Weight(key, weight));
-    }
-
-    /// Marks an endpoint eligible or not, keeping its load state (see [`Balance::set_eligible`]).
-    /// Ignored if the key is unknown then.
-    pub fn set_eligible(&self, key: K, eligible: bool) {
-        self.push(Update::Eligible(key, eligible));
-    }
-
-    fn push(&self, update: Update<K>) {
-        // A poisoned queue means a panic while applying updates; the updates themselves are plain data.
-        let mut queue = self
-            .updates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        queue.push_back(update);
-    }
+    /// The weight an inserted service carries, if the balancer honours it ([`Self::with_weights`]).
+    weigh: fn(&D::Service) -> Option<u32>,
 }
 
 impl<D> DiscoverBalance<D, CompleteOnResponse>
@@ -139,15 +97,14 @@ where
             discover,
             ended: false,
             balance,
-            updates: Arc::default(),
+            weigh: |_| None,
         }
     }
 
-    /// A handle for weight and eligibility changes.
+    /// A cloneable handle that reads the balancer's counters and endpoints and sets weights and
+    /// eligibility, also once it has moved into a `Buffer` (see [`Balance::handle`]).
     pub fn handle(&self) -> BalanceHandle<D::Key> {
-        BalanceHandle {
-            updates: self.updates.clone(),
-        }
+        self.balance.handle()
     }
 
     /// The balancer, as of the last `poll_ready`.
@@ -160,8 +117,8 @@ where
         self.balance.stats()
     }
 
-    /// Applies every change the stream has ready, then the handle's updates (so a handle may set the
-    /// weight of an endpoint the stream has just announced).
+    /// Applies every change the stream has ready (the pick that follows applies the handles' updates,
+    /// so a handle may set the weight of an endpoint the stream has just announced).
     fn follow(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError>
     where
         D::Error: Into<BoxError>,
@@ -169,11 +126,12 @@ where
         while !self.ended {
             match Pin::new(&mut self.discover).poll_discover(cx) {
                 Poll::Ready(Some(Ok(Change::Insert(key, service)))) => {
-                    let weight = self
-                        .balance
-                        .endpoints()
-                        .find(|e| *e.key == key)
-                        .map_or(1, |e| e.weight);
+                    let weight = (self.weigh)(&service).unwrap_or_else(|| {
+                        self.balance
+                            .endpoints()
+                            .find(|e| *e.key == key)
+                            .map_or(1, |e| e.weight)
+                    });
                     self.balance.insert(key, weight, service);
                 }
                 Poll::Ready(Some(Ok(Change::Remove(key)))) => {
@@ -184,23 +142,42 @@ where
                 Poll::Pending => break,
             }
         }
-        let updates: Vec<Update<D::Key>> = self
-            .updates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .drain(..)
-            .collect();
-        for update in updates {
-            match update {
-                Update::Weight(key, weight) => {
-                    self.balance.set_weight(&key, weight);
-                }
-                Update::Eligible(key, eligible) => {
-                    self.balance.set_eligible(&key, eligible);
-                }
-            }
-        }
         Ok(())
+    }
+}
+
+impl<D, S, C> DiscoverBalance<D, C>
+where
+    D: Discover<Service = Weighted<S>> + Unpin,
+    D::Key: Hash + Eq + Clone,
+{
+    /// Takes each inserted endpoint's weight from the [`Weighted`] value the stream announces (without
+    /// this, every new endpoint has weight 1). An insert of a known key with another weight changes its
+    /// weight without resetting its load state.
+    ///
+    /// ```
+    /// use duet_balance::{DiscoverBalance, LoadMetric, Weighted};
+    /// use std::convert::Infallible;
+    /// use tower::{discover::Change, service_fn, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), duet_balance::BoxError> {
+    /// let backend = |name: &'static str| service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) });
+    /// let changes = futures_util::stream::iter([
+    ///     Ok::<_, Infallible>(Change::Insert("big", Weighted::new(backend("big"), 3))),
+    ///     Ok(Change::Insert("small", Weighted::new(backend("small"), 1))),
+    /// ]);
+    /// let mut balance = DiscoverBalance::new(changes, LoadMetric::InFlight).with_weights();
+    /// balance.ready().await?;
+    /// let weights: Vec<_> = balance.balance().endpoints().map(|e| (*e.key, e.weight)).collect();
+    /// assert_eq!(weights, [("big", 3), ("small", 1)]);
+    /// # let _ = balance.call(()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_weights(mut self) -> Self {
+        self.weigh = |service| Some(service.weight());
+        self
     }
 }
 

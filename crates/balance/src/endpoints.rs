@@ -5,7 +5,7 @@
 use crate::{
     candidates::Candidates,
     clock::Clock,
-    load::{DefaultRtt, EndpointLoad, LoadMetric, FALLBACK_RTT},
+    load::{ColdStart, DefaultRtt, EndpointLoad, LoadMetric},
 };
 use std::{collections::HashMap, hash::Hash, sync::Arc, time::Duration};
 use tokio::time::Instant;
@@ -50,6 +50,8 @@ pub(crate) struct EndpointSet<K, S> {
     /// instead: `admitted`, `next_ramp_step`).
     metric: LoadMetric,
     clock: Clock,
+    /// The estimate of the endpoints that have not answered yet, learnt from the pool's first answers.
+    cold: Arc<ColdStart>,
 }
 
 /// What a pick and a load reading need, whatever the key.
@@ -109,6 +111,7 @@ where
             panicking: false,
             slow_start: None,
             next_ramp_step: None,
+            cold: Arc::new(ColdStart::new(&metric)),
             metric,
             clock: Clock::new(),
         }
@@ -128,8 +131,12 @@ where
     /// Moves every endpoint's load state to `clock`, keeping its estimate and eligibility.
     pub(crate) fn set_clock(&mut self, clock: Clock) {
         for endpoint in &mut self.endpoints {
-            let estimate = endpoint.load.rtt_estimate();
-            let load = EndpointLoad::new(clock.clone(), &self.metric, estimate);
+            let estimate = endpoint
+                .load
+                .is_measured()
+                .then(|| endpoint.load.rtt_estimate());
+            let load =
+                EndpointLoad::starting(clock.clone(), &self.metric, estimate, self.cold.clone());
             load.set_eligible(endpoint.load.is_eligible());
             endpoint.load = Arc::new(load);
         }
@@ -145,8 +152,13 @@ where
             self.rebuild();
             return Some(old);
         }
-        let initial = self.initial_rtt();
-        let load = Arc::new(EndpointLoad::new(self.clock.clone(), &self.metric, initial));
+        let start = self.initial_rtt();
+        let load = Arc::new(EndpointLoad::starting(
+            self.clock.clone(),
+            &self.metric,
+            start,
+            self.cold.clone(),
+        ));
         self.index.insert(key.clone(), self.endpoints.len());
         self.endpoints.push(Endpoint {
             key,
@@ -177,11 +189,12 @@ where
         if was != eligible {
             if eligible {
                 // Re-admitted: start from the pool's median estimate, neither the stale penalty that
-                // would starve it nor an idle-looking zero that would stampede it.
+                // would starve it nor an idle-looking zero that would stampede it; unmeasured (the
+                // cold-start estimate until its next answer) if no other endpoint has answered yet.
                 let median = self.median_rtt(Some(at));
                 let endpoint = &mut self.endpoints[at];
                 endpoint.admitted = Instant::now();
-                if let (true, Some(median)) = (self.metric.uses_clock(), median) {
+                if self.metric.uses_clock() {
                     endpoint.load.reset_estimate(median);
                 }
             }
@@ -235,24 +248,25 @@ where
         self.panicking
     }
 
-    fn initial_rtt(&self) -> Duration {
-        let Some(config) = self.metric.latency_config() else {
-            return FALLBACK_RTT;
-        };
-        match config.default_rtt {
-            DefaultRtt::Fixed(rtt) => rtt,
-            DefaultRtt::PoolMedian => self.median_rtt(None).unwrap_or(FALLBACK_RTT),
+    /// A new endpoint's estimate: the median of the measured ones under [`DefaultRtt::PoolMedian`]
+    /// (a warm pool); otherwise `None`, unmeasured: the pool's [`ColdStart`] estimate until its first
+    /// answer replaces it (a cold pool, or a fixed start).
+    fn initial_rtt(&self) -> Option<Duration> {
+        match self.metric.latency_config()?.default_rtt {
+            DefaultRtt::Fixed(_) => None,
+            DefaultRtt::PoolMedian => self.median_rtt(None),
         }
     }
 
-    /// The median latency estimate of the eligible endpoints (all endpoints if none is eligible),
-    /// leaving out `except`.
+    /// The median latency estimate of the measured eligible endpoints (of all measured endpoints if
+    /// none is eligible), leaving out `except`. Estimates no answer has confirmed yet are guesses, not
+    /// the pool's latency: a median of them would hand a newcomer the guess without its replacement.
     fn median_rtt(&self, except: Option<usize>) -> Option<Duration> {
         let others = || {
             self.endpoints
                 .iter()
                 .enumerate()
-                .filter(|(at, _)| Some(*at) != except)
+                .filter(|(at, e)| Some(*at) != except && e.load.is_measured())
         };
         let mut estimates: Vec<Duration> = others()
             .filter(|(_, e)| e.load.is_eligible())

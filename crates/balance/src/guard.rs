@@ -10,7 +10,6 @@ use std::sync::Arc;
 /// incremented), and released exactly once: the decrement lives in `Drop`, so whatever path ends the
 /// request — body end, body error, body dropped, response future dropped, inner service error — releases
 /// it, and nothing else can. Under PeakEWMA it also records the request's latency sample once.
-#[derive(Debug)]
 pub struct LoadGuard {
     load: Arc<EndpointLoad>,
     /// The clock reading at the request's start, when the metric uses latency.
@@ -21,6 +20,17 @@ pub struct LoadGuard {
     /// Under [`Policy::P2cMemory`](crate::Policy::P2cMemory): where to record, on release, that this
     /// endpoint freed a slot, and the endpoint's token there.
     freed: Option<(Arc<LastFreed>, u64)>,
+}
+
+/// The endpoint's load and whether the sample is still to come; the start is a clock reading (ticks),
+/// which says nothing to a reader, and is left out.
+impl std::fmt::Debug for LoadGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadGuard")
+            .field("load", &self.load)
+            .field("waiting", &self.waiting)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LoadGuard {

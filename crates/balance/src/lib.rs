@@ -35,7 +35,10 @@
 //!   latency, multiplied by `in_flight + 1`, so a slow endpoint and a busy one both look heavy. A sample
 //!   above the estimate replaces it at once; lower samples pull it down with time constant τ (10 s). Reads
 //!   project the idle decay without storing it, so how often loads are read changes nothing; see
-//!   [`PeakEwmaConfig`]. New endpoints start at the pool median. The estimate read is never below the mean age
+//!   [`PeakEwmaConfig`]. New endpoints start at the median of the measured estimates; in a pool where
+//!   none has answered yet (a cold start), at the pool's lowest first answer (30 ms before any), and an
+//!   endpoint's own first answer then replaces its start estimate, so a cold cluster ranks by latency
+//!   from its first answers instead of after τ. The estimate read is never below the mean age
 //!   of the requests still waiting for their sample: an endpoint that stalls looks slower with every
 //!   millisecond, before any of its requests completes.
 //!
@@ -125,7 +128,9 @@
 //! [`Balance::stats`] counts picks, load reads, ties and picks where both candidates were idle (too
 //! little concurrency for the metric to mean anything); [`Balance::with_observer`] sees every comparison;
 //! each endpoint's [`EndpointLoad`] exposes its in-flight count, picks and latency estimate, and may be
-//! read from another thread.
+//! read from another thread. [`Balance::handle`] (and [`DiscoverBalance::handle`]) gives a cloneable
+//! [`BalanceHandle`] that reads all of it, and sets weights and eligibility, from anywhere: also once
+//! the balancer has moved into a `tower::buffer::Buffer`.
 //!
 //! # Example
 //!
@@ -164,10 +169,11 @@
 //!   [`remove`](Balance::remove), [`set_eligible`](Balance::set_eligible) and
 //!   [`set_weight`](Balance::set_weight); duet's workers do, each with its own balancer.
 //! * **From discovery**: [`DiscoverBalance`] follows any [`tower::discover::Discover`] stream, applying
-//!   its changes inside `poll_ready`, with a [`BalanceHandle`] for weights and eligibility.
+//!   its changes inside `poll_ready`; a stream of [`Weighted`] services carries each endpoint's weight
+//!   ([`DiscoverBalance::with_weights`]), and a [`BalanceHandle`] sets weights and eligibility.
 //! * **Shared**: a balancer is one state machine (`&mut self`), not a handle; to share one between
 //!   tasks, put it behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) (whose clones all feed one worker task that owns it)
-//!   and keep a [`BalanceHandle`] for changes. Sharing one balancer between threads gives up what
+//!   and keep a [`BalanceHandle`] ([`Balance::handle`]) for stats and changes. Sharing one balancer between threads gives up what
 //!   per-thread balancers buy (no contention, no herding): prefer one per thread where you can.
 //! * **Readiness**: `poll_ready` picks, then polls the picked endpoint. One that is not ready is passed
 //!   over for a new pick (up to [`MAX_PICKS`]), so a slow endpoint never pins the balancer; one whose
@@ -240,6 +246,8 @@ mod service;
 
 mod balancer;
 
+mod handle;
+
 mod policy;
 
 mod endpoints;
@@ -264,6 +272,8 @@ mod clock;
 
 mod draw;
 
+mod weighted;
+
 mod error;
 
 /// The selection algorithm on its own, free of any service: what a simulator or another balancer
@@ -275,17 +285,19 @@ pub mod algo {
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
 }
 
-pub use balancer::{Balance, PickEvent, PickStats};
+pub use balancer::{Balance, PickEvent};
 pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};
-pub use discover::{BalanceHandle, DiscoverBalance};
+pub use discover::DiscoverBalance;
 pub use draw::{DrawSource, Draws};
 pub use endpoints::EndpointView;
 pub use error::{BoxError, NoEligibleEndpoint, NotReady};
 pub use future::ResponseFuture;
 pub use guard::LoadGuard;
+pub use handle::{BalanceHandle, EndpointStats, PickStats};
 pub use layer::{BalanceLayer, Picked, SharedEndpoint};
 pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
 pub use policy::Policy;
 pub use service::MAX_PICKS;
 pub use tower::load::{CompleteOnResponse, TrackCompletion};
+pub use weighted::Weighted;

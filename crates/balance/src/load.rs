@@ -2,9 +2,13 @@
 
 use crate::clock::Clock;
 use std::{
-    sync::atomic::{
-        AtomicBool, AtomicU64,
-        Ordering::{Acquire, Relaxed, Release},
+    fmt,
+    sync::{
+        atomic::{
+            AtomicBool, AtomicU64,
+            Ordering::{Acquire, Relaxed, Release},
+        },
+        Arc,
     },
     time::Duration,
 };
@@ -114,13 +118,22 @@ pub enum SampleAt {
 }
 
 /// The latency estimate a newly added endpoint starts with.
+///
+/// A start estimate that no answer has confirmed (the 30 ms of a cold pool, or a fixed one) is a
+/// guess: the endpoint's first answer replaces it, whether higher or lower, instead of being blended
+/// in with time constant τ. Blended, a 30 ms guess took ~10 s to fade, and until then every endpoint
+/// faster than it looked alike ([`EndpointLoad::is_measured`] tells which estimates are guesses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DefaultRtt {
-    /// The median of the current endpoints' estimates, or 30 ms when there are none. A newcomer then
-    /// neither looks idle (and gets stampeded) nor looks slow (and gets starved).
+    /// In a warm pool, the median of the measured endpoints' estimates: a newcomer then neither looks
+    /// idle (and gets stampeded) nor looks slow (and gets starved), and its answers move the estimate
+    /// as any endpoint's do. In a cold pool (no endpoint has answered yet), 30 ms until the pool's
+    /// first answer, then the lowest first answer of any endpoint, until its own first answer: an
+    /// endpoint yet to answer is never ranked behind measured ones (which would starve it of the
+    /// answer that measures it).
     #[default]
     PoolMedian,
-    /// A fixed estimate.
+    /// A fixed estimate for every new endpoint, until its first answer.
     Fixed(Duration),
 }
 
@@ -143,7 +156,7 @@ pub enum DefaultRtt {
 pub struct PeakEwmaConfig {
     /// Time constant τ. Default 10 s.
     pub decay: Duration,
-    /// Estimate of a new endpoint. Default: the pool median.
+    /// Estimate of a new endpoint until its first answer. Default: the pool median (see [`DefaultRtt`]).
     pub default_rtt: DefaultRtt,
     /// When the latency sample is taken. Default: at response headers.
     pub sample_at: SampleAt,
@@ -163,14 +176,85 @@ impl Default for PeakEwmaConfig {
     }
 }
 
-pub(crate) const FALLBACK_RTT: Duration = Duration::from_millis(30);
+const FALLBACK_RTT: Duration = Duration::from_millis(30);
+
+/// The bits `ewma_ns` and `average_ns` hold until an endpoint's first sample: a NaN no arithmetic
+/// produces, so an unmeasured estimate costs a pick one comparison of a word it reads anyway.
+const UNMEASURED: u64 = u64::MAX;
+
+/// The estimate of a pool's endpoints that have not answered yet, shared by their load states.
+///
+/// Under [`DefaultRtt::PoolMedian`] it starts at 30 ms and then learns from the pool's own answers: it
+/// is the lowest first sample of any endpoint, so an endpoint that has not answered is never ranked
+/// behind the measured ones (which would starve it of the answer that measures it) and never ahead of
+/// the fastest. Under [`DefaultRtt::Fixed`] it stays at the configured estimate.
+pub(crate) struct ColdStart {
+    /// f64 bits of the estimate in nanoseconds.
+    estimate_ns: AtomicU64,
+    /// Whether first samples replace it (`PoolMedian`), and whether one has.
+    learns: bool,
+    learned: AtomicBool,
+}
+
+impl ColdStart {
+    pub(crate) fn new(metric: &LoadMetric) -> Self {
+        let (start, learns) = match metric.latency_config().map(|c| c.default_rtt) {
+            Some(DefaultRtt::Fixed(rtt)) => (rtt, false),
+            _ => (FALLBACK_RTT, true),
+        };
+        Self {
+            estimate_ns: AtomicU64::new((start.as_nanos() as u64 as f64).to_bits()),
+            learns,
+            learned: AtomicBool::new(false),
+        }
+    }
+
+    #[inline]
+    fn estimate_ns(&self) -> f64 {
+        f64::from_bits(self.estimate_ns.load(Relaxed))
+    }
+
+    /// An endpoint's first sample: the first one replaces the start, later ones can only lower it.
+    /// (Two first samples at the same instant on two threads may keep the later instead of the lower:
+    /// harmless, and impossible in duet's single-threaded workers.)
+    fn learn(&self, rtt_ns: f64) {
+        if !self.learns {
+            return;
+        }
+        if !self.learned.swap(true, Relaxed) {
+            self.estimate_ns.store(rtt_ns.to_bits(), Relaxed);
+            return;
+        }
+        let _ = self.estimate_ns.fetch_update(Relaxed, Relaxed, |bits| {
+            (rtt_ns < f64::from_bits(bits)).then_some(rtt_ns.to_bits())
+        });
+    }
+}
+
+impl fmt::Debug for ColdStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ColdStart")
+            .field("estimate", &nanos(self.estimate_ns()))
+            .field("learns", &self.learns)
+            .field("learned", &self.learned.load(Relaxed))
+            .finish()
+    }
+}
+
+/// A duration of `ns` nanoseconds (0 for what is not a finite positive number), for `Debug`.
+fn nanos(ns: f64) -> Duration {
+    Duration::from_nanos(if ns.is_finite() {
+        ns.max(0.0) as u64
+    } else {
+        0
+    })
+}
 
 /// The load state of one endpoint in one balancer.
 ///
 /// Shared (by `Arc`) between the balancer and the guards of requests in flight, which may complete on
 /// other threads; all fields are atomics. Each balancer has its own: nothing here is shared between
 /// duet's workers. A control plane may hold the `Arc` to read it for metrics.
-#[derive(Debug)]
 // Field order is layout: what a pick reads of a candidate (counts, estimate, stamp, decay: 32 bytes)
 // comes first, right after the `Arc`'s two counters, so that a candidate costs one cache line (two when
 // the allocation straddles a line) instead of reads spread over the whole 128 bytes, which matters once
@@ -200,14 +284,50 @@ pub struct EndpointLoad {
     clock: Clock,
     /// Whether the balancer may pick it: the one copy of that flag, kept by the balancer.
     eligible: AtomicBool,
+    /// The start estimate of the pool's endpoints that have not answered yet, read in place of
+    /// `ewma_ns` and `average_ns` while those hold [`UNMEASURED`].
+    cold: Arc<ColdStart>,
     sample_at: SampleAt,
+}
+
+/// What a person reading it needs: counts as counts, latencies as durations, read now.
+impl fmt::Debug for EndpointLoad {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (now, counts) = (self.clock.now(), self.counts());
+        f.debug_struct("EndpointLoad")
+            .field("eligible", &self.is_eligible())
+            .field("in_flight", &Self::in_flight_of(counts))
+            .field("waiting", &(counts >> 32))
+            .field("picks", &self.picks())
+            .field("rtt_estimate", &nanos(self.estimate_ns(now, counts)))
+            .field("latency_average", &nanos(self.average_ns(now, counts)))
+            .field("measured", &self.is_measured())
+            .field("penalty", &nanos(self.penalty_ns))
+            .field("sample_at", &self.sample_at)
+            .finish_non_exhaustive()
+    }
 }
 
 const ONE_IN_FLIGHT: u64 = 1;
 const ONE_WAITING: u64 = 1 << 32;
 
 impl EndpointLoad {
+    /// A state measured at `initial_rtt`, alone in its pool: a unit test's starting point.
+    #[cfg(test)]
     pub(crate) fn new(clock: Clock, metric: &LoadMetric, initial_rtt: Duration) -> Self {
+        let cold = Arc::new(ColdStart::new(metric));
+        Self::starting(clock, metric, Some(initial_rtt), cold)
+    }
+
+    /// A state at `start`, or, if `None`, unmeasured: its estimate is `cold`'s until its first sample
+    /// replaces it.
+    pub(crate) fn starting(
+        clock: Clock,
+        metric: &LoadMetric,
+        start: Option<Duration>,
+        cold: Arc<ColdStart>,
+    ) -> Self {
+        let bits = start.map_or(UNMEASURED, |rtt| (rtt.as_nanos() as u64 as f64).to_bits());
         let (tau, penalty, sample_at) = match metric.latency_config() {
             Some(cfg) => (cfg.decay, cfg.penalty, cfg.sample_at),
             None => (
@@ -221,14 +341,22 @@ impl EndpointLoad {
             eligible: AtomicBool::new(true),
             picks: AtomicU64::new(0),
             waiting_since: AtomicU64::new(0),
-            ewma_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
-            average_ns: AtomicU64::new((initial_rtt.as_nanos() as u64 as f64).to_bits()),
+            ewma_ns: AtomicU64::new(bits),
+            average_ns: AtomicU64::new(bits),
             stamp: AtomicU64::new(clock.now()),
             decay_per_tick: clock.ns_per_tick() / (tau.as_nanos() as u64 as f64).max(1.0),
             clock,
             penalty_ns: penalty.as_nanos() as u64 as f64,
             sample_at,
+            cold,
         }
+    }
+
+    /// Whether the estimate comes from answers: this endpoint's own, or the pool median it started at.
+    /// `false` from a start in a pool where no endpoint had answered yet, or at a
+    /// [`DefaultRtt::Fixed`] estimate, until the endpoint's first sample.
+    pub fn is_measured(&self) -> bool {
+        self.ewma_ns.load(Relaxed) != UNMEASURED
     }
 
     /// Whether the balancer may pick this endpoint (healthy, not ejected; see
@@ -278,7 +406,11 @@ impl EndpointLoad {
     /// The estimate at the reading `now`, given the counts the caller has read.
     #[inline]
     pub(crate) fn estimate_ns(&self, now: u64, counts: u64) -> f64 {
-        let ewma = f64::from_bits(self.ewma_ns.load(Relaxed));
+        let bits = self.ewma_ns.load(Relaxed);
+        if bits == UNMEASURED {
+            return self.unmeasured_ns(now, counts);
+        }
+        let ewma = f64::from_bits(bits);
         let in_flight = Self::in_flight_of(counts);
         let elapsed = now.saturating_sub(self.stamp.load(Relaxed)) as f64;
         let projected = peak_ewma::project_scaled(ewma, elapsed * self.decay_per_tick, in_flight);
@@ -293,12 +425,28 @@ impl EndpointLoad {
     /// for their sample. No idle decay: see [`LoadMetric::InFlightThenLatency`].
     #[inline]
     pub(crate) fn average_ns(&self, now: u64, counts: u64) -> f64 {
-        let average = f64::from_bits(self.average_ns.load(Relaxed));
+        let bits = self.average_ns.load(Relaxed);
+        if bits == UNMEASURED {
+            return self.unmeasured_ns(now, counts);
+        }
+        let average = f64::from_bits(bits);
         let waiting = counts >> 32;
         if waiting == 0 {
             return average;
         }
         average.max(self.waiting_age_ns(now, counts, waiting))
+    }
+
+    /// The estimate of an endpoint that has not answered yet: the pool's cold-start estimate, with no
+    /// idle decay (nothing was measured to decay), never below the mean age of its waiting requests.
+    #[cold]
+    fn unmeasured_ns(&self, now: u64, counts: u64) -> f64 {
+        let guess = self.cold.estimate_ns();
+        let waiting = counts >> 32;
+        if waiting == 0 {
+            return guess;
+        }
+        guess.max(self.waiting_age_ns(now, counts, waiting))
     }
 
     /// The mean age of the `waiting` requests (read in `counts`); 0 if the sum cannot be trusted.
@@ -365,9 +513,10 @@ impl EndpointLoad {
         self.sample_at
     }
 
-    /// Replaces the estimate (re-admission after ejection or failed health checks).
-    pub(crate) fn reset_estimate(&self, rtt: Duration) {
-        let bits = (rtt.as_nanos() as u64 as f64).to_bits();
+    /// Replaces the estimate (re-admission after ejection or failed health checks): with `rtt`, or, if
+    /// `None`, with the pool's cold-start estimate until the next sample.
+    pub(crate) fn reset_estimate(&self, rtt: Option<Duration>) {
+        let bits = rtt.map_or(UNMEASURED, |rtt| (rtt.as_nanos() as u64 as f64).to_bits());
         self.ewma_ns.store(bits, Relaxed);
         self.average_ns.store(bits, Relaxed);
         self.stamp.store(self.clock.now(), Relaxed);
@@ -384,6 +533,20 @@ impl EndpointLoad {
 
     fn record_ns(&self, rtt_ns: f64, now: u64) {
         let stamp = self.stamp.load(Relaxed);
+        // The first answer replaces a guess: blended in, a 30 ms guess would take τ (10 s) to fade,
+        // and until then endpoints faster than it would all look alike (issue #43).
+        let first = rtt_ns.to_bits();
+        if self.ewma_ns.load(Relaxed) == UNMEASURED
+            && self
+                .ewma_ns
+                .compare_exchange(UNMEASURED, first, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.average_ns.store(first, Relaxed);
+            self.stamp.store(now.max(stamp), Relaxed);
+            self.cold.learn(rtt_ns);
+            return;
+        }
         let weight = peak_ewma::decay(now.saturating_sub(stamp) as f64 * self.decay_per_tick);
         // The pair (estimate, stamp) is not updated as one: two samples completing at the same instant on
         // two threads may each decay from the other's stamp. The error is bounded by one sample's weight
@@ -623,6 +786,19 @@ mod tests {
             Duration::from_secs(1),
             "the estimate peaks"
         );
+    }
+
+    #[test]
+    fn debug_shows_counts_and_durations_not_float_bits() {
+        let (state, _time) = ewma_state(Duration::from_millis(30));
+        state.start();
+        let shown = format!("{state:?}");
+        assert_eq!(
+            shown,
+            "EndpointLoad { eligible: true, in_flight: 1, waiting: 0, picks: 1, rtt_estimate: 30ms, \
+             latency_average: 30ms, measured: true, penalty: 1s, sample_at: ResponseHeaders, .. }"
+        );
+        state.finish();
     }
 
     #[test]

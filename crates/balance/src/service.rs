@@ -100,12 +100,12 @@ where
                     return Poll::Pending;
                 }
                 Poll::Pending => {
-                    self.stats.repicks += 1;
+                    self.shared.counters.repicks.add(1);
                     pending.push(self.endpoints.at(at).key.clone());
                     self.reserved = Reserved::None;
                 }
                 Poll::Ready(Err(_)) => {
-                    self.stats.evicted += 1;
+                    self.shared.counters.evicted.add(1);
                     let key = self.endpoints.at(at).key.clone();
                     self.remove(&key);
                 }

@@ -71,6 +71,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             keepalive_timeout,
             keepalive_requests,
             max_mirrors_in_flight,
+            max_buffered_bytes,
         ]
     );
     changed!(
@@ -134,6 +135,12 @@ fn listeners(changes: &mut Changes, old: &[Listener], new: &[Listener]) {
                     l.trusted_proxies.iter().map(ToString::to_string).collect()
                 };
                 changes.field(&prefix, "trusted_proxies", &nets(before), &nets(listener));
+                changes.field(
+                    &prefix,
+                    "underscores_in_headers",
+                    &before.underscores_in_headers.name(),
+                    &listener.underscores_in_headers.name(),
+                );
             }
         }
     }

@@ -52,9 +52,9 @@ pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
     HealthCheck, HostPattern, Hsts, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
-    OutlierDetection, PathMatch, PathRewrite, Pattern, Policy, Redirect, RedirectPath, Retries,
-    Rewrite, Route, Shutdown, Timeouts, TlsFiles, UpstreamProtocol, UpstreamTls, ValueMatch,
-    WeightedCluster, Workers,
+    OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, Redirect,
+    RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, Underscores,
+    UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
 pub use rate_limit::{RateKey, RateLimit, RateMode};
 

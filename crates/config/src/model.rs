@@ -45,6 +45,31 @@ pub struct Listener {
     /// Peers (other proxies, load balancers) whose `X-Forwarded-For` chain is kept and extended. From
     /// anyone else, every forwarding field a client sent is dropped and rebuilt. Default: nobody.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// What becomes of a request field whose name holds an underscore. Default: dropped.
+    pub underscores_in_headers: Underscores,
+}
+
+/// `underscores_in_headers:` of a listener. CGI and WSGI backends (and the frameworks on them) read a
+/// field as `HTTP_` and its name upper-cased with `-` as `_`, so `X_Forwarded_For` reaches them as the
+/// `X-Forwarded-For` duet rebuilt, and `X_Team` as the `X-Team` a route sets: the forwarding and
+/// header-edit protections, which go by name, would not see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Underscores {
+    /// Dropped before routing, each counted (nginx's default, `underscores_in_headers off`).
+    #[default]
+    Drop,
+    /// Forwarded as sent, for clients and backends that need such names.
+    Keep,
+}
+
+impl Underscores {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Drop => "drop",
+            Self::Keep => "keep",
+        }
+    }
 }
 
 impl Listener {
@@ -492,24 +517,62 @@ impl std::fmt::Display for PathMatch {
 
 /// A regular expression compiled once when the config is read (the `regex` crate: linear time in the
 /// input, no backtracking). Two are equal when written the same.
+///
+/// Linear time is not small memory: a counted repetition of a Unicode class compiles to megabytes
+/// (`\w{1,50}` is 2.5 MiB, `\pL{1,100}` 4.3 MiB), and every worker holds the config. So one regex may
+/// compile to at most [`SIZE_LIMIT`](Self::SIZE_LIMIT), a tenth of the crate's default, and the config
+/// check holds all of a config's regexes to [`TOTAL_LIMIT`](Self::TOTAL_LIMIT).
 #[derive(Debug, Clone)]
-pub struct Pattern(regex::Regex);
+pub struct Pattern {
+    regex: regex::Regex,
+    /// The heap the compiled expression holds (its search caches apart).
+    memory: usize,
+}
+
+/// Why a regex is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatternError {
+    /// It does not parse: what the parser says.
+    Invalid(String),
+    /// It compiles to more than [`Pattern::SIZE_LIMIT`].
+    TooLarge,
+}
 
 impl Pattern {
-    /// Compiles `text`; the error says what is wrong with it.
-    pub fn new(text: &str) -> Result<Self, String> {
-        regex::Regex::new(text).map(Self).map_err(|e| e.to_string())
+    /// The most one regex may compile to (the `regex` crate's `size_limit`): 1 MiB. Paths and header
+    /// values need far less: `^/users/[0-9]+$` is 2 KiB, `\w+` 57 KiB.
+    pub const SIZE_LIMIT: usize = 1 << 20;
+    /// The most a config's regexes may hold together: 16 MiB.
+    pub const TOTAL_LIMIT: usize = 16 << 20;
+
+    /// Compiles `text`, refused past [`SIZE_LIMIT`](Self::SIZE_LIMIT).
+    pub fn new(text: &str) -> Result<Self, PatternError> {
+        let regex = regex::RegexBuilder::new(text)
+            .size_limit(Self::SIZE_LIMIT)
+            .build()
+            .map_err(|error| match error {
+                regex::Error::CompiledTooBig(_) => PatternError::TooLarge,
+                other => PatternError::Invalid(other.to_string()),
+            })?;
+        // The same expression as the meta regex `regex` wraps, which can say what it holds.
+        let memory = regex_automata::meta::Regex::new(text).map_or(0, |m| m.memory_usage());
+        Ok(Self { regex, memory })
     }
 
     /// The compiled expression.
     pub fn regex(&self) -> &regex::Regex {
-        &self.0
+        &self.regex
+    }
+
+    /// The heap the compiled expression holds, in bytes (its search caches apart).
+    pub fn memory_usage(&self) -> usize {
+        self.memory
     }
 }
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.0.as_str() == other.0.as_str()
+        self.regex.as_str() == other.regex.as_str()
     }
 }
 
@@ -869,7 +932,8 @@ pub struct Limits {
     pub max_request_head: usize,
     /// Request target length; longer gets 414. Default 8 KiB.
     pub max_uri_length: usize,
-    /// Time a client has to send a complete request head. Default 10 s.
+    /// Time a client has to send a complete request head, from its first byte (and to finish a TLS
+    /// handshake, from the accept). Default 10 s.
     pub header_read_timeout: Duration,
     /// Longest wait for the next piece of a request body; longer gets 408. Default 60 s.
     pub body_read_timeout: Duration,
@@ -880,14 +944,15 @@ pub struct Limits {
     pub min_upload_rate: u64,
     /// The time a request body has before `min_upload_rate` starts to count. Default 10 s.
     pub upload_rate_grace: Duration,
-    /// Longest a write to a client may make no progress; past it both sides are closed. Default 60 s
-    /// (nginx's `send_timeout`).
+    /// Longest a write to a client may make no progress; past it both sides are closed. Over HTTP/2
+    /// it also bounds each stream: one whose client takes none of its response for that long is reset.
+    /// Default 60 s (nginx's `send_timeout`).
     pub send_timeout: Duration,
     /// Client connections served at once, per process (split evenly over the workers); past it new
     /// connections wait in the kernel's accept queue. Default 10,000.
     pub max_connections: usize,
-    /// How long an idle keep-alive connection waits for its next request. Default 75 s (nginx's);
-    /// announced to clients as `Keep-Alive: timeout=N`.
+    /// How long an idle keep-alive connection waits for its next request, and a new connection for
+    /// its first byte. Default 75 s (nginx's); announced to clients as `Keep-Alive: timeout=N`.
     pub keepalive_timeout: Duration,
     /// Requests served on one connection before duet asks the client to reconnect (`Connection: close`),
     /// so long-lived connections rotate across workers. Default 1,000 (nginx's).
@@ -898,6 +963,10 @@ pub struct Limits {
     /// The largest request body a route takes when it sets no `max_request_body` of its own, in bytes;
     /// larger gets 413. 0 (the default): no limit.
     pub max_request_body: u64,
+    /// Bytes of request bodies read in full (a route's `buffer_request`, or small bodies kept for
+    /// retries) held at once, per worker; a request whose body would take the total past it gets 503
+    /// rather than duet growing. Default 256 MiB.
+    pub max_buffered_bytes: usize,
     /// HTTP/2 client connections.
     pub http2: Http2Limits,
 }
@@ -982,6 +1051,7 @@ impl Default for Limits {
             http2: Http2Limits::default(),
             max_mirrors_in_flight: 64,
             max_request_body: 0,
+            max_buffered_bytes: 256 * 1024 * 1024,
         }
     }
 }

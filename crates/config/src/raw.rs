@@ -40,6 +40,8 @@ pub(crate) struct RawListener {
     pub(crate) tls: Option<RawTls>,
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) underscores_in_headers: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -455,6 +457,7 @@ pub(crate) struct RawLimits {
     pub(crate) max_mirrors_in_flight: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) max_request_body: Option<Spanned<Scalar>>,
+    pub(crate) max_buffered_bytes: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,8 +1,8 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
 use duet_config::{
-    parse, Action, HostPattern, Http2Limits, Http2Windows, PathMatch, Policy, UpstreamProtocol,
-    Workers,
+    parse, Action, HostPattern, Http2Limits, Http2Windows, PathMatch, Policy, Underscores,
+    UpstreamProtocol, Workers,
 };
 use std::time::Duration;
 
@@ -529,4 +529,39 @@ fn tls_to_h2_backends_loads() {
     assert_eq!(cluster.protocol, duet_config::UpstreamProtocol::H2);
     let tls = cluster.tls.as_ref().expect("tls kept");
     assert!(!tls.verify);
+}
+
+#[test]
+fn underscores_in_header_names_are_dropped_unless_a_listener_keeps_them() {
+    let yaml = |setting: &str| {
+        format!(
+            "listeners:\n  - address: 127.0.0.1:0\n  - address: 127.0.0.1:1\n    {setting}\n\
+             routes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: 127.0.0.1:9 }} ]\n"
+        )
+    };
+    let config = parse(&yaml("underscores_in_headers: keep"), "t.yaml").expect("valid");
+    let choices: Vec<_> = config
+        .listeners
+        .iter()
+        .map(|l| l.underscores_in_headers)
+        .collect();
+    assert_eq!(
+        choices,
+        [Underscores::Drop, Underscores::Keep],
+        "drop by default"
+    );
+    let config = parse(&yaml("underscores_in_headers: drop"), "t.yaml").expect("valid");
+    assert_eq!(
+        config.listeners[1].underscores_in_headers,
+        Underscores::Drop
+    );
+    let found = errors(&yaml("underscores_in_headers: allow"));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:4:29: listeners[1].underscores_in_headers: `allow` is not what to do with them: expected drop or keep"
+        ),
+        "{}",
+        found[0]
+    );
 }

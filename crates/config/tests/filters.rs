@@ -195,3 +195,22 @@ fn rewrite_and_retry_mistakes_are_located() {
         ]
     );
 }
+
+#[test]
+fn a_mirror_into_one_of_its_splits_clusters_is_refused_where_written() {
+    let found = errors(
+        "  - { backends: [ { cluster: v1, weight: 95 }, { cluster: v2, weight: 5 } ], mirror: { cluster: v2 } }\n  \
+         - { backends: [ { cluster: v1 }, { cluster: v2, weight: 0 } ], mirror: { cluster: v2, percent: 5 } }\n  \
+         - { cluster: v1, mirror: { cluster: v1 } }\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "f.yaml:3:97: routes[0].mirror.cluster: `v2` is one of the clusters the route splits over: the requests it takes would reach it twice",
+            "f.yaml:4:85: routes[1].mirror.cluster: `v2` is one of the clusters the route splits over: the requests it takes would reach it twice",
+            "f.yaml:5:39: routes[2].mirror.cluster: `v1` is the cluster the route proxies to: it would get each request twice",
+        ]
+    );
+    let split = routes("  - { backends: [ { cluster: v1 } ], mirror: { cluster: v2 } }\n");
+    assert_eq!(split[0].mirror.map(|m| m.cluster), Some(1));
+}

@@ -173,3 +173,104 @@ fn each_redirect_mistake_is_located() {
     }
     assert_eq!(found.len(), expected.len(), "{found:#?}");
 }
+
+#[test]
+fn a_header_matcher_on_a_client_address_field_duet_replaces_is_refused_with_a_hint() {
+    let found = errors(
+        "  - { match: { headers: { X-Real-IP: 10.0.0.1 } }, cluster: web }\n  \
+         - { match: { headers: { x-forwarded-for: { regex: '^10\\.' } } }, cluster: web }\n  \
+         - { match: { headers: { Forwarded: for=10.0.0.1 } }, cluster: web }\n",
+    );
+    assert_eq!(found.len(), 3, "{found:#?}");
+    let expected = [
+        "r.yaml:3:27: routes[0].match.headers.X-Real-IP: `x-real-ip` is replaced by duet from what it saw",
+        "r.yaml:4:27: routes[1].match.headers.x-forwarded-for: `x-forwarded-for` is replaced by duet from what it saw",
+        "r.yaml:5:27: routes[2].match.headers.Forwarded: `forwarded` is replaced by duet from what it saw",
+    ];
+    for (error, want) in found.iter().zip(expected) {
+        assert!(error.starts_with(want), "{error}\nwanted {want}");
+        assert!(
+            error.contains("hint: a client writes any address it likes here"),
+            "{error}"
+        );
+    }
+    // How the client came in, which a trusted front proxy says, can still be matched.
+    let kept = routes("  - { match: { headers: { x-forwarded-proto: http } }, cluster: web }\n");
+    assert_eq!(kept[0].headers[0].name, "x-forwarded-proto");
+}
+
+#[test]
+fn a_regex_past_its_memory_limit_is_refused_where_written() {
+    let found = errors(
+        "  - { match: { path: { regex: '^/u/\\w{1,50}$' } }, cluster: web }\n  \
+         - { match: { headers: { x-user: { regex: '\\pL{1,100}' } } }, cluster: web }\n",
+    );
+    let expected = [
+        "r.yaml:3:31: routes[0].match.path.regex: `^/u/\\w{1,50}$` compiles to more than 1024 KiB, the most a regex may",
+        "r.yaml:4:44: routes[1].match.headers.x-user.regex: `\\pL{1,100}` compiles to more than 1024 KiB, the most a regex may",
+    ];
+    assert_eq!(found.len(), 2, "{found:#?}");
+    for (error, want) in found.iter().zip(expected) {
+        assert!(error.starts_with(want), "{error}\nwanted {want}");
+        assert!(error.contains("hint: a counted repetition"), "{error}");
+    }
+    // The same shapes at ASCII or a small count are far below it.
+    let small = routes(
+        "  - { match: { path: { regex: '^/u/[0-9A-Za-z_]{1,50}$' } }, cluster: web }\n  \
+         - { match: { path: { regex: '^/u/\\w+$' } }, cluster: web }\n",
+    );
+    for route in &small {
+        let PathMatch::Regex(pattern) = &route.path else {
+            panic!("{:?}", route.path)
+        };
+        assert!(pattern.memory_usage() < 64 * 1024, "{}", pattern.regex());
+    }
+}
+
+#[test]
+fn a_configs_regexes_past_their_total_memory_limit_are_refused_once_where_they_cross_it() {
+    // Each under the limit for one regex (about 0.9 MiB), forty of them far over the total.
+    let routes: String = (0..40)
+        .map(|i| {
+            format!(
+                "  - {{ match: {{ path: {{ regex: '^/{i:02}/\\w{{1,17}}$' }} }}, cluster: web }}\n"
+            )
+        })
+        .collect();
+    let found = errors(&routes);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let error = &found[0];
+    let index: usize = error
+        .split("routes[")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .and_then(|i| i.parse().ok())
+        .expect("a route index");
+    assert!((10..40).contains(&index), "{error}");
+    let want = format!(
+        "r.yaml:{}:31: routes[{index}].match.path.regex: with `^/{index:02}/\\w{{1,17}}$`, the regexes so far hold ",
+        index + 3
+    );
+    assert!(error.starts_with(&want), "{error}\nwanted {want}");
+    assert!(
+        error.contains("KiB, over the 16384 KiB a config's regexes may hold together"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_path_written_with_parameters_is_refused_since_routes_match_paths_without_them() {
+    let found = errors(
+        "  - { match: { path: { exact: '/page;jsessionid=1' } }, cluster: web }\n  \
+         - { match: { path_prefix: '/api;v=2/' }, cluster: web }\n",
+    );
+    let expected = [
+        "r.yaml:3:31: routes[0].match.path.exact: `/page;jsessionid=1` holds `;`: routes match a request's path without its `;` parameters",
+        "r.yaml:4:29: routes[1].match.path_prefix: `/api;v=2/` holds `;`: routes match a request's path without its `;` parameters",
+    ];
+    assert_eq!(found.len(), 2, "{found:#?}");
+    for (error, want) in found.iter().zip(expected) {
+        assert!(error.starts_with(want), "{error}\nwanted {want}");
+    }
+    assert!(found[0].contains("hint: write `/page`"), "{}", found[0]);
+}

@@ -12,6 +12,9 @@ pub enum ErrorKind {
     NoRoute,
     /// The request target is longer than `limits.max_uri_length` (414).
     UriTooLong,
+    /// The request head has more fields than HTTP/1.1 allows (100): an HTTP/2 request is held to
+    /// HTTP/1.1's limit (431).
+    HeadTooLarge,
     /// The client's request body was malformed or cut short (400).
     BadRequestBody,
     /// The request's Host is missing (HTTP/1.1), repeated, or not a valid authority; or its target
@@ -23,6 +26,16 @@ pub enum ErrorKind {
     /// a backslash, NUL, escapes that are not UTF-8, `;` parameters before the last segment or on a dot
     /// segment), so it cannot be routed as the backend will read it (400).
     AmbiguousPath,
+    /// The request's method is not an upper-case token (`delete`): methods are case-sensitive (RFC 9110
+    /// §9.1), so a method route would not see it as `DELETE` while some backends would (400).
+    InvalidMethod,
+    /// An HTTP/2 request's field value starts or ends with whitespace, which RFC 9113 §8.2.1 calls
+    /// malformed: an HTTP/1.1 hop would trim it, so a route and the backend could read different values
+    /// (400).
+    InvalidHeader,
+    /// The request's method is one duet never forwards: `CONNECT` asks for a tunnel to any host, and duet
+    /// is no forward proxy (405, with `Allow`).
+    MethodNotAllowed,
     /// The request's body uses a transfer coding duet does not decode (501).
     UnknownTransferCoding,
     /// The client stopped sending its request body for longer than `limits.body_read_timeout` (408).
@@ -53,6 +66,9 @@ pub enum ErrorKind {
     /// The client (or the route) is over its route's `rate_limit` (429).
     RateLimited,
 }
+
+/// The methods duet forwards, as an `Allow` field lists them (a 405, `OPTIONS *`).
+pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
 
 /// A request that could not be proxied.
 #[derive(Debug)]
@@ -93,10 +109,14 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => "no_route",
             ErrorKind::UriTooLong => "uri_too_long",
+            ErrorKind::HeadTooLarge => "head_too_large",
             ErrorKind::BadRequestBody => "bad_request_body",
             ErrorKind::InvalidHost => "invalid_host",
             ErrorKind::InvalidPath => "invalid_path",
             ErrorKind::AmbiguousPath => "ambiguous_path",
+            ErrorKind::InvalidMethod => "invalid_method",
+            ErrorKind::InvalidHeader => "invalid_header",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::UnknownTransferCoding => "unknown_transfer_coding",
             ErrorKind::BodyTimeout => "client_body_timeout",
             ErrorKind::UploadTooSlow => "client_upload_too_slow",
@@ -123,10 +143,14 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
+            ErrorKind::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ErrorKind::BadRequestBody
             | ErrorKind::InvalidHost
             | ErrorKind::InvalidPath
-            | ErrorKind::AmbiguousPath => StatusCode::BAD_REQUEST,
+            | ErrorKind::AmbiguousPath
+            | ErrorKind::InvalidMethod
+            | ErrorKind::InvalidHeader => StatusCode::BAD_REQUEST,
+            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::BodyTimeout | ErrorKind::UploadTooSlow => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -151,10 +175,14 @@ impl ProxyError {
         match self.kind {
             ErrorKind::NoRoute => "no route matches this host and path\n",
             ErrorKind::UriTooLong => "request target too long\n",
+            ErrorKind::HeadTooLarge => "request header fields too large\n",
             ErrorKind::BadRequestBody => "bad request body\n",
             ErrorKind::InvalidHost => "missing, repeated or invalid Host\n",
             ErrorKind::InvalidPath => "invalid request path\n",
             ErrorKind::AmbiguousPath => "ambiguous request path\n",
+            ErrorKind::InvalidMethod => "invalid request method\n",
+            ErrorKind::InvalidHeader => "malformed header field\n",
+            ErrorKind::MethodNotAllowed => "method not allowed\n",
             ErrorKind::UnknownTransferCoding => "transfer coding not implemented\n",
             ErrorKind::BodyTimeout => "request body not received in time\n",
             ErrorKind::UploadTooSlow => "request body sent too slowly\n",
@@ -179,6 +207,11 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if self.kind == ErrorKind::MethodNotAllowed {
+            // RFC 9110 §15.5.6: a 405 lists the methods the target does support.
+            (response.headers_mut())
+                .insert(header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+        }
         response
     }
 }

@@ -3,15 +3,22 @@
 //! can be read knowing only this.
 
 use crate::{
-    attempt::completion::Completion, backend::request_body::BodySource, error::ProxyError,
-    header_copy::HeaderCopy, telemetry::access_log::AccessLog, tunnel::PendingTunnel,
+    attempt::completion::Completion,
+    backend::request_body::BodySource,
+    error::ProxyError,
+    header_copy::HeaderCopy,
+    telemetry::{access_log::AccessLog, metrics::WorkerCounters},
+    tunnel::PendingTunnel,
 };
 use http::{request::Parts, HeaderMap, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::{
     cell::{Cell, RefCell},
     rc::Rc,
+    sync::{atomic::Ordering::Relaxed, Arc},
+    time::Duration,
 };
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// A request ready to be sent to any backend of its cluster, as often as retries need.
 pub(crate) struct Prepared {
@@ -91,7 +98,104 @@ pub(crate) struct ConnectionState {
     pub(crate) in_service: Cell<u32>,
     /// A `101` went out: the connection becomes a tunnel to this backend once hyper hands it back.
     pub(crate) tunnel: RefCell<Option<PendingTunnel>>,
+    /// What the connection's bodies read in full (`buffer_request`, or small enough to replay) may
+    /// hold at once.
+    pub(crate) buffering: BufferBudget,
 }
+
+/// The bytes a connection's bodies read in full may hold at once: as much as the largest one its
+/// requests may hold (their `buffer_request`, or `retries.replay_body_limit`), and at least
+/// [`BUFFER_FLOOR`]. An HTTP/1.1 connection carries one request at a time anyway; an HTTP/2
+/// connection's streams share the budget, so what buffered bodies hold stays what
+/// `limits.max_connections` bounds rather than growing with the streams. A stream waiting for its
+/// share reads nothing of its body, so flow control holds the client's bytes back: window is granted
+/// only within the budget.
+pub(crate) struct BufferBudget {
+    bytes: Semaphore,
+    capacity: Cell<usize>,
+}
+
+impl Default for BufferBudget {
+    fn default() -> Self {
+        Self {
+            bytes: Semaphore::const_new(0),
+            capacity: Cell::new(0),
+        }
+    }
+}
+
+/// What a body read in full holds until its request is done: its share of its connection's budget
+/// and of its worker's (`limits.max_buffered_bytes`).
+pub(crate) struct BufferHold<'c> {
+    _connection: SemaphorePermit<'c>,
+    _worker: WorkerBuffered,
+}
+
+impl<'c> BufferHold<'c> {
+    pub(crate) fn new(connection: SemaphorePermit<'c>, worker: WorkerBuffered) -> Self {
+        Self {
+            _connection: connection,
+            _worker: worker,
+        }
+    }
+}
+
+/// A worker's budget for bodies read in full: what they hold now is counted in its
+/// `WorkerCounters::buffered`, up to `limit` (`limits.max_buffered_bytes`).
+#[derive(Clone, Copy)]
+pub(crate) struct WorkerBuffers<'w> {
+    pub(crate) counters: &'w Arc<WorkerCounters>,
+    pub(crate) limit: usize,
+}
+
+impl WorkerBuffers<'_> {
+    /// `bytes` of the worker's budget, given back when what is returned is dropped; `None`, counted,
+    /// if the worker holds too much already: duet answers 503 rather than grow.
+    pub(crate) fn reserve(self, bytes: usize) -> Option<WorkerBuffered> {
+        let mut held = WorkerBuffered {
+            counters: self.counters.clone(),
+            limit: self.limit as u64,
+            bytes: 0,
+        };
+        held.grow_to(bytes).then_some(held)
+    }
+}
+
+/// Bytes of a worker's buffering budget, held until dropped.
+pub(crate) struct WorkerBuffered {
+    counters: Arc<WorkerCounters>,
+    limit: u64,
+    bytes: u64,
+}
+
+impl WorkerBuffered {
+    /// Holds `bytes` in all, if it holds fewer; `false`, counted, if the worker's budget does not
+    /// have them: duet answers 503 rather than grow.
+    pub(crate) fn grow_to(&mut self, bytes: usize) -> bool {
+        let more = (bytes as u64).saturating_sub(self.bytes);
+        if more == 0 {
+            return true;
+        }
+        let held = self.counters.buffered.fetch_add(more, Relaxed);
+        if held.saturating_add(more) > self.limit {
+            self.counters.buffered.fetch_sub(more, Relaxed);
+            self.counters.buffer_refused.fetch_add(1, Relaxed);
+            return false;
+        }
+        self.bytes += more;
+        true
+    }
+}
+
+impl Drop for WorkerBuffered {
+    fn drop(&mut self) {
+        self.counters.buffered.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// A connection's buffering budget is at least this (duet's default HTTP/2 connection window): small
+/// bodies kept for retries do not take turns below it.
+const BUFFER_FLOOR: usize = 1024 * 1024;
 
 impl ConnectionState {
     pub(crate) fn expect_tunnel(&self, pending: PendingTunnel) {
@@ -101,6 +205,28 @@ impl ConnectionState {
     /// How many requests this connection has carried (the current one included).
     pub(crate) fn requests(&self) -> u64 {
         self.requests.get()
+    }
+
+    /// Waits, up to `wait`, for `bytes` of the connection's buffering budget for a body that may hold
+    /// up to `limit` (the budget grows to that if it is smaller); they are held as long as what is
+    /// returned. `None` if the wait ran out.
+    pub(crate) async fn reserve_buffer(
+        &self,
+        bytes: usize,
+        limit: usize,
+        wait: Duration,
+    ) -> Option<SemaphorePermit<'_>> {
+        let budget = &self.buffering;
+        // A semaphore counts in `u32`s at a time: no budget is larger.
+        let limit = limit.max(BUFFER_FLOOR).min(u32::MAX as usize);
+        let capacity = budget.capacity.get();
+        if limit > capacity {
+            budget.bytes.add_permits(limit - capacity);
+            budget.capacity.set(limit);
+        }
+        let bytes = u32::try_from(bytes.min(budget.capacity.get())).unwrap_or(u32::MAX);
+        let reserved = tokio::time::timeout(wait, budget.bytes.acquire_many(bytes)).await;
+        reserved.ok()?.ok()
     }
 }
 
@@ -130,6 +256,60 @@ impl Drop for InService {
 mod tests {
     use super::*;
     use crate::header_copy::tests::wire as fields;
+
+    #[tokio::test(start_paused = true)]
+    async fn bodies_share_their_connections_budget_and_wait_beyond_it() {
+        let connection = ConnectionState::default();
+        let wait = Duration::from_secs(1);
+        let mib = 1024 * 1024;
+        // Small bodies kept for retries share the floor.
+        let small: Vec<_> = small_bodies(&connection, 100, wait).await;
+        assert_eq!(small.len(), 100, "a hundred 10 KB bodies at once");
+        drop(small);
+        // A body that may hold 4 MiB grows the budget to that, and a second waits for it.
+        let first = connection.reserve_buffer(4 * mib, 4 * mib, wait).await;
+        assert!(first.is_some());
+        let second = connection.reserve_buffer(4 * mib, 4 * mib, wait).await;
+        assert!(second.is_none(), "its wait ran out");
+        drop(first);
+        let third = connection.reserve_buffer(4 * mib, 4 * mib, wait).await;
+        assert!(third.is_some(), "the budget came back");
+    }
+
+    #[test]
+    fn a_worker_holds_no_more_than_its_budget_and_gets_it_back() {
+        let counters = Arc::new(WorkerCounters::default());
+        let worker = WorkerBuffers {
+            counters: &counters,
+            limit: 1000,
+        };
+        let held = |c: &WorkerCounters| c.buffered.load(Relaxed);
+        let mut first = worker.reserve(600).expect("within the budget");
+        assert!(worker.reserve(600).is_none(), "past it");
+        let mut second = worker.reserve(0).expect("nothing yet");
+        assert!(second.grow_to(300));
+        assert!(!second.grow_to(500), "it may not grow past the budget");
+        assert!(first.grow_to(600), "what it holds already");
+        assert_eq!(held(&counters), 900);
+        assert_eq!(counters.buffer_refused.load(Relaxed), 2);
+        drop((first, second));
+        assert_eq!(held(&counters), 0, "given back");
+    }
+
+    async fn small_bodies(
+        connection: &ConnectionState,
+        count: usize,
+        wait: Duration,
+    ) -> Vec<SemaphorePermit<'_>> {
+        let mut held = Vec::new();
+        for _ in 0..count {
+            match connection.reserve_buffer(10_000, 64 * 1024, wait).await {
+                Some(permit) => held.push(permit),
+                None => break,
+            }
+        }
+        held
+    }
 
     fn prepared() -> Prepared {
         let (parts, ()) = http::Request::get("/")

@@ -111,6 +111,7 @@ pub(crate) fn code_for(kind: ErrorKind) -> u8 {
         ErrorKind::NoEligibleBackend
         | ErrorKind::LocalResource
         | ErrorKind::Connect
+        | ErrorKind::TlsHandshake
         | ErrorKind::BadGateway => UNAVAILABLE,
         ErrorKind::NoRoute => UNIMPLEMENTED,
         ErrorKind::BodyTooLarge | ErrorKind::RateLimited => RESOURCE_EXHAUSTED,
@@ -198,6 +199,7 @@ mod tests {
         assert_eq!(response.headers()["content-type"], "application/grpc");
         assert!(response.body().is_empty(), "trailers-only");
         assert_eq!(code_for(ErrorKind::Connect), 14);
+        assert_eq!(code_for(ErrorKind::TlsHandshake), 14);
         assert_eq!(code_for(ErrorKind::RouteTimeout), 4);
         assert_eq!(code_for(ErrorKind::Timeout), 4);
         assert_eq!(code_for(ErrorKind::NoRoute), 12);

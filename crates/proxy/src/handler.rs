@@ -6,9 +6,9 @@ use crate::{
     backend::client_body::BodyPace,
     backend::cluster::{Cluster, ClusterBalance, SharedHealth},
     error::{ErrorKind, ProxyError},
-    exchange::{ConnectionState, InService},
+    exchange::{ConnectionState, InService, WorkerBuffers},
     filter::phase::{Arrival, Build, Decision},
-    grpc,
+    grpc, headers,
     peer::Client,
     request_id::RequestIds,
     route_state::RouteState,
@@ -22,7 +22,7 @@ use crate::{
     telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
-use duet_config::Config;
+use duet_config::{Config, Underscores};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{
@@ -210,6 +210,7 @@ impl WorkerProxy {
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
+        let dropped = self.drop_underscored(&table, client.listener, request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
         let mut log = AccessLog::start(&request, started, client, request_id);
         if request.uri().path() == "*" {
@@ -237,23 +238,22 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
         let (route, filters) = (routed.route, &state.filters);
-        let body_limit = route.body_limit(&table.config.limits);
+        let parts = (route, filters, state.trailers(dropped), state.body_limit);
+        let buffers = self.buffers(&table);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let mut prepared = match prepare::prepare(
-            request,
-            cluster,
-            (route, filters, body_limit),
-            routed.host,
-            client,
-        ) {
-            Ok(Preparing::Ready(prepared)) => prepared,
-            Ok(Preparing::Unread(unread)) => match pin!(unread.read(cluster)).await {
-                Ok(prepared) => prepared,
+        // A body read in full holds its share of the buffering budgets until the request is done.
+        let (mut prepared, _buffering) =
+            match prepare::prepare(request, cluster, parts, routed.host, client) {
+                Ok(Preparing::Ready(prepared)) => (prepared, None),
+                Ok(Preparing::Unread(unread)) => {
+                    match pin!(unread.read(cluster, connection, buffers)).await {
+                        Ok((prepared, turn)) => (prepared, Some(turn)),
+                        Err(e) => return Ok(refused(cluster, client, &e, log, grpc, closes)),
+                    }
+                }
                 Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-            },
-            Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
-        };
+            };
         filters.on_prepared(&prepared);
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
@@ -303,6 +303,35 @@ impl WorkerProxy {
         }
     }
 
+    /// Drops (and counts) the request fields whose name holds an underscore, unless the listener the
+    /// request came on keeps them (`underscores_in_headers: keep`); says whether it drops them (its
+    /// trailers then lose them too). Before routing: no matcher, header edit or forwarding rule then
+    /// sees them.
+    fn drop_underscored(
+        &self,
+        table: &Table,
+        listener: usize,
+        headers: &mut http::HeaderMap,
+    ) -> bool {
+        let keeps = (table.config.listeners.get(listener))
+            .is_some_and(|l| l.underscores_in_headers == Underscores::Keep);
+        if !keeps {
+            let dropped = headers::remove_underscored(headers);
+            if dropped > 0 {
+                self.counters.underscore_dropped.fetch_add(dropped, Relaxed);
+            }
+        }
+        !keeps
+    }
+
+    /// The worker's budget for bodies read in full, as `table`'s limits set it.
+    fn buffers(&self, table: &Table) -> WorkerBuffers<'_> {
+        WorkerBuffers {
+            counters: &self.counters,
+            limit: table.config.limits.max_buffered_bytes,
+        }
+    }
+
     /// The answer to a request refused before routing, counted by why.
     fn unrouted(
         &self,
@@ -312,6 +341,7 @@ impl WorkerProxy {
     ) -> Response<ProxyBody> {
         let counter = match error.kind() {
             ErrorKind::UriTooLong => &self.counters.uri_too_long,
+            ErrorKind::HeadTooLarge => &self.counters.head_too_large,
             ErrorKind::NoRoute => &self.counters.no_route,
             _ => &self.counters.malformed,
         };

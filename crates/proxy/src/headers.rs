@@ -3,7 +3,7 @@
 
 use crate::request_id::X_REQUEST_ID;
 use http::{header, header::Entry, HeaderMap, HeaderName, HeaderValue, Version};
-use std::{cell::RefCell, net::IpAddr};
+use std::{cell::RefCell, net::IpAddr, sync::Arc};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -14,6 +14,12 @@ const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 /// `Proxy`: no standard field, but CGI-style backends read it as the `HTTP_PROXY` variable and send
 /// their own outbound requests through whatever it names (httpoxy, CVE-2016-5385).
 const PROXY: HeaderName = HeaderName::from_static("proxy");
+
+/// The most fields a request head may have, whatever its protocol: hyper's HTTP/1.1 parser refuses
+/// more (its default `max_headers`, with 431), and an HTTP/2 request is held to the same (each field
+/// of its header list counts, a split `Cookie`'s crumbs too), so no backend gets from one protocol a
+/// head the other would have refused.
+pub(crate) const MAX_REQUEST_FIELDS: usize = 100;
 
 /// The protocols duet tunnels after a `101 Switching Protocols`. HTTP/2 over cleartext (`h2c`) is never
 /// one of them: a request offering it is forwarded as plain HTTP/1.1.
@@ -211,6 +217,56 @@ fn any_of(headers: &HeaderMap, names: &[HeaderName]) -> bool {
     headers.keys().any(|present| names.contains(present))
 }
 
+/// Removes the fields whose name holds an underscore (`X_Forwarded_For`), and says how many went. A CGI
+/// or WSGI backend reads each field as `HTTP_` and its name upper-cased with `-` as `_`, so such a name
+/// reaches it as the hyphenated field duet scrubs, sets or a route edits, past every rule that goes by
+/// name; nginx drops them by default too. One pass over the names finds none in most requests.
+pub(crate) fn remove_underscored(headers: &mut HeaderMap) -> u64 {
+    let underscored = |name: &HeaderName| name.as_str().as_bytes().contains(&b'_');
+    if !headers.keys().any(underscored) {
+        return 0;
+    }
+    let names: Vec<HeaderName> = headers.keys().filter(|n| underscored(n)).cloned().collect();
+    let mut removed = 0;
+    for name in names {
+        removed += headers.get_all(&name).iter().count() as u64;
+        headers.remove(&name);
+    }
+    removed
+}
+
+/// Whether a field value starts or ends with a space or tab: RFC 9113 §8.2.1 calls such an HTTP/2
+/// request malformed (HTTP/1.1's parser trims what it reads, so only HTTP/2 can carry one), and a route
+/// matching the value and a backend trimming it would read two values.
+pub(crate) fn padded_value(headers: &HeaderMap) -> bool {
+    headers.values().any(|value| {
+        let bytes = value.as_bytes();
+        let blank = |b: Option<&u8>| matches!(b, Some(b' ' | b'\t'));
+        blank(bytes.first()) || blank(bytes.last())
+    })
+}
+
+/// Joins an HTTP/2 request's `cookie` fields into one, separated by `; `: RFC 9113 §8.2.3 lets HTTP/2
+/// split the cookie into fields for compression and says they MUST be joined before an HTTP/1.1 hop,
+/// where a request carries one Cookie field (RFC 6265 §5.4) and many servers read only the first.
+pub(crate) fn join_cookies(headers: &mut HeaderMap) {
+    let Entry::Occupied(mut cookies) = headers.entry(header::COOKIE) else {
+        return;
+    };
+    let mut crumbs = cookies.iter();
+    let (Some(first), Some(_)) = (crumbs.next(), crumbs.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for crumb in cookies.iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(crumb.as_bytes());
+    }
+    if let Ok(value) = HeaderValue::from_maybe_shared(bytes::Bytes::from(joined)) {
+        cookies.insert(value);
+    }
+}
+
 /// Why a message's `Transfer-Encoding` cannot be relayed: duet decodes `chunked` and nothing else.
 pub(crate) fn unknown_transfer_coding(headers: &HeaderMap) -> bool {
     headers
@@ -278,6 +334,57 @@ pub(crate) fn remove_forbidden_trailers(trailers: &mut HeaderMap) {
     if any_of(trailers, &NOT_IN_TRAILERS) {
         for name in &NOT_IN_TRAILERS {
             trailers.remove(name);
+        }
+    }
+}
+
+/// What a request's trailers lose besides [`NOT_IN_TRAILERS`]: every field the route's request edits
+/// set or remove, and names with an underscore where the head loses them. A backend that merges
+/// trailers into its headers (many do) would otherwise read `X-User-Role: admin` past a route that sets
+/// it, or the `X-Debug` it removes: a trailer may carry only what the head could.
+///
+/// Why not drop request trailers altogether, as nginx (which never forwards them) and Envoy (HTTP/1
+/// by default) do: duet has forwarded end-to-end trailers (an upload's checksum) until now, and none
+/// of them reaches further than its head would.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrailerScrub {
+    /// The names the route's request edits set or remove, parsed once per config.
+    edited: Arc<[HeaderName]>,
+    /// Names with an underscore go too (the listener drops them from the head).
+    underscored: bool,
+}
+
+impl TrailerScrub {
+    /// For a route whose request edits set `set` and remove `removed` (names as the config checked).
+    pub(crate) fn new<'a>(
+        set: impl Iterator<Item = &'a str>,
+        removed: impl Iterator<Item = &'a str>,
+    ) -> Self {
+        let edited = (set.chain(removed))
+            .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+            .collect();
+        Self {
+            edited,
+            underscored: false,
+        }
+    }
+
+    /// This scrub for a request whose listener drops names with an underscore, or keeps them.
+    pub(crate) fn with_underscores_dropped(&self, dropped: bool) -> Self {
+        Self {
+            edited: self.edited.clone(),
+            underscored: dropped,
+        }
+    }
+
+    /// Drops from `trailers` what the head could not carry.
+    pub(crate) fn apply(&self, trailers: &mut HeaderMap) {
+        remove_forbidden_trailers(trailers);
+        for name in self.edited.iter() {
+            trailers.remove(name);
+        }
+        if self.underscored {
+            remove_underscored(trailers);
         }
     }
 }
@@ -516,6 +623,31 @@ mod tests {
     }
 
     #[test]
+    fn trailers_lose_what_the_route_edits_and_underscored_names_where_the_head_does() {
+        let sent = [
+            ("x-user-role", "admin"),
+            ("x-debug", "1"),
+            ("x_team", "admin"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-checksum", "abc"),
+        ];
+        let scrub = TrailerScrub::new(["x-user-role"].into_iter(), ["x-debug"].into_iter());
+        let names = |scrub: &TrailerScrub| {
+            let mut trailers = headers(&sent);
+            scrub.apply(&mut trailers);
+            let mut names: Vec<String> = trailers.keys().map(|k| k.as_str().to_owned()).collect();
+            names.sort_unstable();
+            names
+        };
+        assert_eq!(names(&scrub.with_underscores_dropped(true)), ["x-checksum"]);
+        assert_eq!(names(&scrub), ["x-checksum", "x_team"]);
+        assert_eq!(
+            names(&TrailerScrub::default()),
+            ["x-checksum", "x-debug", "x-user-role", "x_team"]
+        );
+    }
+
+    #[test]
     fn only_a_tunnelled_protocol_is_forwarded_and_only_on_http_11() {
         let offer = |pairs: &[(&str, &str)], version| upgrade_protocol(&headers(pairs), version);
         let websocket = [("connection", "Upgrade"), ("upgrade", "websocket")];
@@ -542,6 +674,58 @@ mod tests {
         let upgrades: Vec<&[u8]> = h.get_all("upgrade").iter().map(|v| v.as_bytes()).collect();
         assert_eq!(upgrades, vec![&b"WebSocket"[..]]);
         assert_eq!(h["connection"], "upgrade");
+    }
+
+    #[test]
+    fn cookie_fields_are_joined_into_one_and_a_single_one_left_as_it_is() {
+        let mut split = headers(&[
+            ("cookie", "a=1"),
+            ("accept", "*/*"),
+            ("cookie", "b=2"),
+            ("cookie", "c=3"),
+        ]);
+        join_cookies(&mut split);
+        let cookies: Vec<_> = split.get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        assert_eq!(split["accept"], "*/*");
+        let mut single = headers(&[("cookie", "a=1; b=2")]);
+        join_cookies(&mut single);
+        assert_eq!(single.get_all("cookie").iter().count(), 1);
+        assert_eq!(single["cookie"], "a=1; b=2");
+        let mut none = headers(&[("accept", "*/*")]);
+        join_cookies(&mut none);
+        assert!(!none.contains_key("cookie"));
+    }
+
+    #[test]
+    fn names_with_underscores_are_removed_and_counted_and_the_others_kept() {
+        let mut request = headers(&[
+            ("x_forwarded_for", "6.6.6.6"),
+            ("host", "a"),
+            ("x_team", "a"),
+            ("x_team", "b"),
+            ("x-team", "api"),
+        ]);
+        assert_eq!(remove_underscored(&mut request), 3);
+        let mut names: Vec<&str> = request.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["host", "x-team"]);
+        assert_eq!(remove_underscored(&mut request), 0);
+    }
+
+    #[test]
+    fn a_value_padded_with_whitespace_is_found() {
+        for padded in [" a", "a ", "\ta", "a\t", " "] {
+            assert!(
+                padded_value(&headers(&[("x", "ok"), ("y", padded)])),
+                "{padded:?}"
+            );
+        }
+        assert!(!padded_value(&headers(&[
+            ("x", "a b"),
+            ("y", ""),
+            ("z", "a\tb")
+        ])));
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //!   parameters anywhere but the last segment, and on a `.` or `..` there: Tomcat and Spring drop them,
 //!   so `/..;/admin` climbs and `/admin;x/users` is `/admin/users` to them, yet neither starts with
 //!   `/admin/` (Spring Security's default firewall refuses these too). A session id on the last segment
-//!   (`/page;jsessionid=1`) passes as sent. A `%` without two hex digits after it is `InvalidPath`.
+//!   (`/page;jsessionid=1`) passes as sent, and routes match the path without it
+//!   ([`without_parameters`]), as those backends read it. A `%` without two hex digits after it is `InvalidPath`.
 //! - **Left to the backend**: letter case. Routes match case-sensitively, as nginx's prefix locations
 //!   and Envoy's `prefix` do; a backend that ignores case is its operator's to route accordingly.
 //!
@@ -191,6 +192,17 @@ fn is_unreserved(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
 }
 
+/// The path routes match: `path` (normalised) without its `;` parameters, as Tomcat and Spring read it
+/// (`/actuator/env;x` is `/actuator/env` to them), so that an exact or regex route takes what its
+/// backend will serve, as a prefix route does. Normalising left parameters on the last segment alone,
+/// so they start at the path's first `;`.
+pub(crate) fn without_parameters(path: &str) -> &str {
+    match path.find(';') {
+        Some(at) => &path[..at],
+        None => path,
+    }
+}
+
 /// The host name routes match: a fully qualified `name.` is the same name as `name` (RFC 1034 §3.1),
 /// as nginx and Envoy's `strip_trailing_host_dot` treat it. One dot is dropped, never the whole name.
 pub(crate) fn without_root_dot(host: &str) -> &str {
@@ -299,6 +311,21 @@ mod tests {
         let mut absolute: Uri = "http://a.test//x?q".parse().expect("uri");
         normalise_uri(&mut absolute).expect("normalised");
         assert_eq!(absolute, "http://a.test/x?q");
+    }
+
+    #[test]
+    fn parameters_of_the_last_segment_are_left_out_of_the_path_routes_match() {
+        for (path, routed) in [
+            ("/actuator/env;x", "/actuator/env"),
+            ("/actuator/env;", "/actuator/env"),
+            ("/users/42;jsessionid=1;b=2", "/users/42"),
+            ("/a/;jsessionid=1", "/a/"),
+            ("/a/b%3Bc", "/a/b%3Bc"),
+            ("/a/b", "/a/b"),
+        ] {
+            let normalised = normalise(path).expect("normalised");
+            assert_eq!(without_parameters(&normalised), routed, "{path}");
+        }
     }
 
     #[test]

@@ -38,6 +38,8 @@ struct Route {
     host: Option<String>,
     path_prefix: String,
     cluster: String,
+    /// More keys of the route, as (key, YAML flow value).
+    settings: Vec<(String, String)>,
 }
 
 /// One cluster: its policy, backends and settings.
@@ -114,7 +116,16 @@ impl DuetConfig {
             host: host.map(str::to_owned),
             path_prefix: path_prefix.to_owned(),
             cluster: cluster.to_owned(),
+            settings: Vec::new(),
         });
+        self
+    }
+
+    /// Sets a key of the route added last to a YAML flow value, such as `hedge`, `{ after: p95 }`.
+    pub fn route_set(mut self, field: &str, value: &str) -> Self {
+        if let Some(route) = self.routes.last_mut() {
+            set(&mut route.settings, field, value);
+        }
         self
     }
 
@@ -165,9 +176,12 @@ impl DuetConfig {
                 .host
                 .as_ref()
                 .map_or_else(String::new, |h| format!("host: '{h}', "));
+            let settings: String = (route.settings.iter())
+                .map(|(field, value)| format!(", {field}: {value}"))
+                .collect();
             let _ = writeln!(
                 out,
-                "  - {{ match: {{ {host}path_prefix: {} }}, cluster: {} }}",
+                "  - {{ match: {{ {host}path_prefix: {} }}, cluster: {}{settings} }}",
                 route.path_prefix, route.cluster
             );
         }

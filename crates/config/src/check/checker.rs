@@ -16,6 +16,10 @@ pub(super) struct Checker {
     pub(super) errors: Vec<ConfigError>,
     /// The config file's folder, for relative paths.
     base: PathBuf,
+    /// The heap the regexes checked so far hold together, held to [`Pattern::TOTAL_LIMIT`].
+    ///
+    /// [`Pattern::TOTAL_LIMIT`]: crate::model::Pattern::TOTAL_LIMIT
+    pub(super) regex_memory: usize,
 }
 
 impl Checker {
@@ -23,6 +27,7 @@ impl Checker {
         Self {
             errors: Vec::new(),
             base,
+            regex_memory: 0,
         }
     }
 

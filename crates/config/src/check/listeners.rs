@@ -3,7 +3,7 @@
 use super::{checker::Checker, field::Field, networks::network};
 use crate::{
     error::ConfigError,
-    model::{Listener, TlsFiles},
+    model::{Listener, TlsFiles, Underscores},
     raw::{RawAdmin, RawListener, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -44,11 +44,17 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
             .name
             .as_ref()
             .map(|n| name(checker, n, &field, &listeners));
+        let underscores_in_headers = underscores(
+            checker,
+            l.underscores_in_headers.as_ref(),
+            &field.key("underscores_in_headers"),
+        );
         listeners.push(Listener {
             name,
             address,
             tls,
             trusted_proxies,
+            underscores_in_headers,
         });
     }
     if raw.is_empty() {
@@ -86,6 +92,28 @@ fn name(
         checker.push(e.hint("routes refer to listeners by name: make them unique"));
     }
     text
+}
+
+/// `drop` (the default) or `keep`.
+fn underscores(
+    checker: &mut Checker,
+    value: Option<&Spanned<Scalar>>,
+    field: &Field,
+) -> Underscores {
+    let Some(value) = value else {
+        return Underscores::default();
+    };
+    let text = value.value.0.trim();
+    let all = [Underscores::Drop, Underscores::Keep];
+    if let Some(choice) = all.into_iter().find(|u| u.name() == text) {
+        return choice;
+    }
+    let message = format!("`{text}` is not what to do with them: expected drop or keep");
+    let e = checker.error(value, field, message);
+    checker.push(e.hint(
+        "`drop` (the default) keeps `X_Forwarded_For` from reaching a CGI backend as X-Forwarded-For",
+    ));
+    Underscores::default()
 }
 
 /// IPs and CIDR networks; a bare IP is a network of one.

@@ -1,17 +1,21 @@
 //! A route's `mirror:`: which cluster gets the copies, and what share of the requests.
 
 use super::{checker::Checker, field::Field};
-use crate::{error::did_you_mean, model::Mirror, raw::RawMirror};
+use crate::{
+    error::did_you_mean,
+    model::{Action, Mirror},
+    raw::RawMirror,
+};
 use serde_saphyr::Spanned;
 
 /// The mirror, or `None` after recording why it is refused. `clusters` are the cluster names in order;
-/// `primary` is the cluster the route proxies to, if it proxies.
+/// `action` is what the route does, if it was checked.
 pub(super) fn mirror(
     checker: &mut Checker,
     raw: &Spanned<RawMirror>,
     route: &Field,
     clusters: &[String],
-    primary: Option<usize>,
+    action: Option<&Action>,
 ) -> Option<Mirror> {
     let field = route.key("mirror");
     let Some(wanted) = &raw.value.cluster else {
@@ -33,10 +37,16 @@ pub(super) fn mirror(
         checker.push(e);
         return None;
     };
-    if primary == Some(cluster) {
-        let message = format!(
-            "`{text}` is the cluster the route proxies to: it would get each request twice"
-        );
+    // Every cluster the route may send to, a split's weight-0 ones included: a reload may ramp them up.
+    if let Some(action) = action.filter(|a| a.clusters().any(|c| c == cluster)) {
+        let message = match action {
+            Action::Split(_) => format!(
+                "`{text}` is one of the clusters the route splits over: the requests it takes would reach it twice"
+            ),
+            _ => format!(
+                "`{text}` is the cluster the route proxies to: it would get each request twice"
+            ),
+        };
         let e = checker.error(wanted, field.key("cluster"), message);
         checker.push(e.hint("mirror to another cluster (a shadow deployment)"));
         return None;

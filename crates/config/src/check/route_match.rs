@@ -6,7 +6,7 @@ use super::{
     matching::{self, Refusal},
 };
 use crate::{
-    model::{HeaderMatch, HostPattern, PathMatch, Pattern, ValueMatch},
+    model::{HeaderMatch, HostPattern, PathMatch, Pattern, PatternError, ValueMatch},
     raw::{Pairs, RawMatch, RawPath, RawValueMatch, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -94,17 +94,47 @@ fn path_match(checker: &mut Checker, raw: &Spanned<RawPath>, field: &Field) -> P
 }
 
 /// A regular expression, compiled now so a request never waits on it; an error names the problem
-/// the parser found.
+/// the parser found, or the memory it would take past [`Pattern::SIZE_LIMIT`] alone or
+/// [`Pattern::TOTAL_LIMIT`] with the config's regexes before it.
 fn regex(checker: &mut Checker, value: &Spanned<Scalar>, field: &Field) -> Option<Pattern> {
-    Pattern::new(&value.value.0)
-        .map_err(|error| {
+    let text = &value.value.0;
+    let pattern = match Pattern::new(text) {
+        Ok(pattern) => pattern,
+        Err(PatternError::Invalid(error)) => {
             let reason = error.lines().last().unwrap_or_default().trim();
             let reason = reason.strip_prefix("error: ").unwrap_or(reason);
-            let message = format!("`{}` is not a valid regex: {reason}", value.value.0);
+            let message = format!("`{text}` is not a valid regex: {reason}");
             checker.reject(value, field, message);
-        })
-        .ok()
+            return None;
+        }
+        Err(PatternError::TooLarge) => {
+            let limit = Pattern::SIZE_LIMIT >> 10;
+            let message =
+                format!("`{text}` compiles to more than {limit} KiB, the most a regex may");
+            let e = checker.error(value, field, message);
+            checker.push(e.hint(SMALLER_REGEX));
+            return None;
+        }
+    };
+    let before = checker.regex_memory;
+    checker.regex_memory += pattern.memory_usage();
+    // Said once, at the regex that crosses the limit.
+    if before <= Pattern::TOTAL_LIMIT && checker.regex_memory > Pattern::TOTAL_LIMIT {
+        let (total, limit) = (checker.regex_memory >> 10, Pattern::TOTAL_LIMIT >> 10);
+        let message = format!(
+            "with `{text}`, the regexes so far hold {total} KiB, over the {limit} KiB a config's \
+             regexes may hold together"
+        );
+        let e = checker.error(value, field, message);
+        checker.push(e.hint(SMALLER_REGEX));
+    }
+    Some(pattern)
 }
+
+/// What makes a regex smaller, for the errors that say it is too large.
+const SMALLER_REGEX: &str = "a counted repetition of a Unicode class grows fast (`\\w{1,50}` is 2.5 MiB): \
+     use an ASCII class (`[0-9A-Za-z_]`, or `(?-u:\\w)`) or a smaller count, and `path: { prefix }` or \
+     `{ exact }` where they do";
 
 fn headers(checker: &mut Checker, raw: &Pairs<RawValueMatch>, field: &Field) -> Vec<HeaderMatch> {
     let mut out = Vec::new();
@@ -114,6 +144,18 @@ fn headers(checker: &mut Checker, raw: &Pairs<RawValueMatch>, field: &Field) -> 
         if !token(&lower) {
             let message = format!("`{}` is not a header name", name.value);
             checker.reject(name, &field, message);
+            continue;
+        }
+        if CLIENT_ADDRESS_FIELDS.contains(&lower.as_str()) {
+            let message = format!(
+                "`{lower}` is replaced by duet from what it saw: the route would match the value the \
+                 client sent, which the backend never gets"
+            );
+            let e = checker.error(name, &field, message);
+            checker.push(e.hint(
+                "a client writes any address it likes here (duet keeps it only from `trusted_proxies`); \
+                 route by the client's address, not this field (matching the address is not supported yet)",
+            ));
             continue;
         }
         let value = match wanted {
@@ -153,6 +195,13 @@ fn query(
     out
 }
 
+/// The forwarding fields that carry the client's address, which duet drops and rebuilds from the peer
+/// it saw unless the peer is a trusted proxy: a matcher on them would act on what any client can forge
+/// (an allow-list by `X-Real-IP` would let everyone in). `X-Forwarded-Proto` and `-Host` may still be
+/// matched: they say what a client chooses anyway (its scheme, its host), and behind a TLS front proxy
+/// they are how a route tells `https` from `http`.
+const CLIENT_ADDRESS_FIELDS: [&str; 3] = ["x-forwarded-for", "x-real-ip", "forwarded"];
+
 /// RFC 9110 §5.6.2's token, which header names and methods are.
 pub(super) fn token(text: &str) -> bool {
     !text.is_empty()
@@ -172,6 +221,15 @@ fn path_prefix(checker: &mut Checker, p: &Spanned<Scalar>, field: &Field) -> Str
     if !text.starts_with('/') {
         let e = checker.error(p, field, format!("`{text}` must start with `/`"));
         checker.push(e.hint(format!("did you mean `/{text}`?")));
+        return "/".to_owned();
+    }
+    if let Some(at) = text.find(';') {
+        let message = format!(
+            "`{text}` holds `;`: routes match a request's path without its `;` parameters, as \
+             Tomcat and Spring read it, so no request would match"
+        );
+        let e = checker.error(p, field, message);
+        checker.push(e.hint(format!("write `{}`", &text[..at])));
         return "/".to_owned();
     }
     matching::path_prefix(text)

@@ -55,9 +55,8 @@ pub(super) fn routes(
         let (access, rate_limit, max_request_body) = guards(checker, r, &field, proxies);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
-        let primary = action.as_ref().and_then(Action::cluster);
-        let mirror =
-            (r.mirror.as_ref()).and_then(|m| mirror::mirror(checker, m, &field, clusters, primary));
+        let mirror = (r.mirror.as_ref())
+            .and_then(|m| mirror::mirror(checker, m, &field, clusters, action.as_ref()));
         let at = Location {
             line: spanned.referenced.line(),
             column: spanned.referenced.column(),

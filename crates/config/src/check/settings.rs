@@ -99,6 +99,7 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             (0, 1_000_000),
         ) as usize,
         max_request_body: max_request_body(checker, raw, &field),
+        max_buffered_bytes: buffered_bytes(checker, raw, &field),
         http2: http2(checker, raw.and_then(|l| l.http2.as_ref()), &field),
     }
 }
@@ -107,6 +108,16 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
 fn max_request_body(checker: &mut Checker, raw: Option<&RawLimits>, limits: &Field) -> u64 {
     let value = raw.and_then(|l| l.max_request_body.as_ref());
     checker.size(value, &limits.key("max_request_body"), 0, 0) as u64
+}
+
+/// `limits.max_buffered_bytes`: at least 64 KiB, a small body kept for retries.
+fn buffered_bytes(checker: &mut Checker, raw: Option<&RawLimits>, limits: &Field) -> usize {
+    checker.size(
+        raw.and_then(|l| l.max_buffered_bytes.as_ref()),
+        &limits.key("max_buffered_bytes"),
+        Limits::default().max_buffered_bytes,
+        64 * 1024,
+    )
 }
 
 fn http2(checker: &mut Checker, raw: Option<&RawHttp2Limits>, limits: &Field) -> Http2Limits {

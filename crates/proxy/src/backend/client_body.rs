@@ -123,6 +123,8 @@ impl std::error::Error for BodyError {
 pub(crate) enum BufferError {
     /// It is larger than the limit it was read under.
     TooLarge,
+    /// Holding more of it was not admitted (the worker's budget for bodies read in full is spent).
+    NotAdmitted,
     /// The client's side failed.
     Client(BodyError),
 }
@@ -205,9 +207,14 @@ impl ClientBody {
         }
     }
 
-    /// Reads the whole body, refusing it once it passes `limit` bytes. Trailers are dropped: the body
-    /// goes on with a `Content-Length`.
-    pub(crate) async fn read_all(mut self, limit: usize) -> Result<Bytes, BufferError> {
+    /// Reads the whole body, refusing it once it passes `limit` bytes, or once `admit` refuses to let
+    /// it hold as many as it has read (asked before each frame is kept). Trailers are dropped: the
+    /// body goes on with a `Content-Length`.
+    pub(crate) async fn read_all(
+        mut self,
+        limit: usize,
+        mut admit: impl FnMut(usize) -> bool,
+    ) -> Result<Bytes, BufferError> {
         // Most bodies come in one frame: that frame is the body, not copied.
         let mut first: Option<Bytes> = None;
         let mut joined = Vec::new();
@@ -219,6 +226,9 @@ impl ClientBody {
             let length = first.as_ref().map_or(joined.len(), Bytes::len) + data.len();
             if length > limit {
                 return Err(BufferError::TooLarge);
+            }
+            if !admit(length) {
+                return Err(BufferError::NotAdmitted);
             }
             let expected = self.body.size_hint().lower() as usize;
             match first.take() {

@@ -2,7 +2,7 @@
 
 use crate::{
     backend::client_body::{BodyError, BodyPace, ClientBody},
-    headers,
+    headers::TrailerScrub,
     telemetry::{
         metrics::ClusterCounters,
         upload::{Received, Upload},
@@ -120,6 +120,8 @@ pub(crate) struct Reclaimable {
     state: Arc<AtomicU8>,
     upload: Arc<Upload>,
     hint: SizeHint,
+    /// What the client's trailers lose on their way.
+    trailers: TrailerScrub,
     /// The most bytes the body may carry (the route's `max_request_body`): past it, the body sent to
     /// the backend fails instead of going on, so that the backend's request is reset, never ended
     /// as if the body were whole.
@@ -127,11 +129,12 @@ pub(crate) struct Reclaimable {
 }
 
 impl Reclaimable {
+    /// The client's `body`, its trailers scrubbed by `trailers`, cut past `max` bytes.
     pub(crate) fn new(
         body: Incoming,
         pace: BodyPace,
         counters: Option<Arc<ClusterCounters>>,
-        max: Option<u64>,
+        (trailers, max): (TrailerScrub, Option<u64>),
     ) -> Self {
         let hint = body.size_hint();
         Self {
@@ -142,6 +145,7 @@ impl Reclaimable {
                 ..Upload::default()
             }),
             hint,
+            trailers,
             max,
         }
     }
@@ -261,8 +265,8 @@ fn poll_streaming(
         Poll::Ready(Some(Ok(mut frame))) => {
             upload.frames.fetch_add(1, Ordering::Relaxed);
             if let Some(trailers) = frame.trailers_mut() {
-                // Fields scrubbed from the head must not come back as trailers.
-                headers::remove_forbidden_trailers(trailers);
+                // Fields scrubbed from the head, or edited there, must not come back as trailers.
+                shared.trailers.apply(trailers);
             }
             if let Some(data) = frame.data_ref() {
                 let length = data.len() as u64;

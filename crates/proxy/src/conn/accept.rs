@@ -4,8 +4,11 @@
 
 use crate::{
     conn::{
+        active::Active,
         connections::Connections,
         http2::{self, Sniffed},
+        parking::Parked,
+        serve::park_after,
     },
     peer::Client,
 };
@@ -13,7 +16,7 @@ use bytes::Bytes;
 use std::time::Duration;
 use tokio::{
     net::TcpStream,
-    sync::{mpsc, OwnedSemaphorePermit},
+    sync::{mpsc, watch, OwnedSemaphorePermit},
     task::JoinSet,
     time::Instant,
 };
@@ -26,7 +29,7 @@ pub struct Accepted {
     /// Its peer as the listener saw it (trusted if the listener lists it in `trusted_proxies`).
     pub client: Client,
     /// The listener's TLS acceptor, if it terminates TLS; the handshake is bounded by
-    /// `limits.header_read_timeout`.
+    /// `limits.header_read_timeout` (from the accept; the first request is awaited after it).
     pub tls: Option<TlsAcceptor>,
     /// Its place under `limits.max_connections`, held while it is open.
     pub permit: Option<OwnedSemaphorePermit>,
@@ -62,6 +65,34 @@ pub struct Drained {
     pub cut: usize,
     /// Tunnels still open at the deadline.
     pub tunnels: usize,
+}
+
+/// What came of waiting for a connection's first byte.
+#[derive(Debug, PartialEq, Eq)]
+enum FirstByte {
+    Arrived,
+    NotYet,
+    /// The client closed (or failed), or the drain started.
+    Closed,
+}
+
+/// Waits until `until` for a connection's first byte (peeked, not read), or until the drain starts:
+/// a request already there is served even then.
+async fn first_byte(
+    stream: &TcpStream,
+    until: Instant,
+    shutdown: &mut watch::Receiver<bool>,
+) -> FirstByte {
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        biased;
+        peeked = tokio::time::timeout_at(until, stream.peek(&mut byte)) => match peeked {
+            Ok(Ok(1..)) => FirstByte::Arrived,
+            Ok(Ok(0) | Err(_)) => FirstByte::Closed,
+            Err(_) => FirstByte::NotYet,
+        },
+        _ = shutdown.wait_for(|stop| *stop) => FirstByte::Closed,
+    }
 }
 
 /// How often the drain looks whether the last tunnels have closed.
@@ -106,12 +137,13 @@ impl Connections {
         // Plain and TLS connections are tasks of their own sizes: a parked plain connection's task
         // holds neither a TLS session nor the handshake's state.
         let connections = self.clone();
-        let timeout = self.proxy().limits().header_read_timeout;
-        let opened = tokio::time::Instant::now();
         let Some(acceptor) = tls else {
-            tasks.spawn_local(connections.serve_plain(stream, client, permit, opened));
+            tasks.spawn_local(connections.serve_plain(stream, client, permit));
             return;
         };
+        // The handshake has a bound of its own; what follows it is timed as over a plain connection
+        // (the first request's first byte as a keep-alive wait, its head from that byte).
+        let timeout = self.proxy().limits().header_read_timeout;
         tasks.spawn_local(async move {
             let peer = client.address;
             let handshake = Box::pin(acceptor.accept(stream));
@@ -122,9 +154,16 @@ impl Connections {
                         ..client
                     };
                     let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let (opened, active) = (Instant::now(), connections.count_open());
                     if http2 {
-                        let serve =
-                            connections.serve_http2(stream, Bytes::new(), client, permit, opened);
+                        let serve = connections.serve_http2(
+                            stream,
+                            Bytes::new(),
+                            client,
+                            permit,
+                            opened,
+                            active,
+                        );
                         Box::pin(serve).await;
                     } else {
                         let serve = connections.serve_accepted(
@@ -132,7 +171,7 @@ impl Connections {
                             Bytes::new(),
                             client,
                             permit,
-                            opened,
+                            active,
                         );
                         serve.await;
                     }
@@ -145,29 +184,76 @@ impl Connections {
         });
     }
 
-    /// Serves a plain connection in the protocol its first bytes say: HTTP/2 with prior knowledge if
-    /// they are the preface, else HTTP/1.1 (an `Upgrade: h2c` is not honoured). Nothing arriving by
-    /// `limits.header_read_timeout` after `opened`, or the drain starting first, closes it.
+    /// Serves a plain connection. Its first byte is awaited as an idle keep-alive connection's next
+    /// request is, since clients open connections ahead of their requests: for a moment in its task,
+    /// then in the worker's parking lot, until `limits.keepalive_timeout` after the accept (or until
+    /// `limits.max_connections` needs its place). The drain starting first closes it.
     async fn serve_plain(
         self,
-        mut stream: TcpStream,
+        stream: TcpStream,
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
-        opened: Instant,
     ) {
-        let first_request_by = opened + self.proxy().limits().header_read_timeout;
+        let limits = self.proxy().limits();
+        let opened = Instant::now();
+        let active = self.count_open();
         let mut shutdown = self.shared().shutdown.clone();
-        let sniffed = tokio::select! {
-            sniffed = http2::sniff(&mut stream, first_request_by) => sniffed,
-            _ = shutdown.wait_for(|stop| *stop) => Sniffed::Closed,
-        };
-        match sniffed {
+        match first_byte(&stream, opened + park_after(&limits), &mut shutdown).await {
+            FirstByte::Arrived => {}
+            FirstByte::Closed => return,
+            FirstByte::NotYet => {
+                let deadline = opened + limits.keepalive_timeout;
+                let Some(lot) = self.shared().parking_lot() else {
+                    // No lot: it waits in its task.
+                    if first_byte(&stream, deadline, &mut shutdown).await == FirstByte::Arrived {
+                        self.serve_first(stream, Bytes::new(), client, permit, active)
+                            .await;
+                    }
+                    return;
+                };
+                match stream.into_std() {
+                    Ok(stream) => {
+                        let parked = Parked {
+                            client,
+                            requests: 0,
+                            active,
+                            permit,
+                        };
+                        lot.park(stream, parked, deadline);
+                    }
+                    Err(error) => {
+                        tracing::debug!(target: "duet::conn", peer = %client.address, "closing instead of parking: {error}");
+                    }
+                }
+                return;
+            }
+        }
+        self.serve_first(stream, Bytes::new(), client, permit, active)
+            .await;
+    }
+
+    /// Serves a plain connection whose first bytes have arrived (`prefix`: what was read of them) in
+    /// the protocol they say: HTTP/2 with prior knowledge if they are the preface, else HTTP/1.1 (an
+    /// `Upgrade: h2c` is not honoured). The rest of a preface is due within
+    /// `limits.header_read_timeout`, as a head is.
+    pub(crate) async fn serve_first(
+        self,
+        mut stream: TcpStream,
+        prefix: Bytes,
+        client: Client,
+        permit: Option<OwnedSemaphorePermit>,
+        active: Active,
+    ) {
+        let opened = Instant::now();
+        let head_by = opened + self.proxy().limits().header_read_timeout;
+        match http2::sniff(&mut stream, prefix, head_by).await {
             Sniffed::Http1(prefix) => {
-                (self.serve_accepted(stream, prefix, client, permit, opened)).await;
+                (self.serve_accepted(stream, prefix, client, permit, active)).await;
             }
             Sniffed::Http2(prefix) => {
                 // Boxed: hyper's h2 state would otherwise size every plain connection's task.
-                Box::pin(self.serve_http2(stream, prefix, client, permit, opened)).await;
+                let serve = self.serve_http2(stream, prefix, client, permit, opened, active);
+                Box::pin(serve).await;
             }
             Sniffed::Closed => {}
         }

@@ -7,7 +7,7 @@ use crate::{
         http2::{self, Http2Connection},
         io::ClientIo,
         io::Prefixed,
-        parking::{ParkingLot, Resumed},
+        parking::{Parked, ParkingLot, Resumed},
         serve::{serve, Connection},
         shared::Shared,
     },
@@ -59,37 +59,39 @@ impl Connections {
     /// plain TCP connection leaves its task to wait in the worker's parking lot, from which
     /// [`next_resumed`](Self::next_resumed) hands it back; a TLS connection waits in its task. That
     /// byte starts a fresh hyper connection, so `limits.header_read_timeout` times the head from its
-    /// first byte, never the idle wait. A connection that has sent no request yet is not kept alive:
-    /// it parks the same way but is closed `limits.header_read_timeout` after it was accepted.
+    /// first byte, never the idle wait. A connection that has sent no request yet waits for its first
+    /// the same way: clients open connections ahead of their requests.
     pub fn serve<IO: ClientIo>(
         &self,
         io: IO,
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
     ) -> impl Future<Output = ()> {
-        self.serve_accepted(io, Bytes::new(), client, permit, Instant::now())
+        self.serve_accepted(io, Bytes::new(), client, permit, self.count_open())
     }
 
-    /// [`serve`](Self::serve) for a connection accepted at `opened` (before its TLS handshake): its
-    /// first request is due `limits.header_read_timeout` after that. `prefix` is what was read of it
-    /// already.
+    /// [`serve`](Self::serve) for a connection counted open by `active`; `prefix` is what was read of
+    /// it already.
     pub(crate) fn serve_accepted<IO: ClientIo>(
         &self,
         io: IO,
         prefix: Bytes,
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
-        opened: Instant,
+        active: Active,
     ) -> impl Future<Output = ()> {
-        let active = Active::new(self.0.counters.clone());
         let io = Prefixed { prefix, io };
-        let connection =
-            Connection::new(self.0.clone(), client, Some(io), 0, opened, active, permit);
+        let connection = Connection::new(self.0.clone(), client, Some(io), 0, active, permit);
         serve(connection, self.0.shutdown.clone())
     }
 
+    /// Counts a connection as open (and accepted) for as long as what it returns lives.
+    pub(crate) fn count_open(&self) -> Active {
+        Active::new(self.0.counters.clone())
+    }
+
     /// Serves a connection that speaks HTTP/2 (negotiated by ALPN, or its first bytes the preface),
-    /// accepted at `opened`; `prefix` is what was read of it to tell.
+    /// accepted (or its first bytes arrived) at `opened`; `prefix` is what was read of it to tell.
     pub(crate) fn serve_http2<IO: ClientIo>(
         &self,
         io: IO,
@@ -97,19 +99,21 @@ impl Connections {
         client: Client,
         permit: Option<OwnedSemaphorePermit>,
         opened: Instant,
+        active: Active,
     ) -> impl Future<Output = ()> {
         http2::serve(Http2Connection {
             shared: self.0.clone(),
             io: Prefixed { prefix, io },
             client,
             opened,
-            active: Active::new(self.0.counters.clone()),
+            active,
             permit,
         })
     }
 
     /// Serves a connection taken out of the parking lot, its next request's first byte already read:
-    /// as [`serve`](Self::serve) would have, had it never parked.
+    /// as [`serve`](Self::serve) would have, had it never parked. A connection parked before its first
+    /// request is told HTTP/1.1 from HTTP/2 first.
     pub fn resume(&self, resumed: Resumed) -> impl Future<Output = ()> {
         let (io, parked) = resumed.into_parts();
         let client = parked.client;
@@ -120,16 +124,27 @@ impl Connections {
                 None
             }
         };
-        let connection = Connection::new(
-            self.0.clone(),
-            client,
-            io,
-            parked.requests,
-            Instant::now(),
-            parked.active,
-            parked.permit,
-        );
-        serve(connection, self.0.shutdown.clone())
+        let (connections, shutdown) = (self.clone(), self.0.shutdown.clone());
+        async move {
+            match io {
+                Some(Prefixed { prefix, io }) if parked.requests == 0 => {
+                    let Parked { active, permit, .. } = parked;
+                    let first = connections.serve_first(io, prefix, client, permit, active);
+                    Box::pin(first).await;
+                }
+                io => {
+                    let Parked {
+                        requests,
+                        active,
+                        permit,
+                        ..
+                    } = parked;
+                    let connection =
+                        Connection::new(connections.0, client, io, requests, active, permit);
+                    serve(connection, shutdown).await;
+                }
+            }
+        }
     }
 
     /// Waits until a parked keep-alive connection's next request starts to arrive; serve it with

@@ -4,9 +4,12 @@
 //! cluster.
 //!
 //! An h2 connection is never parked: its streams are tasks of their own on the worker's thread (hyper
-//! spawns them through [`LocalExec`]), and it closes with a GOAWAY once idle for
+//! spawns them through [`StreamExec`], which resets a stream whose client takes none of its response
+//! for `limits.send_timeout`), and it closes with a GOAWAY once idle for
 //! `limits.keepalive_timeout` (or if no request arrives within `limits.header_read_timeout` of the
-//! accept), or when the drain starts; streams in progress finish first.
+//! accept), or when the drain starts; streams in progress finish first. A client that lets the GOAWAY
+//! go unanswered (its PING never acknowledged) is closed `limits.header_read_timeout` after it, once
+//! no stream is open: every state of a connection has a deadline.
 
 use crate::{
     attempt::body::ProxyBody,
@@ -15,6 +18,7 @@ use crate::{
         io::{ClientIo, Prefixed, SendTimeout},
         serve::log_connection_error,
         shared::Shared,
+        stream_watch::{StreamExec, StreamWatch, Waiting},
     },
     exchange::{ConnectionState, InService},
     peer::Client,
@@ -45,21 +49,6 @@ use tokio::{
 /// What a client speaking HTTP/2 with prior knowledge sends first (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Runs hyper's per-stream tasks on the worker's thread: the proxy's futures hold `Rc`s, so they
-/// cannot be sent to another.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LocalExec;
-
-impl<F> hyper::rt::Executor<F> for LocalExec
-where
-    F: Future + 'static,
-    F::Output: 'static,
-{
-    fn execute(&self, future: F) {
-        tokio::task::spawn_local(future);
-    }
-}
-
 /// What a plain connection's first bytes say it speaks.
 pub(crate) enum Sniffed {
     /// HTTP/1.1 (anything that is not the HTTP/2 preface), with whatever had to be read to tell.
@@ -70,23 +59,32 @@ pub(crate) enum Sniffed {
     Closed,
 }
 
-/// Tells HTTP/2 with prior knowledge from HTTP/1.1 by the first bytes of a plain connection, waiting
-/// for them until `until`. The bytes are peeked, not read, unless the preface arrives in pieces: an
-/// HTTP/1.1 connection costs one more system call and no allocation.
-pub(crate) async fn sniff(stream: &mut TcpStream, until: Instant) -> Sniffed {
+/// Tells HTTP/2 with prior knowledge from HTTP/1.1 by the first bytes of a plain connection, `read`
+/// being those already read from it, waiting for the rest until `until`. The bytes are peeked, not
+/// read, unless the preface arrives in pieces: an HTTP/1.1 connection costs one more system call and
+/// no allocation.
+pub(crate) async fn sniff(stream: &mut TcpStream, read: Bytes, until: Instant) -> Sniffed {
     let mut seen = [0u8; PREFACE.len()];
-    let peeked = match timeout_at(until, stream.peek(&mut seen)).await {
+    let had = read.len().min(PREFACE.len());
+    seen[..had].copy_from_slice(&read[..had]);
+    if seen[..had] != PREFACE[..had] {
+        return Sniffed::Http1(read);
+    }
+    if had == PREFACE.len() {
+        return Sniffed::Http2(read);
+    }
+    let peeked = match timeout_at(until, stream.peek(&mut seen[had..])).await {
         Ok(Ok(0) | Err(_)) | Err(_) => return Sniffed::Closed,
-        Ok(Ok(n)) => n,
+        Ok(Ok(n)) => had + n,
     };
     if seen[..peeked] != PREFACE[..peeked] {
-        return Sniffed::Http1(Bytes::new());
+        return Sniffed::Http1(read);
     }
     if peeked == PREFACE.len() {
-        return Sniffed::Http2(Bytes::new());
+        return Sniffed::Http2(read);
     }
     // A prefix of the preface: read it, and what follows, until it is whole or differs.
-    let mut have = 0;
+    let mut have = had;
     while have < PREFACE.len() {
         match timeout_at(until, stream.read(&mut seen[have..])).await {
             Ok(Ok(0) | Err(_)) | Err(_) => return Sniffed::Closed,
@@ -104,7 +102,8 @@ pub(crate) struct Http2Connection<IO> {
     pub(crate) shared: Rc<Shared>,
     pub(crate) io: Prefixed<IO>,
     pub(crate) client: Client,
-    /// When it was accepted: its first request is due `limits.header_read_timeout` after that.
+    /// When it was accepted (TLS) or its first bytes arrived (plain): its first request is due
+    /// `limits.header_read_timeout` after that.
     pub(crate) opened: Instant,
     pub(crate) active: Active,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
@@ -125,40 +124,33 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let limits = shared.proxy().limits();
     let state = Rc::new(ConnectionState::default());
     let open = Rc::new(Cell::new(0usize));
-    let service = {
-        let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
-        service_fn(move |request| {
-            let stream = OpenStream::new(&open);
-            let handled = proxy
-                .clone()
-                .handle(request, client, InService::new(state.clone()));
-            Box::pin(async move {
-                let response = handled.await?;
-                Ok::<_, Infallible>(response.map(|body| StreamBody {
-                    body,
-                    _open: stream,
-                }))
-            })
-                as Pin<Box<dyn Future<Output = Result<Response<StreamBody>, Infallible>>>>
-        })
-    };
+    let watch = Rc::new(StreamWatch::new(
+        limits.send_timeout,
+        shared.counters.clone(),
+        client.address,
+    ));
+    let service = stream_service(&shared, client, &state, &open, &watch);
     let io = TokioIo::new(SendTimeout {
         io,
         stall: Stall::new(limits.send_timeout),
         // HTTP/2 has no head to time between requests: its streams carry their own.
         head: None,
     });
-    let connection = server_builder(&limits).serve_connection(io, service);
+    let connection = server_builder(&limits, StreamExec(watch)).serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut shutdown = shared.shutdown.clone();
+    // Once the GOAWAY is out, the close is timed too: a client that never answers its PING (or never
+    // sends a byte at all) would otherwise hold the connection, and its place under
+    // `limits.max_connections`, for good. Open streams finish under their own bounds first.
+    let close_within = limits.header_read_timeout;
     let mut closing = false;
-    if *shutdown.borrow() {
-        connection.as_mut().graceful_shutdown();
-        closing = true;
-    }
     // Idle while no request has started since the last look and no stream is open.
     let mut seen = 0;
     let mut check = opened + limits.header_read_timeout;
+    if *shutdown.borrow() {
+        connection.as_mut().graceful_shutdown();
+        (closing, check) = (true, Instant::now() + close_within);
+    }
     loop {
         tokio::select! {
             result = connection.as_mut() => {
@@ -167,33 +159,75 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
                 }
                 return;
             }
-            () = tokio::time::sleep_until(check), if !closing => {
+            () = tokio::time::sleep_until(check) => {
                 let requests = state.requests.get();
-                if requests == seen && open.get() == 0 {
+                let idle = requests == seen && open.get() == 0;
+                if closing && open.get() == 0 {
+                    tracing::debug!(target: "duet::conn", peer = %client.address, "closing an h2 connection whose client let its GOAWAY go unanswered");
+                    return;
+                }
+                if idle && !closing {
                     tracing::trace!(target: "duet::conn", peer = %client.address, "idle h2 connection: GOAWAY");
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
                 seen = requests;
-                check = Instant::now() + limits.keepalive_timeout;
+                check = Instant::now() + if closing { close_within } else { limits.keepalive_timeout };
             }
             changed = shutdown.changed(), if !closing => {
                 if changed.is_err() || *shutdown.borrow() {
                     connection.as_mut().graceful_shutdown();
-                    closing = true;
+                    (closing, check) = (true, Instant::now() + close_within);
                 }
             }
         }
     }
 }
 
+/// The service hyper calls for each stream: the proxy's, its response body counting the stream as
+/// open and watched by the stream's task ([`StreamWatch`]).
+fn stream_service(
+    shared: &Shared,
+    client: Client,
+    state: &Rc<ConnectionState>,
+    open: &Rc<Cell<usize>>,
+    watch: &Rc<StreamWatch>,
+) -> impl hyper::service::HttpService<
+    hyper::body::Incoming,
+    ResBody = StreamBody,
+    Error = Infallible,
+    Future = StreamResponse,
+> {
+    let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
+    let watch = watch.clone();
+    service_fn(move |request| {
+        let stream = OpenStream::new(&open);
+        let waiting = Rc::new(Waiting::default());
+        watch.expect(waiting.clone());
+        let handled = proxy
+            .clone()
+            .handle(request, client, InService::new(state.clone()));
+        Box::pin(async move {
+            let response = handled.await?;
+            Ok::<_, Infallible>(response.map(|body| StreamBody {
+                body,
+                waiting,
+                _open: stream,
+            }))
+        }) as StreamResponse
+    })
+}
+
+/// A stream's response, as the proxy makes it.
+type StreamResponse = Pin<Box<dyn Future<Output = Result<Response<StreamBody>, Infallible>>>>;
+
 /// hyper's HTTP/2 server with duet's limits (`limits.http2`).
-fn server_builder(limits: &Limits) -> http2::Builder<LocalExec> {
+fn server_builder(limits: &Limits, exec: StreamExec) -> http2::Builder<StreamExec> {
     let h2 = limits.http2;
     // The head limit, as HTTP/1.1's unless set apart: the decoded fields of one request, counted as
     // RFC 9113 §6.5.2 says (name, value and 32 bytes each).
     let list_size = h2.max_header_list_size.unwrap_or(limits.max_request_head);
-    let mut builder = http2::Builder::new(LocalExec);
+    let mut builder = http2::Builder::new(exec);
     builder
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(list_size).unwrap_or(u32::MAX))
@@ -229,10 +263,12 @@ impl Drop for OpenStream {
 }
 
 pin_project! {
-    /// A stream's response body: the proxy's, holding the stream open while it is sent.
+    /// A stream's response body: the proxy's, holding the stream open while it is sent, and telling
+    /// the stream's task when hyper holds a frame of it for the client's window.
     pub(crate) struct StreamBody {
         #[pin]
         body: ProxyBody,
+        waiting: Rc<Waiting>,
         _open: OpenStream,
     }
 }
@@ -245,7 +281,13 @@ impl Body for StreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().body.poll_frame(cx)
+        let this = self.project();
+        this.waiting.asked();
+        let polled = this.body.poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = polled {
+            this.waiting.handed();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

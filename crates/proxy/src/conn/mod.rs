@@ -14,4 +14,5 @@ pub(crate) mod active;
 pub(crate) mod io;
 pub(crate) mod linger;
 pub(crate) mod head_timer;
+pub(crate) mod stream_watch;
 pub(crate) mod recycled;

@@ -7,8 +7,9 @@
 //! `limits.max_connections`. No task, no reactor registration, no timer each: one task-free wait and
 //! one deadline heap for all of them. The next request's first byte takes the connection out again,
 //! into a new task (`Connections::resume`); a client that closes, or stays quiet past
-//! `limits.keepalive_timeout` (past `limits.header_read_timeout` from its accept if it has sent no
-//! request yet), is closed from here. At `limits.max_connections` the longest idle are closed to make
+//! `limits.keepalive_timeout`, is closed from here. A connection that has sent nothing yet waits here
+//! for its first byte the same way (clients open connections ahead of their requests), and its first
+//! bytes tell its protocol when it resumes. At `limits.max_connections` the longest idle are closed to make
 //! room for new connections (`close_oldest`).
 //!
 //! Only plain TCP connections are parked here: a TLS connection's session state cannot leave its
@@ -333,9 +334,8 @@ impl ParkingLot {
         }
     }
 
-    /// Closes up to `count` parked connections, those whose wait ends soonest first: the longest idle
-    /// keep-alive ones, and connections that never sent a request, due to close within
-    /// `limits.header_read_timeout` anyway. Connections whose next request has started are kept.
+    /// Closes up to `count` parked connections, those whose wait ends soonest first: the longest idle,
+    /// whether kept alive after a request or opened ahead of their first. Connections whose next request has started are kept.
     /// Returns how many were closed; each gives its place under `limits.max_connections` back.
     pub(crate) fn close_oldest(&self, count: u64) -> u64 {
         // A connection whose next request is already in its socket is not idle: take it out first

@@ -105,9 +105,6 @@ pub(crate) struct Connection<IO> {
     client: Client,
     /// How long a keep-alive connection idles with hyper before it is parked.
     park_after: Duration,
-    /// When a connection that has sent no request yet is closed: `limits.header_read_timeout` after
-    /// it was accepted. Its silence is no keep-alive wait.
-    first_request_by: Instant,
     /// Requests carried so far.
     requests: u64,
     /// The connection itself, between turns.
@@ -119,26 +116,19 @@ pub(crate) struct Connection<IO> {
 }
 
 impl<IO> Connection<IO> {
-    /// A connection accepted at `opened` (which only matters while it has carried no request).
     pub(crate) fn new(
         connections: Rc<Shared>,
         client: Client,
         io: Option<Prefixed<IO>>,
         requests: u64,
-        opened: Instant,
         active: Active,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Self {
         // The limits current when the connection (or its next turn after parking) starts.
         let limits = connections.proxy().limits();
-        // Park before hyper's header timer (which also runs while a kept-alive connection waits) could
-        // fire.
-        let park_after = PARK_AFTER
-            .min(limits.header_read_timeout / 2)
-            .min(limits.keepalive_timeout / 2);
+        let park_after = park_after(&limits);
         Self {
             connections,
-            first_request_by: opened + limits.header_read_timeout,
             limits,
             client,
             park_after,
@@ -150,14 +140,21 @@ impl<IO> Connection<IO> {
     }
 
     /// When the connection, idle from now on (it has just been parked, `park_after` after its last
-    /// request), is closed: after what is left of `limits.keepalive_timeout`, or, if it has not sent a
-    /// request yet, at `first_request_by`.
+    /// request, or after the start of a turn that read no request), is closed: after what is left of
+    /// `limits.keepalive_timeout`. A connection that has sent no request yet is timed the same way:
+    /// clients open connections ahead of their requests.
     fn idle_until(&self) -> Instant {
-        if self.requests == 0 {
-            return self.first_request_by;
-        }
         Instant::now() + (self.limits.keepalive_timeout).saturating_sub(self.park_after)
     }
+}
+
+/// How long a connection idles in its task (with hyper, or waiting for its first byte) before it is
+/// parked: before hyper's header timer (which also runs while a kept-alive connection waits) could
+/// fire.
+pub(crate) fn park_after(limits: &Limits) -> Duration {
+    PARK_AFTER
+        .min(limits.header_read_timeout / 2)
+        .min(limits.keepalive_timeout / 2)
 }
 
 /// Serves requests with a fresh hyper connection until the connection ends (`false`) or has idled
@@ -482,8 +479,7 @@ impl Idleness {
 }
 
 /// Waits, holding nothing but the socket, for the next request's first byte, for at most what is left
-/// of `limits.keepalive_timeout` (or of `limits.header_read_timeout` for a connection that has sent
-/// no request yet); `false` when the client closed, the wait ran out, or duet is draining. A
+/// of `limits.keepalive_timeout`; `false` when the client closed, the wait ran out, or duet is draining. A
 /// connection whose next request has already arrived (pipelined) does not wait.
 async fn park<IO: AsyncRead + Unpin>(
     connection: &mut Connection<IO>,

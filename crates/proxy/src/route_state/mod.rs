@@ -6,6 +6,7 @@ mod split;
 
 use crate::{
     filter::{per_cluster::PerCluster, phase::Build, RouteFilters},
+    headers::TrailerScrub,
     telemetry::metrics::{ClusterCells, RouteTimings},
 };
 use duet_config::{Action, Route};
@@ -20,6 +21,10 @@ pub(crate) struct RouteState {
     /// The smooth weighted round robin of a split route.
     split: Option<Splitter>,
     pub(crate) filters: RouteFilters,
+    /// What a request's trailers lose on this route: every field its request edits set or remove.
+    trailers: TrailerScrub,
+    /// The largest request body the route takes (its `max_request_body`, or the `limits` default).
+    pub(crate) body_limit: Option<u64>,
 }
 
 impl RouteState {
@@ -35,11 +40,24 @@ impl RouteState {
             Action::Cluster(_) | Action::Redirect(_) => None,
         };
         let filters = RouteFilters::new(route, build, previous.map(|old| &old.filters));
+        let edits = &route.request_headers;
+        let trailers = TrailerScrub::new(
+            edits.set.iter().map(|(name, _)| name.as_str()),
+            edits.remove.iter().map(String::as_str),
+        );
         Self {
             timings,
             split,
             filters,
+            trailers,
+            body_limit: route.body_limit(&build.config.limits),
         }
+    }
+
+    /// What a request's trailers lose on this route, from a listener that drops names with an
+    /// underscore from the head (`underscores_dropped`) or keeps them.
+    pub(crate) fn trailers(&self, underscores_dropped: bool) -> TrailerScrub {
+        self.trailers.with_underscores_dropped(underscores_dropped)
     }
 
     /// The cluster (its index) that takes this request, and the route's histograms for it; `None`

@@ -5,9 +5,9 @@ use crate::{
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
     error::{ErrorKind, ProxyError},
-    exchange::{Prepared, Upgrade},
+    exchange::{BufferHold, ConnectionState, Prepared, Upgrade, WorkerBuffered, WorkerBuffers},
     filter::RouteFilters,
-    headers,
+    headers::{self, TrailerScrub},
     peer::Client,
 };
 use duet_config::Route;
@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(crate) fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
-    (route, filters, body_limit): (&Route, &RouteFilters, Option<u64>),
+    (route, filters, trailers, body_limit): (&Route, &RouteFilters, TrailerScrub, Option<u64>),
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Preparing, ProxyError> {
@@ -44,8 +44,12 @@ pub(crate) fn prepare(
         .flatten();
     let upgrade = protocol.clone().map(|protocol| Upgrade { protocol });
     let absolute_form = request.uri().authority().is_some();
+    let http2 = request.version() == http::Version::HTTP_2;
     let request_headers = request.headers_mut();
     headers::remove_request_hop_by_hop(request_headers, protocol);
+    if http2 {
+        headers::join_cookies(request_headers);
+    }
     if let (true, Some(host)) = (absolute_form, &host) {
         // The host routed on is the host the backend sees (RFC 9112 §3.2.2); otherwise Host already is.
         request_headers.insert(header::HOST, host.clone());
@@ -73,7 +77,7 @@ pub(crate) fn prepare(
         max: body_limit,
         replay,
     };
-    let plan = body_plan(body, cluster, limits).map_err(ProxyError::new)?;
+    let plan = body_plan(body, cluster, limits, trailers).map_err(ProxyError::new)?;
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
@@ -110,23 +114,44 @@ pub(crate) struct Unread {
 }
 
 impl Unread {
-    /// The request with its body read, as `limits` allow: 413 past `limit`, 400 for a malformed body,
-    /// 408 for one that stalls or falls behind `limits.min_upload_rate`.
-    pub(crate) async fn read(self, cluster: &Cluster) -> Result<Prepared, ProxyError> {
+    /// The request with its body read, as `limits` allow, within `connection`'s buffering budget (what
+    /// it takes of it is held as long as what is returned with the request): 413 past `limit`, 400 for
+    /// a malformed body, 408 for one that stalls or falls behind `limits.min_upload_rate`, 503 if its
+    /// share of the budget does not come within `limits.body_read_timeout`, or if `worker` holds
+    /// `limits.max_buffered_bytes` already.
+    pub(crate) async fn read<'c>(
+        self,
+        cluster: &Cluster,
+        connection: &'c ConnectionState,
+        worker: WorkerBuffers<'_>,
+    ) -> Result<(Prepared, BufferHold<'c>), ProxyError> {
         let Unread {
             mut prepared,
             body,
             limit,
             trailer,
         } = self;
-        let source = buffer(body, cluster, limit)
+        // What the body announces, or all it may hold.
+        let needs = body.size_hint().exact().map_or(limit, |n| n as usize);
+        let wait = cluster.body_pace.idle_timeout;
+        let Some(turn) = connection.reserve_buffer(needs, limit, wait).await else {
+            return Err(ProxyError::new(ErrorKind::LocalResource));
+        };
+        // Reserved once the connection's share has come (a stream waiting its turn holds none): what
+        // the body announces at once, so one too large for what is left is refused before a byte is
+        // read; then as it grows, so one of unknown length holds only what it has.
+        let announced = body.size_hint().exact().map_or(0, |n| n as usize);
+        let Some(mut held) = worker.reserve(announced) else {
+            return Err(ProxyError::new(ErrorKind::LocalResource));
+        };
+        let source = buffer(body, cluster, limit, &mut held)
             .await
             .map_err(ProxyError::new)?;
         prepared.source = source;
         if trailer {
             drop_trailer(&mut prepared.parts.headers);
         }
-        Ok(prepared)
+        Ok((prepared, BufferHold::new(turn, held)))
     }
 }
 
@@ -158,18 +183,22 @@ struct BodyLimits {
 /// larger than `max_request_body` is refused before a byte of it is read (a client waiting on
 /// `Expect: 100-continue` sends none); one read in full is read up to it at most, and one streamed is
 /// cut where it passes it.
-fn body_plan(body: Incoming, cluster: &Cluster, limits: BodyLimits) -> Result<BodyPlan, ErrorKind> {
+fn body_plan(
+    body: Incoming,
+    cluster: &Cluster,
+    limits: BodyLimits,
+    trailers: TrailerScrub,
+) -> Result<BodyPlan, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodyPlan::Ready(BodySource::Empty));
     }
     let exact = body.size_hint().exact();
-    let max = limits
-        .max
-        .map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX));
+    let max = (limits.max).map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX));
     if exact.is_some_and(|n| n > max as u64) {
         return Err(ErrorKind::BodyTooLarge);
     }
     let limit = match limits.buffer {
+        // Refused before a byte is read: a client waiting on `Expect: 100-continue` sends none.
         Some(limit) if exact.is_some_and(|n| n > limit as u64) => {
             return Err(ErrorKind::BodyTooLarge)
         }
@@ -179,20 +208,27 @@ fn body_plan(body: Incoming, cluster: &Cluster, limits: BodyLimits) -> Result<Bo
         }
         None => {
             let counters = Some(cluster.counters.clone());
-            let body = Reclaimable::new(body, cluster.body_pace, counters, limits.max);
+            let cut = (trailers, limits.max);
+            let body = Reclaimable::new(body, cluster.body_pace, counters, cut);
             return Ok(BodyPlan::Ready(BodySource::Streaming(body)));
         }
     };
     Ok(BodyPlan::ReadFirst(body, limit))
 }
 
-/// `body` read in full, up to `limit` bytes.
-async fn buffer(body: Incoming, cluster: &Cluster, limit: usize) -> Result<BodySource, ErrorKind> {
+/// `body` read in full, up to `limit` bytes, each byte held within `held`.
+async fn buffer(
+    body: Incoming,
+    cluster: &Cluster,
+    limit: usize,
+    held: &mut WorkerBuffered,
+) -> Result<BodySource, ErrorKind> {
     let bytes = ClientBody::new(body, cluster.body_pace)
-        .read_all(limit)
+        .read_all(limit, |length| held.grow_to(length))
         .await
         .map_err(|error| match error {
             BufferError::TooLarge => ErrorKind::BodyTooLarge,
+            BufferError::NotAdmitted => ErrorKind::LocalResource,
             BufferError::Client(BodyError::Broken(_)) => ErrorKind::BadRequestBody,
             BufferError::Client(BodyError::Stalled) => ErrorKind::BodyTimeout,
             BufferError::Client(BodyError::TooSlow) => ErrorKind::UploadTooSlow,

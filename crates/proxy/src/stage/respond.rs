@@ -5,7 +5,7 @@ use crate::{
     attempt::body::ProxyBody,
     attempt::completion::Completion,
     backend::cluster::Cluster,
-    error::{ErrorKind, ProxyError},
+    error::{ErrorKind, ProxyError, ALLOWED_METHODS},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
     filter::phase::ResponseHead,
     filter::RouteFilters,
@@ -141,10 +141,9 @@ pub(crate) fn asterisk<B>(
         return local_error(&ProxyError::new(ErrorKind::InvalidPath), log);
     }
     let mut response = Response::new(ProxyBody::local(Bytes::new(), log.take()));
-    response.headers_mut().insert(
-        header::ALLOW,
-        HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE"),
-    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
     response
         .headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));

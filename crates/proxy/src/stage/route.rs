@@ -15,17 +15,23 @@
 //!   other it does not exist (404 if nothing else matches), so an internal route never answers on a
 //!   public listener.
 //! - **Path matchers**: `path: { exact: ... }` is the whole normalised path, `{ regex: ... }` is searched in
-//!   it (compiled once at load, linear time); `path_prefix:` is `path: { prefix: ... }`.
+//!   it (compiled once at load, linear time); `path_prefix:` is `path: { prefix: ... }`. Every kind
+//!   matches the path without its `;` parameters (`/actuator/env;x` is `/actuator/env`), as Tomcat and
+//!   Spring read it; the backend still gets them.
+//! - **HTTP/2 fields**: a value with leading or trailing whitespace is malformed (RFC 9113 §8.2.1): 400.
+//! - **Method**: `CONNECT` is 405 (duet tunnels nothing but upgrades), a method with a lower-case letter
+//!   400 (`delete` is not `DELETE` to a route, but is to some backends).
 //! - **Method, headers, query**: every one written must hold; a header is matched on any of its fields
 //!   (names case-insensitive), a query parameter on the raw text of one of its `name=value` pairs.
 //! - `path_prefix` is a plain string prefix, as in nginx and Envoy: `/public` also matches `/publicity`;
 //!   write `/public/` to require a segment boundary.
 
 use crate::error::{ErrorKind, ProxyError};
-use crate::path;
+use crate::headers::MAX_REQUEST_FIELDS;
 use crate::stage::route_index::{strip_port, RouteIndex};
+use crate::{headers, path};
 use duet_config::{HostPattern, Route};
-use http::{header, HeaderValue, Request, Uri, Version};
+use http::{header, HeaderValue, Method, Request, Uri, Version};
 
 /// Where routing sent a request.
 #[derive(Debug)]
@@ -39,8 +45,10 @@ pub(crate) struct Routed<'t> {
 }
 
 /// Finds the first route for `request`, which came on the listener at `listener`, after checking its
-/// Host and normalising its path in place. 414 for a target over `max_uri_length`, 400 for a bad Host
-/// or path, 404 if no route for that listener matches. `index` is `routes`' index.
+/// Host and normalising its path in place. 431 for a head of more fields than HTTP/1.1 allows (an
+/// HTTP/2 request: hyper refuses such an HTTP/1.1 one before it gets here), 414 for a target over
+/// `max_uri_length`, 400 for a bad Host or path, 404 if no route for that listener matches. `index` is
+/// `routes`' index.
 pub(crate) fn route<'t, B>(
     routes: &'t [Route],
     index: &RouteIndex,
@@ -48,13 +56,20 @@ pub(crate) fn route<'t, B>(
     max_uri_length: usize,
     request: &mut Request<B>,
 ) -> Result<Routed<'t>, ProxyError> {
+    if request.headers().len() > MAX_REQUEST_FIELDS {
+        return Err(ProxyError::new(ErrorKind::HeadTooLarge));
+    }
     if uri_length(request.uri()) > max_uri_length {
         return Err(ProxyError::new(ErrorKind::UriTooLong));
+    }
+    check_method(request.method()).map_err(ProxyError::new)?;
+    if request.version() == Version::HTTP_2 && headers::padded_value(request.headers()) {
+        return Err(ProxyError::new(ErrorKind::InvalidHeader));
     }
     let host = request_host(request).map_err(ProxyError::new)?;
     path::normalise_uri(request.uri_mut()).map_err(ProxyError::new)?;
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
-    let path = request.uri().path();
+    let path = path::without_parameters(request.uri().path());
     let (index, route) = (index.candidates(host_name))
         .filter_map(|i| Some((i, routes.get(i)?)))
         .find(|(_, r)| {
@@ -75,6 +90,20 @@ pub fn lookup<B>(
     route(routes, index, listener, usize::MAX, request)
         .ok()
         .map(|r| r.index)
+}
+
+/// `CONNECT` asks for a tunnel to any host (duet is no forward proxy: 405, as nginx answers); a method
+/// with a lower-case letter would pass a `method: [DELETE]` route as something else while a backend that
+/// ignores case reads it as `DELETE` (400, as nginx answers). Methods are case-sensitive (RFC 9110 §9.1)
+/// and every registered one is upper case.
+fn check_method(method: &Method) -> Result<(), ErrorKind> {
+    if *method == Method::CONNECT {
+        return Err(ErrorKind::MethodNotAllowed);
+    }
+    if method.as_str().bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(ErrorKind::InvalidMethod);
+    }
+    Ok(())
 }
 
 /// The host a request names: its absolute-form target's authority, else its one Host field.
@@ -391,6 +420,66 @@ mod tests {
         assert_eq!(on(None), routed);
         assert_eq!(on(Some("API.example.com")), routed);
         assert_eq!(on(Some("other.org")), Err(ErrorKind::InvalidHost));
+    }
+
+    #[test]
+    fn connect_is_405_and_a_method_in_lower_case_400() {
+        let routes = routes();
+        let on = |method: &str, target: &str| {
+            let mut request = Request::builder()
+                .method(method)
+                .uri(target)
+                .header(header::HOST, "other.org")
+                .body(())
+                .expect("request");
+            route(&routes, &RouteIndex::new(&routes), 0, 64, &mut request)
+                .map(|r| r.index)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(
+            on("CONNECT", "a.test:443"),
+            Err(ErrorKind::MethodNotAllowed)
+        );
+        assert_eq!(on("CONNECT", "/static/a"), Err(ErrorKind::MethodNotAllowed));
+        for method in ["get", "Delete", "pOST", "propfind"] {
+            assert_eq!(
+                on(method, "/static/a"),
+                Err(ErrorKind::InvalidMethod),
+                "{method}"
+            );
+        }
+        for method in ["GET", "DELETE", "PROPFIND", "M-SEARCH", "X_1"] {
+            assert_eq!(on(method, "/static/a"), Ok(2), "{method}");
+        }
+    }
+
+    #[test]
+    fn a_head_of_more_fields_than_http11_allows_is_431_whatever_its_protocol() {
+        let routes = routes();
+        let with_fields = |count: usize| {
+            let mut request = Request::get("/static/a")
+                .version(Version::HTTP_2)
+                .body(())
+                .expect("request");
+            for n in 1..count {
+                let name = header::HeaderName::from_bytes(format!("x-f{n}").as_bytes());
+                let name = name.expect("a field name");
+                request
+                    .headers_mut()
+                    .append(name, HeaderValue::from_static("v"));
+            }
+            request
+                .headers_mut()
+                .append(header::HOST, HeaderValue::from_static("a.org"));
+            route(&routes, &RouteIndex::new(&routes), 0, 64, &mut request)
+                .map(|r| r.index)
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(with_fields(MAX_REQUEST_FIELDS), Ok(2));
+        assert_eq!(
+            with_fields(MAX_REQUEST_FIELDS + 1),
+            Err(ErrorKind::HeadTooLarge)
+        );
     }
 
     #[test]

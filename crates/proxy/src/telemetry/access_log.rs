@@ -77,6 +77,7 @@ impl AccessLog {
             return None;
         }
         let (host, user_agent) = host_and_user_agent(request.headers());
+        let host = routed_host(request.uri()).or(host);
         // Boxed: the record travels with the request through every stage and into the response body,
         // and a pointer moves where 336 bytes would be copied at each step. In a box a finished
         // record left behind, when there is one.
@@ -130,6 +131,13 @@ fn host_and_user_agent(headers: &HeaderMap) -> (Option<HeaderValue>, Option<Head
         }
     }
     (host, user_agent)
+}
+
+/// The host routing goes by when the target names one (an absolute-form target, HTTP/2's
+/// `:authority`): the Host field beside it is not what the request was routed on, and HTTP/2 often
+/// sends none.
+fn routed_host(target: &Uri) -> Option<HeaderValue> {
+    HeaderValue::from_str(target.authority()?.as_str()).ok()
 }
 
 /// A value, or `-` when there is none: formatted straight into the line, no `String` per request.

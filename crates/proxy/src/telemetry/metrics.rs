@@ -152,7 +152,8 @@ pub(crate) struct WorkerCounters {
     pub(crate) head_too_large: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) header_timeout: AtomicU64,
-    /// Connections closed because the client read nothing for `limits.send_timeout`.
+    /// Connections closed, and HTTP/2 streams reset, because the client read nothing for
+    /// `limits.send_timeout`.
     pub(crate) send_timeout: AtomicU64,
     /// Client connections open now (parked ones included).
     pub(crate) active: AtomicU64,
@@ -166,6 +167,12 @@ pub(crate) struct WorkerCounters {
     pub(crate) reclaimed: AtomicU64,
     /// Requests by the protocol the client spoke: HTTP/1.0 (or 0.9), HTTP/1.1, HTTP/2.
     pub(crate) requests: [AtomicU64; 3],
+    /// Request fields dropped for an underscore in their name (`underscores_in_headers: drop`).
+    pub(crate) underscore_dropped: AtomicU64,
+    /// Bytes of request bodies read in full held now (reserved as each starts to be read).
+    pub(crate) buffered: AtomicU64,
+    /// Requests answered 503 because `limits.max_buffered_bytes` was held already.
+    pub(crate) buffer_refused: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -795,12 +802,7 @@ mod golden_tests {
                 "duet_dns_resolution_failures_total",
             ]
         );
-        let filter_families = super::fixture::families().len();
-        assert_eq!(filter_families, 2);
-        assert_eq!(
-            plain.matches("# TYPE ").count() + filter_families,
-            42,
-            "{plain}"
-        );
+        // Every family but the filters' (which come with the workers' cells).
+        assert_eq!(plain.matches("# TYPE ").count(), 43, "{plain}");
     }
 }

@@ -99,7 +99,9 @@ pub struct ClusterStatus {
     /// Upper bound of the bucket holding the 99th percentile of request durations, in ms.
     pub p99_ms: Option<f64>,
     /// What its routes' filters counted since start, summed over workers, under each counter family's
-    /// status noun, one count per value of its label (`"hedges": [won, lost, cancelled]`).
+    /// name without `duet_` and `_total`, one count per value of its label (`"hedges": [won, lost,
+    /// cancelled]`): the families shown on the status page, for the clusters whose routes use them
+    /// (a family every route has, for every cluster).
     #[serde(flatten)]
     pub counts: BTreeMap<&'static str, Vec<u64>>,
     /// The same, for people: `hedges since start: 3 won, 1 lost, 0 cancelled`, for those with any.
@@ -394,10 +396,15 @@ impl View<'_> {
             let Some(noun) = family.status else { continue };
             let mut sums = vec![0; family.values.len()];
             let of_family = same.iter().flat_map(|c| &c.route_counters);
+            let mut any = family.every_route;
             for counters in of_family.filter(|c| c.family.name == family.name) {
+                any = true;
                 for (i, sum) in sums.iter_mut().enumerate() {
                     *sum += counters.get(i);
                 }
+            }
+            if !any {
+                continue;
             }
             if sums.iter().any(|&n| n > 0) {
                 let each = (sums.iter().zip(family.values))
@@ -405,7 +412,8 @@ impl View<'_> {
                     .collect::<Vec<_>>();
                 lines.push(format!("{noun} since start: {}", each.join(", ")));
             }
-            counts.insert(noun, sums);
+            let key = family.name.trim_start_matches("duet_");
+            counts.insert(key.trim_end_matches("_total"), sums);
         }
         (counts, lines)
     }
