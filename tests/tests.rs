@@ -6,6 +6,7 @@ mod support;
 mod admin;
 mod balancing;
 mod browser;
+mod body_limits;
 mod buffering;
 mod cli;
 mod discovery;

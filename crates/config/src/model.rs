@@ -170,6 +170,17 @@ pub struct Route {
     /// `rate_limit:`: how fast each client (or field value, or the route) may send; `None` (the
     /// default): no limit.
     pub rate_limit: Option<crate::rate_limit::RateLimit>,
+    /// `max_request_body:`: the largest request body the route takes, in bytes (413 past it, a
+    /// streamed body cut as it passes); `Some(0)`: none, whatever `limits` say; `None` (the default):
+    /// `limits.max_request_body`.
+    pub max_request_body: Option<u64>,
+}
+
+impl Route {
+    /// The largest request body the route takes under `limits`, if any.
+    pub fn body_limit(&self, limits: &Limits) -> Option<u64> {
+        Some(self.max_request_body.unwrap_or(limits.max_request_body)).filter(|&max| max > 0)
+    }
 }
 
 /// `hsts:`: tells browsers to reach the route's host over HTTPS only, for `max_age` (RFC 6797).
@@ -949,6 +960,9 @@ pub struct Limits {
     /// Mirrored requests (`mirror:` on a route) in flight at once, per worker; past it a request is not
     /// mirrored (counted as `skipped_cap`), so a slow mirror cluster cannot pile up copies. Default 64.
     pub max_mirrors_in_flight: usize,
+    /// The largest request body a route takes when it sets no `max_request_body` of its own, in bytes;
+    /// larger gets 413. 0 (the default): no limit.
+    pub max_request_body: u64,
     /// Bytes of request bodies read in full (a route's `buffer_request`, or small bodies kept for
     /// retries) held at once, per worker; a request whose body would take the total past it gets 503
     /// rather than duet growing. Default 256 MiB.
@@ -1036,6 +1050,7 @@ impl Default for Limits {
             keepalive_requests: 1000,
             http2: Http2Limits::default(),
             max_mirrors_in_flight: 64,
+            max_request_body: 0,
             max_buffered_bytes: 256 * 1024 * 1024,
         }
     }

@@ -89,6 +89,8 @@ pub(crate) struct RawRoute {
     pub(crate) deny: Option<Spanned<Vec<Spanned<Scalar>>>>,
     #[serde(default)]
     pub(crate) rate_limit: Option<Spanned<RawRateLimit>>,
+    #[serde(default)]
+    pub(crate) max_request_body: Option<Spanned<Scalar>>,
 }
 
 /// `rate_limit: { rate, burst, key, mode, max_keys }`: `rate` is required.
@@ -454,6 +456,7 @@ pub(crate) struct RawLimits {
     pub(crate) http2: Option<RawHttp2Limits>,
     pub(crate) max_mirrors_in_flight: Option<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) max_request_body: Option<Spanned<Scalar>>,
     pub(crate) max_buffered_bytes: Option<Spanned<Scalar>>,
 }
 

@@ -171,6 +171,7 @@ pub(crate) async fn send(
         Some(ClientFailure::Broken) => (ProxyError::new(ErrorKind::BadRequestBody), Blame::Client),
         Some(ClientFailure::Stalled) => (ProxyError::new(ErrorKind::BodyTimeout), Blame::Client),
         Some(ClientFailure::TooSlow) => (ProxyError::new(ErrorKind::UploadTooSlow), Blame::Client),
+        Some(ClientFailure::TooLarge) => (ProxyError::new(ErrorKind::BodyTooLarge), Blame::Client),
         None => (error, Blame::Backend),
     };
     if fault == Blame::Backend {

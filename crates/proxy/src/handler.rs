@@ -238,7 +238,7 @@ impl WorkerProxy {
             log.cluster = Some(cluster.name.clone());
         }
         let (route, filters) = (routed.route, &state.filters);
-        let parts = (route, filters, state.trailers(dropped));
+        let parts = (route, filters, state.trailers(dropped), state.body_limit);
         let buffers = self.buffers(&table);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());

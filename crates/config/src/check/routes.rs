@@ -41,23 +41,18 @@ pub(super) fn routes(
             None => http_method::idempotent(),
             Some(list) => route_match::methods(checker, list, &field.key("retry_methods")),
         };
-        let only_on = r
-            .listeners
-            .as_ref()
-            .map(|list| route_listeners(checker, list, &field, listeners));
+        let only_on =
+            (r.listeners.as_ref()).map(|list| route_listeners(checker, list, &field, listeners));
         let timeout = r
             .timeout
             .as_ref()
             .map(|t| checker.duration(Some(t), &field.key("timeout"), Duration::ZERO));
-        // 0 is off, as when left out.
-        let buffer_request = r
-            .buffer_request
-            .as_ref()
-            .map(|size| checker.size(Some(size), &field.key("buffer_request"), 0, 0));
+        let buffered = &field.key("buffer_request");
+        let buffer_request = size(checker, r.buffer_request.as_ref(), buffered);
         let proxies = !matches!(action, Some(Action::Redirect(_)));
         let hedge = (r.hedge.as_ref()).and_then(|h| hedge::hedge(checker, h, &field, proxies));
         let hsts = (r.hsts.as_ref()).and_then(|h| hsts::hsts(checker, h, &field, &action));
-        let (access, rate_limit) = guards(checker, r, &field, proxies);
+        let (access, rate_limit, max_request_body) = guards(checker, r, &field, proxies);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let mirror = (r.mirror.as_ref())
@@ -78,7 +73,9 @@ pub(super) fn routes(
                 listeners: only_on,
                 retry_methods,
                 timeout: timeout.filter(|t| !t.is_zero()),
-                buffer_request: buffer_request.filter(|&size| size > 0),
+                buffer_request: buffer_request
+                    .filter(|&size| size > 0)
+                    .map(|size| size as usize),
                 request_headers: filters.request_headers,
                 response_headers: filters.response_headers,
                 rewrite: filters.rewrite,
@@ -89,6 +86,7 @@ pub(super) fn routes(
                 hsts,
                 access,
                 rate_limit,
+                max_request_body,
             });
         }
     }
@@ -101,17 +99,28 @@ pub(super) fn routes(
     routes
 }
 
-/// The route's `allow:`/`deny:` and `rate_limit:`: what it refuses before a backend is asked.
+/// The route's `allow:`/`deny:`, `rate_limit:` and `max_request_body:`: what it refuses before (or
+/// while) a backend is asked.
 fn guards(
     checker: &mut Checker,
     route: &RawRoute,
     field: &Field,
     proxies: bool,
-) -> (Option<Access>, Option<RateLimit>) {
+) -> (Option<Access>, Option<RateLimit>, Option<u64>) {
     let access = access::access(checker, route, field);
+    let max_request_body = size(
+        checker,
+        route.max_request_body.as_ref(),
+        &field.key("max_request_body"),
+    );
     let rate_limit = (route.rate_limit.as_ref())
         .and_then(|limit| rate_limit::rate_limit(checker, limit, field, proxies));
-    (access, rate_limit)
+    (access, rate_limit, max_request_body)
+}
+
+/// A size as given (0 is off, as when left out: the caller's to tell from `None`).
+fn size(checker: &mut Checker, size: Option<&Spanned<Scalar>>, field: &Field) -> Option<u64> {
+    size.map(|size| checker.size(Some(size), field, 0, 0) as u64)
 }
 
 /// `name:` as given, or else the route's host and path (`*/api`), made unique by its position.

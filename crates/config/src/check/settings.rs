@@ -98,9 +98,16 @@ pub(super) fn limits(checker: &mut Checker, raw: Option<&RawLimits>) -> Limits {
             d.max_mirrors_in_flight as u32,
             (0, 1_000_000),
         ) as usize,
+        max_request_body: max_request_body(checker, raw, &field),
         max_buffered_bytes: buffered_bytes(checker, raw, &field),
         http2: http2(checker, raw.and_then(|l| l.http2.as_ref()), &field),
     }
+}
+
+/// `limits.max_request_body`: 0 (the default) is no limit.
+fn max_request_body(checker: &mut Checker, raw: Option<&RawLimits>, limits: &Field) -> u64 {
+    let value = raw.and_then(|l| l.max_request_body.as_ref());
+    checker.size(value, &limits.key("max_request_body"), 0, 0) as u64
 }
 
 /// `limits.max_buffered_bytes`: at least 64 KiB, a small body kept for retries.

@@ -43,6 +43,8 @@ pub(crate) enum ClientFailure {
     Stalled,
     /// The body fell behind `limits.min_upload_rate`.
     TooSlow,
+    /// The body went past its route's `max_request_body`.
+    TooLarge,
 }
 
 const UNTOUCHED: u8 = 0;
@@ -50,6 +52,7 @@ const TOUCHED: u8 = 1;
 const BROKEN: u8 = 2;
 const STALLED: u8 = 3;
 const TOO_SLOW: u8 = 4;
+const TOO_LARGE: u8 = 5;
 
 impl BodySource {
     /// A body for one attempt, or `None` if this source has been (partly) consumed.
@@ -79,6 +82,7 @@ impl BodySource {
                 BROKEN => Some(ClientFailure::Broken),
                 STALLED => Some(ClientFailure::Stalled),
                 TOO_SLOW => Some(ClientFailure::TooSlow),
+                TOO_LARGE => Some(ClientFailure::TooLarge),
                 _ => None,
             },
             _ => None,
@@ -118,15 +122,19 @@ pub(crate) struct Reclaimable {
     hint: SizeHint,
     /// What the client's trailers lose on their way.
     trailers: TrailerScrub,
+    /// The most bytes the body may carry (the route's `max_request_body`): past it, the body sent to
+    /// the backend fails instead of going on, so that the backend's request is reset, never ended
+    /// as if the body were whole.
+    max: Option<u64>,
 }
 
 impl Reclaimable {
-    /// The client's `body`, its trailers scrubbed by `trailers`.
+    /// The client's `body`, its trailers scrubbed by `trailers`, cut past `max` bytes.
     pub(crate) fn new(
         body: Incoming,
         pace: BodyPace,
         counters: Option<Arc<ClusterCounters>>,
-        trailers: TrailerScrub,
+        (trailers, max): (TrailerScrub, Option<u64>),
     ) -> Self {
         let hint = body.size_hint();
         Self {
@@ -138,6 +146,7 @@ impl Reclaimable {
             }),
             hint,
             trailers,
+            max,
         }
     }
 }
@@ -208,6 +217,18 @@ impl Body for UpstreamBody {
     }
 }
 
+/// A streamed body went past its route's `max_request_body`.
+#[derive(Debug)]
+struct TooLarge;
+
+impl fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the request body went past the route's max_request_body")
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
 /// The next frame of a streamed body, counted, with the client's failure recorded for the attempt
 /// to read.
 fn poll_streaming(
@@ -249,6 +270,11 @@ fn poll_streaming(
             }
             if let Some(data) = frame.data_ref() {
                 let length = data.len() as u64;
+                let total = upload.bytes.load(Ordering::Relaxed) + length;
+                if shared.max.is_some_and(|max| total > max) {
+                    shared.state.store(TOO_LARGE, Ordering::Release);
+                    return Poll::Ready(Some(Err(Box::new(TooLarge))));
+                }
                 upload.bytes.fetch_add(length, Ordering::Relaxed);
                 if let Some(counters) = &upload.counters {
                     counters.bytes_received.fetch_add(length, Ordering::Relaxed);

@@ -23,6 +23,8 @@ pub(crate) struct RouteState {
     pub(crate) filters: RouteFilters,
     /// What a request's trailers lose on this route: every field its request edits set or remove.
     trailers: TrailerScrub,
+    /// The largest request body the route takes (its `max_request_body`, or the `limits` default).
+    pub(crate) body_limit: Option<u64>,
 }
 
 impl RouteState {
@@ -48,6 +50,7 @@ impl RouteState {
             split,
             filters,
             trailers,
+            body_limit: route.body_limit(&build.config.limits),
         }
     }
 

@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 pub(crate) fn prepare(
     mut request: Request<Incoming>,
     cluster: &Cluster,
-    (route, filters, trailers): (&Route, &RouteFilters, TrailerScrub),
+    (route, filters, trailers, body_limit): (&Route, &RouteFilters, TrailerScrub, Option<u64>),
     host: Option<HeaderValue>,
     client: Client,
 ) -> Result<Preparing, ProxyError> {
@@ -72,8 +72,12 @@ pub(crate) fn prepare(
         .map_err(ProxyError::new)?;
     let attempts = route.retry_attempts.unwrap_or(cluster.attempts);
     let replay = attempts > 1 || filters.replays_body();
-    let plan = body_plan(body, cluster, (route.buffer_request, replay), trailers)
-        .map_err(ProxyError::new)?;
+    let limits = BodyLimits {
+        buffer: route.buffer_request,
+        max: body_limit,
+        replay,
+    };
+    let plan = body_plan(body, cluster, limits, trailers).map_err(ProxyError::new)?;
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
@@ -165,31 +169,47 @@ enum BodyPlan {
     ReadFirst(Incoming, usize),
 }
 
+/// What decides how a body is read: the route's `buffer_request`, its `max_request_body` (or the
+/// `limits` default), and whether retries or a filter may send the body again.
+struct BodyLimits {
+    buffer: Option<usize>,
+    max: Option<u64>,
+    replay: bool,
+}
+
 /// Where each attempt's body comes from: read in full first when the route buffers requests (up to its
 /// `buffer_request`: no backend is picked, none waits, while a slow client sends), or when it is small
-/// and retries or a filter (`replay`: a hedge) may need it again; streamed otherwise.
+/// and retries or a filter (`replay`: a hedge) may need it again; streamed otherwise. A body declared
+/// larger than `max_request_body` is refused before a byte of it is read (a client waiting on
+/// `Expect: 100-continue` sends none); one read in full is read up to it at most, and one streamed is
+/// cut where it passes it.
 fn body_plan(
     body: Incoming,
     cluster: &Cluster,
-    (buffer, replay): (Option<usize>, bool),
+    limits: BodyLimits,
     trailers: TrailerScrub,
 ) -> Result<BodyPlan, ErrorKind> {
     if body.is_end_stream() {
         return Ok(BodyPlan::Ready(BodySource::Empty));
     }
     let exact = body.size_hint().exact();
-    let limit = match buffer {
+    let max = (limits.max).map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX));
+    if exact.is_some_and(|n| n > max as u64) {
+        return Err(ErrorKind::BodyTooLarge);
+    }
+    let limit = match limits.buffer {
         // Refused before a byte is read: a client waiting on `Expect: 100-continue` sends none.
         Some(limit) if exact.is_some_and(|n| n > limit as u64) => {
             return Err(ErrorKind::BodyTooLarge)
         }
-        Some(limit) => limit,
-        None if replay && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
+        Some(limit) => limit.min(max),
+        None if limits.replay && exact.is_some_and(|n| n <= cluster.replay_body_limit as u64) => {
             cluster.replay_body_limit
         }
         None => {
             let counters = Some(cluster.counters.clone());
-            let body = Reclaimable::new(body, cluster.body_pace, counters, trailers);
+            let cut = (trailers, limits.max);
+            let body = Reclaimable::new(body, cluster.body_pace, counters, cut);
             return Ok(BodyPlan::Ready(BodySource::Streaming(body)));
         }
     };
