@@ -287,3 +287,27 @@ fn two_workers_share_one_bucket_and_a_reload_keeps_it_while_the_rule_stays() {
     assert!(crate::support::eventually(Duration::from_secs(10), applied));
     assert_eq!((0..20).filter(|_| ok("/")).count(), 4);
 }
+
+#[test]
+fn past_max_keys_the_bucket_that_refilled_longest_ago_is_forgotten_and_counted() {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let rule = "{ rate: 1/h, burst: 1, key: 'header:x-k', max_keys: 8 }";
+    let duet = Duet::start(&limited(1, "127.0.0.1:0", "", rule, backend.address()));
+    let with = |key: usize| {
+        let fields = format!("X-K: k{key}\r\n");
+        status(&get_from(ip("127.0.0.1"), duet.address, "/", &fields)).to_owned()
+    };
+    // Eight keys fill the map; the ninth evicts an eighth of it: the earliest, k0.
+    for key in 0..9 {
+        assert_eq!(with(key), "200", "k{key}");
+    }
+    let metrics = admin::get(duet.admin_address(), "/metrics");
+    let evicted = admin::sum(
+        &metrics,
+        "duet_rate_limit_keys_evicted_total",
+        "route=\"limited\"",
+    );
+    assert_eq!(evicted, 1.0, "{metrics}");
+    assert_eq!(with(1), "429", "k1 is still held, its bucket empty");
+    assert_eq!(with(0), "200", "k0 was forgotten: a full bucket again");
+}

@@ -282,6 +282,9 @@ impl Route {
         if let Some(limit) = &self.rate_limit {
             text.push_str(&format!(" rate_limit {limit}"));
         }
+        if let Some(max) = self.max_request_body {
+            text.push_str(&format!(" max_request_body {max}"));
+        }
         text
     }
 

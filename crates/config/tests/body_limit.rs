@@ -18,6 +18,14 @@ fn max_request_body_on_a_route_overrides_the_limits_default_and_0_lifts_it() {
         .map(|r| r.body_limit(&config.limits))
         .collect();
     assert_eq!(limits, [Some(1024), None, Some(10 << 20)]);
+    assert!(config.routes[0]
+        .filters()
+        .ends_with(" max_request_body 1024"));
+    assert_eq!(
+        config.routes[2].filters(),
+        "",
+        "the limits default is not the route's"
+    );
     let found = errors(&with_routes(
         "routes:\n  - { cluster: web, max_request_body: 10 GB }",
     ));

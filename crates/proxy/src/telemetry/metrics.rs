@@ -132,8 +132,13 @@ impl RouteCounters {
 
     /// Counts one more of the family's `index`th value.
     pub(crate) fn add(&self, index: usize) {
+        self.add_many(index, 1);
+    }
+
+    /// Counts `n` more of the family's `index`th value.
+    pub(crate) fn add_many(&self, index: usize, n: u64) {
         if let Some(cell) = self.counts.get(index) {
-            cell.fetch_add(1, Relaxed);
+            cell.fetch_add(n, Relaxed);
         }
     }
 

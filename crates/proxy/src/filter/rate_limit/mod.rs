@@ -110,7 +110,7 @@ impl Phases for RouteRateLimit {
             return Decision::Continue;
         };
         let checked = self.limiter.gcra.check_key(&key);
-        (0..keys::take_evicted()).for_each(|_| self.evictions.add(0));
+        self.evictions.add_many(0, keys::take_evicted());
         let Err(not_until) = checked else {
             self.decisions.add(ALLOWED);
             return Decision::Continue;
