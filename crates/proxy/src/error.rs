@@ -63,8 +63,8 @@ pub enum ErrorKind {
     /// The client's address is not one its route's `allow:` lists, or is one its `deny:` lists
     /// (403).
     ClientDenied,
-    /// The client (or the route) is over its route's `rate_limit` (429).
-    RateLimited,
+    /// The client (or the route) is over a limit of its route, such as `rate_limit` (429).
+    TooManyRequests,
 }
 
 /// The methods duet forwards, as an `Allow` field lists them (a 405, `OPTIONS *`).
@@ -129,7 +129,7 @@ impl ProxyError {
             ErrorKind::RouteTimeout => "route_timeout",
             ErrorKind::BadGateway => "backend_error",
             ErrorKind::ClientDenied => "client_denied",
-            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::TooManyRequests => "rate_limited",
         }
     }
 
@@ -162,7 +162,7 @@ impl ProxyError {
             }
             ErrorKind::Timeout | ErrorKind::RouteTimeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorKind::ClientDenied => StatusCode::FORBIDDEN,
-            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -195,7 +195,7 @@ impl ProxyError {
             ErrorKind::RouteTimeout => "no answer within the route's timeout\n",
             ErrorKind::BadGateway => "backend closed the connection or sent an invalid response\n",
             ErrorKind::ClientDenied => "this route does not take requests from your address\n",
-            ErrorKind::RateLimited => "too many requests; try again later\n",
+            ErrorKind::TooManyRequests => "too many requests; try again later\n",
         }
     }
 

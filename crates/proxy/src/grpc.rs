@@ -114,7 +114,7 @@ pub(crate) fn code_for(kind: ErrorKind) -> u8 {
         | ErrorKind::TlsHandshake
         | ErrorKind::BadGateway => UNAVAILABLE,
         ErrorKind::NoRoute => UNIMPLEMENTED,
-        ErrorKind::BodyTooLarge | ErrorKind::RateLimited => RESOURCE_EXHAUSTED,
+        ErrorKind::BodyTooLarge | ErrorKind::TooManyRequests => RESOURCE_EXHAUSTED,
         ErrorKind::ClientDenied => PERMISSION_DENIED,
         _ => INTERNAL,
     }

@@ -122,7 +122,7 @@ impl Phases for RouteRateLimit {
         self.decisions.add(LIMITED);
         let now = self.limiter.gcra.clock().now();
         let wait = not_until.earliest_possible().duration_since(now);
-        let error = ProxyError::new(ErrorKind::RateLimited);
+        let error = ProxyError::new(ErrorKind::TooManyRequests);
         Decision::RefuseWith(error, self.fields(wait.into()))
     }
 
