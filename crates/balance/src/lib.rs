@@ -36,7 +36,7 @@
 //!   above the estimate replaces it at once; lower samples pull it down with time constant τ (10 s). Reads
 //!   project the idle decay without storing it, so how often loads are read changes nothing; see
 //!   [`PeakEwmaConfig`]. New endpoints start at the median of the measured estimates; in a pool where
-//!   none has answered yet (a cold start), at the pool's lowest first answer (30 ms before any), and an
+//!   none has answered yet (a cold start), at the pool's lowest answer so far (30 ms before any), and an
 //!   endpoint's own first answer then replaces its start estimate, so a cold cluster ranks by latency
 //!   from its first answers instead of after τ. The estimate read is never below the mean age
 //!   of the requests still waiting for their sample: an endpoint that stalls looks slower with every

@@ -312,7 +312,7 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
         })
         .collect();
     // Each first answer replaced the 30 ms start (the slow one's has decayed for 10 ms since); "first"
-    // has not answered: it reads the pool's lowest first answer, and stays out of the median.
+    // has not answered: it reads the pool's lowest answer so far, and stays out of the median.
     assert_eq!(estimates[0], Duration::from_millis(10), "{estimates:?}");
     assert_eq!(estimates[2], Duration::from_millis(10), "{estimates:?}");
     assert!(
