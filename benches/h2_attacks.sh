@@ -12,6 +12,9 @@
 #   rapid_reset          20,000 HEADERS + RST_STREAM pairs per connection (CVE-2023-44487)
 #   continuation_flood   a HEADERS frame, then up to 20,000 CONTINUATION frames of 4 KB (CVE-2024-27316)
 #   silent               the preface and SETTINGS, then nothing (each held until header_read_timeout)
+#   zero_window          10 GETs of 2 MiB behind a window of 0 (each stream reset at send_timeout, 3 s here)
+#   silent_forever       the preface, then nothing, not even a PING ACK (closed after its GOAWAY)
+#   buffered_uploads     100 streams each sending 999,999 of 1,000,000 bytes to a buffer_request route
 # Reported per attack: duet's peak RSS (VmHWM, MiB) and CPU seconds (utime + stime over the phase),
 # attack connections made and how duet ended them, frames sent, and h2load's succeeded/failed requests
 # and their mean and longest time (h2load -c4 -m10 at a fixed RPS over h2c, so an attack that starves
@@ -43,7 +46,11 @@ cat >"$WORK/duet.yaml" <<YAML
 workers: 1
 listeners: [ { address: 127.0.0.1:18600 } ]
 admin: { address: 127.0.0.1:18609 }
+limits: { send_timeout: 3s }
 routes:
+  - match: { path_prefix: /upload/buffered }
+    cluster: app
+    buffer_request: 1MiB
   - match: { path_prefix: / }
     cluster: app
 clusters:
@@ -61,7 +68,7 @@ attack_loop() { # attack until: one outcome line per connection into $WORK/attac
 peak_rss_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 
 printf "%-19s %8s %7s %6s %-20s %8s %9s %6s %15s\n" attack "RSS MiB" "CPU s" conns "ended by" frames "h2load ok" failed "mean/max ms"
-for attack in none rapid_reset continuation_flood silent; do
+for attack in none rapid_reset continuation_flood silent zero_window silent_forever buffered_uploads; do
   refuse_taken 18600
   RUST_LOG=warn taskset -c 0 target/release/duet run --config "$WORK/duet.yaml" >/dev/null 2>"$WORK/duet.err" &
   DUET_PID=$!

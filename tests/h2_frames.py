@@ -48,6 +48,23 @@ def request_headers(path):
     return [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"localhost"),
             (b":path", path.encode())]
 
+def statuses(sock, conn, streams):
+    """Reads until each of `streams` has a response head or a reset: `statuses A B` in their order
+    (`reset`, or `none` if the server closed first)."""
+    sock.settimeout(10)
+    seen = {}
+    while len(seen) < len(streams):
+        data = sock.recv(65536)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.ResponseReceived):
+                seen[event.stream_id] = dict(event.headers)[b":status"].decode()
+            elif isinstance(event, h2.events.StreamReset):
+                seen[event.stream_id] = "reset"
+        sock.sendall(conn.data_to_send())
+    return "statuses " + " ".join(seen.get(s, "none") for s in streams)
+
 def send_quietly(sock, data):
     try:
         sock.sendall(data)
@@ -196,19 +213,7 @@ def many_fields(host, port):
         headers += [(b"x-f%d" % i, b"v") for i in range(count)]
         conn.send_headers(stream, headers, end_stream=True)
     sock.sendall(conn.data_to_send())
-    sock.settimeout(10)
-    statuses = {}
-    while len(statuses) < len(fields):
-        data = sock.recv(65536)
-        if not data:
-            break
-        for event in conn.receive_data(data):
-            if isinstance(event, h2.events.ResponseReceived):
-                statuses[event.stream_id] = dict(event.headers)[b":status"].decode()
-            elif isinstance(event, h2.events.StreamReset):
-                statuses[event.stream_id] = "reset"
-        sock.sendall(conn.data_to_send())
-    return "statuses " + " ".join(statuses.get(s, "none") for s in fields), len(fields)
+    return statuses(sock, conn, fields), len(fields)
 
 def buffered_uploads(host, port, streams=100, length=1000000, seconds=8):
     """STREAMS POSTs to /upload/buffered announcing LENGTH bytes each, sending all but the last byte
@@ -296,18 +301,7 @@ def cookies_and_padded_values(host, port):
     for stream, headers in requests.items():
         conn.send_headers(stream, headers, end_stream=True)
     sock.sendall(conn.data_to_send())
-    statuses = {}
-    while len(statuses) < len(requests):
-        data = sock.recv(65536)
-        if not data:
-            break
-        for event in conn.receive_data(data):
-            if isinstance(event, h2.events.ResponseReceived):
-                statuses[event.stream_id] = dict(event.headers)[b":status"].decode()
-            elif isinstance(event, h2.events.StreamReset):
-                statuses[event.stream_id] = "reset"
-        sock.sendall(conn.data_to_send())
-    return "statuses " + " ".join(statuses.get(s, "none") for s in requests), len(requests)
+    return statuses(sock, conn, requests), len(requests)
 
 def backend(host, port):
     """Not an attack: an h2c backend for one connection, on PORT (0: any). Prints `listening PORT`, then,
