@@ -50,7 +50,7 @@ pub fn rows() -> Result<Vec<Row>, Box<dyn Error>> {
         Policy::P2cPeakEwma,
     ] {
         let server = Server::start(config(policy, &all, None)?)?;
-        let address = server.local_addrs().first().copied().ok_or("no listener")?;
+        let address = listening(&server)?;
         rows.push(runtime.block_on(burst(policy.name(), address))?);
         if policy == Policy::P2cPeakEwma {
             let warm = format!("{} warm", policy.name());
@@ -64,16 +64,21 @@ pub fn rows() -> Result<Vec<Row>, Box<dyn Error>> {
         &all,
         Some(("hedge", "{ after: p95 }")),
     )?)?;
-    let address = raced.local_addrs().first().copied().ok_or("no listener")?;
+    let address = listening(&raced)?;
     runtime.block_on(burst("warm-up", address))?;
     rows.push(runtime.block_on(burst("+ hedge p95, warm", address))?);
     raced.shutdown()?;
     let fast = &all[..2];
     let server = Server::start(config(Policy::P2cPeakEwma, fast, None)?)?;
-    let address = server.local_addrs().first().copied().ok_or("no listener")?;
+    let address = listening(&server)?;
     rows.push(runtime.block_on(burst("fast only", address))?);
     server.shutdown()?;
     Ok(rows)
+}
+
+/// Where `server` listens.
+fn listening(server: &Server) -> Result<SocketAddr, Box<dyn Error>> {
+    Ok(server.local_addrs().first().copied().ok_or("no listener")?)
 }
 
 /// [`REQUESTS`] GETs from [`CONCURRENCY`] clients through duet at `address`.

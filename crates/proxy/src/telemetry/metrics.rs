@@ -137,6 +137,9 @@ impl RouteCounters {
 
     /// Counts `n` more of the family's `index`th value.
     pub(crate) fn add_many(&self, index: usize, n: u64) {
+        if n == 0 {
+            return;
+        }
         if let Some(cell) = self.counts.get(index) {
             cell.fetch_add(n, Relaxed);
         }
