@@ -305,7 +305,7 @@ fn describe_route(config: &Config, route: &Route) -> String {
             f64::from(mirror.basis_points) / 100.0
         ));
     }
-    line.push_str(&route.filters());
+    line.push_str(&route.describe_filters());
     line
 }
 

@@ -36,27 +36,27 @@
 
 mod check;
 mod diff;
-mod error;
 mod model;
-mod access;
-mod rate_limit;
+pub mod filter;
 mod hedge;
+mod checker;
+mod field;
+mod networks;
+mod error;
 mod raw;
 mod units;
 
-pub use access::Access;
 pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Hsts, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
+    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, Redirect,
     RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, Underscores,
     UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
-pub use rate_limit::{RateKey, RateLimit, RateMode};
 
 use error::did_you_mean;
 use raw::RawConfig;
@@ -148,7 +148,7 @@ fn special_kind(file_type: &std::fs::FileType) -> Option<&'static str> {
 /// items of a list add no step), read from the schema's own structs: what the configuration
 /// reference must document.
 pub fn schema_keys() -> Vec<String> {
-    raw::schema_keys()
+    raw::schema_keys(filter::SHAPES)
 }
 
 /// Parses and checks configuration text; `origin` names it in errors (usually the file path) and
@@ -167,7 +167,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
     };
     // Syntax errors stop here, at the first one: nothing after it can be read reliably.
     let tree: raw::Node = serde_saphyr::from_str(text).map_err(|e| finish(vec![from_serde(&e)]))?;
-    let mut errors: Vec<ConfigError> = raw::unknown_keys(&tree)
+    let mut errors: Vec<ConfigError> = raw::unknown_keys(&tree, filter::SHAPES)
         .into_iter()
         .map(|unknown| {
             let word = unknown.key.value.as_str();
@@ -196,11 +196,18 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
             return Err(finish(errors));
         }
     };
+    let filters = match filter::RawFilters::read(text) {
+        Ok(filters) => filters,
+        Err(e) => {
+            errors.push(from_serde(&e));
+            return Err(finish(errors));
+        }
+    };
     let base = Path::new(origin)
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let (config, mut found) = check::check(&raw, base);
+    let (config, mut found) = check::check(&raw, &filters, base);
     // After the checks' own errors: at one place, theirs come first.
     found.append(&mut errors);
     if found.is_empty() {

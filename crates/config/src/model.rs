@@ -1,5 +1,6 @@
 //! The checked configuration the proxy runs on.
 
+pub use crate::field::Location;
 use serde::Deserialize;
 use std::{net::SocketAddr, num::NonZeroUsize, time::Duration};
 
@@ -92,22 +93,6 @@ pub struct TlsFiles {
     pub key_at: Location,
 }
 
-/// A place in the configuration file (1-based), for errors found after parsing (such as a certificate
-/// file that cannot be read when duet starts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Location {
-    /// 1-based line.
-    pub line: u64,
-    /// 1-based column.
-    pub column: u64,
-}
-
-impl std::fmt::Display for Location {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.line, self.column)
-    }
-}
-
 /// A routing rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
@@ -161,50 +146,16 @@ pub struct Route {
     /// Sends a request that waits too long for its first response head once more, to another backend
     /// (`hedge:`); `None` (the default): never.
     pub hedge: Option<crate::hedge::Hedge>,
-    /// `hsts:`: the `Strict-Transport-Security` field on responses to requests that came over TLS;
-    /// `None` (the default): none added.
-    pub hsts: Option<Hsts>,
-    /// `allow:` or `deny:`: the client addresses the route takes (the others get 403); `None` (the
-    /// default): every client.
-    pub access: Option<crate::access::Access>,
-    /// `rate_limit:`: how fast each client (or field value, or the route) may send; `None` (the
-    /// default): no limit.
-    pub rate_limit: Option<crate::rate_limit::RateLimit>,
-    /// `max_request_body:`: the largest request body the route takes, in bytes (413 past it, a
-    /// streamed body cut as it passes); `Some(0)`: none, whatever `limits` say; `None` (the default):
-    /// `limits.max_request_body`.
-    pub max_request_body: Option<u64>,
+    /// The settings of the route's filters (`hsts:`, `allow:`, `rate_limit:`...), each in its
+    /// module of [`filter`](crate::filter).
+    pub filters: crate::filter::Filters,
 }
 
 impl Route {
     /// The largest request body the route takes under `limits`, if any.
     pub fn body_limit(&self, limits: &Limits) -> Option<u64> {
-        Some(self.max_request_body.unwrap_or(limits.max_request_body)).filter(|&max| max > 0)
-    }
-}
-
-/// `hsts:`: tells browsers to reach the route's host over HTTPS only, for `max_age` (RFC 6797).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hsts {
-    /// How long a browser remembers it (whole seconds on the wire).
-    pub max_age: std::time::Duration,
-    /// The subdomains of the host too.
-    pub include_subdomains: bool,
-    /// Asks to be listed in browsers' preload lists.
-    pub preload: bool,
-}
-
-impl std::fmt::Display for Hsts {
-    /// The field's value: `max-age=31536000; includeSubDomains; preload`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "max-age={}", self.max_age.as_secs())?;
-        if self.include_subdomains {
-            f.write_str("; includeSubDomains")?;
-        }
-        if self.preload {
-            f.write_str("; preload")?;
-        }
-        Ok(())
+        let route = self.filters.max_request_body.map(|max| max.bytes);
+        Some(route.unwrap_or(limits.max_request_body)).filter(|&max| max > 0)
     }
 }
 
@@ -257,7 +208,7 @@ impl Route {
 
     /// The route's filters, for people to read: empty when there are none, else each after a space,
     /// as ` request_headers set x-team=api rewrite path_prefix /v2 retries 2`.
-    pub fn filters(&self) -> String {
+    pub fn describe_filters(&self) -> String {
         let mut text = String::new();
         for (name, edits) in [
             ("request_headers", &self.request_headers),
@@ -273,18 +224,7 @@ impl Route {
         if let Some(attempts) = self.retry_attempts {
             text.push_str(&format!(" retries {attempts}"));
         }
-        if let Some(hsts) = &self.hsts {
-            text.push_str(&format!(" hsts {hsts}"));
-        }
-        if let Some(access) = &self.access {
-            text.push_str(&format!(" {access}"));
-        }
-        if let Some(limit) = &self.rate_limit {
-            text.push_str(&format!(" rate_limit {limit}"));
-        }
-        if let Some(max) = self.max_request_body {
-            text.push_str(&format!(" max_request_body {max}"));
-        }
+        text.push_str(&self.filters.describe());
         text
     }
 

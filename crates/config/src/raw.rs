@@ -81,31 +81,6 @@ pub(crate) struct RawRoute {
     pub(crate) mirror: Option<Spanned<RawMirror>>,
     #[serde(default)]
     pub(crate) hedge: Option<Spanned<RawHedge>>,
-    #[serde(default)]
-    pub(crate) hsts: Option<Spanned<RawHsts>>,
-    #[serde(default)]
-    pub(crate) allow: Option<Spanned<Vec<Spanned<Scalar>>>>,
-    #[serde(default)]
-    pub(crate) deny: Option<Spanned<Vec<Spanned<Scalar>>>>,
-    #[serde(default)]
-    pub(crate) rate_limit: Option<Spanned<RawRateLimit>>,
-    #[serde(default)]
-    pub(crate) max_request_body: Option<Spanned<Scalar>>,
-}
-
-/// `rate_limit: { rate, burst, key, mode, max_keys }`: `rate` is required.
-#[derive(Debug, Deserialize)]
-pub(crate) struct RawRateLimit {
-    #[serde(default)]
-    pub(crate) rate: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) burst: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) key: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) mode: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) max_keys: Option<Spanned<Scalar>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
@@ -152,17 +127,6 @@ pub(crate) struct RawMirror {
     pub(crate) cluster: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) percent: Option<Spanned<Scalar>>,
-}
-
-/// `hsts: { max_age, include_subdomains, preload }`: each part left out takes its default.
-#[derive(Debug, Deserialize)]
-pub(crate) struct RawHsts {
-    #[serde(default)]
-    pub(crate) max_age: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) include_subdomains: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) preload: Option<Spanned<Scalar>>,
 }
 
 /// `hedge: { after, max_extra, methods }`: each part left out takes its default.
@@ -563,16 +527,30 @@ impl<'de> Deserialize<'de> for Node {
 /// Where a mapping sits in the file and which struct reads it: the field names come from the struct's
 /// own `Deserialize` impl, so this table cannot drift from the structs above; it only says which
 /// struct reads which key.
-struct Shape {
+pub(crate) struct Shape {
     fields: fn() -> &'static [&'static str],
     children: &'static [(&'static str, &'static Shape)],
+    /// Whether the route's filters' keys belong here too (see [`crate::filter`]).
+    filters: bool,
 }
 
-const fn leaf<T: for<'de> Deserialize<'de>>() -> Shape {
-    Shape {
-        fields: fields_of::<T>,
-        children: &[],
+impl Shape {
+    /// A mapping whose keys are `fields`, with `children` under some of them.
+    pub(crate) const fn new(
+        fields: fn() -> &'static [&'static str],
+        children: &'static [(&'static str, &'static Shape)],
+    ) -> Self {
+        Self {
+            fields,
+            children,
+            filters: false,
+        }
     }
+}
+
+/// A mapping read by `T`, with nothing nested under its keys.
+pub(crate) const fn leaf<T: for<'de> Deserialize<'de>>() -> Shape {
+    Shape::new(fields_of::<T>, &[])
 }
 
 static CONFIG: Shape = Shape {
@@ -585,14 +563,17 @@ static CONFIG: Shape = Shape {
         ("shutdown", &leaf::<RawShutdown>()),
         ("admin", &leaf::<RawAdmin>()),
     ],
+    filters: false,
 };
 static LIMITS: Shape = Shape {
     fields: fields_of::<RawLimits>,
     children: &[("http2", &leaf::<RawHttp2Limits>())],
+    filters: false,
 };
 static LISTENER: Shape = Shape {
     fields: fields_of::<RawListener>,
     children: &[("tls", &leaf::<RawTls>())],
+    filters: false,
 };
 static ROUTE: Shape = Shape {
     fields: fields_of::<RawRoute>,
@@ -606,13 +587,13 @@ static ROUTE: Shape = Shape {
         ("retries", &leaf::<RawRouteRetries>()),
         ("mirror", &leaf::<RawMirror>()),
         ("hedge", &leaf::<RawHedge>()),
-        ("hsts", &leaf::<RawHsts>()),
-        ("rate_limit", &leaf::<RawRateLimit>()),
     ],
+    filters: true,
 };
 static MATCH: Shape = Shape {
     fields: fields_of::<RawMatch>,
     children: &[("path", &leaf::<RawPath>())],
+    filters: false,
 };
 static CLUSTER: Shape = Shape {
     fields: fields_of::<RawCluster>,
@@ -625,53 +606,74 @@ static CLUSTER: Shape = Shape {
         ("tls", &leaf::<RawUpstreamTls>()),
         ("http2", &leaf::<RawHttp2Windows>()),
     ],
+    filters: false,
 };
 
 /// Every key the schema reads, as a dotted path from the top (`clusters.health_check.interval`; a
 /// list's items add no step), in the order of the structs. The configuration reference is checked
 /// against it, so a key added here without an entry there fails a test.
-pub(crate) fn schema_keys() -> Vec<String> {
+/// `filters` are the shapes of the keys a route's filters read.
+pub(crate) fn schema_keys(filters: &[Shape]) -> Vec<String> {
     let mut keys = Vec::new();
-    collect_keys(&CONFIG, "", &mut keys);
+    collect_keys(&CONFIG, filters, "", &mut keys);
     keys
 }
 
-fn collect_keys(shape: &Shape, prefix: &str, keys: &mut Vec<String>) {
-    for field in (shape.fields)() {
+fn collect_keys(shape: &Shape, filters: &[Shape], prefix: &str, keys: &mut Vec<String>) {
+    for (field, child) in shape.keys(filters) {
         let path = format!("{prefix}{field}");
         keys.push(path.clone());
-        if let Some((_, child)) = shape.children.iter().find(|(name, _)| name == field) {
-            collect_keys(child, &format!("{path}."), keys);
+        if let Some(child) = child {
+            collect_keys(child, filters, &format!("{path}."), keys);
         }
+    }
+}
+
+impl Shape {
+    /// Every key of the mapping, each with the shape under it if it has one; a route's own keys
+    /// come first, then its filters', in their order.
+    fn keys<'a>(
+        &'a self,
+        filters: &'a [Shape],
+    ) -> impl Iterator<Item = (&'static str, Option<&'static Shape>)> + 'a {
+        let extra = if self.filters { filters } else { &[] };
+        std::iter::once(self).chain(extra).flat_map(|shape| {
+            (shape.fields)().iter().map(|&field| {
+                let child = shape.children.iter().find(|(name, _)| *name == field);
+                (field, child.map(|&(_, child)| child))
+            })
+        })
     }
 }
 
 /// A key the schema does not have: its name, location and the keys allowed where it stands.
 pub(crate) struct UnknownKey<'a> {
     pub(crate) key: &'a Spanned<String>,
-    pub(crate) expected: &'static [&'static str],
+    pub(crate) expected: Vec<&'static str>,
 }
 
 /// Every key of `root` that no struct reads. Values of the wrong kind are left to serde, which
 /// reports them with their own message.
-pub(crate) fn unknown_keys(root: &Node) -> Vec<UnknownKey<'_>> {
+/// `filters` are the shapes of the keys a route's filters read.
+pub(crate) fn unknown_keys<'a>(root: &'a Node, filters: &[Shape]) -> Vec<UnknownKey<'a>> {
     let mut found = Vec::new();
-    walk(root, &CONFIG, &mut found);
+    walk(root, &CONFIG, filters, &mut found);
     found
 }
 
-fn walk<'a>(node: &'a Node, shape: &Shape, found: &mut Vec<UnknownKey<'a>>) {
+fn walk<'a>(node: &'a Node, shape: &Shape, filters: &[Shape], found: &mut Vec<UnknownKey<'a>>) {
     match node {
-        Node::Seq(items) => items.iter().for_each(|item| walk(item, shape, found)),
+        Node::Seq(items) => (items.iter()).for_each(|item| walk(item, shape, filters, found)),
         Node::Map(entries) => {
-            let expected = (shape.fields)();
+            let keys: Vec<_> = shape.keys(filters).collect();
             for (key, value) in entries {
-                if !expected.contains(&key.value.as_str()) {
-                    found.push(UnknownKey { key, expected });
-                } else if let Some((_, child)) =
-                    shape.children.iter().find(|(name, _)| *name == key.value)
-                {
-                    walk(value, child, found);
+                match keys.iter().find(|(name, _)| *name == key.value) {
+                    None => found.push(UnknownKey {
+                        key,
+                        expected: keys.iter().map(|(name, _)| *name).collect(),
+                    }),
+                    Some((_, Some(child))) => walk(value, child, filters, found),
+                    Some((_, None)) => {}
                 }
             }
         }
@@ -681,7 +683,7 @@ fn walk<'a>(node: &'a Node, shape: &Shape, found: &mut Vec<UnknownKey<'a>>) {
 
 /// The field names a derived `Deserialize` impl passes to `deserialize_struct` (their YAML spelling,
 /// after `rename`), read by offering it a deserializer that records them and reads nothing.
-fn fields_of<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+pub(crate) fn fields_of<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
     struct Recorder<'r>(&'r mut &'static [&'static str]);
     #[derive(Debug)]
     struct Recorded;
@@ -736,7 +738,7 @@ mod tests {
 
     #[test]
     fn schema_keys_are_dotted_paths_through_every_section() {
-        let keys = schema_keys();
+        let keys = schema_keys(&[]);
         for key in [
             "workers",
             "listeners.tls.cert",
@@ -763,7 +765,7 @@ clusters:
 limitz: {}
 ";
         let node: Node = serde_saphyr::from_str(text).expect("parses");
-        let found: Vec<_> = unknown_keys(&node)
+        let found: Vec<_> = unknown_keys(&node, &[])
             .iter()
             .map(|u| (u.key.value.clone(), u.key.referenced.line()))
             .collect();

@@ -1,6 +1,6 @@
 //! A route's `allow:` / `deny:`: the networks as read, and each mistake located.
 
-use duet_config::{parse, Access};
+use duet_config::{filter::ip_list::Access, parse};
 
 mod support;
 use support::{errors, with_routes};
@@ -15,7 +15,13 @@ fn lists_read_v4_v6_bare_addresses_and_v4_mapped_networks() {
     );
     let config = parse(&yaml, "ok.yaml").expect("valid");
     let shown: Vec<String> = (config.routes.iter())
-        .map(|r| r.access.as_ref().map(Access::to_string).unwrap_or_default())
+        .map(|r| {
+            r.filters
+                .access
+                .as_ref()
+                .map(Access::to_string)
+                .unwrap_or_default()
+        })
         .collect();
     assert_eq!(
         shown,
@@ -25,7 +31,9 @@ fn lists_read_v4_v6_bare_addresses_and_v4_mapped_networks() {
             "",
         ]
     );
-    assert!(config.routes[0].filters().contains(" allow 10.0.0.0/8"));
+    assert!(config.routes[0]
+        .describe_filters()
+        .contains(" allow 10.0.0.0/8"));
 }
 
 #[test]

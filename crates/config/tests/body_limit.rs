@@ -19,10 +19,10 @@ fn max_request_body_on_a_route_overrides_the_limits_default_and_0_lifts_it() {
         .collect();
     assert_eq!(limits, [Some(1024), None, Some(10 << 20)]);
     assert!(config.routes[0]
-        .filters()
+        .describe_filters()
         .ends_with(" max_request_body 1024"));
     assert_eq!(
-        config.routes[2].filters(),
+        config.routes[2].describe_filters(),
         "",
         "the limits default is not the route's"
     );

@@ -112,7 +112,7 @@ fn header_edits_rewrite_and_retries_are_read() {
     );
     assert_eq!(route.retry_attempts, Some(1));
     assert_eq!(
-        route.filters(),
+        route.describe_filters(),
         " request_headers set x-team=api add x-via=duet remove x-debug \
          response_headers set strict-transport-security=max-age=63072000 remove server \
          rewrite path_prefix /v2 host internal.example.com:8080 retries 1"
@@ -125,7 +125,10 @@ fn header_edits_rewrite_and_retries_are_read() {
         }
     );
     assert_eq!(found[1].retry_attempts, None, "the cluster's");
-    assert_eq!(found[1].filters(), " rewrite path /fixed host [::1]");
+    assert_eq!(
+        found[1].describe_filters(),
+        " rewrite path /fixed host [::1]"
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@ fn the_field_is_written_as_configured_with_a_year_by_default() {
     );
     let config = parse(&yaml, "ok.yaml").expect("valid");
     let written: Vec<String> = (config.routes.iter())
-        .map(|r| r.hsts.map(|h| h.to_string()).unwrap_or_default())
+        .map(|r| r.filters.hsts.map(|h| h.to_string()).unwrap_or_default())
         .collect();
     assert_eq!(
         written,
@@ -27,7 +27,9 @@ fn the_field_is_written_as_configured_with_a_year_by_default() {
             "",
         ]
     );
-    assert!(config.routes[1].filters().contains(" hsts max-age=600"));
+    assert!(config.routes[1]
+        .describe_filters()
+        .contains(" hsts max-age=600"));
 }
 
 #[test]

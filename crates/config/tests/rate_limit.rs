@@ -1,6 +1,9 @@
 //! A route's `rate_limit:`: the rule as read, defaults where left out, each mistake located.
 
-use duet_config::{parse, RateKey, RateMode};
+use duet_config::{
+    filter::rate_limit::{RateKey, RateMode},
+    parse,
+};
 
 mod support;
 use support::{errors, with_routes};
@@ -16,7 +19,8 @@ fn a_rule_reads_its_rate_burst_key_and_mode_with_defaults() {
     let config = parse(&yaml, "ok.yaml").expect("valid");
     let shown: Vec<String> = (config.routes.iter())
         .map(|r| {
-            r.rate_limit
+            r.filters
+                .rate_limit
                 .as_ref()
                 .map(ToString::to_string)
                 .unwrap_or_default()
@@ -30,12 +34,16 @@ fn a_rule_reads_its_rate_burst_key_and_mode_with_defaults() {
             "10/h burst 10 route",
         ]
     );
-    let b = config.routes[1].rate_limit.as_ref().expect("rule");
+    let b = config.routes[1].filters.rate_limit.as_ref().expect("rule");
     assert_eq!(b.key, RateKey::Header("x-api-key".into()));
     assert_eq!((b.mode, b.max_keys), (RateMode::Log, 10));
     assert_eq!(b.interval(), std::time::Duration::from_millis(10));
     assert_eq!(
-        config.routes[0].rate_limit.as_ref().map(|r| r.max_keys),
+        config.routes[0]
+            .filters
+            .rate_limit
+            .as_ref()
+            .map(|r| r.max_keys),
         Some(100_000)
     );
 }

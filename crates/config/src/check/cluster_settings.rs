@@ -1,8 +1,9 @@
 //! A cluster's settings blocks: `timeouts`, `health_check`, `outlier_detection` and `retries`. Each
 //! key left out takes its default.
 
-use super::{checker::Checker, field::Field};
 use crate::{
+    checker::Checker,
+    field::Field,
     model::{HealthCheck, OutlierDetection, Retries, Timeouts},
     raw::{RawHealthCheck, RawOutlierDetection, RawRetries, RawTimeouts},
 };

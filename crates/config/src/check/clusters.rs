@@ -1,10 +1,14 @@
 //! `clusters:`: unique names, backends that can be reached and serve, and each cluster's settings.
 
-use super::{checker::Checker, cluster_settings, field::Field, settings, upstream_tls};
+use super::{cluster_settings, settings, upstream_tls};
 use crate::{
-    model::{Backend, BackendAddress, Cluster, Http2Windows, UpstreamProtocol},
-    raw::{RawBackend, RawCluster},
+    checker::Checker,
+    error::did_you_mean,
+    field::Field,
+    model::{Backend, BackendAddress, Cluster, Http2Windows, Policy, UpstreamProtocol},
+    raw::{RawBackend, RawCluster, Scalar},
 };
+use serde_saphyr::Spanned;
 use std::{collections::HashSet, time::Duration};
 
 /// The clusters, and every name as written (an empty or repeated one included), in order: routes
@@ -54,11 +58,11 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         .tls
         .as_ref()
         .map(|tls| upstream_tls::upstream_tls(checker, tls, field, &backends));
-    let protocol = checker.upstream_protocol(c.protocol.as_ref(), &field.key("protocol"));
+    let protocol = upstream_protocol(checker, c.protocol.as_ref(), &field.key("protocol"));
     let http2 = http2(checker, c, field, protocol);
     Cluster {
         name,
-        policy: checker.policy(c.policy.as_ref(), &field.key("policy")),
+        policy: policy(checker, c.policy.as_ref(), &field.key("policy")),
         protocol,
         backends,
         timeouts,
@@ -197,4 +201,61 @@ fn backend_address(text: &str) -> Result<BackendAddress, String> {
         host: host.to_ascii_lowercase(),
         port,
     })
+}
+
+fn policy(checker: &mut Checker, value: Option<&Spanned<Scalar>>, field: &Field) -> Policy {
+    let Some(value) = value else {
+        return Policy::default();
+    };
+    let text = value.value.0.trim();
+    let all = [
+        Policy::P2cInflight,
+        Policy::P2cPeakEwma,
+        Policy::P2cMemoryInflight,
+        Policy::P2cMemoryPeakEwma,
+        Policy::LeastInflight,
+        Policy::LeastPeakEwma,
+        Policy::RoundRobin,
+        Policy::Random,
+    ];
+    if let Some(policy) = all.into_iter().find(|p| p.name() == text) {
+        return policy;
+    }
+    let names = all.map(Policy::name);
+    let message = format!(
+        "`{text}` is not a policy: expected one of {}",
+        names.join(", ")
+    );
+    let mut e = checker.error(value, field, message);
+    if let Some(hint) = did_you_mean(text, names) {
+        e = e.hint(hint);
+    }
+    checker.push(e);
+    Policy::default()
+}
+
+fn upstream_protocol(
+    checker: &mut Checker,
+    value: Option<&Spanned<Scalar>>,
+    field: &Field,
+) -> UpstreamProtocol {
+    let Some(value) = value else {
+        return UpstreamProtocol::default();
+    };
+    let text = value.value.0.trim();
+    let all = [UpstreamProtocol::Http1, UpstreamProtocol::H2];
+    if let Some(protocol) = all.into_iter().find(|p| p.name() == text) {
+        return protocol;
+    }
+    let names = all.map(UpstreamProtocol::name);
+    let message = format!(
+        "`{text}` is not a backend protocol: expected one of {}",
+        names.join(", ")
+    );
+    let mut e = checker.error(value, field, message);
+    if let Some(hint) = did_you_mean(text, names) {
+        e = e.hint(hint);
+    }
+    checker.push(e);
+    UpstreamProtocol::default()
 }

@@ -1,7 +1,9 @@
 //! A route's `hedge:`: a percentile or a duration to wait, a share of extra attempts, the methods.
 
-use super::{checker::Checker, field::Field, route_match};
+use super::route_match;
 use crate::{
+    checker::Checker,
+    field::Field,
     hedge::{Hedge, HedgeAfter},
     raw::{RawHedge, Scalar},
     units,

@@ -1,9 +1,11 @@
 //! `listeners:` and `admin:`: addresses to bind, none of which may take another's port.
 
-use super::{checker::Checker, field::Field, networks::network};
 use crate::{
+    checker::Checker,
     error::ConfigError,
+    field::Field,
     model::{Listener, TlsFiles, Underscores},
+    networks::network,
     raw::{RawAdmin, RawListener, Scalar},
 };
 use serde_saphyr::Spanned;

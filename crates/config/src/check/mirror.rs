@@ -1,8 +1,9 @@
 //! A route's `mirror:`: which cluster gets the copies, and what share of the requests.
 
-use super::{checker::Checker, field::Field};
 use crate::{
+    checker::Checker,
     error::did_you_mean,
+    field::Field,
     model::{Action, Mirror},
     raw::RawMirror,
 };

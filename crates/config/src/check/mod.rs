@@ -12,29 +12,25 @@ mod cluster_settings;
 mod upstream_tls;
 mod mirror;
 mod hedge;
-mod hsts;
-mod access;
-mod rate_limit;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;
 mod route_filters;
 mod route_match;
 mod matching;
-mod networks;
 
-// What every section uses: the value readers, and the field paths they name.
-mod checker;
-
-mod field;
-
-use crate::{error::ConfigError, model::Config, raw::RawConfig};
-use checker::Checker;
+use crate::{
+    checker::Checker, error::ConfigError, filter::RawFilters, model::Config, raw::RawConfig,
+};
 use std::path::PathBuf;
 
 /// The checked model, and every problem found (the model is meant to be used only when there are
 /// none). `base` is the config file's folder, which relative paths start from.
-pub(crate) fn check(raw: &RawConfig, base: PathBuf) -> (Config, Vec<ConfigError>) {
+pub(crate) fn check(
+    raw: &RawConfig,
+    filters: &RawFilters,
+    base: PathBuf,
+) -> (Config, Vec<ConfigError>) {
     let mut checker = Checker::new(base);
     let workers = settings::workers(&mut checker, raw.workers.as_ref());
     let listeners = listeners::listeners(&mut checker, &raw.listeners);
@@ -43,7 +39,7 @@ pub(crate) fn check(raw: &RawConfig, base: PathBuf) -> (Config, Vec<ConfigError>
         checked: &listeners,
         written: &raw.listeners,
     };
-    let routes = routes::routes(&mut checker, &raw.routes, &names, &written);
+    let routes = routes::routes(&mut checker, &raw.routes, filters, &names, &written);
     let limits = settings::limits(&mut checker, raw.limits.as_ref());
     let shutdown = settings::shutdown(&mut checker, raw.shutdown.as_ref());
     let admin = listeners::admin(&mut checker, raw.admin.as_ref(), &listeners);

@@ -1,7 +1,9 @@
 //! A route's `redirect:`: the URL parts it changes, each held to what a `Location` can carry.
 
-use super::{checker::Checker, field::Field, matching};
+use super::matching;
 use crate::{
+    checker::Checker,
+    field::Field,
     model::{HostPattern, PathMatch, Redirect, RedirectPath},
     raw::{RawRedirect, Scalar},
 };

@@ -1,12 +1,9 @@
 //! A route's filters: `request_headers:`, `response_headers:`, `rewrite:` and `retries:`.
 
-use super::{
-    checker::Checker,
-    field::Field,
-    matching::{self, Refusal},
-    route_match,
-};
+use super::matching::{self, Refusal};
 use crate::{
+    checker::{token, Checker},
+    field::Field,
     model::{HeaderEdits, HostPattern, PathMatch, PathRewrite, Rewrite},
     raw::{Pairs, RawHeaderEdits, RawRewrite, RawRoute, Scalar},
 };
@@ -176,7 +173,7 @@ fn header_name<T>(
     field: &Field,
 ) -> Option<String> {
     let lower = written.trim().to_ascii_lowercase();
-    if !route_match::token(&lower) {
+    if !token(&lower) {
         checker.reject(at, field, format!("`{written}` is not a header name"));
         return None;
     }

@@ -1,11 +1,9 @@
 //! A route's `match:`: host, path (prefix, exact or regex), methods, headers and query parameters.
 
-use super::{
-    checker::Checker,
-    field::Field,
-    matching::{self, Refusal},
-};
+use super::matching::{self, Refusal};
 use crate::{
+    checker::{token, Checker},
+    field::Field,
     model::{HeaderMatch, HostPattern, PathMatch, Pattern, PatternError, ValueMatch},
     raw::{Pairs, RawMatch, RawPath, RawValueMatch, Scalar},
 };
@@ -201,14 +199,6 @@ fn query(
 /// matched: they say what a client chooses anyway (its scheme, its host), and behind a TLS front proxy
 /// they are how a route tells `https` from `http`.
 const CLIENT_ADDRESS_FIELDS: [&str; 3] = ["x-forwarded-for", "x-real-ip", "forwarded"];
-
-/// RFC 9110 §5.6.2's token, which header names and methods are.
-pub(super) fn token(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
 
 fn host(checker: &mut Checker, h: &Spanned<Scalar>, field: &Field) -> Option<HostPattern> {
     matching::host_pattern(&h.value.0)

@@ -1,14 +1,12 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{
-    access, checker::Checker, field::Field, hedge, hsts, mirror, rate_limit, redirect,
-    route_filters, route_match, split,
-};
+use super::{hedge, mirror, redirect, route_filters, route_match, split};
 use crate::{
-    access::Access,
+    checker::Checker,
     error::{did_you_mean, ConfigError},
+    field::Field,
+    filter::{RawFilters, RouteContext},
     model::{http_method, Action, HostPattern, Listener, Location, PathMatch, Route},
-    rate_limit::RateLimit,
     raw::{RawListener, RawRoute, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -25,6 +23,7 @@ pub(super) struct Listeners<'a> {
 pub(super) fn routes(
     checker: &mut Checker,
     raw: &[Spanned<RawRoute>],
+    written_filters: &RawFilters,
     clusters: &[String],
     listeners: &Listeners<'_>,
 ) -> Vec<Route> {
@@ -51,8 +50,12 @@ pub(super) fn routes(
         let buffer_request = size(checker, r.buffer_request.as_ref(), buffered);
         let proxies = !matches!(action, Some(Action::Redirect(_)));
         let hedge = (r.hedge.as_ref()).and_then(|h| hedge::hedge(checker, h, &field, proxies));
-        let hsts = (r.hsts.as_ref()).and_then(|h| hsts::hsts(checker, h, &field, &action));
-        let (access, rate_limit, max_request_body) = guards(checker, r, &field, proxies);
+        let context = RouteContext {
+            field: &field,
+            redirect_written: r.redirect.is_some(),
+            redirects: !proxies,
+        };
+        let route_filters = written_filters.check(checker, ri, &context);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
         let mirror = (r.mirror.as_ref())
@@ -83,10 +86,7 @@ pub(super) fn routes(
                 mirror,
                 at,
                 hedge,
-                hsts,
-                access,
-                rate_limit,
-                max_request_body,
+                filters: route_filters,
             });
         }
     }
@@ -99,26 +99,6 @@ pub(super) fn routes(
     routes
 }
 
-/// The route's `allow:`/`deny:`, `rate_limit:` and `max_request_body:`: what it refuses before (or
-/// while) a backend is asked.
-fn guards(
-    checker: &mut Checker,
-    route: &RawRoute,
-    field: &Field,
-    proxies: bool,
-) -> (Option<Access>, Option<RateLimit>, Option<u64>) {
-    let access = access::access(checker, route, field);
-    let max_request_body = size(
-        checker,
-        route.max_request_body.as_ref(),
-        &field.key("max_request_body"),
-    );
-    let rate_limit = (route.rate_limit.as_ref())
-        .and_then(|limit| rate_limit::rate_limit(checker, limit, field, proxies));
-    (access, rate_limit, max_request_body)
-}
-
-/// A size as given (0 is off, as when left out: the caller's to tell from `None`).
 fn size(checker: &mut Checker, size: Option<&Spanned<Scalar>>, field: &Field) -> Option<u64> {
     size.map(|size| checker.size(Some(size), field, 0, 0) as u64)
 }

@@ -1,7 +1,8 @@
 //! The process-wide sections: `workers`, `limits` and `shutdown`.
 
-use super::{checker::Checker, field::Field};
 use crate::{
+    checker::Checker,
+    field::Field,
     model::{Http2Limits, Http2Windows, Limits, Shutdown, Workers},
     raw::{RawHttp2Limits, RawLimits, RawShutdown, Scalar},
 };

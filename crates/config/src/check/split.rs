@@ -1,8 +1,9 @@
 //! A route's `backends:`: the clusters a weighted split sends to, each with its share.
 
-use super::{checker::Checker, field::Field};
 use crate::{
+    checker::Checker,
     error::did_you_mean,
+    field::Field,
     model::{Action, WeightedCluster},
     raw::{RawWeighted, Scalar},
 };

@@ -2,8 +2,9 @@
 //! them); what is checked is that the block can be used as written: a client key with its
 //! certificate, and a name to verify every backend's certificate against.
 
-use super::{checker::Checker, field::Field};
 use crate::{
+    checker::Checker,
+    field::Field,
     model::{Backend, BackendAddress, Location, TlsFiles, UpstreamTls},
     raw::RawUpstreamTls,
 };

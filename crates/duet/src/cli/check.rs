@@ -190,7 +190,7 @@ fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> Strin
         route.conditions(),
         route.target(&config.clusters),
         route.beside_target(&config.clusters),
-        route.filters()
+        route.describe_filters()
     )
 }
 

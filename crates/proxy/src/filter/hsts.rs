@@ -16,7 +16,7 @@ impl Phases for Hsts {
     const PHASES: Phase = Phase::RESPONSE_HEAD;
 
     fn build(route: &Route, _: &Build<'_>, _: Option<&Self>) -> Option<Self> {
-        let hsts = route.hsts?;
+        let hsts = route.filters.hsts?;
         HeaderValue::from_str(&hsts.to_string()).ok().map(Self)
     }
 

@@ -14,7 +14,7 @@ use crate::{
     telemetry::access_log::AccessLog,
     telemetry::metrics::{ClusterCells, CounterFamily, RouteCounters},
 };
-use duet_config::{Access, Route};
+use duet_config::{filter::ip_list::Access, Route};
 use std::sync::Arc;
 
 /// A route's access list in one worker, with its counts.
@@ -46,7 +46,7 @@ impl Phases for IpList {
     /// The route of the same name keeps its counts across a reload while its first cluster keeps
     /// its name (the series are that cluster's).
     fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self> {
-        let access = route.access.clone()?;
+        let access = route.filters.access.clone()?;
         let cluster = route.action.clusters().next()?;
         let cluster_name = build.clusters.get(cluster)?.name.clone();
         let counts = match previous {

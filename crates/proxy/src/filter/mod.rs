@@ -39,16 +39,23 @@
 //!
 //! # Adding a filter
 //!
-//! The footprint of a new filter, `hsts:` here (`hsts.rs` is the worked example, with its tests):
+//! The footprint of a new filter, `hsts:` here (its two modules are the worked example, with their
+//! tests):
 //!
-//! 1. **Its config**: the route key in `duet-config` (`raw.rs` for how it is written, `model.rs` for
-//!    what it means, a check under `check/` that refuses bad values with their line and column).
-//! 2. **Its module**, `filter/NAME.rs`: a type holding what the filter needs per route, with
-//!    `impl Phases`: `PHASES`, `build` (from the route's config; `None` when the route does not use
+//! 1. **Its settings**, one module in `duet-config`: `crates/config/src/filter/hsts.rs` holds how the
+//!    route key is written (a serde struct whose fields are the route keys it reads), what it means
+//!    (the public `Hsts`), and its check, which refuses bad values with their line and column. One
+//!    line registers it in the `sections!` list of `crates/config/src/filter/mod.rs`, which gives
+//!    every route a `filters.hsts` field, `duet check` its text, and the unknown-key check and the
+//!    configuration reference's test its keys.
+//! 2. **Its module** here, `filter/hsts.rs`: a type holding what the filter needs per route, with
+//!    `impl Phases`: `PHASES`, `build` (from `route.filters.hsts`; `None` when the route does not use
 //!    it) and the hooks of its phases. Its metrics, if any, are counter families it declares in
 //!    `COUNTERS` and cells it holds and hands over in `publish`.
 //! 3. **One line registering it** in the `filters!` list below: its variant and type. The list's
 //!    order is the order in which a route's filters run in each phase.
+//! 4. **Its rows** in the configuration reference (`docs/src/reference/configuration.md`), which a
+//!    test holds to the keys the settings read.
 //!
 //! Nothing else changes: the stages run every registered filter through its phases.
 

@@ -47,7 +47,7 @@ impl RouteCells {
             matches: format!("host {host} path {}{}", route.path, route.conditions()),
             clusters,
             redirect,
-            filters: route.filters(),
+            filters: route.describe_filters(),
         }
     }
 }

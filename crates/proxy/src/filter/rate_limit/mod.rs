@@ -26,7 +26,10 @@ use crate::{
     telemetry::access_log::AccessLog,
     telemetry::metrics::{ClusterCells, CounterFamily, RouteCounters},
 };
-use duet_config::{RateKey, RateLimit, RateMode, Route};
+use duet_config::{
+    filter::rate_limit::{RateKey, RateLimit, RateMode},
+    Route,
+};
 use governor::clock::{Clock, Reference};
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 use keys::Key;
@@ -76,7 +79,7 @@ impl Phases for RouteRateLimit {
     /// The route of the same name keeps its counts across a reload while its first cluster keeps
     /// its name, and its buckets while its rule stays the same ([`shared`]).
     fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self> {
-        let rule = route.rate_limit.clone()?;
+        let rule = route.filters.rate_limit.clone()?;
         let cluster = route.action.clusters().next()?;
         let cluster_name = build.clusters.get(cluster)?.name.clone();
         let header = match &rule.key {

@@ -7,7 +7,7 @@
 //! (or name) gets a new one, and the old one goes when the last worker drops its old table.
 
 use super::keys::{Key, Keys, SharedKeys};
-use duet_config::RateLimit;
+use duet_config::filter::rate_limit::RateLimit;
 use governor::{clock::QuantaClock, Quota, RateLimiter};
 use std::{
     num::NonZeroU32,

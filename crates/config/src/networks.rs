@@ -4,7 +4,7 @@
 use ipnet::IpNet;
 
 /// `text` as a network; the error says what was expected.
-pub(super) fn network(text: &str) -> Result<IpNet, String> {
+pub(crate) fn network(text: &str) -> Result<IpNet, String> {
     let text = text.trim();
     let parsed = text
         .parse::<IpNet>()
@@ -20,7 +20,7 @@ pub(super) fn network(text: &str) -> Result<IpNet, String> {
 
 /// An IPv4-mapped IPv6 network (`::ffff:10.0.0.0/104`) as the IPv4 network it is, since clients
 /// are compared as IPv4 addresses then; any other network as it is.
-pub(super) fn canonical(net: IpNet) -> IpNet {
+pub(crate) fn canonical(net: IpNet) -> IpNet {
     match net {
         IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
             Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, IpNet::V4),

@@ -2,28 +2,27 @@
 //! (durations, sizes, counts, percentages...) that record a located error and fall back to the
 //! default, so checking goes on past a bad value.
 
-use super::field::Field;
 use crate::{
-    error::{did_you_mean, ConfigError},
-    model::{Location, Policy, UpstreamProtocol},
+    error::ConfigError,
+    field::{Field, Location},
     raw::Scalar,
     units,
 };
 use serde_saphyr::Spanned;
 use std::{path::PathBuf, time::Duration};
 
-pub(super) struct Checker {
-    pub(super) errors: Vec<ConfigError>,
+pub(crate) struct Checker {
+    pub(crate) errors: Vec<ConfigError>,
     /// The config file's folder, for relative paths.
     base: PathBuf,
     /// The heap the regexes checked so far hold together, held to [`Pattern::TOTAL_LIMIT`].
     ///
     /// [`Pattern::TOTAL_LIMIT`]: crate::model::Pattern::TOTAL_LIMIT
-    pub(super) regex_memory: usize,
+    pub(crate) regex_memory: usize,
 }
 
 impl Checker {
-    pub(super) fn new(base: PathBuf) -> Self {
+    pub(crate) fn new(base: PathBuf) -> Self {
         Self {
             errors: Vec::new(),
             base,
@@ -32,7 +31,7 @@ impl Checker {
     }
 
     /// An error at `spanned`'s place in the file, for the caller to add a hint to and push.
-    pub(super) fn error<T>(
+    pub(crate) fn error<T>(
         &self,
         spanned: &Spanned<T>,
         field: impl Into<String>,
@@ -41,12 +40,12 @@ impl Checker {
         ConfigError::new(field, message).at(spanned.referenced.line(), spanned.referenced.column())
     }
 
-    pub(super) fn push(&mut self, error: ConfigError) {
+    pub(crate) fn push(&mut self, error: ConfigError) {
         self.errors.push(error);
     }
 
     /// Records an error at `spanned`'s place in the file.
-    pub(super) fn reject<T>(
+    pub(crate) fn reject<T>(
         &mut self,
         spanned: &Spanned<T>,
         field: impl Into<String>,
@@ -56,7 +55,7 @@ impl Checker {
         self.push(error);
     }
 
-    pub(super) fn duration(
+    pub(crate) fn duration(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -75,7 +74,7 @@ impl Checker {
     /// A duration that must be above 0: for these fields 0 would not mean "no limit" but "at once".
     /// `would` says what 0 would do; `instead`, when there is one, the setting that does what the
     /// writer probably meant.
-    pub(super) fn timeout(
+    pub(crate) fn timeout(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -104,7 +103,7 @@ impl Checker {
         }
     }
 
-    pub(super) fn size(
+    pub(crate) fn size(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -127,7 +126,7 @@ impl Checker {
     }
 
     /// A size within `min..=max` bytes (as [`Checker::size`], with an upper bound and `why` it holds).
-    pub(super) fn size_within(
+    pub(crate) fn size_within(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -153,7 +152,7 @@ impl Checker {
     }
 
     /// `true` or `false`.
-    pub(super) fn boolean(
+    pub(crate) fn boolean(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -172,7 +171,7 @@ impl Checker {
     }
 
     /// Bytes per second, written `1KiB/s`; `0` is off.
-    pub(super) fn rate(
+    pub(crate) fn rate(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -189,7 +188,7 @@ impl Checker {
     }
 
     /// `50%` or `50`: a percentage from 0 to 100, returned as a fraction.
-    pub(super) fn percent(
+    pub(crate) fn percent(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -209,7 +208,7 @@ impl Checker {
         }
     }
 
-    pub(super) fn count(
+    pub(crate) fn count(
         &mut self,
         value: Option<&Spanned<Scalar>>,
         field: &Field,
@@ -233,65 +232,8 @@ impl Checker {
         }
     }
 
-    pub(super) fn policy(&mut self, value: Option<&Spanned<Scalar>>, field: &Field) -> Policy {
-        let Some(value) = value else {
-            return Policy::default();
-        };
-        let text = value.value.0.trim();
-        let all = [
-            Policy::P2cInflight,
-            Policy::P2cPeakEwma,
-            Policy::P2cMemoryInflight,
-            Policy::P2cMemoryPeakEwma,
-            Policy::LeastInflight,
-            Policy::LeastPeakEwma,
-            Policy::RoundRobin,
-            Policy::Random,
-        ];
-        if let Some(policy) = all.into_iter().find(|p| p.name() == text) {
-            return policy;
-        }
-        let names = all.map(Policy::name);
-        let message = format!(
-            "`{text}` is not a policy: expected one of {}",
-            names.join(", ")
-        );
-        let mut e = self.error(value, field, message);
-        if let Some(hint) = did_you_mean(text, names) {
-            e = e.hint(hint);
-        }
-        self.push(e);
-        Policy::default()
-    }
-
-    pub(super) fn upstream_protocol(
-        &mut self,
-        value: Option<&Spanned<Scalar>>,
-        field: &Field,
-    ) -> UpstreamProtocol {
-        let Some(value) = value else {
-            return UpstreamProtocol::default();
-        };
-        let text = value.value.0.trim();
-        let all = [UpstreamProtocol::Http1, UpstreamProtocol::H2];
-        if let Some(protocol) = all.into_iter().find(|p| p.name() == text) {
-            return protocol;
-        }
-        let names = all.map(UpstreamProtocol::name);
-        let message = format!(
-            "`{text}` is not a backend protocol: expected one of {}",
-            names.join(", ")
-        );
-        let mut e = self.error(value, field, message);
-        if let Some(hint) = did_you_mean(text, names) {
-            e = e.hint(hint);
-        }
-        self.push(e);
-        UpstreamProtocol::default()
-    }
-
     /// Status codes and inclusive ranges (`503`, `200-399`).
-    pub(super) fn statuses(
+    pub(crate) fn statuses(
         &mut self,
         values: &[Spanned<Scalar>],
         field: &Field,
@@ -326,11 +268,19 @@ impl Checker {
     }
 
     /// A path relative to the config file's folder (read when duet starts, not here).
-    pub(super) fn path(&self, value: &Spanned<Scalar>) -> (PathBuf, Location) {
+    pub(crate) fn path(&self, value: &Spanned<Scalar>) -> (PathBuf, Location) {
         let at = Location {
             line: value.referenced.line(),
             column: value.referenced.column(),
         };
         (self.base.join(&value.value.0), at)
     }
+}
+
+/// RFC 9110 §5.6.2's token, which header names and methods are.
+pub(crate) fn token(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }

@@ -5,21 +5,21 @@ use std::fmt;
 /// Where a value sits in the file, written as errors name it. Built up from the section down, so a
 /// path cannot lose its prefix on the way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Field(String);
+pub(crate) struct Field(String);
 
 impl Field {
     /// A top-level key: `limits`, `clusters`.
-    pub(super) fn root(name: &str) -> Self {
+    pub(crate) fn root(name: &str) -> Self {
         Self(name.to_owned())
     }
 
     /// A key under this one: `limits` → `limits.send_timeout`.
-    pub(super) fn key(&self, name: &str) -> Self {
+    pub(crate) fn key(&self, name: &str) -> Self {
         Self(format!("{}.{name}", self.0))
     }
 
     /// An item of this list: `clusters` → `clusters[2]`.
-    pub(super) fn index(&self, index: usize) -> Self {
+    pub(crate) fn index(&self, index: usize) -> Self {
         Self(format!("{}[{index}]", self.0))
     }
 }
@@ -39,6 +39,22 @@ impl From<Field> for String {
 impl From<&Field> for String {
     fn from(field: &Field) -> Self {
         field.0.clone()
+    }
+}
+
+/// A place in the configuration file (1-based), for errors found after parsing (such as a certificate
+/// file that cannot be read when duet starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Location {
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
     }
 }
 
