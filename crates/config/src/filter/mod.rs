@@ -2,10 +2,10 @@
 //! holding how it is written, what it means, and its check.
 //!
 //! A filter's settings are route keys the rest of the schema does not read. Its module declares
-//! them as a struct whose fields are those keys ([`Section::Raw`]), read from each route of the file
+//! them as a struct whose fields are those keys (`Section::Raw`), read from each route of the file
 //! on its own (serde skips every other key), so a filter adds its keys without touching the route's
 //! own struct; the unknown-key check and [`schema_keys`](crate::schema_keys) take the keys from the
-//! same struct. [`Section::check`] turns what was written into the filter's settings, recording every
+//! same struct. `Section::check` turns what was written into the filter's settings, recording every
 //! problem with its line and column as the rest of the checks do.
 //!
 //! # Adding a filter's settings
