@@ -66,6 +66,7 @@ mod ip_list;
 mod mirror;
 mod rate_limit;
 mod redirect;
+mod respond;
 mod rewrite;
 
 pub(crate) mod per_cluster;
@@ -142,6 +143,7 @@ filters! {
     IpList(ip_list::IpList),
     RateLimit(rate_limit::RouteRateLimit),
     Redirect(redirect::RedirectRoute),
+    Respond(respond::Respond),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),
     Mirror(mirror::RouteMirror),
