@@ -34,14 +34,8 @@ pub(super) fn routes(
         let r = &spanned.value;
         let field = list.index(ri);
         let matchers = route_match::matchers(checker, r.matcher.as_ref(), &field);
-        let answers = written_filters.answers(ri);
-        let action = action(
-            checker,
-            spanned,
-            &field,
-            clusters,
-            (&matchers.path, answers),
-        );
+        let target = (&matchers.path, written_filters.answers(ri));
+        let action = action(checker, spanned, &field, clusters, target);
         let filters = route_filters::filters(checker, r, &field, &matchers.path);
         let retry_methods = match &r.retry_methods {
             None => http_method::idempotent(),
