@@ -16,6 +16,7 @@
 //!
 //! The proxy reads the settings from `route.filters.NAME`.
 
+pub mod error_pages;
 pub mod hsts;
 pub mod ip_list;
 pub mod max_request_body;
@@ -144,6 +145,7 @@ sections! {
     rate_limit: rate_limit::RateLimit,
     max_request_body: max_request_body::MaxRequestBody,
     respond: respond::Respond,
+    error_pages: error_pages::ErrorPages,
 }
 
 impl RawFilters {

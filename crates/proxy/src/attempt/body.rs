@@ -93,6 +93,21 @@ impl ProxyBody {
     }
 }
 
+impl ProxyBody {
+    /// Puts `data` in place of the body of a response duet made itself (an error page); `false`, and
+    /// nothing changed, for a backend's body.
+    pub(crate) fn replace_local(&mut self, data: Bytes) -> bool {
+        let Kind::Local { data: held, log } = &mut self.kind else {
+            return false;
+        };
+        if let Some(log) = log.as_mut() {
+            log.bytes = data.len() as u64;
+        }
+        *held = (!data.is_empty()).then_some(data);
+        true
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BodyError;

@@ -13,6 +13,7 @@
 //! | prepared | `on_prepared` | the handler, before the first attempt | start work beside the attempts (a mirror's copy) |
 //! | first attempt | `first_attempt` | retry | send the first attempt its own way (a hedge) |
 //! | response head | `on_response_head` | respond, on a backend's response | edit the response head |
+//! | error page | `error_page` | the handler, on duet's own error answer after routing | the page in place of its text (`error_pages:`) |
 //!
 //! A filter's state lives in its value, one per route per worker, built once per config by
 //! [`Phases::build`], which is also handed the filter of the route of the same name before a reload:
@@ -59,6 +60,7 @@
 //!
 //! Nothing else changes: the stages run every registered filter through its phases.
 
+mod error_pages;
 mod headers;
 mod hedge;
 mod hsts;
@@ -79,7 +81,7 @@ use crate::{
 };
 use duet_config::Route;
 use http::request;
-use phase::{Arrival, Build, Decision, FirstAttempt, Phase, Phases, Race, ResponseHead};
+use phase::{Arrival, Build, Decision, FirstAttempt, OwnPage, Phase, Phases, Race, ResponseHead};
 
 /// Declares the built-in filters, in the order they run: the [`Filter`] enum, its dispatch, and
 /// how a route's filters are built.
@@ -144,6 +146,7 @@ filters! {
     RateLimit(rate_limit::RouteRateLimit),
     Redirect(redirect::RedirectRoute),
     Respond(respond::Respond),
+    ErrorPages(error_pages::ErrorPages),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),
     Mirror(mirror::RouteMirror),
@@ -224,6 +227,18 @@ impl RouteFilters {
         for filter in self.acting(Phase::RESPONSE_HEAD) {
             dispatch!(filter, f => f.on_response_head(head));
         }
+    }
+
+    /// For the error-page phase, taken before the request is sent: whether its `Accept` prefers
+    /// JSON; `None` when no filter of the route acts in the phase.
+    pub(crate) fn error_pages_wanted(&self, headers: &http::HeaderMap) -> Option<bool> {
+        (self.phases.has(Phase::ERROR_PAGE)).then(|| error_pages::prefers_json(headers))
+    }
+
+    /// The error-page phase: the first page a filter has for duet's own error answer of `status`.
+    pub(crate) fn error_page(&self, status: u16, json: bool) -> Option<&OwnPage> {
+        (self.acting(Phase::ERROR_PAGE))
+            .find_map(|filter| dispatch!(filter, f => f.error_page(status, json)))
     }
 
     /// Adds the filters' metric cells to their worker's clusters' `cells`.

@@ -32,6 +32,8 @@ impl Phase {
     pub(crate) const FIRST_ATTEMPT: Self = Self(1 << 3);
     /// [`Phases::on_response_head`].
     pub(crate) const RESPONSE_HEAD: Self = Self(1 << 4);
+    /// [`Phases::error_page`].
+    pub(crate) const ERROR_PAGE: Self = Self(1 << 5);
     /// None.
     pub(crate) const NONE: Self = Self(0);
 
@@ -74,6 +76,13 @@ pub(crate) struct ResponseHead<'a> {
     pub(crate) headers: &'a mut HeaderMap,
     /// The client the response goes to (`tls`: it came over TLS).
     pub(crate) client: &'a Client,
+}
+
+/// A page in place of the body of duet's own error answer, with its `Content-Type`.
+#[derive(Debug)]
+pub(crate) struct OwnPage {
+    pub(crate) content_type: HeaderValue,
+    pub(crate) body: bytes::Bytes,
 }
 
 /// One attempt's result: the backend's response with the attempt's completion, or why it failed.
@@ -161,6 +170,12 @@ pub(crate) trait Phases: Sized {
     /// A backend's response head on its way to the client (duet's own answers are left as duet
     /// writes them).
     fn on_response_head(&self, _head: &mut ResponseHead<'_>) {}
+
+    /// duet's own error answer of `status` to the request (never a backend's, never a gRPC call's):
+    /// the page to send in place of its short text; `json`: the request's `Accept` prefers JSON.
+    fn error_page(&self, _status: u16, _json: bool) -> Option<&OwnPage> {
+        None
+    }
 
     /// The filter's metric cells, added to its worker's clusters' (`cells`, in `config.clusters`
     /// order) when the worker publishes them.

@@ -162,6 +162,26 @@ pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
     }
 }
 
+/// duet's own error answer with the route's error page for its status in place of its text, if the
+/// route has one; `json`: what [`RouteFilters::error_pages_wanted`] said (`None`: no pages, or a gRPC
+/// call). A backend's response passes as it is.
+pub(crate) fn with_error_page(
+    mut response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    json: Option<bool>,
+) -> Response<ProxyBody> {
+    let Some(json) = json else { return response };
+    let Some(page) = filters.error_page(response.status().as_u16(), json) else {
+        return response;
+    };
+    if response.body_mut().replace_local(page.body.clone()) {
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, page.content_type.clone());
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    response
+}
+
 /// [`error_response`] for a request routed to `cluster`, its gRPC status counted there.
 pub(crate) fn cluster_error(
     cluster: &Cluster,
