@@ -175,3 +175,316 @@ clusters:
     assert!(reread, "{:#?}", duet.log_lines());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A backend that answers each request (one per connection) with the canned response for its path:
+/// the status line's code, the head's fields and the body; `Content-Length` is added unless
+/// `chunked`, then the body goes in 4 KiB chunks.
+fn canned_backend(
+    answer: fn(&str) -> (u16, Vec<(&'static str, String)>, Vec<u8>, bool),
+) -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(500) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut first = String::new();
+            let _ = reader.read_line(&mut first);
+            for _ in 0..100 {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+            }
+            let path = first.split(' ').nth(1).unwrap_or("/").to_owned();
+            let head_only = first.starts_with("HEAD ");
+            let (status, fields, body, chunked) = answer(&path);
+            let mut out = format!("HTTP/1.1 {status} X\r\nConnection: close\r\n").into_bytes();
+            for (name, value) in &fields {
+                out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+            }
+            let framing = if chunked {
+                "Transfer-Encoding: chunked".to_owned()
+            } else {
+                format!("Content-Length: {}", body.len())
+            };
+            let no_body = head_only || matches!(status, 204 | 304);
+            if !matches!(status, 204 | 304) {
+                out.extend_from_slice(format!("{framing}\r\n").as_bytes());
+            }
+            out.extend_from_slice(b"\r\n");
+            if !no_body {
+                if chunked {
+                    for chunk in body.chunks(4096) {
+                        out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                        out.extend_from_slice(chunk);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    out.extend_from_slice(b"0\r\n\r\n");
+                } else {
+                    out.extend_from_slice(&body);
+                }
+            }
+            let _ = stream.write_all(&out);
+        }
+    });
+    address
+}
+
+/// Text that compresses as a page does: words repeating in varying order.
+fn page_text(len: usize) -> Vec<u8> {
+    let words = [
+        "duet", "balances", "requests", "over", "backends", "<p>", "</p>", "and", "streams",
+        "bodies",
+    ];
+    let mut text = Vec::with_capacity(len + 16);
+    let mut seed = 7u64;
+    while text.len() < len {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.extend_from_slice(words[(seed >> 33) as usize % words.len()].as_bytes());
+        text.push(if seed % 5 == 0 { b'\n' } else { b' ' });
+    }
+    text.truncate(len);
+    text
+}
+
+fn shaped_answer(path: &str) -> (u16, Vec<(&'static str, String)>, Vec<u8>, bool) {
+    let html = ("Content-Type", "text/html; charset=utf-8".to_owned());
+    let page = page_text(20_000);
+    match path {
+        "/text" => (200, vec![html, ("ETag", "\"v1\"".to_owned())], page, false),
+        "/stream" => (
+            200,
+            vec![("Content-Type", "application/json".to_owned())],
+            page_text(1 << 20),
+            true,
+        ),
+        "/small" => (200, vec![html], page_text(100), false),
+        "/encoded" => (
+            200,
+            vec![html, ("Content-Encoding", "gzip".to_owned())],
+            page,
+            false,
+        ),
+        "/no-transform" => (
+            200,
+            vec![html, ("Cache-Control", "public, no-transform".to_owned())],
+            page,
+            false,
+        ),
+        "/image" => (
+            200,
+            vec![("Content-Type", "image/png".to_owned())],
+            page,
+            false,
+        ),
+        "/range" => (
+            206,
+            vec![html, ("Content-Range", "bytes 0-19999/40000".to_owned())],
+            page,
+            false,
+        ),
+        "/empty" => (204, vec![html], Vec::new(), false),
+        "/unchanged" => (304, vec![html], Vec::new(), false),
+        "/grpc" => (
+            200,
+            vec![("Content-Type", "application/grpc".to_owned())],
+            page,
+            false,
+        ),
+        _ => (404, vec![html], b"none".to_vec(), false),
+    }
+}
+
+/// `data` decoded from `coding` by Python's own decoders (`gzip`, `brotli`, `zstandard`).
+fn python_decoded(coding: &str, data: &[u8]) -> Vec<u8> {
+    let file = std::env::temp_dir().join(format!("duet-shaping-{}-{coding}", std::process::id()));
+    std::fs::write(&file, data).expect("write");
+    let script = "import sys, gzip\n\
+                  data = open(sys.argv[2], 'rb').read()\n\
+                  if sys.argv[1] == 'gzip': out = gzip.decompress(data)\n\
+                  elif sys.argv[1] == 'br':\n    import brotli; out = brotli.decompress(data)\n\
+                  else:\n    import zstandard; out = zstandard.ZstdDecompressor().decompressobj().decompress(data)\n\
+                  sys.stdout.buffer.write(out)\n";
+    let output = std::process::Command::new("python3")
+        .args(["-c", script, coding])
+        .arg(&file)
+        .output()
+        .expect("python3");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Whether python3 has `brotli` and `zstandard`; without them the test is skipped with a note, unless
+/// `DUET_REQUIRE_PYTHON_CODECS` says CI installed them.
+fn python_codecs() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import brotli, zstandard"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var_os("DUET_REQUIRE_PYTHON_CODECS").is_none(),
+            "python3 brotli and zstandard are required here"
+        );
+        eprintln!("SKIPPED: python3 lacks brotli or zstandard (pip install brotli zstandard)");
+    }
+    found
+}
+
+fn field<'a>(headers: &'a http::HeaderMap, name: &str) -> Vec<&'a str> {
+    (headers.get_all(name).iter())
+        .map(|v| v.to_str().unwrap_or_default())
+        .collect()
+}
+
+/// Each coding by `Accept-Encoding` with q-values, decoded by Python to the exact bytes, a streamed
+/// response of unknown length included, with `Vary`, a weak `ETag` and no `Content-Length`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_compresses_by_accept_encoding_to_the_exact_bytes() {
+    if !python_codecs() {
+        return;
+    }
+    let backend = canned_backend(shaped_answer);
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ cluster: web, compress: {{ gzip_level: 6 }} }}
+clusters:
+  - {{ name: web, backends: [ {{ address: {backend} }} ] }}
+"
+    );
+    let duet = Duet::start(&yaml);
+    let rows = [
+        ("gzip", Some("gzip")),
+        ("br", Some("br")),
+        ("zstd", Some("zstd")),
+        ("gzip;q=0.5, br;q=0.9", Some("br")),
+        ("gzip, zstd;q=0", Some("gzip")),
+        ("*;q=0.1, gzip;q=0", Some("zstd")),
+        ("gzip, deflate, br, zstd", Some("zstd")),
+        ("identity", None),
+        ("br;q=0, gzip;q=0", None),
+    ];
+    let expected = page_text(20_000);
+    for (accept, coding) in rows {
+        let (status, headers, body) =
+            support::get(&duet.url("/text"), &[("accept-encoding", accept)]).await;
+        assert_eq!(status, 200, "{accept}");
+        assert_eq!(field(&headers, "vary"), ["Accept-Encoding"], "{accept}");
+        match coding {
+            Some(coding) => {
+                assert_eq!(field(&headers, "content-encoding"), [coding], "{accept}");
+                assert_eq!(field(&headers, "etag"), ["W/\"v1\""], "{accept}");
+                assert!(headers.get("content-length").is_none(), "{accept}");
+                assert!(
+                    body.len() < expected.len() / 2,
+                    "{accept}: {} bytes",
+                    body.len()
+                );
+                assert!(
+                    python_decoded(coding, &body) == expected,
+                    "{accept}: decoded differs"
+                );
+            }
+            None => {
+                assert!(headers.get("content-encoding").is_none(), "{accept}");
+                assert_eq!(field(&headers, "etag"), ["\"v1\""], "{accept}");
+                assert_eq!(&body[..], &expected[..], "{accept}");
+            }
+        }
+    }
+    let streamed = page_text(1 << 20);
+    for coding in ["gzip", "br", "zstd"] {
+        let (status, headers, body) =
+            support::get(&duet.url("/stream"), &[("accept-encoding", coding)]).await;
+        assert_eq!(
+            (status, field(&headers, "content-encoding")),
+            (200, vec![coding])
+        );
+        assert!(
+            python_decoded(coding, &body) == streamed,
+            "{coding}: decoded differs"
+        );
+    }
+}
+
+/// Each response that must not be compressed, one by one: it arrives byte for byte as the backend
+/// sent it, with no `Content-Encoding` added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_must_not_be_compressed_passes_as_it_came() {
+    let backend = canned_backend(shaped_answer);
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ cluster: web, compress: {{}} }}
+clusters:
+  - {{ name: web, backends: [ {{ address: {backend} }} ] }}
+"
+    );
+    let duet = Duet::start(&yaml);
+    let gzip = ("accept-encoding", "gzip, br, zstd");
+    let cases: [(&str, &[(&str, &str)], u16, &[&str]); 9] = [
+        ("/small", &[gzip], 200, &[]),
+        ("/encoded", &[gzip], 200, &["gzip"]),
+        ("/no-transform", &[gzip], 200, &[]),
+        (
+            "/text",
+            &[gzip, ("cache-control", "no-transform")],
+            200,
+            &[],
+        ),
+        ("/image", &[gzip], 200, &[]),
+        ("/range", &[gzip], 206, &[]),
+        ("/text", &[gzip, ("range", "bytes=0-99")], 200, &[]),
+        ("/empty", &[gzip], 204, &[]),
+        ("/unchanged", &[gzip], 304, &[]),
+    ];
+    for (path, headers, status, encoding) in cases {
+        let (got, fields, body) = support::get(&duet.url(path), headers).await;
+        let (_, _, sent, _) = shaped_answer(path);
+        assert_eq!(got, status, "{path} {headers:?}");
+        assert_eq!(
+            field(&fields, "content-encoding"),
+            encoding,
+            "{path} {headers:?}"
+        );
+        assert_eq!(&body[..], &sent[..], "{path} {headers:?}");
+        if !matches!(status, 204 | 304) {
+            assert_eq!(
+                field(&fields, "content-length"),
+                [sent.len().to_string()],
+                "{path} {headers:?}"
+            );
+        }
+    }
+    let grpc = [
+        gzip,
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ];
+    let (_, fields, body) = support::get(&duet.url("/grpc"), &grpc).await;
+    assert!(fields.get("content-encoding").is_none(), "{fields:?}");
+    assert_eq!(body.len(), 20_000);
+    let (status, fields, body) = exchange(
+        &duet,
+        "HEAD /text HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n",
+    );
+    assert_eq!((status.as_str(), body.as_str()), ("200", ""));
+    assert!(
+        !fields.iter().any(|f| f.starts_with("content-encoding")),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&"content-length: 20000".to_owned()),
+        "{fields:?}"
+    );
+}

@@ -227,9 +227,9 @@ impl WorkerProxy {
             host: routed.host.as_ref(),
             client,
         };
-        let pages = (state.filters.error_pages_wanted(request.headers())).filter(|_| !grpc);
-        let paged = |response| respond::with_error_page(response, &state.filters, pages);
-        if let Some(answer) = answered(state, &arrival, &mut log, (grpc, pages)) {
+        let shaping = state.filters.shaping(&request, grpc);
+        let paged = |response| respond::with_error_page(response, &state.filters, shaping.pages);
+        if let Some(answer) = answered(state, &arrival, &mut log, (grpc, shaping.pages)) {
             return Ok(answer);
         }
         let Some((index, timings)) = state.pick() else {
@@ -263,14 +263,14 @@ impl WorkerProxy {
             // timed when its body ends, by its `Completion`.)
             timings.request_duration.observe(started.elapsed());
         }
-        let mut response = paged(respond::respond(
+        let mut response = respond::respond(
             cluster,
             outcome,
-            (prepared.upgrade, filters),
+            (prepared.upgrade, filters, shaping),
             &client,
             connection,
             grpc,
-        ));
+        );
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
             self.http1_fields(&table, connection, response.headers_mut(), grpc);
         }

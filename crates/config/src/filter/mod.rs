@@ -16,6 +16,7 @@
 //!
 //! The proxy reads the settings from `route.filters.NAME`.
 
+pub mod compress;
 pub mod error_pages;
 pub mod hsts;
 pub mod ip_list;
@@ -146,6 +147,7 @@ sections! {
     max_request_body: max_request_body::MaxRequestBody,
     respond: respond::Respond,
     error_pages: error_pages::ErrorPages,
+    compress: compress::Compress,
 }
 
 impl RawFilters {

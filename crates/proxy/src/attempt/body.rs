@@ -36,6 +36,9 @@ pin_project! {
             stall: Stall,
         },
         Local { data: Option<Bytes>, log: Option<Box<AccessLog>> },
+        // A backend's body as a filter reshaped it (compressed): boxed, so that only the responses
+        // a filter reshapes pay for it.
+        Shaped { body: Pin<Box<dyn Body<Data = Bytes, Error = BodyError>>> },
     }
 }
 
@@ -94,6 +97,20 @@ impl ProxyBody {
 }
 
 impl ProxyBody {
+    /// Whether this is a backend's body as it came (not duet's own, not yet reshaped).
+    pub(crate) fn is_upstream(&self) -> bool {
+        matches!(self.kind, Kind::Upstream { .. })
+    }
+
+    /// `body` in place of this one, which it wraps: a backend's body as a filter reshapes it.
+    pub(crate) fn shaped(body: impl Body<Data = Bytes, Error = BodyError> + 'static) -> Self {
+        Self {
+            kind: Kind::Shaped {
+                body: Box::pin(body),
+            },
+        }
+    }
+
     /// Puts `data` in place of the body of a response duet made itself (an error page); `false`, and
     /// nothing changed, for a backend's body.
     pub(crate) fn replace_local(&mut self, data: Bytes) -> bool {
@@ -155,6 +172,7 @@ impl Body for ProxyBody {
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             KindProj::Local { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Shaped { body } => body.as_mut().poll_frame(cx),
         }
     }
 
@@ -162,6 +180,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Upstream { body, .. } => body.is_end_stream(),
             Kind::Local { data, .. } => data.is_none(),
+            Kind::Shaped { body } => body.is_end_stream(),
         }
     }
 
@@ -171,6 +190,7 @@ impl Body for ProxyBody {
             Kind::Local { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
+            Kind::Shaped { body } => body.size_hint(),
         }
     }
 }

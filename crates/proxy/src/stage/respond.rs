@@ -7,7 +7,7 @@ use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError, ALLOWED_METHODS},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
-    filter::phase::ResponseHead,
+    filter::phase::{ResponseHead, Shaping},
     filter::RouteFilters,
     grpc, headers,
     peer::Client,
@@ -19,12 +19,13 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode
 use hyper::body::Incoming;
 
 /// The client's response for what the attempts came to; a backend's goes through the response-head
-/// phase of the route's `filters`, duet's own answer does not; for a gRPC call (`grpc`) that no
-/// backend answered, a gRPC error its client can read.
+/// and response-body phases of the route's `filters`, duet's own answer through the error-page phase
+/// (what they need of the request in `shaping`); for a gRPC call (`grpc`) that no backend answered,
+/// a gRPC error its client can read.
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
-    (upgrade, filters): (Option<Upgrade>, &RouteFilters),
+    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
     client: &Client,
     connection: &ConnectionState,
     grpc: bool,
@@ -44,6 +45,7 @@ pub(crate) fn respond(
             cluster_error(cluster, &error, log, grpc)
         }
     };
+    let response = shaped(response, filters, shaping);
     cluster.counters.response(response.status().as_u16());
     response
 }
@@ -162,9 +164,24 @@ pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
     }
 }
 
+/// The response through the phases after it: a backend's through the response-body phase (the
+/// plan in `shaping`), duet's own error answer in the route's error page.
+pub(crate) fn shaped(
+    mut response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    shaping: Shaping,
+) -> Response<ProxyBody> {
+    if let Some(plan) = shaping.body {
+        if response.body().is_upstream() {
+            filters.on_response_body(plan, &mut response);
+        }
+    }
+    with_error_page(response, filters, shaping.pages)
+}
+
 /// duet's own error answer with the route's error page for its status in place of its text, if the
-/// route has one; `json`: what [`RouteFilters::error_pages_wanted`] said (`None`: no pages, or a gRPC
-/// call). A backend's response passes as it is.
+/// route has one; `json`: what [`RouteFilters::shaping`] said (`None`: no pages, or a gRPC call). A
+/// backend's response passes as it is.
 pub(crate) fn with_error_page(
     mut response: Response<ProxyBody>,
     filters: &RouteFilters,
