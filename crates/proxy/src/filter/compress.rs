@@ -218,17 +218,17 @@ enum State {
 }
 
 /// A body compressed as it streams: each input frame becomes (at most) one output frame.
-struct Compressing {
+struct Compressing<B> {
     // Boxed: a backend's body is not `Unpin`, and only compressed responses pay for the box.
-    inner: Pin<Box<ProxyBody>>,
+    inner: Pin<Box<B>>,
     encoder: Box<dyn EncodeV2>,
     state: State,
     /// Input went in since the encoder last flushed.
     unflushed: bool,
 }
 
-impl Compressing {
-    fn new(inner: ProxyBody, encoder: Box<dyn EncodeV2>) -> Self {
+impl<B> Compressing<B> {
+    fn new(inner: B, encoder: Box<dyn EncodeV2>) -> Self {
         Self {
             inner: Box::pin(inner),
             encoder,
@@ -292,7 +292,7 @@ fn data(bytes: Bytes) -> Option<Polled> {
     (!bytes.is_empty()).then(|| Poll::Ready(Some(Ok(Frame::data(bytes)))))
 }
 
-impl Body for Compressing {
+impl<B: Body<Data = Bytes, Error = BodyError>> Body for Compressing<B> {
     type Data = Bytes;
     type Error = BodyError;
 
@@ -353,5 +353,192 @@ impl Body for Compressing {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_compression::codecs::{Decode, GzipDecoder};
+    use std::collections::VecDeque;
+
+    /// A body that gives each step in turn: a frame of data, or (`None`) a pause that wakes at once;
+    /// then its trailers.
+    struct Scripted {
+        steps: VecDeque<Option<&'static [u8]>>,
+        trailers: Option<HeaderMap>,
+        /// How many steps were taken.
+        taken: std::rc::Rc<std::cell::Cell<usize>>,
+    }
+
+    impl Body for Scripted {
+        type Data = Bytes;
+        type Error = BodyError;
+
+        fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+            self.taken.set(self.taken.get() + 1);
+            match self.steps.pop_front() {
+                Some(Some(data)) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(data))))),
+                Some(None) => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                None => Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t)))),
+            }
+        }
+    }
+
+    /// Polls until the body ends or the script has taken `until` steps: the data it gave, and its
+    /// trailers.
+    fn run(body: &mut Compressing<Scripted>, until: usize) -> (Vec<u8>, Option<HeaderMap>) {
+        let taken = body.inner.taken.clone();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut data, mut trailers) = (Vec::new(), None);
+        for _ in 0..100 {
+            if taken.get() >= until {
+                break;
+            }
+            match Pin::new(&mut *body).poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(bytes) => data.extend_from_slice(&bytes),
+                    Err(frame) => trailers = frame.into_trailers().ok(),
+                },
+                Poll::Ready(Some(Err(e))) => panic!("{e}"),
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        (data, trailers)
+    }
+
+    /// `compressed` (the whole stream or a flushed part of it) decoded.
+    fn gunzip(compressed: &[u8]) -> Vec<u8> {
+        let mut decoder = GzipDecoder::new();
+        let mut input = PartialBuffer::new(compressed);
+        let mut out = vec![0; 1 << 20];
+        let mut output = PartialBuffer::new(&mut out[..]);
+        for _ in 0..16 {
+            let ended = decoder.decode(&mut input, &mut output).expect("gzip");
+            if ended || input.unwritten().is_empty() {
+                break;
+            }
+        }
+        let _ = decoder.flush(&mut output);
+        let written = output.written_len();
+        out.truncate(written);
+        out
+    }
+
+    #[test]
+    fn what_came_before_a_pause_is_flushed_and_the_trailers_follow_the_end() {
+        let first: &'static [u8] = &[b'a'; 10_000];
+        let second: &'static [u8] = b"and the rest";
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-checksum", HeaderValue::from_static("1"));
+        let scripted = Scripted {
+            steps: VecDeque::from([Some(first), None, Some(second)]),
+            trailers: Some(trailers),
+            taken: std::rc::Rc::default(),
+        };
+        let encoder = Compress(Settings {
+            encodings: vec![Encoding::Gzip],
+            types: Vec::new(),
+            min_length: 0,
+            gzip_level: 5,
+            brotli_level: 4,
+            zstd_level: 3,
+        })
+        .encoder(Encoding::Gzip);
+        let mut body = Compressing::new(scripted, encoder);
+        // The first frame in and the pause after it seen: what the encoder held is out.
+        let (before_pause, _) = run(&mut body, 2);
+        let decoded = gunzip(&before_pause);
+        let wanted = first.len();
+        assert!(
+            decoded == first,
+            "{} of {wanted} bytes before the rest",
+            decoded.len()
+        );
+        let (rest, trailers) = run(&mut body, usize::MAX);
+        let whole = [before_pause, rest].concat();
+        let decoded = gunzip(&whole);
+        assert!(
+            decoded == [first, second].concat(),
+            "{} bytes",
+            decoded.len()
+        );
+        assert_eq!(
+            trailers.map(|t| t["x-checksum"].clone()),
+            Some(HeaderValue::from_static("1"))
+        );
+        assert!(body.is_end_stream());
+    }
+
+    #[test]
+    fn only_a_listed_type_at_the_minimum_length_and_not_yet_encoded_is_compressed() {
+        let compress = Compress(Settings {
+            encodings: vec![Encoding::Gzip],
+            types: vec!["text/*".to_owned(), "application/json".to_owned()],
+            min_length: 100,
+            gzip_level: 5,
+            brotli_level: 4,
+            zstd_level: 3,
+        });
+        let head = |fields: &[(&str, &str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in fields {
+                let name = http::HeaderName::from_bytes(name.as_bytes()).expect("name");
+                headers.append(name, HeaderValue::from_str(value).expect("value"));
+            }
+            headers
+        };
+        let rows: [(u16, &[(&str, &str)], bool); 9] = [
+            (200, &[("content-type", "text/css")], true),
+            (
+                404,
+                &[("content-type", "Application/JSON; charset=utf-8")],
+                true,
+            ),
+            (200, &[("content-type", "image/png")], false),
+            (200, &[], false),
+            (
+                200,
+                &[("content-type", "text/html"), ("content-length", "99")],
+                false,
+            ),
+            (
+                200,
+                &[("content-type", "text/html"), ("content-length", "100")],
+                true,
+            ),
+            (
+                200,
+                &[("content-type", "text/html"), ("content-encoding", "br")],
+                false,
+            ),
+            (
+                200,
+                &[
+                    ("content-type", "text/html"),
+                    ("cache-control", "No-Transform"),
+                ],
+                false,
+            ),
+            (304, &[("content-type", "text/html")], false),
+        ];
+        for (status, fields, compressible) in rows {
+            assert_eq!(
+                compress.compressible(status, &head(fields)),
+                compressible,
+                "{status} {fields:?}"
+            );
+        }
+        assert_eq!(
+            weakened(&HeaderValue::from_static("\"x\"")),
+            Some(HeaderValue::from_static("W/\"x\""))
+        );
+        assert_eq!(weakened(&HeaderValue::from_static("W/\"x\"")), None);
+        let mut varied = head(&[("vary", "origin, accept-encoding")]);
+        vary(&mut varied);
+        assert_eq!(varied.get_all(header::VARY).iter().count(), 1);
     }
 }
