@@ -432,7 +432,8 @@ clusters:
     );
     let duet = Duet::start(&yaml);
     let gzip = ("accept-encoding", "gzip, br, zstd");
-    let cases: [(&str, &[(&str, &str)], u16, &[&str]); 9] = [
+    type Fields<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(&str, Fields<'_>, u16, &[&str]); 9] = [
         ("/small", &[gzip], 200, &[]),
         ("/encoded", &[gzip], 200, &["gzip"]),
         ("/no-transform", &[gzip], 200, &[]),

@@ -315,7 +315,15 @@ pub(crate) fn token(text: &str) -> bool {
 /// A regular file's bytes, at most `max`: never a FIFO or a device, which could block or never end.
 fn read_small_file(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
+    // Looked at before opening: opening a FIFO blocks until something writes to it.
+    if !std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .is_file()
+    {
+        return Err("not a regular file".to_owned());
+    }
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // Again once open: the path may have been replaced in between.
     let metadata = file.metadata().map_err(|e| e.to_string())?;
     if !metadata.is_file() {
         return Err("not a regular file".to_owned());

@@ -35,10 +35,14 @@ pin_project! {
             completion: Option<Completion>,
             stall: Stall,
         },
-        Local { data: Option<Bytes>, log: Option<Box<AccessLog>> },
-        // A backend's body as a filter reshaped it (compressed): boxed, so that only the responses
-        // a filter reshapes pay for it.
-        Shaped { body: Pin<Box<dyn Body<Data = Bytes, Error = BodyError>>> },
+        Local {
+            data: Option<Bytes>,
+            log: Option<Box<AccessLog>>,
+            // A backend's body as a filter reshaped it (compressed), in place of `data`: boxed, and
+            // here rather than in a variant of its own, so that a backend's body as it came pays
+            // nothing for it.
+            shaped: Option<Pin<Box<dyn Body<Data = Bytes, Error = BodyError>>>>,
+        },
     }
 }
 
@@ -91,13 +95,14 @@ impl ProxyBody {
             kind: Kind::Local {
                 data: (!data.is_empty()).then_some(data),
                 log,
+                shaped: None,
             },
         }
     }
 }
 
 impl ProxyBody {
-    /// Whether this is a backend's body as it came (not duet's own, not yet reshaped).
+    /// Whether this is a backend's body as it came (not duet's own, not reshaped).
     pub(crate) fn is_upstream(&self) -> bool {
         matches!(self.kind, Kind::Upstream { .. })
     }
@@ -105,8 +110,10 @@ impl ProxyBody {
     /// `body` in place of this one, which it wraps: a backend's body as a filter reshapes it.
     pub(crate) fn shaped(body: impl Body<Data = Bytes, Error = BodyError> + 'static) -> Self {
         Self {
-            kind: Kind::Shaped {
-                body: Box::pin(body),
+            kind: Kind::Local {
+                data: None,
+                log: None,
+                shaped: Some(Box::pin(body)),
             },
         }
     }
@@ -114,7 +121,12 @@ impl ProxyBody {
     /// Puts `data` in place of the body of a response duet made itself (an error page); `false`, and
     /// nothing changed, for a backend's body.
     pub(crate) fn replace_local(&mut self, data: Bytes) -> bool {
-        let Kind::Local { data: held, log } = &mut self.kind else {
+        let Kind::Local {
+            data: held,
+            log,
+            shaped: None,
+        } = &mut self.kind
+        else {
             return false;
         };
         if let Some(log) = log.as_mut() {
@@ -171,26 +183,32 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
+            KindProj::Local {
+                shaped: Some(body), ..
+            } => body.as_mut().poll_frame(cx),
             KindProj::Local { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Shaped { body } => body.as_mut().poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Upstream { body, .. } => body.is_end_stream(),
+            Kind::Local {
+                shaped: Some(body), ..
+            } => body.is_end_stream(),
             Kind::Local { data, .. } => data.is_none(),
-            Kind::Shaped { body } => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Upstream { body, .. } => body.size_hint(),
+            Kind::Local {
+                shaped: Some(body), ..
+            } => body.size_hint(),
             Kind::Local { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Shaped { body } => body.size_hint(),
         }
     }
 }

@@ -491,7 +491,8 @@ mod tests {
             }
             headers
         };
-        let rows: [(u16, &[(&str, &str)], bool); 9] = [
+        type Fields<'a> = &'a [(&'a str, &'a str)];
+        let rows: [(u16, Fields<'_>, bool); 9] = [
             (200, &[("content-type", "text/css")], true),
             (
                 404,

@@ -240,10 +240,16 @@ impl RouteFilters {
     /// What the error-page and response-body phases need of `request`, taken at arrival (a
     /// route whose filters act in neither pays one bit test); `grpc`: a gRPC call, which keeps
     /// duet's gRPC errors.
+    #[inline]
     pub(crate) fn shaping(&self, request: &http::Request<Incoming>, grpc: bool) -> Shaping {
         if !self.phases.any(Phase::ERROR_PAGE.and(Phase::RESPONSE_BODY)) {
             return Shaping::default();
         }
+        self.shaping_for(request, grpc)
+    }
+
+    #[inline(never)]
+    fn shaping_for(&self, request: &http::Request<Incoming>, grpc: bool) -> Shaping {
         let pages = (self.phases.has(Phase::ERROR_PAGE) && !grpc)
             .then(|| error_pages::prefers_json(request.headers()));
         let body = (self.acting(Phase::RESPONSE_BODY).next())

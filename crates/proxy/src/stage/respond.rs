@@ -30,7 +30,7 @@ pub(crate) fn respond(
     connection: &ConnectionState,
     grpc: bool,
 ) -> Response<ProxyBody> {
-    let response = match outcome {
+    let mut response = match outcome {
         Ok((response, completion)) => relay(
             response,
             completion,
@@ -45,7 +45,7 @@ pub(crate) fn respond(
             cluster_error(cluster, &error, log, grpc)
         }
     };
-    let response = shaped(response, filters, shaping);
+    shape(&mut response, filters, shaping);
     cluster.counters.response(response.status().as_u16());
     response
 }
@@ -165,38 +165,44 @@ pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
 }
 
 /// The response through the phases after it: a backend's through the response-body phase (the
-/// plan in `shaping`), duet's own error answer in the route's error page.
-pub(crate) fn shaped(
-    mut response: Response<ProxyBody>,
-    filters: &RouteFilters,
-    shaping: Shaping,
-) -> Response<ProxyBody> {
+/// plan in `shaping`), duet's own error answer in the route's error page. A route without either
+/// pays two tests here, the response not moved.
+#[inline]
+pub(crate) fn shape(response: &mut Response<ProxyBody>, filters: &RouteFilters, shaping: Shaping) {
     if let Some(plan) = shaping.body {
         if response.body().is_upstream() {
-            filters.on_response_body(plan, &mut response);
+            filters.on_response_body(plan, response);
         }
     }
-    with_error_page(response, filters, shaping.pages)
+    if let Some(json) = shaping.pages {
+        error_page(response, filters, json);
+    }
 }
 
-/// duet's own error answer with the route's error page for its status in place of its text, if the
-/// route has one; `json`: what [`RouteFilters::shaping`] said (`None`: no pages, or a gRPC call). A
-/// backend's response passes as it is.
+/// [`shape`]'s error page alone, for duet's own answers before any attempt.
 pub(crate) fn with_error_page(
     mut response: Response<ProxyBody>,
     filters: &RouteFilters,
     json: Option<bool>,
 ) -> Response<ProxyBody> {
-    let Some(json) = json else { return response };
+    if let Some(json) = json {
+        error_page(&mut response, filters, json);
+    }
+    response
+}
+
+/// duet's own error answer with the route's error page for its status in place of its text, if the
+/// route has one; `json`: the request's `Accept` prefers JSON. A backend's response passes as it is.
+#[inline(never)]
+fn error_page(response: &mut Response<ProxyBody>, filters: &RouteFilters, json: bool) {
     let Some(page) = filters.error_page(response.status().as_u16(), json) else {
-        return response;
+        return;
     };
     if response.body_mut().replace_local(page.body.clone()) {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, page.content_type.clone());
         headers.remove(header::CONTENT_LENGTH);
     }
-    response
 }
 
 /// [`error_response`] for a request routed to `cluster`, its gRPC status counted there.
