@@ -102,11 +102,6 @@ impl ProxyBody {
 }
 
 impl ProxyBody {
-    /// Whether this is a backend's body as it came (not duet's own, not reshaped).
-    pub(crate) fn is_upstream(&self) -> bool {
-        matches!(self.kind, Kind::Upstream { .. })
-    }
-
     /// `body` in place of this one, which it wraps: a backend's body as a filter reshapes it.
     pub(crate) fn shaped(body: impl Body<Data = Bytes, Error = BodyError> + 'static) -> Self {
         Self {

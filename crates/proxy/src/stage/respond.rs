@@ -7,7 +7,7 @@ use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError, ALLOWED_METHODS},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
-    filter::phase::{ResponseHead, Shaping},
+    filter::phase::{BodyPlan, ResponseHead, Shaping},
     filter::RouteFilters,
     grpc, headers,
     peer::Client,
@@ -30,11 +30,11 @@ pub(crate) fn respond(
     connection: &ConnectionState,
     grpc: bool,
 ) -> Response<ProxyBody> {
-    let mut response = match outcome {
+    let response = match outcome {
         Ok((response, completion)) => relay(
             response,
             completion,
-            (upgrade, filters),
+            (upgrade, filters, shaping),
             client,
             (connection, cluster),
             grpc,
@@ -42,10 +42,13 @@ pub(crate) fn respond(
         Err(Failed { error, log }) => {
             let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
-            cluster_error(cluster, &error, log, grpc)
+            with_error_page(
+                cluster_error(cluster, &error, log, grpc),
+                filters,
+                shaping.pages,
+            )
         }
     };
-    shape(&mut response, filters, shaping);
     cluster.counters.response(response.status().as_u16());
     response
 }
@@ -55,7 +58,7 @@ pub(crate) fn respond(
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    (upgrade, filters): (Option<Upgrade>, &RouteFilters),
+    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
     client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
@@ -65,7 +68,11 @@ fn relay(
         tracing::warn!(%backend, "refusing the response: {why}");
         let log = completion.reject();
         let error = ProxyError::upstream(ErrorKind::BadGateway, backend, why);
-        cluster_error(cluster, &error, log, grpc)
+        with_error_page(
+            cluster_error(cluster, &error, log, grpc),
+            filters,
+            shaping.pages,
+        )
     };
     if let Err(why) = check_framing(response.headers()) {
         return refuse(completion, why);
@@ -93,7 +100,23 @@ fn relay(
     filters.on_response_head(&mut head);
     let (parts, body) = response.into_parts();
     completion.on_head(&parts);
-    Response::from_parts(parts, ProxyBody::upstream(body, completion))
+    let response = Response::from_parts(parts, ProxyBody::upstream(body, completion));
+    match shaping.body {
+        None => response,
+        Some(plan) => body_phase(response, filters, plan),
+    }
+}
+
+/// The response-body phase of a backend's response; out of line, so that a route without it pays
+/// one test.
+#[inline(never)]
+fn body_phase(
+    mut response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    plan: BodyPlan,
+) -> Response<ProxyBody> {
+    filters.on_response_body(plan, &mut response);
+    response
 }
 
 /// RFC 9112 §6.3: a response with both `Transfer-Encoding` and `Content-Length` may be an attempt at
@@ -164,22 +187,8 @@ pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
     }
 }
 
-/// The response through the phases after it: a backend's through the response-body phase (the
-/// plan in `shaping`), duet's own error answer in the route's error page. A route without either
-/// pays two tests here, the response not moved.
-#[inline]
-pub(crate) fn shape(response: &mut Response<ProxyBody>, filters: &RouteFilters, shaping: Shaping) {
-    if let Some(plan) = shaping.body {
-        if response.body().is_upstream() {
-            filters.on_response_body(plan, response);
-        }
-    }
-    if let Some(json) = shaping.pages {
-        error_page(response, filters, json);
-    }
-}
-
-/// [`shape`]'s error page alone, for duet's own answers before any attempt.
+/// duet's own error answer in the route's error page for its status, if it has one (`json`: what
+/// [`RouteFilters::shaping`] said; `None`: no pages, or a gRPC call).
 pub(crate) fn with_error_page(
     mut response: Response<ProxyBody>,
     filters: &RouteFilters,
