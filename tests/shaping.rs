@@ -176,12 +176,13 @@ clusters:
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A canned response: its status, its fields, its body, and whether it is sent chunked.
+type Canned = (u16, Vec<(&'static str, String)>, Vec<u8>, bool);
+
 /// A backend that answers each request (one per connection) with the canned response for its path:
 /// the status line's code, the head's fields and the body; `Content-Length` is added unless
 /// `chunked`, then the body goes in 4 KiB chunks.
-fn canned_backend(
-    answer: fn(&str) -> (u16, Vec<(&'static str, String)>, Vec<u8>, bool),
-) -> std::net::SocketAddr {
+fn canned_backend(answer: fn(&str) -> Canned) -> std::net::SocketAddr {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = listener.local_addr().expect("address");
@@ -245,13 +246,13 @@ fn page_text(len: usize) -> Vec<u8> {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         text.extend_from_slice(words[(seed >> 33) as usize % words.len()].as_bytes());
-        text.push(if seed % 5 == 0 { b'\n' } else { b' ' });
+        text.push(if seed.is_multiple_of(5) { b'\n' } else { b' ' });
     }
     text.truncate(len);
     text
 }
 
-fn shaped_answer(path: &str) -> (u16, Vec<(&'static str, String)>, Vec<u8>, bool) {
+fn shaped_answer(path: &str) -> Canned {
     let html = ("Content-Type", "text/html; charset=utf-8".to_owned());
     let page = page_text(20_000);
     match path {
