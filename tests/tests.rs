@@ -28,6 +28,7 @@ mod reload;
 mod resilience;
 mod route_filters;
 mod routing;
+mod shaping;
 mod streaming;
 mod tls;
 mod upstream_tls;

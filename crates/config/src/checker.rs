@@ -267,6 +267,33 @@ impl Checker {
         out
     }
 
+    /// The bytes of the file at `value` (relative to the config file's folder), at most `max`: a page
+    /// a route answers with, read with the config so that a reload reads it again and a missing file
+    /// is an error of the config, located, rather than a failure at the first request.
+    pub(crate) fn file(
+        &mut self,
+        value: &Spanned<Scalar>,
+        field: &Field,
+        max: u64,
+    ) -> Option<(PathBuf, Vec<u8>)> {
+        let (path, _) = self.path(value);
+        match read_small_file(&path, max) {
+            Ok(bytes) => Some((path, bytes)),
+            Err(why) => {
+                let e = self.error(
+                    value,
+                    field,
+                    format!("cannot read `{}`: {why}", path.display()),
+                );
+                self.push(e.hint(format!(
+                    "name a regular file of at most {max} bytes; a relative path starts from the \
+                     config file's folder"
+                )));
+                None
+            }
+        }
+    }
+
     /// A path relative to the config file's folder (read when duet starts, not here).
     pub(crate) fn path(&self, value: &Spanned<Scalar>) -> (PathBuf, Location) {
         let at = Location {
@@ -283,4 +310,29 @@ pub(crate) fn token(text: &str) -> bool {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A regular file's bytes, at most `max`: never a FIFO or a device, which could block or never end.
+fn read_small_file(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    // Looked at before opening: opening a FIFO blocks until something writes to it.
+    if !std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .is_file()
+    {
+        return Err("not a regular file".to_owned());
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // Again once open: the path may have been replaced in between.
+    let metadata = file.metadata().map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    let mut bytes = Vec::new();
+    // One byte past the cap tells a file that is too large.
+    (file.take(max + 1).read_to_end(&mut bytes)).map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    Ok(bytes)
 }

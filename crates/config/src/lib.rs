@@ -152,7 +152,8 @@ pub fn schema_keys() -> Vec<String> {
 }
 
 /// Parses and checks configuration text; `origin` names it in errors (usually the file path) and
-/// relative certificate paths are taken from its folder. Reads nothing and asks no resolver.
+/// relative paths are taken from its folder. Reads only the files routes answer with (`respond.file`)
+/// and asks no resolver.
 pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigErrors> {
     let finish = |mut errors: Vec<ConfigError>| {
         let lines: Vec<&str> = text.lines().collect();

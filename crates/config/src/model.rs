@@ -194,6 +194,7 @@ impl Route {
                 .collect::<Vec<_>>()
                 .join(" "),
             Action::Redirect(redirect) => redirect.to_string(),
+            Action::Respond => "respond".to_owned(),
         }
     }
 
@@ -263,6 +264,8 @@ pub enum Action {
     Split(Vec<WeightedCluster>),
     /// Answer with a redirect, without touching a backend.
     Redirect(Redirect),
+    /// Answer with the route's `respond:` (in its filters), without touching a backend.
+    Respond,
 }
 
 impl Action {
@@ -270,7 +273,7 @@ impl Action {
     pub fn cluster(&self) -> Option<usize> {
         match self {
             Self::Cluster(index) => Some(*index),
-            Self::Split(_) | Self::Redirect(_) => None,
+            Self::Split(_) | Self::Redirect(_) | Self::Respond => None,
         }
     }
 
@@ -285,7 +288,7 @@ impl Action {
     pub fn weighted(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
         let split = match self {
             Self::Split(split) => &split[..],
-            Self::Cluster(_) | Self::Redirect(_) => &[],
+            Self::Cluster(_) | Self::Redirect(_) | Self::Respond => &[],
         };
         (self.cluster().map(|index| (index, 1)).into_iter())
             .chain(split.iter().map(|w| (w.cluster, w.weight)))

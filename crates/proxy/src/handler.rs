@@ -227,32 +227,32 @@ impl WorkerProxy {
             host: routed.host.as_ref(),
             client,
         };
-        if let Some(answer) = answered(state, &arrival, &mut log, grpc) {
+        let shaping = state.filters.shaping(&request, grpc);
+        let paged = |response| respond::with_error_page(response, &state.filters, shaping.pages);
+        if let Some(answer) = answered(state, &arrival, &mut log, (grpc, shaping.pages)) {
             return Ok(answer);
         }
         let Some((index, timings)) = state.pick() else {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
         };
         let cluster = &table.clusters[index];
-        if let Some(log) = log.as_mut() {
-            log.cluster = Some(cluster.name.clone());
-        }
+        (log.iter_mut()).for_each(|log| log.cluster = Some(cluster.name.clone()));
         let (route, filters) = (routed.route, &state.filters);
         let parts = (route, filters, state.trailers(dropped), state.body_limit);
-        let buffers = self.buffers(&table);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
+        let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
         // A body read in full holds its share of the buffering budgets until the request is done.
         let (mut prepared, _buffering) =
             match prepare::prepare(request, cluster, parts, routed.host, client) {
                 Ok(Preparing::Ready(prepared)) => (prepared, None),
                 Ok(Preparing::Unread(unread)) => {
-                    match pin!(unread.read(cluster, connection, buffers)).await {
+                    match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
                         Ok((prepared, turn)) => (prepared, Some(turn)),
-                        Err(e) => return Ok(refused(cluster, client, &e, log, grpc, closes)),
+                        Err(e) => return Ok(refuse(&e, log)),
                     }
                 }
-                Err(error) => return Ok(refused(cluster, client, &error, log, grpc, closes)),
+                Err(e) => return Ok(refuse(&e, log)),
             };
         filters.on_prepared(&prepared);
         let attempts = retry::RouteState { timings, filters };
@@ -266,7 +266,7 @@ impl WorkerProxy {
         let mut response = respond::respond(
             cluster,
             outcome,
-            (prepared.upgrade, filters),
+            (prepared.upgrade, filters, shaping),
             &client,
             connection,
             grpc,
@@ -436,21 +436,22 @@ impl Table {
 }
 
 /// The request phase of the route's filters: duet's own answer if a filter answers or refuses the
-/// request.
+/// request, a refusal in the route's error page (`pages`, as [`respond::with_error_page`] takes it).
 fn answered(
     state: &RouteState,
     arrival: &Arrival<'_>,
     log: &mut Option<Box<AccessLog>>,
-    grpc: bool,
+    (grpc, pages): (bool, Option<bool>),
 ) -> Option<Response<ProxyBody>> {
+    let refused = |response| respond::with_error_page(response, &state.filters, pages);
     match state.filters.on_request(arrival, log) {
         Decision::Continue => None,
         Decision::Answer(response) => Some(response),
-        Decision::Refuse(error) => Some(respond::error_response(&error, log.take(), grpc)),
+        Decision::Refuse(error) => Some(refused(respond::error_response(&error, log.take(), grpc))),
         Decision::RefuseWith(error, fields) => {
             let mut response = respond::error_response(&error, log.take(), grpc);
             response.headers_mut().extend(fields);
-            Some(response)
+            Some(refused(response))
         }
     }
 }

@@ -34,7 +34,8 @@ pub(super) fn routes(
         let r = &spanned.value;
         let field = list.index(ri);
         let matchers = route_match::matchers(checker, r.matcher.as_ref(), &field);
-        let action = action(checker, spanned, &field, clusters, &matchers.path);
+        let target = (&matchers.path, written_filters.answers(ri));
+        let action = action(checker, spanned, &field, clusters, target);
         let filters = route_filters::filters(checker, r, &field, &matchers.path);
         let retry_methods = match &r.retry_methods {
             None => http_method::idempotent(),
@@ -48,7 +49,7 @@ pub(super) fn routes(
             .map(|t| checker.duration(Some(t), &field.key("timeout"), Duration::ZERO));
         let buffered = &field.key("buffer_request");
         let buffer_request = size(checker, r.buffer_request.as_ref(), buffered);
-        let proxies = !matches!(action, Some(Action::Redirect(_)));
+        let proxies = !matches!(action, Some(Action::Redirect(_) | Action::Respond));
         let hedge = (r.hedge.as_ref()).and_then(|h| hedge::hedge(checker, h, &field, proxies));
         let context = RouteContext {
             field: &field,
@@ -193,15 +194,19 @@ fn unknown_listener(
     checker.push(e);
 }
 
-/// The route's `cluster:`, `backends:` or `redirect:`, exactly one of them.
+/// The route's `cluster:`, `backends:` or `redirect:`, exactly one of them; or none for a route that
+/// `answers` itself (`respond:`).
 fn action(
     checker: &mut Checker,
     route: &Spanned<RawRoute>,
     field: &Field,
     clusters: &[String],
-    path: &PathMatch,
+    (path, answers): (&PathMatch, bool),
 ) -> Option<Action> {
     let r = &route.value;
+    if answers {
+        return answers_itself(checker, r, field);
+    }
     match (&r.cluster, &r.backends, &r.redirect) {
         (Some(wanted), None, None) => {
             cluster(checker, wanted, field, clusters).map(Action::Cluster)
@@ -235,6 +240,22 @@ fn action(
             None
         }
     }
+}
+
+/// A `respond:` route's action, refused beside a `cluster:`, `backends:` or `redirect:`.
+fn answers_itself(checker: &mut Checker, r: &RawRoute, field: &Field) -> Option<Action> {
+    let beside = [
+        ("cluster", r.cluster.as_ref().map(|s| &s.referenced)),
+        ("backends", r.backends.as_ref().map(|s| &s.referenced)),
+        ("redirect", r.redirect.as_ref().map(|s| &s.referenced)),
+    ];
+    let Some((key, at)) = beside.into_iter().find_map(|(key, at)| Some((key, at?))) else {
+        return Some(Action::Respond);
+    };
+    let message = format!("both `respond` and `{key}`: a route either answers itself or proxies");
+    let e = ConfigError::new(field.key(key), message).at(at.line(), at.column());
+    checker.push(e.hint(format!("leave `{key}` out, or `respond`")));
+    None
 }
 
 /// The position of the cluster named `wanted`.

@@ -16,10 +16,13 @@
 //!
 //! The proxy reads the settings from `route.filters.NAME`.
 
+pub mod compress;
+pub mod error_pages;
 pub mod hsts;
 pub mod ip_list;
 pub mod max_request_body;
 pub mod rate_limit;
+pub mod respond;
 
 use crate::{
     checker::Checker,
@@ -142,4 +145,14 @@ sections! {
     access: ip_list::Access,
     rate_limit: rate_limit::RateLimit,
     max_request_body: max_request_body::MaxRequestBody,
+    respond: respond::Respond,
+    error_pages: error_pages::ErrorPages,
+    compress: compress::Compress,
+}
+
+impl RawFilters {
+    /// Whether the route at `index` answers itself (`respond:`), and so names no cluster.
+    pub(crate) fn answers(&self, index: usize) -> bool {
+        self.respond.get(index).is_some_and(respond::Keys::written)
+    }
 }

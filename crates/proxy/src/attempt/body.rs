@@ -35,7 +35,14 @@ pin_project! {
             completion: Option<Completion>,
             stall: Stall,
         },
-        Local { data: Option<Bytes>, log: Option<Box<AccessLog>> },
+        Local {
+            data: Option<Bytes>,
+            log: Option<Box<AccessLog>>,
+            // A backend's body as a filter reshaped it (compressed), in place of `data`: boxed, and
+            // here rather than in a variant of its own, so that a backend's body as it came pays
+            // nothing for it.
+            shaped: Option<Pin<Box<dyn Body<Data = Bytes, Error = BodyError>>>>,
+        },
     }
 }
 
@@ -88,8 +95,40 @@ impl ProxyBody {
             kind: Kind::Local {
                 data: (!data.is_empty()).then_some(data),
                 log,
+                shaped: None,
             },
         }
+    }
+}
+
+impl ProxyBody {
+    /// `body` in place of this one, which it wraps: a backend's body as a filter reshapes it.
+    pub(crate) fn shaped(body: impl Body<Data = Bytes, Error = BodyError> + 'static) -> Self {
+        Self {
+            kind: Kind::Local {
+                data: None,
+                log: None,
+                shaped: Some(Box::pin(body)),
+            },
+        }
+    }
+
+    /// Puts `data` in place of the body of a response duet made itself (an error page); `false`, and
+    /// nothing changed, for a backend's body.
+    pub(crate) fn replace_local(&mut self, data: Bytes) -> bool {
+        let Kind::Local {
+            data: held,
+            log,
+            shaped: None,
+        } = &mut self.kind
+        else {
+            return false;
+        };
+        if let Some(log) = log.as_mut() {
+            log.bytes = data.len() as u64;
+        }
+        *held = (!data.is_empty()).then_some(data);
+        true
     }
 }
 
@@ -139,6 +178,9 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
+            KindProj::Local {
+                shaped: Some(body), ..
+            } => body.as_mut().poll_frame(cx),
             KindProj::Local { data, .. } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
@@ -146,6 +188,9 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Upstream { body, .. } => body.is_end_stream(),
+            Kind::Local {
+                shaped: Some(body), ..
+            } => body.is_end_stream(),
             Kind::Local { data, .. } => data.is_none(),
         }
     }
@@ -153,6 +198,9 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Upstream { body, .. } => body.size_hint(),
+            Kind::Local {
+                shaped: Some(body), ..
+            } => body.size_hint(),
             Kind::Local { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

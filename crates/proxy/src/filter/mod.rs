@@ -13,6 +13,8 @@
 //! | prepared | `on_prepared` | the handler, before the first attempt | start work beside the attempts (a mirror's copy) |
 //! | first attempt | `first_attempt` | retry | send the first attempt its own way (a hedge) |
 //! | response head | `on_response_head` | respond, on a backend's response | edit the response head |
+//! | response body | `plan_body`, `on_response_body` | the handler at arrival; respond, on a backend's response | put another body in place of the backend's (`compress:`) |
+//! | error page | `error_page` | the handler, on duet's own error answer after routing | the page in place of its text (`error_pages:`) |
 //!
 //! A filter's state lives in its value, one per route per worker, built once per config by
 //! [`Phases::build`], which is also handed the filter of the route of the same name before a reload:
@@ -59,6 +61,8 @@
 //!
 //! Nothing else changes: the stages run every registered filter through its phases.
 
+mod compress;
+mod error_pages;
 mod headers;
 mod hedge;
 mod hsts;
@@ -66,19 +70,25 @@ mod ip_list;
 mod mirror;
 mod rate_limit;
 mod redirect;
+mod respond;
 mod rewrite;
 
 pub(crate) mod per_cluster;
 pub(crate) mod phase;
 
 use crate::{
+    attempt::body::ProxyBody,
     exchange::Prepared,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::Route;
-use http::request;
-use phase::{Arrival, Build, Decision, FirstAttempt, Phase, Phases, Race, ResponseHead};
+use http::{request, Response};
+use hyper::body::Incoming;
+use phase::{
+    Arrival, BodyPlan, Build, Decision, FirstAttempt, OwnPage, Phase, Phases, Race, ResponseHead,
+    Shaping,
+};
 
 /// Declares the built-in filters, in the order they run: the [`Filter`] enum, its dispatch, and
 /// how a route's filters are built.
@@ -142,12 +152,15 @@ filters! {
     IpList(ip_list::IpList),
     RateLimit(rate_limit::RouteRateLimit),
     Redirect(redirect::RedirectRoute),
+    Respond(respond::Respond),
+    ErrorPages(error_pages::ErrorPages),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),
     Mirror(mirror::RouteMirror),
     Hedge(hedge::Hedging),
     ResponseHeaders(headers::ResponseHeaders),
     Hsts(hsts::Hsts),
+    Compress(compress::Compress),
 }
 
 /// A route's filters in one worker, in the order they run, with the phases any of them acts in.
@@ -222,6 +235,39 @@ impl RouteFilters {
         for filter in self.acting(Phase::RESPONSE_HEAD) {
             dispatch!(filter, f => f.on_response_head(head));
         }
+    }
+
+    /// What the error-page and response-body phases need of `request`, taken at arrival (a
+    /// route whose filters act in neither pays one bit test); `grpc`: a gRPC call, which keeps
+    /// duet's gRPC errors.
+    #[inline]
+    pub(crate) fn shaping(&self, request: &http::Request<Incoming>, grpc: bool) -> Shaping {
+        if !self.phases.any(Phase::ERROR_PAGE.and(Phase::RESPONSE_BODY)) {
+            return Shaping::default();
+        }
+        self.shaping_for(request, grpc)
+    }
+
+    #[inline(never)]
+    fn shaping_for(&self, request: &http::Request<Incoming>, grpc: bool) -> Shaping {
+        let pages = (self.phases.has(Phase::ERROR_PAGE) && !grpc)
+            .then(|| error_pages::prefers_json(request.headers()));
+        let body = (self.acting(Phase::RESPONSE_BODY).next())
+            .and_then(|filter| dispatch!(filter, f => f.plan_body(request)));
+        Shaping { pages, body }
+    }
+
+    /// The response-body phase, on a backend's response.
+    pub(crate) fn on_response_body(&self, plan: BodyPlan, response: &mut Response<ProxyBody>) {
+        if let Some(filter) = self.acting(Phase::RESPONSE_BODY).next() {
+            dispatch!(filter, f => f.on_response_body(plan, response));
+        }
+    }
+
+    /// The error-page phase: the first page a filter has for duet's own error answer of `status`.
+    pub(crate) fn error_page(&self, status: u16, json: bool) -> Option<&OwnPage> {
+        (self.acting(Phase::ERROR_PAGE))
+            .find_map(|filter| dispatch!(filter, f => f.error_page(status, json)))
     }
 
     /// Adds the filters' metric cells to their worker's clusters' `cells`.

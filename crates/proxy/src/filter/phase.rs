@@ -32,12 +32,21 @@ impl Phase {
     pub(crate) const FIRST_ATTEMPT: Self = Self(1 << 3);
     /// [`Phases::on_response_head`].
     pub(crate) const RESPONSE_HEAD: Self = Self(1 << 4);
+    /// [`Phases::error_page`].
+    pub(crate) const ERROR_PAGE: Self = Self(1 << 5);
+    /// [`Phases::plan_body`] and [`Phases::on_response_body`].
+    pub(crate) const RESPONSE_BODY: Self = Self(1 << 6);
     /// None.
     pub(crate) const NONE: Self = Self(0);
 
     /// Both sets of phases.
     pub(crate) const fn and(self, other: Self) -> Self {
         Self(self.0 | other.0)
+    }
+
+    /// Whether `self` includes any phase of `other`.
+    pub(crate) const fn any(self, other: Self) -> bool {
+        self.0 & other.0 != 0
     }
 
     /// Whether `self` includes every phase of `other`.
@@ -74,6 +83,28 @@ pub(crate) struct ResponseHead<'a> {
     pub(crate) headers: &'a mut HeaderMap,
     /// The client the response goes to (`tls`: it came over TLS).
     pub(crate) client: &'a Client,
+}
+
+/// A page in place of the body of duet's own error answer, with its `Content-Type`.
+#[derive(Debug)]
+pub(crate) struct OwnPage {
+    pub(crate) content_type: HeaderValue,
+    pub(crate) body: bytes::Bytes,
+}
+
+/// What a filter chose from the request for its response-body phase, in its own terms (compression:
+/// the coding), taken at arrival since the request is gone by the time the response comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BodyPlan(pub(crate) u8);
+
+/// What the phases after the response need of the request, taken at arrival: each `None` when no
+/// filter of the route acts in its phase (or, for error pages, for a gRPC call).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shaping {
+    /// For the error-page phase: whether the request's `Accept` prefers JSON.
+    pub(crate) pages: Option<bool>,
+    /// For the response-body phase.
+    pub(crate) body: Option<BodyPlan>,
 }
 
 /// One attempt's result: the backend's response with the attempt's completion, or why it failed.
@@ -161,6 +192,22 @@ pub(crate) trait Phases: Sized {
     /// A backend's response head on its way to the client (duet's own answers are left as duet
     /// writes them).
     fn on_response_head(&self, _head: &mut ResponseHead<'_>) {}
+
+    /// duet's own error answer of `status` to the request (never a backend's, never a gRPC call's):
+    /// the page to send in place of its short text; `json`: the request's `Accept` prefers JSON.
+    fn error_page(&self, _status: u16, _json: bool) -> Option<&OwnPage> {
+        None
+    }
+
+    /// At arrival, what the response-body phase will need of the request; `None`: the filter leaves
+    /// this request's response alone. At most one filter of a route acts in the phase.
+    fn plan_body(&self, _request: &Request<Incoming>) -> Option<BodyPlan> {
+        None
+    }
+
+    /// A backend's response (after the response-head phase) with what [`plan_body`](Phases::plan_body)
+    /// chose: the filter may change its head and put another body in place of its own.
+    fn on_response_body(&self, _plan: BodyPlan, _response: &mut Response<ProxyBody>) {}
 
     /// The filter's metric cells, added to its worker's clusters' (`cells`, in `config.clusters`
     /// order) when the worker publishes them.

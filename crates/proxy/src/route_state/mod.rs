@@ -37,7 +37,7 @@ impl RouteState {
         });
         let split = match &route.action {
             Action::Split(split) => Some(Splitter::new(split)),
-            Action::Cluster(_) | Action::Redirect(_) => None,
+            Action::Cluster(_) | Action::Redirect(_) | Action::Respond => None,
         };
         let filters = RouteFilters::new(route, build, previous.map(|old| &old.filters));
         let edits = &route.request_headers;

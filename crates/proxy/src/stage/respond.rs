@@ -7,7 +7,7 @@ use crate::{
     backend::cluster::Cluster,
     error::{ErrorKind, ProxyError, ALLOWED_METHODS},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
-    filter::phase::ResponseHead,
+    filter::phase::{BodyPlan, ResponseHead, Shaping},
     filter::RouteFilters,
     grpc, headers,
     peer::Client,
@@ -19,12 +19,13 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode
 use hyper::body::Incoming;
 
 /// The client's response for what the attempts came to; a backend's goes through the response-head
-/// phase of the route's `filters`, duet's own answer does not; for a gRPC call (`grpc`) that no
-/// backend answered, a gRPC error its client can read.
+/// and response-body phases of the route's `filters`, duet's own answer through the error-page phase
+/// (what they need of the request in `shaping`); for a gRPC call (`grpc`) that no backend answered,
+/// a gRPC error its client can read.
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
-    (upgrade, filters): (Option<Upgrade>, &RouteFilters),
+    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
     client: &Client,
     connection: &ConnectionState,
     grpc: bool,
@@ -33,7 +34,7 @@ pub(crate) fn respond(
         Ok((response, completion)) => relay(
             response,
             completion,
-            (upgrade, filters),
+            (upgrade, filters, shaping),
             client,
             (connection, cluster),
             grpc,
@@ -41,7 +42,11 @@ pub(crate) fn respond(
         Err(Failed { error, log }) => {
             let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
-            cluster_error(cluster, &error, log, grpc)
+            with_error_page(
+                cluster_error(cluster, &error, log, grpc),
+                filters,
+                shaping.pages,
+            )
         }
     };
     cluster.counters.response(response.status().as_u16());
@@ -53,7 +58,7 @@ pub(crate) fn respond(
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    (upgrade, filters): (Option<Upgrade>, &RouteFilters),
+    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
     client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
@@ -63,7 +68,11 @@ fn relay(
         tracing::warn!(%backend, "refusing the response: {why}");
         let log = completion.reject();
         let error = ProxyError::upstream(ErrorKind::BadGateway, backend, why);
-        cluster_error(cluster, &error, log, grpc)
+        with_error_page(
+            cluster_error(cluster, &error, log, grpc),
+            filters,
+            shaping.pages,
+        )
     };
     if let Err(why) = check_framing(response.headers()) {
         return refuse(completion, why);
@@ -91,7 +100,23 @@ fn relay(
     filters.on_response_head(&mut head);
     let (parts, body) = response.into_parts();
     completion.on_head(&parts);
-    Response::from_parts(parts, ProxyBody::upstream(body, completion))
+    let response = Response::from_parts(parts, ProxyBody::upstream(body, completion));
+    match shaping.body {
+        None => response,
+        Some(plan) => body_phase(response, filters, plan),
+    }
+}
+
+/// The response-body phase of a backend's response; out of line, so that a route without it pays
+/// one test.
+#[inline(never)]
+fn body_phase(
+    mut response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    plan: BodyPlan,
+) -> Response<ProxyBody> {
+    filters.on_response_body(plan, &mut response);
+    response
 }
 
 /// RFC 9112 §6.3: a response with both `Transfer-Encoding` and `Content-Length` may be an attempt at
@@ -159,6 +184,33 @@ pub(crate) fn announce_grpc_trailers(headers: &mut HeaderMap) {
             header::TRAILER,
             HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin"),
         );
+    }
+}
+
+/// duet's own error answer in the route's error page for its status, if it has one (`json`: what
+/// [`RouteFilters::shaping`] said; `None`: no pages, or a gRPC call).
+pub(crate) fn with_error_page(
+    mut response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    json: Option<bool>,
+) -> Response<ProxyBody> {
+    if let Some(json) = json {
+        error_page(&mut response, filters, json);
+    }
+    response
+}
+
+/// duet's own error answer with the route's error page for its status in place of its text, if the
+/// route has one; `json`: the request's `Accept` prefers JSON. A backend's response passes as it is.
+#[inline(never)]
+fn error_page(response: &mut Response<ProxyBody>, filters: &RouteFilters, json: bool) {
+    let Some(page) = filters.error_page(response.status().as_u16(), json) else {
+        return;
+    };
+    if response.body_mut().replace_local(page.body.clone()) {
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, page.content_type.clone());
+        headers.remove(header::CONTENT_LENGTH);
     }
 }
 
