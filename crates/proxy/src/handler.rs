@@ -227,8 +227,15 @@ impl WorkerProxy {
             host: routed.host.as_ref(),
             client,
         };
-        if let Some(answer) = answered(state, &arrival, &mut log, grpc) {
+        let decided = state.filters.on_request(&arrival, &mut log);
+        if let Some(answer) = answered(decided, &mut log, grpc) {
             return Ok(answer);
+        }
+        if state.filters.admits() {
+            let decided = pin!(state.filters.admit(&mut request, &client, &mut log)).await;
+            if let Some(answer) = answered(decided, &mut log, grpc) {
+                return Ok(answer);
+            }
         }
         let Some((index, timings)) = state.pick() else {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
@@ -435,15 +442,14 @@ impl Table {
     }
 }
 
-/// The request phase of the route's filters: duet's own answer if a filter answers or refuses the
-/// request.
+/// What a filter's request or admission phase decided, as duet's own answer if a filter answers or
+/// refuses the request.
 fn answered(
-    state: &RouteState,
-    arrival: &Arrival<'_>,
+    decided: Decision,
     log: &mut Option<Box<AccessLog>>,
     grpc: bool,
 ) -> Option<Response<ProxyBody>> {
-    match state.filters.on_request(arrival, log) {
+    match decided {
         Decision::Continue => None,
         Decision::Answer(response) => Some(response),
         Decision::Refuse(error) => Some(respond::error_response(&error, log.take(), grpc)),

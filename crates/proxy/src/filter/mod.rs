@@ -59,6 +59,7 @@
 //!
 //! Nothing else changes: the stages run every registered filter through its phases.
 
+mod auth;
 mod headers;
 mod hedge;
 mod hsts;
@@ -73,12 +74,14 @@ pub(crate) mod phase;
 
 use crate::{
     exchange::Prepared,
+    peer::Client,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::Route;
-use http::request;
-use phase::{Arrival, Build, Decision, FirstAttempt, Phase, Phases, Race, ResponseHead};
+use http::{request, Request};
+use hyper::body::Incoming;
+use phase::{Admit, Arrival, Build, Decision, FirstAttempt, Phase, Phases, Race, ResponseHead};
 
 /// Declares the built-in filters, in the order they run: the [`Filter`] enum, its dispatch, and
 /// how a route's filters are built.
@@ -141,6 +144,7 @@ macro_rules! filters {
 filters! {
     IpList(ip_list::IpList),
     RateLimit(rate_limit::RouteRateLimit),
+    Auth(auth::Auth),
     Redirect(redirect::RedirectRoute),
     RequestHeaders(headers::RequestHeaders),
     Rewrite(rewrite::Rewrite),
@@ -183,6 +187,37 @@ impl RouteFilters {
             match dispatch!(filter, f => f.on_request(arrival, log)) {
                 Decision::Continue => {}
                 decided => return decided,
+            }
+        }
+        Decision::Continue
+    }
+
+    /// Whether a filter of the route acts in the admission phase.
+    pub(crate) fn admits(&self) -> bool {
+        self.phases.has(Phase::ADMIT)
+    }
+
+    /// The admission phase: the first filter that refuses the request decides; the fields a
+    /// filter's subrequest returns are set on the request before the next filter runs.
+    pub(crate) async fn admit(
+        &self,
+        request: &mut Request<Incoming>,
+        client: &Client,
+        log: &mut Option<Box<AccessLog>>,
+    ) -> Decision {
+        for filter in self.acting(Phase::ADMIT) {
+            let decided = match dispatch!(filter, f => f.admit(request, client, &mut *log)) {
+                Admit::Now(decision) => decision,
+                Admit::Later(pending) => match pending.await {
+                    Ok(fields) => {
+                        request.headers_mut().extend(fields);
+                        Decision::Continue
+                    }
+                    Err(decision) => decision,
+                },
+            };
+            if !matches!(decided, Decision::Continue) {
+                return decided;
             }
         }
         Decision::Continue
