@@ -58,12 +58,17 @@ impl JwtAuth {
     /// Lets the request through (its `Authorization` removed unless the route forwards it, the
     /// listed claims set as fields), or the challenge of the 401.
     pub(super) fn admit(&self, headers: &mut HeaderMap) -> Result<(), HeaderValue> {
+        let invalid = || HeaderValue::from_static("Bearer error=\"invalid_token\"");
         let Some(token) = self.token(headers) else {
-            return Err(HeaderValue::from_static("Bearer"));
+            // RFC 6750 §3.1: no error code for a request without credentials; an `Authorization`
+            // that is not a readable bearer token (too long, another scheme) is an invalid one.
+            return Err(if headers.contains_key(header::AUTHORIZATION) {
+                invalid()
+            } else {
+                HeaderValue::from_static("Bearer")
+            });
         };
-        let claims = self
-            .verify(&token)
-            .ok_or_else(|| HeaderValue::from_static("Bearer error=\"invalid_token\""))?;
+        let claims = self.verify(&token).ok_or_else(invalid)?;
         if !self.settings.forward_authorization {
             headers.remove(header::AUTHORIZATION);
         }
