@@ -221,14 +221,7 @@ impl WorkerProxy {
             Err(error) => return Ok(self.unrouted(&error, log, grpc)),
         };
         let state = &table.routes[routed.index];
-        let arrival = Arrival {
-            request: &request,
-            route: routed.route,
-            host: routed.host.as_ref(),
-            client,
-        };
-        let decided = state.filters.on_request(&arrival, &mut log);
-        if let Some(answer) = answered(decided, &mut log, grpc) {
+        if let Some(answer) = request_phase(state, &routed, &request, client, &mut log, grpc) {
             return Ok(answer);
         }
         if state.filters.admits() {
@@ -440,6 +433,26 @@ impl Table {
         let at = self.config.routes.iter().position(|r| r.name == name)?;
         self.routes.get(at)
     }
+}
+
+/// The request phase of the route's filters: duet's own answer if a filter answers or refuses the
+/// request.
+fn request_phase(
+    state: &RouteState,
+    routed: &route::Routed<'_>,
+    request: &Request<Incoming>,
+    client: Client,
+    log: &mut Option<Box<AccessLog>>,
+    grpc: bool,
+) -> Option<Response<ProxyBody>> {
+    let arrival = Arrival {
+        request,
+        route: routed.route,
+        host: routed.host.as_ref(),
+        client,
+    };
+    let decided = state.filters.on_request(&arrival, log);
+    answered(decided, log, grpc)
 }
 
 /// What a filter's request or admission phase decided, as duet's own answer if a filter answers or
