@@ -69,6 +69,8 @@ mod rate_limit;
 mod redirect;
 mod rewrite;
 
+pub use auth::AuthCheck;
+
 pub(crate) mod per_cluster;
 pub(crate) mod phase;
 

@@ -157,3 +157,27 @@ fn credentials<'h>(headers: &'h HeaderMap, scheme: &str) -> Option<&'h str> {
         .eq_ignore_ascii_case(scheme)
         .then(|| rest.trim_start_matches(' '))
 }
+
+/// A route's basic or JWT check on its own, as the admission phase runs it: for benchmarks
+/// (`benches/auth.rs`), which have no request to run it on.
+pub struct AuthCheck(Way);
+
+impl AuthCheck {
+    /// The check of `settings`; `None` for forward auth (a subrequest, not a check) or unusable keys.
+    pub fn new(settings: &auth::Auth) -> Option<Self> {
+        match settings {
+            auth::Auth::Basic(b) => Some(Self(Way::Basic(basic::BasicAuth::new(b)))),
+            auth::Auth::Jwt(j) => Some(Self(Way::Jwt(jwt::JwtAuth::new(j, None)?))),
+            auth::Auth::Forward(_) => None,
+        }
+    }
+
+    /// Whether a request with `headers` is let through (its fields edited as the filter does).
+    pub fn admits(&self, headers: &mut HeaderMap) -> bool {
+        match &self.0 {
+            Way::Basic(basic) => basic.admit(headers).is_ok(),
+            Way::Jwt(jwt) => jwt.admit(headers).is_ok(),
+            Way::Forward(_) => false,
+        }
+    }
+}
