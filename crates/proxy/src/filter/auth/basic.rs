@@ -14,7 +14,7 @@ use sha_crypt::{PasswordVerifier, ShaCrypt};
 use std::{
     cell::RefCell,
     collections::HashMap,
-    hash::{BuildHasher, Hash, Hasher, RandomState},
+    hash::{BuildHasher, RandomState},
     time::{Duration, Instant},
 };
 
@@ -90,11 +90,7 @@ impl BasicAuth {
 /// Whether `password` is the one `hash` was made from: from the worker's cache, or hashed.
 pub(super) fn check(hash: &str, kind: HashKind, password: &str) -> bool {
     let now = Instant::now();
-    let key = VERIFIED.with_borrow(|v| {
-        let mut hasher = v.key.build_hasher();
-        (hash, password).hash(&mut hasher);
-        hasher.finish()
-    });
+    let key = VERIFIED.with_borrow(|v| v.key.hash_one((hash, password)));
     let cached = VERIFIED.with_borrow(|v| v.at.get(&key).is_some_and(|at| now - *at < TTL));
     if cached {
         return true;
