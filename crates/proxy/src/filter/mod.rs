@@ -9,6 +9,7 @@
 //! | phase | hook | run by | what a filter may do there |
 //! |---|---|---|---|
 //! | request | `on_request` | the handler, after routing | answer in duet's name (a redirect), refuse |
+//! | admission | `admit` | the handler, after the request phase | refuse, or let through editing the request's fields; may wait (a subrequest) |
 //! | upstream request | `on_upstream_request` | prepare, after duet's own header rules | edit the headers and target every attempt sends |
 //! | prepared | `on_prepared` | the handler, before the first attempt | start work beside the attempts (a mirror's copy) |
 //! | first attempt | `first_attempt` | retry | send the first attempt its own way (a hedge) |

@@ -60,6 +60,16 @@ impl BasicAuth {
         }
     }
 
+    /// A check no request passes.
+    pub(super) fn nobody() -> Self {
+        Self {
+            users: HashMap::new(),
+            challenge: HeaderValue::from_static("Basic realm=\"duet\""),
+            forward_authorization: false,
+            user_header: None,
+        }
+    }
+
     /// Lets the request through (its `Authorization` removed unless the route forwards it, its user
     /// set if the route names a field), or the challenge of the 401.
     pub(super) fn admit(&self, headers: &mut HeaderMap) -> Result<(), HeaderValue> {

@@ -80,10 +80,13 @@ impl Phases for Auth {
             .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
             .collect();
         let way = match settings {
-            auth::Auth::Basic(b) => Way::Basic(basic::BasicAuth::new(b)),
-            auth::Auth::Jwt(j) => Way::Jwt(jwt::JwtAuth::new(j, previous.and_then(Self::jwt))?),
-            auth::Auth::Forward(f) => Way::Forward(forward::ForwardAuth::new(f, build)?),
+            auth::Auth::Basic(b) => Some(Way::Basic(basic::BasicAuth::new(b))),
+            auth::Auth::Jwt(j) => jwt::JwtAuth::new(j, previous.and_then(Self::jwt)).map(Way::Jwt),
+            auth::Auth::Forward(f) => forward::ForwardAuth::new(f, build).map(Way::Forward),
         };
+        // The config's check took these settings, so this does not happen; if it did, the route
+        // would refuse everyone rather than take everyone.
+        let way = way.unwrap_or_else(|| Way::Basic(basic::BasicAuth::nobody()));
         Some(Self {
             way,
             identity,
