@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod auth;
 mod balancing;
 mod browser;
 mod body_limits;

@@ -65,6 +65,12 @@ pub enum ErrorKind {
     ClientDenied,
     /// The client (or the route) is over a limit of its route, such as `rate_limit` (429).
     TooManyRequests,
+    /// The request did not prove who sent it as its route's `auth:` asks (401, with
+    /// `WWW-Authenticate`).
+    Unauthorized,
+    /// The route's auth service did not answer in time or could not be reached, and the route's
+    /// `on_error` is `deny` (503).
+    AuthUnavailable,
 }
 
 /// The methods duet forwards, as an `Allow` field lists them (a 405, `OPTIONS *`).
@@ -130,6 +136,8 @@ impl ProxyError {
             ErrorKind::BadGateway => "backend_error",
             ErrorKind::ClientDenied => "client_denied",
             ErrorKind::TooManyRequests => "rate_limited",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::AuthUnavailable => "auth_unavailable",
         }
     }
 
@@ -154,9 +162,10 @@ impl ProxyError {
             ErrorKind::UnknownTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::BodyTimeout | ErrorKind::UploadTooSlow => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::NoEligibleBackend | ErrorKind::LocalResource => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorKind::NoEligibleBackend
+            | ErrorKind::LocalResource
+            | ErrorKind::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Connect | ErrorKind::TlsHandshake | ErrorKind::BadGateway => {
                 StatusCode::BAD_GATEWAY
             }
@@ -196,6 +205,8 @@ impl ProxyError {
             ErrorKind::BadGateway => "backend closed the connection or sent an invalid response\n",
             ErrorKind::ClientDenied => "this route does not take requests from your address\n",
             ErrorKind::TooManyRequests => "too many requests; try again later\n",
+            ErrorKind::Unauthorized => "authentication required\n",
+            ErrorKind::AuthUnavailable => "the authentication service is unavailable\n",
         }
     }
 

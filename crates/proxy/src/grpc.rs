@@ -42,6 +42,7 @@ const RESOURCE_EXHAUSTED: u8 = 8;
 const UNIMPLEMENTED: u8 = 12;
 const INTERNAL: u8 = 13;
 const UNAVAILABLE: u8 = 14;
+const UNAUTHENTICATED: u8 = 16;
 
 /// Whether the request is a gRPC call (`content-type: application/grpc` or `application/grpc+…`,
 /// `application/grpc-web…` included).
@@ -112,7 +113,9 @@ pub(crate) fn code_for(kind: ErrorKind) -> u8 {
         | ErrorKind::LocalResource
         | ErrorKind::Connect
         | ErrorKind::TlsHandshake
-        | ErrorKind::BadGateway => UNAVAILABLE,
+        | ErrorKind::BadGateway
+        | ErrorKind::AuthUnavailable => UNAVAILABLE,
+        ErrorKind::Unauthorized => UNAUTHENTICATED,
         ErrorKind::NoRoute => UNIMPLEMENTED,
         ErrorKind::BodyTooLarge | ErrorKind::TooManyRequests => RESOURCE_EXHAUSTED,
         ErrorKind::ClientDenied => PERMISSION_DENIED,

@@ -221,24 +221,25 @@ impl WorkerProxy {
             Err(error) => return Ok(self.unrouted(&error, log, grpc)),
         };
         let state = &table.routes[routed.index];
-        let arrival = Arrival {
-            request: &request,
-            route: routed.route,
-            host: routed.host.as_ref(),
-            client,
-        };
         let shaping = state.filters.shaping(&request, grpc);
-        let paged = |response| respond::with_error_page(response, &state.filters, shaping.pages);
-        if let Some(answer) = answered(state, &arrival, &mut log, (grpc, shaping.pages)) {
+        let (pages, filters) = ((grpc, shaping.pages), &state.filters);
+        let paged = |response| respond::with_error_page(response, filters, shaping.pages);
+        if let Some(answer) = request_phase(state, &routed, &request, client, &mut log, pages) {
             return Ok(answer);
+        }
+        if filters.admits() {
+            let decided = pin!(state.filters.admit(&mut request, &client, &mut log)).await;
+            if let Some(answer) = answered(state, decided, &mut log, pages) {
+                return Ok(answer);
+            }
         }
         let Some((index, timings)) = state.pick() else {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
         };
         let cluster = &table.clusters[index];
         (log.iter_mut()).for_each(|log| log.cluster = Some(cluster.name.clone()));
-        let (route, filters) = (routed.route, &state.filters);
-        let parts = (route, filters, state.trailers(dropped), state.body_limit);
+        let (route, trailers) = (routed.route, state.trailers(dropped));
+        let parts = (route, filters, trailers, state.body_limit);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
@@ -259,8 +260,7 @@ impl WorkerProxy {
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
         let outcome = pin!(sent).await;
         if outcome.is_err() {
-            // No backend answered: the error response is the whole of it. (An answered request is
-            // timed when its body ends, by its `Completion`.)
+            // No backend answered (one that did is timed when its body ends, by its `Completion`).
             timings.request_duration.observe(started.elapsed());
         }
         let mut response = respond::respond(
@@ -437,14 +437,34 @@ impl Table {
 
 /// The request phase of the route's filters: duet's own answer if a filter answers or refuses the
 /// request, a refusal in the route's error page (`pages`, as [`respond::with_error_page`] takes it).
+fn request_phase(
+    state: &RouteState,
+    routed: &route::Routed<'_>,
+    request: &Request<Incoming>,
+    client: Client,
+    log: &mut Option<Box<AccessLog>>,
+    (grpc, pages): (bool, Option<bool>),
+) -> Option<Response<ProxyBody>> {
+    let arrival = Arrival {
+        request,
+        route: routed.route,
+        host: routed.host.as_ref(),
+        client,
+    };
+    let decided = state.filters.on_request(&arrival, log);
+    answered(state, decided, log, (grpc, pages))
+}
+
+/// What a filter's request or admission phase decided, as duet's own answer if a filter answers or
+/// refuses the request, a refusal in the route's error page.
 fn answered(
     state: &RouteState,
-    arrival: &Arrival<'_>,
+    decided: Decision,
     log: &mut Option<Box<AccessLog>>,
     (grpc, pages): (bool, Option<bool>),
 ) -> Option<Response<ProxyBody>> {
     let refused = |response| respond::with_error_page(response, &state.filters, pages);
-    match state.filters.on_request(arrival, log) {
+    match decided {
         Decision::Continue => None,
         Decision::Answer(response) => Some(response),
         Decision::Refuse(error) => Some(refused(respond::error_response(&error, log.take(), grpc))),

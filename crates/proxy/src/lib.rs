@@ -92,6 +92,7 @@ pub use conn::{
     io::ClientIo,
 };
 pub use error::{ErrorKind, ProxyError};
+pub use filter::AuthCheck;
 pub use handler::WorkerProxy;
 pub use peer::Client;
 pub use stage::route::lookup as route_lookup;

@@ -55,6 +55,7 @@ pub(super) fn routes(
             field: &field,
             redirect_written: r.redirect.is_some(),
             redirects: !proxies,
+            clusters,
         };
         let route_filters = written_filters.check(checker, ri, &context);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);

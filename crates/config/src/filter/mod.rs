@@ -16,6 +16,7 @@
 //!
 //! The proxy reads the settings from `route.filters.NAME`.
 
+pub mod auth;
 pub mod compress;
 pub mod error_pages;
 pub mod hsts;
@@ -39,6 +40,8 @@ pub(crate) struct RouteContext<'a> {
     pub(crate) redirect_written: bool,
     /// The route's `redirect:` was checked and holds: the route answers every request itself.
     pub(crate) redirects: bool,
+    /// The names of the config's clusters, in order (a filter may name one).
+    pub(crate) clusters: &'a [String],
 }
 
 /// A filter's settings: how they are written, and how they are checked.
@@ -145,6 +148,7 @@ sections! {
     access: ip_list::Access,
     rate_limit: rate_limit::RateLimit,
     max_request_body: max_request_body::MaxRequestBody,
+    auth: auth::Auth,
     respond: respond::Respond,
     error_pages: error_pages::ErrorPages,
     compress: compress::Compress,

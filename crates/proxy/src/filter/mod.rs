@@ -9,6 +9,7 @@
 //! | phase | hook | run by | what a filter may do there |
 //! |---|---|---|---|
 //! | request | `on_request` | the handler, after routing | answer in duet's name (a redirect), refuse |
+//! | admission | `admit` | the handler, after the request phase | refuse, or let through editing the request's fields; may wait (a subrequest) |
 //! | upstream request | `on_upstream_request` | prepare, after duet's own header rules | edit the headers and target every attempt sends |
 //! | prepared | `on_prepared` | the handler, before the first attempt | start work beside the attempts (a mirror's copy) |
 //! | first attempt | `first_attempt` | retry | send the first attempt its own way (a hedge) |
@@ -61,6 +62,7 @@
 //!
 //! Nothing else changes: the stages run every registered filter through its phases.
 
+mod auth;
 mod compress;
 mod error_pages;
 mod headers;
@@ -73,21 +75,24 @@ mod redirect;
 mod respond;
 mod rewrite;
 
+pub use auth::AuthCheck;
+
 pub(crate) mod per_cluster;
 pub(crate) mod phase;
 
 use crate::{
     attempt::body::ProxyBody,
     exchange::Prepared,
+    peer::Client,
     telemetry::access_log::AccessLog,
     telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::Route;
-use http::{request, Response};
+use http::{request, Request, Response};
 use hyper::body::Incoming;
 use phase::{
-    Arrival, BodyPlan, Build, Decision, FirstAttempt, OwnPage, Phase, Phases, Race, ResponseHead,
-    Shaping,
+    Admit, Arrival, BodyPlan, Build, Decision, FirstAttempt, OwnPage, Phase, Phases, Race,
+    ResponseHead, Shaping,
 };
 
 /// Declares the built-in filters, in the order they run: the [`Filter`] enum, its dispatch, and
@@ -151,6 +156,7 @@ macro_rules! filters {
 filters! {
     IpList(ip_list::IpList),
     RateLimit(rate_limit::RouteRateLimit),
+    Auth(auth::Auth),
     Redirect(redirect::RedirectRoute),
     Respond(respond::Respond),
     ErrorPages(error_pages::ErrorPages),
@@ -196,6 +202,37 @@ impl RouteFilters {
             match dispatch!(filter, f => f.on_request(arrival, log)) {
                 Decision::Continue => {}
                 decided => return decided,
+            }
+        }
+        Decision::Continue
+    }
+
+    /// Whether a filter of the route acts in the admission phase.
+    pub(crate) fn admits(&self) -> bool {
+        self.phases.has(Phase::ADMIT)
+    }
+
+    /// The admission phase: the first filter that refuses the request decides; the fields a
+    /// filter's subrequest returns are set on the request before the next filter runs.
+    pub(crate) async fn admit(
+        &self,
+        request: &mut Request<Incoming>,
+        client: &Client,
+        log: &mut Option<Box<AccessLog>>,
+    ) -> Decision {
+        for filter in self.acting(Phase::ADMIT) {
+            let decided = match dispatch!(filter, f => f.admit(request, client, &mut *log)) {
+                Admit::Now(decision) => decision,
+                Admit::Later(pending) => match pending.await {
+                    Ok(fields) => {
+                        request.headers_mut().extend(fields);
+                        Decision::Continue
+                    }
+                    Err(decision) => decision,
+                },
+            };
+            if !matches!(decided, Decision::Continue) {
+                return decided;
             }
         }
         Decision::Continue

@@ -36,6 +36,8 @@ impl Phase {
     pub(crate) const ERROR_PAGE: Self = Self(1 << 5);
     /// [`Phases::plan_body`] and [`Phases::on_response_body`].
     pub(crate) const RESPONSE_BODY: Self = Self(1 << 6);
+    /// [`Phases::admit`].
+    pub(crate) const ADMIT: Self = Self(1 << 7);
     /// None.
     pub(crate) const NONE: Self = Self(0);
 
@@ -76,6 +78,15 @@ pub(crate) enum Decision {
     Refuse(ProxyError),
     /// As `Refuse`, with these fields added to duet's response (a 429's `Retry-After`).
     RefuseWith(ProxyError, HeaderMap),
+}
+
+/// What a filter decides in the admission phase: at once, or when a future it returns ends.
+pub(crate) enum Admit<'a> {
+    /// Decided now (any fields the filter sets are already on the request).
+    Now(Decision),
+    /// Decided by this future (a subrequest to an auth service): `Ok` lets the request through
+    /// with these fields set on it, `Err` is the decision.
+    Later(Pin<Box<dyn Future<Output = Result<HeaderMap, Decision>> + 'a>>),
 }
 
 /// A response head on its way to the client: a backend's, after duet removed its hop-by-hop fields.
@@ -161,6 +172,20 @@ pub(crate) trait Phases: Sized {
     /// refuse the request in duet's name. `log` is the request's access-log record, for an answer.
     fn on_request(&self, _arrival: &Arrival<'_>, _log: &mut Option<Box<AccessLog>>) -> Decision {
         Decision::Continue
+    }
+
+    /// After the request phase, before anything of the request is read or sent: the filter may
+    /// refuse the request or let it through, editing its fields (an auth filter removes the
+    /// client's credentials and sets the identity it verified). The only phase that may wait
+    /// ([`Admit::Later`]); a route without such a filter pays one bit test for it.
+    /// `log` is the request's access-log record, for an answer the filter writes.
+    fn admit<'a>(
+        &'a self,
+        _request: &mut Request<Incoming>,
+        _client: &Client,
+        _log: &'a mut Option<Box<AccessLog>>,
+    ) -> Admit<'a> {
+        Admit::Now(Decision::Continue)
     }
 
     /// The request as every attempt sends it: after duet's own header rules (hop-by-hop fields out,

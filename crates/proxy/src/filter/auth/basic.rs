@@ -1,0 +1,144 @@
+//! `auth: { basic: ... }`: `Authorization: Basic` checked against an htpasswd file's users.
+//!
+//! bcrypt costs milliseconds by design, so a verified credential is remembered per worker for
+//! [`TTL`]: under a keyed hash (SipHash with the worker's own random key) of the user's stored hash
+//! and the password, never the password itself; at most [`CACHE_SIZE`] entries. A password changed
+//! in the file changes the stored hash, so its old entry is never found again. Only successes are
+//! remembered: a wrong password costs a full check every time.
+
+use super::credentials;
+use base64::Engine;
+use duet_config::filter::auth::{Basic, HashKind};
+use http::{header, HeaderMap, HeaderName, HeaderValue};
+use sha_crypt::{PasswordVerifier, ShaCrypt};
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    hash::{BuildHasher, RandomState},
+    time::{Duration, Instant},
+};
+
+/// How long a verified credential is taken without hashing it again.
+pub(super) const TTL: Duration = Duration::from_secs(30);
+/// The most credentials a worker remembers.
+pub(super) const CACHE_SIZE: usize = 1024;
+
+/// A route's users, looked up by name.
+pub(crate) struct BasicAuth {
+    users: HashMap<String, (String, HashKind)>,
+    challenge: HeaderValue,
+    forward_authorization: bool,
+    user_header: Option<HeaderName>,
+}
+
+/// A worker's verified credentials: keyed hash → when it was verified.
+struct Verified {
+    key: RandomState,
+    at: HashMap<u64, Instant>,
+}
+
+thread_local! {
+    static VERIFIED: RefCell<Verified> = RefCell::new(Verified {
+        key: RandomState::new(),
+        at: HashMap::new(),
+    });
+}
+
+impl BasicAuth {
+    pub(super) fn new(basic: &Basic) -> Self {
+        let users = (basic.users.iter())
+            .map(|u| (u.name.clone(), (u.hash.clone(), u.kind)))
+            .collect();
+        let challenge = format!("Basic realm=\"{}\", charset=\"UTF-8\"", basic.realm);
+        Self {
+            users,
+            challenge: HeaderValue::from_str(&challenge)
+                .unwrap_or_else(|_| HeaderValue::from_static("Basic realm=\"duet\"")),
+            forward_authorization: basic.forward_authorization,
+            user_header: (basic.user_header.as_ref())
+                .and_then(|name| HeaderName::from_bytes(name.as_bytes()).ok()),
+        }
+    }
+
+    /// A check no request passes.
+    pub(super) fn nobody() -> Self {
+        Self {
+            users: HashMap::new(),
+            challenge: HeaderValue::from_static("Basic realm=\"duet\""),
+            forward_authorization: false,
+            user_header: None,
+        }
+    }
+
+    /// Lets the request through (its `Authorization` removed unless the route forwards it, its user
+    /// set if the route names a field), or the challenge of the 401.
+    pub(super) fn admit(&self, headers: &mut HeaderMap) -> Result<(), HeaderValue> {
+        let user = self.verify(headers).ok_or_else(|| self.challenge.clone())?;
+        let user = HeaderValue::from_str(user).ok();
+        if !self.forward_authorization {
+            headers.remove(header::AUTHORIZATION);
+        }
+        if let (Some(name), Some(user)) = (&self.user_header, user) {
+            headers.insert(name.clone(), user);
+        }
+        Ok(())
+    }
+
+    /// The user whose credentials the request carries, if they are right.
+    fn verify(&self, headers: &HeaderMap) -> Option<&str> {
+        let encoded = credentials(headers, "basic")?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .ok()?;
+        let text = std::str::from_utf8(&decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        let (name, (hash, kind)) = self.users.get_key_value(user)?;
+        check(hash, *kind, password).then_some(name.as_str())
+    }
+}
+
+/// Whether `password` is the one `hash` was made from: from the worker's cache, or hashed.
+pub(super) fn check(hash: &str, kind: HashKind, password: &str) -> bool {
+    let now = Instant::now();
+    let key = VERIFIED.with_borrow(|v| v.key.hash_one((hash, password)));
+    let cached = VERIFIED.with_borrow(|v| v.at.get(&key).is_some_and(|at| now - *at < TTL));
+    if cached {
+        return true;
+    }
+    let right = match kind {
+        HashKind::Bcrypt => bcrypt::verify(password, hash).unwrap_or(false),
+        HashKind::Sha256Crypt | HashKind::Sha512Crypt => ShaCrypt::default()
+            .verify_password(password.as_bytes(), hash)
+            .is_ok(),
+    };
+    if right {
+        VERIFIED.with_borrow_mut(|v| {
+            if v.at.len() >= CACHE_SIZE {
+                v.at.retain(|_, at| now - *at < TTL);
+            }
+            if v.at.len() >= CACHE_SIZE {
+                v.at.clear();
+            }
+            v.at.insert(key, now);
+        });
+    }
+    right
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `htpasswd -nbB ann secret` and `htpasswd -nb5 bob secret` (apache2-utils).
+    const ANN: &str = "$2y$05$2N5M7N11ybMXZj2oRlDacuBAy3mkS7eUAIRELs7TYTDtCHNqV94O2";
+    const BOB: &str = "$6$bkeDQlmXJ/cdykPq$cJafC4nfH0whNtkblFnhg5DccL1mWgWX8ualMau9x9BxhenUIGsbNSak92gSPr/EvUhO3O/MkYY80R2Co/AmR1";
+
+    #[test]
+    fn htpasswd_s_bcrypt_and_sha512_hashes_take_their_password_only() {
+        assert!(check(ANN, HashKind::Bcrypt, "p"));
+        assert!(check(ANN, HashKind::Bcrypt, "p"), "again, from the cache");
+        assert!(!check(ANN, HashKind::Bcrypt, "q"));
+        assert!(check(BOB, HashKind::Sha512Crypt, "p"));
+        assert!(!check(BOB, HashKind::Sha512Crypt, "P"));
+    }
+}
