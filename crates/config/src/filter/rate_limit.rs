@@ -119,8 +119,8 @@ impl Section for RateLimit {
     }
 }
 
-/// The route's rate limit, or `None` after recording why it is refused. `proxies`: the route sends
-/// to a cluster (a redirect route answers itself, and its counts would be under no cluster).
+/// The route's rate limit, or `None` after recording why it is refused; refused on a redirect route,
+/// which answers itself and whose counts would be under no cluster.
 fn check(
     checker: &mut Checker,
     raw: &Spanned<RawRateLimit>,
