@@ -187,6 +187,21 @@ impl Checker {
         }
     }
 
+    /// Method names, upper-cased; `field` is the list's.
+    pub(crate) fn methods(&mut self, raw: &[Spanned<Scalar>], field: &Field) -> Vec<String> {
+        let mut methods = Vec::new();
+        for (mi, m) in raw.iter().enumerate() {
+            let method = m.value.0.trim().to_ascii_uppercase();
+            if !method.is_empty() && method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
+                methods.push(method);
+            } else {
+                let message = format!("`{}` is not an HTTP method", m.value.0);
+                self.reject(m, field.index(mi), message);
+            }
+        }
+        methods
+    }
+
     /// `50%` or `50`: a percentage from 0 to 100, returned as a fraction.
     pub(crate) fn percent(
         &mut self,

@@ -291,19 +291,8 @@ fn describe_route(config: &Config, route: &Route) -> String {
     if let Some(size) = route.buffer_request {
         line.push_str(&format!(" (buffer_request {size} bytes)"));
     }
-    if let Some(hedge) = &route.hedge {
-        line.push_str(&format!(" (hedge {hedge})"));
-    }
     if route.retry_methods != http_method::idempotent() {
         line.push_str(&format!(" (retry {})", route.retry_methods.join(",")));
-    }
-    if let Some(mirror) = &route.mirror {
-        let cluster = config.clusters.get(mirror.cluster);
-        line.push_str(&format!(
-            " (mirror {} {}%)",
-            cluster.map_or("", |c| c.name.as_str()),
-            f64::from(mirror.basis_points) / 100.0
-        ));
     }
     line.push_str(&route.describe_filters());
     line

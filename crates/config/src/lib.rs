@@ -38,7 +38,6 @@ mod check;
 mod diff;
 mod model;
 pub mod filter;
-mod hedge;
 mod checker;
 mod field;
 mod networks;
@@ -49,10 +48,10 @@ mod units;
 pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
-pub use hedge::{Hedge, HedgeAfter};
+pub use filter::hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
+    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, Location,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, Redirect,
     RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, Underscores,
     UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,

@@ -139,13 +139,8 @@ pub struct Route {
     /// `retries: { attempts }`: attempts per request on this route, the first included, in place of
     /// its cluster's `retries.attempts`. `None`: the cluster's.
     pub retry_attempts: Option<u32>,
-    /// A copy of some of the route's requests for another cluster, fire and forget; `None`: none.
-    pub mirror: Option<Mirror>,
     /// Where the route starts in the file, for warnings about it (`duet check`'s shadowed routes).
     pub at: Location,
-    /// Sends a request that waits too long for its first response head once more, to another backend
-    /// (`hedge:`); `None` (the default): never.
-    pub hedge: Option<crate::hedge::Hedge>,
     /// The settings of the route's filters (`hsts:`, `allow:`, `rate_limit:`...), each in its
     /// module of [`filter`](crate::filter).
     pub filters: crate::filter::Filters,
@@ -157,20 +152,6 @@ impl Route {
         let route = self.filters.max_request_body.map(|max| max.bytes);
         Some(route.unwrap_or(limits.max_request_body)).filter(|&max| max > 0)
     }
-}
-
-/// `mirror:`: a share of a route's requests copied to another cluster, whose answers are discarded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mirror {
-    /// The cluster the copies go to (an index into [`Config::clusters`]).
-    pub cluster: usize,
-    /// The share of requests copied, in hundredths of a percent (`10%` is 1,000; all is 10,000).
-    pub basis_points: u32,
-}
-
-impl Mirror {
-    /// Every request: `percent` left out.
-    pub const ALL: u32 = 10_000;
 }
 
 impl Route {
@@ -196,15 +177,6 @@ impl Route {
             Action::Redirect(redirect) => redirect.to_string(),
             Action::Respond => "respond".to_owned(),
         }
-    }
-
-    /// What the route sends beside its target, for people to read: ` (mirror shadow 10%)`, or
-    /// nothing.
-    pub fn beside_target(&self, clusters: &[Cluster]) -> String {
-        self.mirror.map_or_else(String::new, |m| {
-            let cluster = clusters.get(m.cluster).map_or("", |c| c.name.as_str());
-            format!(" (mirror {cluster} {}%)", f64::from(m.basis_points) / 100.0)
-        })
     }
 
     /// The route's filters, for people to read: empty when there are none, else each after a space,

@@ -77,10 +77,6 @@ pub(crate) struct RawRoute {
     pub(crate) rewrite: Option<Spanned<RawRewrite>>,
     #[serde(default)]
     pub(crate) retries: Option<RawRouteRetries>,
-    #[serde(default)]
-    pub(crate) mirror: Option<Spanned<RawMirror>>,
-    #[serde(default)]
-    pub(crate) hedge: Option<Spanned<RawHedge>>,
 }
 
 /// One cluster of a route's split: `{ cluster: api-v2, weight: 5 }`.
@@ -118,26 +114,6 @@ pub(crate) struct RawRewrite {
 pub(crate) struct RawRouteRetries {
     #[serde(default)]
     pub(crate) attempts: Option<Spanned<Scalar>>,
-}
-
-/// `mirror: { cluster: shadow, percent: 10 }`: a copy of some requests to another cluster.
-#[derive(Debug, Deserialize)]
-pub(crate) struct RawMirror {
-    #[serde(default)]
-    pub(crate) cluster: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) percent: Option<Spanned<Scalar>>,
-}
-
-/// `hedge: { after, max_extra, methods }`: each part left out takes its default.
-#[derive(Debug, Deserialize)]
-pub(crate) struct RawHedge {
-    #[serde(default)]
-    pub(crate) after: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) max_extra: Option<Spanned<Scalar>>,
-    #[serde(default)]
-    pub(crate) methods: Option<Vec<Spanned<Scalar>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -585,8 +561,6 @@ static ROUTE: Shape = Shape {
         ("response_headers", &leaf::<RawHeaderEdits>()),
         ("rewrite", &leaf::<RawRewrite>()),
         ("retries", &leaf::<RawRouteRetries>()),
-        ("mirror", &leaf::<RawMirror>()),
-        ("hedge", &leaf::<RawHedge>()),
     ],
     filters: true,
 };

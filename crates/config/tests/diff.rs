@@ -173,7 +173,7 @@ routes:
     assert_eq!(
         lines,
         [
-            "~ route api: was host * path /api -> web; now host * path /api method GET -> web (mirror shadow 10%)",
+            "~ route api: was host * path /api -> web; now host * path /api method GET -> web mirror shadow 10%",
             "+ route fresh: host * path =/new -> redirect 302 path /api",
             "- route old: host * path /old -> web",
         ]

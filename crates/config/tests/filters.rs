@@ -215,5 +215,5 @@ fn a_mirror_into_one_of_its_splits_clusters_is_refused_where_written() {
         ]
     );
     let split = routes("  - { backends: [ { cluster: v1 } ], mirror: { cluster: v2 } }\n");
-    assert_eq!(split[0].mirror.map(|m| m.cluster), Some(1));
+    assert_eq!(split[0].filters.mirror.as_ref().map(|m| m.cluster), Some(1));
 }

@@ -16,7 +16,11 @@ fn hedging_is_read_as_written_with_defaults_for_what_is_left_out() {
          - { cluster: web }",
     );
     let config = parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let hedges: Vec<Option<Hedge>> = config.routes.iter().map(|r| r.hedge.clone()).collect();
+    let hedges: Vec<Option<Hedge>> = config
+        .routes
+        .iter()
+        .map(|r| r.filters.hedge.clone())
+        .collect();
     let defaults = Hedge::default_methods();
     assert_eq!(
         hedges,
@@ -106,8 +110,8 @@ fn hedging_shows_in_the_reload_plan() {
     assert_eq!(
         lines,
         [
-            "~ route */: was host * path / -> web; now host * path / -> web (hedge after 5ms, \
-          max_extra 0.5%, GET,HEAD,OPTIONS)"
+            "~ route */: was host * path / -> web; now host * path / -> web hedge after 5ms, \
+          max_extra 0.5%, GET,HEAD,OPTIONS"
         ]
     );
 }

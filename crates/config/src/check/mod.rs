@@ -10,8 +10,6 @@ mod settings;
 
 mod cluster_settings;
 mod upstream_tls;
-mod mirror;
-mod hedge;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;

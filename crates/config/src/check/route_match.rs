@@ -43,7 +43,7 @@ pub(super) fn matchers(checker: &mut Checker, raw: Option<&RawMatch>, route: &Fi
                 let e = checker.error(list, field.key("method"), message);
                 checker.push(e.hint("leave `method` out for a route on every method"));
             }
-            methods(checker, &list.value, &field.key("method"))
+            checker.methods(&list.value, &field.key("method"))
         }
     };
     let headers = raw
@@ -233,23 +233,4 @@ fn refuse(checker: &mut Checker, at: &Spanned<Scalar>, field: &Field, refusal: R
         e = e.hint(hint);
     }
     checker.push(e);
-}
-
-/// Method names, upper-cased; `field` is the list's.
-pub(super) fn methods(
-    checker: &mut Checker,
-    raw: &[Spanned<Scalar>],
-    field: &Field,
-) -> Vec<String> {
-    let mut methods = Vec::new();
-    for (mi, m) in raw.iter().enumerate() {
-        let method = m.value.0.trim().to_ascii_uppercase();
-        if !method.is_empty() && method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-            methods.push(method);
-        } else {
-            let message = format!("`{}` is not an HTTP method", m.value.0);
-            checker.reject(m, field.index(mi), message);
-        }
-    }
-    methods
 }

@@ -1,6 +1,6 @@
 //! `routes:`: what each route matches, the cluster it sends to, and its name in metrics.
 
-use super::{hedge, mirror, redirect, route_filters, route_match, split};
+use super::{redirect, route_filters, route_match, split};
 use crate::{
     checker::Checker,
     error::{did_you_mean, ConfigError},
@@ -39,7 +39,7 @@ pub(super) fn routes(
         let filters = route_filters::filters(checker, r, &field, &matchers.path);
         let retry_methods = match &r.retry_methods {
             None => http_method::idempotent(),
-            Some(list) => route_match::methods(checker, list, &field.key("retry_methods")),
+            Some(list) => checker.methods(list, &field.key("retry_methods")),
         };
         let only_on =
             (r.listeners.as_ref()).map(|list| route_listeners(checker, list, &field, listeners));
@@ -50,18 +50,18 @@ pub(super) fn routes(
         let buffered = &field.key("buffer_request");
         let buffer_request = size(checker, r.buffer_request.as_ref(), buffered);
         let proxies = !matches!(action, Some(Action::Redirect(_) | Action::Respond));
-        let hedge = (r.hedge.as_ref()).and_then(|h| hedge::hedge(checker, h, &field, proxies));
+        let sends_to: Vec<usize> = action.iter().flat_map(Action::clusters).collect();
         let context = RouteContext {
             field: &field,
             redirect_written: r.redirect.is_some(),
             redirects: !proxies,
             clusters,
+            sends_to: &sends_to,
+            splits: matches!(action, Some(Action::Split(_))),
         };
         let route_filters = written_filters.check(checker, ri, &context);
         let name = route_name(checker, spanned, &field, &matchers, &names, ri);
         names.push(name.clone());
-        let mirror = (r.mirror.as_ref())
-            .and_then(|m| mirror::mirror(checker, m, &field, clusters, action.as_ref()));
         let at = Location {
             line: spanned.referenced.line(),
             column: spanned.referenced.column(),
@@ -85,9 +85,7 @@ pub(super) fn routes(
                 response_headers: filters.response_headers,
                 rewrite: filters.rewrite,
                 retry_attempts: filters.retry_attempts,
-                mirror,
                 at,
-                hedge,
                 filters: route_filters,
             });
         }

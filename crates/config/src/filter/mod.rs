@@ -19,9 +19,11 @@
 pub mod auth;
 pub mod compress;
 pub mod error_pages;
+pub mod hedge;
 pub mod hsts;
 pub mod ip_list;
 pub mod max_request_body;
+pub mod mirror;
 pub mod rate_limit;
 pub mod respond;
 
@@ -42,6 +44,11 @@ pub(crate) struct RouteContext<'a> {
     pub(crate) redirects: bool,
     /// The names of the config's clusters, in order (a filter may name one).
     pub(crate) clusters: &'a [String],
+    /// The clusters the route sends requests to (indexes into `clusters`), a split's weight-0 ones
+    /// included: a reload may ramp them up. Empty when the route answers itself.
+    pub(crate) sends_to: &'a [usize],
+    /// The route splits its requests over several clusters.
+    pub(crate) splits: bool,
 }
 
 /// A filter's settings: how they are written, and how they are checked.
@@ -144,6 +151,8 @@ macro_rules! sections {
 
 // The filters' settings, in the order `duet check` shows them.
 sections! {
+    hedge: hedge::Hedge,
+    mirror: mirror::Mirror,
     hsts: hsts::Hsts,
     access: ip_list::Access,
     rate_limit: rate_limit::RateLimit,

@@ -168,7 +168,7 @@ fn summary(
     out
 }
 
-/// `  route NAME host H path P [conditions] -> TARGET [(only on ...)] [(mirror ...)] [filters]`.
+/// `  route NAME host H path P [conditions] -> TARGET [(only on ...)] [filters]`.
 fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> String {
     let host = match &route.host {
         None => "*".to_owned(),
@@ -184,12 +184,11 @@ fn route_line(config: &duet_config::Config, route: &duet_config::Route) -> Strin
         format!(" (only on {})", named.join(", "))
     });
     format!(
-        "  route {} host {host} path {}{} -> {}{only_on}{}{}",
+        "  route {} host {host} path {}{} -> {}{only_on}{}",
         route.name,
         route.path,
         route.conditions(),
         route.target(&config.clusters),
-        route.beside_target(&config.clusters),
         route.describe_filters()
     )
 }

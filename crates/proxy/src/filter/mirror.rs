@@ -26,7 +26,7 @@ use crate::{
     forward::forward,
     telemetry::metrics::{ClusterCells, CounterFamily, RouteCounters},
 };
-use duet_config::{Mirror, Route};
+use duet_config::{filter::mirror::Mirror, Route};
 use http::Request;
 use http_body_util::BodyExt;
 use std::{cell::Cell, rc::Rc, sync::Arc};
@@ -74,7 +74,7 @@ impl Phases for RouteMirror {
 
     /// A route that mirrors to the cluster of the same name as before a reload keeps its counts.
     fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self> {
-        let mirror = route.mirror?;
+        let mirror = route.filters.mirror.clone()?;
         let cluster = build.clusters.get(mirror.cluster)?.clone();
         let counts = match previous {
             Some(old) if old.cluster.name == cluster.name => old.counts.clone(),
@@ -196,6 +196,7 @@ mod tests {
         let state = RouteMirror {
             mirror: Mirror {
                 cluster: 0,
+                cluster_name: "shadow".to_owned(),
                 basis_points: 0,
             },
             cluster,

@@ -54,7 +54,7 @@ impl Phases for Hedging {
     /// A route that keeps its name, target and `hedge:` across a reload keeps its latency window and
     /// budget (no new warm-up).
     fn build(route: &Route, build: &Build<'_>, previous: Option<&Self>) -> Option<Self> {
-        let hedge = route.hedge.clone()?;
+        let hedge = route.filters.hedge.clone()?;
         let target = route.target(&build.config.clusters);
         let state = match previous {
             Some(old) if old.target == target && old.state.config == hedge => old.state.clone(),
