@@ -22,11 +22,27 @@
 #   h2load -t1 -c16 -m M -D SECONDS: requests/s and CPU µs per request (the proxy's utime + stime from
 #   /proc over the run, over the requests h2load saw succeed)
 # Reported: medians, and the medians of per-repetition ratios of duet to nginx and to HAProxy.
+#
+#   COUNT=instructions benches/h2load.sh [REQUESTS] [STREAMS] [SCHEMES]
+#   (defaults: 20000 requests, streams "1 10 100", scheme h2c; PROXIES="duet" for fewer, KEEP=DIR
+#   keeps each callgrind output for callgrind_annotate)
+# counts instead of timing (issue #50): each proxy runs under valgrind's callgrind; after 2,000
+# requests of warm-up its counters are zeroed, then h2load -c16 -m M -n REQUESTS: user-space
+# instructions per request, the figure a loaded machine reproduces (req/s under callgrind means nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPS=${1:-3}
-SECS=${2:-10}
-SCHEMES=${3:-h2c tls}
+COUNT=${COUNT:-time}
+if [ "$COUNT" = instructions ]; then
+  REQUESTS=${1:-20000}
+  STREAMS=${2:-1 10 100}
+  SCHEMES=${3:-h2c}
+  REPS=1
+else
+  REPS=${1:-3}
+  SECS=${2:-10}
+  SCHEMES=${3:-h2c tls}
+  STREAMS="1 10"
+fi
 # Every port moves by OFFSET, for a machine where another run holds the defaults.
 OFFSET=${OFFSET:-0}
 WORK=$(mktemp -d)
@@ -34,13 +50,18 @@ WORK=$(mktemp -d)
 PROXY_PID=""
 trap 'kill $(jobs -p) $PROXY_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 LAUNCH=${LAUNCH:-taskset -c 0}
+if [ "$COUNT" = instructions ]; then
+  command -v valgrind >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+  LAUNCH="valgrind --tool=callgrind --log-file=$WORK/valgrind.%p.log --callgrind-out-file=$WORK/callgrind.out.%p"
+fi
 
 if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ] || ! command -v h2load >/dev/null 2>&1; then
   echo "== installing nginx-light, haproxy and nghttp2-client"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy nghttp2-client >/dev/null
 fi
-echo "== building duet (release)"
-cargo build --release -q --bin duet --bin duet-backend
+[ -n "${NO_BUILD:-}" ] || echo "== building duet (release)"
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q --bin duet --bin duet-backend
 source "$(dirname "$0")/proc_cpu.sh"
 for port in 18400 18401 18409 18410 18411 18420 18421 19301 19302 19303 19304; do refuse_taken $((port + OFFSET)); done
 # One certificate for every proxy's TLS listener: h2load does not verify it.
@@ -154,12 +175,49 @@ codes = re.search(r"status codes: (\d+) 2xx", text)
 print(rps, ticks / 100 * 1e6 / max(ok, 1), failed + errored + (ok - int(codes.group(1))), ok)' "$before" "$after" <<<"$out"
 }
 
+count() { # proxy streams pid scheme -> "instructions_per_request failed succeeded"
+  local out total
+  taskset -c 1 h2load -t1 -c16 -m"$2" -n 2000 "$(url "$1" "$4")" >/dev/null
+  callgrind_control -z "$3" >/dev/null 2>&1
+  out=$(taskset -c 1 timeout 600 h2load -t1 -c16 -m"$2" -n "$REQUESTS" "$(url "$1" "$4")")
+  stop "$3"
+  total=$(callgrind_annotate "$WORK"/callgrind.out.* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cat "$WORK"/callgrind.out.* >"$KEEP/$1-$4-m$2.out"
+  fi
+  rm -f "$WORK"/callgrind.out.*
+  python3 -c '
+import re, sys
+m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", sys.stdin.read())
+done, ok, failed, errored = (int(x) for x in m.groups())
+print(int(sys.argv[1]) // max(ok, 1), failed + errored, ok)' "$total" <<<"$out"
+}
+
+if [ "$COUNT" = instructions ]; then
+  sed -i '1i master_process off;' "$WORK/nginx/nginx.conf"   # callgrind follows one process
+  echo "== user-space instructions per request (callgrind; h2load -c16 -n $REQUESTS after 2,000 of warm-up)"
+  for scheme in $SCHEMES; do
+    for streams in $STREAMS; do
+      for proxy in ${PROXIES:-duet haproxy nginx}; do
+        refuse_taken "$(port "$proxy" h2c)"; refuse_taken "$(port "$proxy" tls)"
+        pid=$(start "$proxy")
+        PROXY_PID=$pid
+        wait_for "$(port "$proxy" "$scheme")"
+        read -r per bad ok <<<"$(count "$proxy" "$streams" "$pid" "$scheme")"
+        printf "  %-4s -m%-4s %-8s %8d instructions/request  (%d requests, %d failed)\n" \
+          "$scheme" "$streams" "$proxy" "$per" "$ok" "$bad"
+      done
+    done
+  done
+  exit 0
+fi
+
 RESULTS="$WORK/results.txt"
 PROXIES="duet haproxy nginx"
 printf "%-4s %-6s %-8s %-8s %10s %12s %8s\n" rep scheme streams proxy req/s "CPU us/req" errors
 for rep in $(seq 1 "$REPS"); do
  for scheme in $SCHEMES; do
-  for streams in 1 10; do
+  for streams in $STREAMS; do
     for proxy in $PROXIES; do
       # another benchmark on the same ports would share the traffic
       refuse_taken "$(port "$proxy" h2c)"; refuse_taken "$(port "$proxy" tls)"

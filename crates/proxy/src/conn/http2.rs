@@ -16,6 +16,7 @@ use crate::{
     conn::{
         active::Active,
         io::{ClientIo, Prefixed, SendTimeout},
+        recycled::Recycler,
         serve::log_connection_error,
         shared::Shared,
         stream_watch::{StreamExec, StreamWatch, Waiting},
@@ -184,42 +185,62 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     }
 }
 
+/// The spare slots a connection keeps for its streams' futures: enough for the streams that end
+/// between two new ones at the default 100 streams a connection, 3 KB each.
+const SPARE_STREAM_SLOTS: usize = 8;
+
 /// The service hyper calls for each stream: the proxy's, its response body counting the stream as
-/// open and watched by the stream's task ([`StreamWatch`]).
+/// open and watched by the stream's task ([`StreamWatch`]). Each stream's future is made in a slot a
+/// finished stream left ([`Recycler`]), not boxed anew and copied into its box.
 fn stream_service(
     shared: &Shared,
     client: Client,
     state: &Rc<ConnectionState>,
     open: &Rc<Cell<usize>>,
     watch: &Rc<StreamWatch>,
-) -> impl hyper::service::HttpService<
-    hyper::body::Incoming,
-    ResBody = StreamBody,
-    Error = Infallible,
-    Future = StreamResponse,
-> {
+) -> impl hyper::service::HttpService<hyper::body::Incoming, ResBody = StreamBody, Error = Infallible>
+{
     let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
     let watch = watch.clone();
+    let recycler = Recycler::keeping(SPARE_STREAM_SLOTS);
     service_fn(move |request| {
         let stream = OpenStream::new(&open);
         let waiting = Rc::new(Waiting::default());
         watch.expect(waiting.clone());
-        let handled = proxy
-            .clone()
-            .handle(request, client, InService::new(state.clone()));
-        Box::pin(async move {
-            let response = handled.await?;
-            Ok::<_, Infallible>(response.map(|body| StreamBody {
-                body,
-                waiting,
-                _open: stream,
-            }))
-        }) as StreamResponse
+        let (proxy, state) = (proxy.clone(), state.clone());
+        let handled = recycler.recycled(|| proxy.handle(request, client, InService::new(state)));
+        StreamResponse {
+            handled,
+            body: Some((waiting, stream)),
+        }
     })
 }
 
-/// A stream's response, as the proxy makes it.
-type StreamResponse = Pin<Box<dyn Future<Output = Result<Response<StreamBody>, Infallible>>>>;
+/// A stream's response, as the proxy makes it: its body made a [`StreamBody`] when it comes.
+struct StreamResponse<F> {
+    handled: F,
+    /// What the body takes along; `None` once the response is out.
+    body: Option<(Rc<Waiting>, OpenStream)>,
+}
+
+impl<F> Future for StreamResponse<F>
+where
+    F: Future<Output = Result<Response<ProxyBody>, Infallible>> + Unpin,
+{
+    type Output = Result<Response<StreamBody>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Ok(response) = std::task::ready!(Pin::new(&mut self.handled).poll(cx));
+        let Some((waiting, stream)) = self.body.take() else {
+            return Poll::Pending; // polled after it was ready: hyper never does
+        };
+        Poll::Ready(Ok(response.map(|body| StreamBody {
+            body,
+            waiting,
+            _open: stream,
+        })))
+    }
+}
 
 /// hyper's HTTP/2 server with duet's limits (`limits.http2`).
 fn server_builder(limits: &Limits, exec: StreamExec) -> http2::Builder<StreamExec> {

@@ -1,15 +1,18 @@
-//! One heap slot per hyper connection for the service's futures, reused from request to request.
+//! Heap slots per hyper connection for the service's futures, reused from request to request.
 //!
 //! hyper's HTTP/1.1 connection wants the service's future `Unpin` (`poll_without_shutdown`), and
 //! `WorkerProxy::handle`'s is not: it has to live on the heap. Boxed per request, that is a malloc and
-//! a free of its 2.8 KB (about 500 instructions a request, a size no allocator cache holds). Here the
-//! future is built in a slot the connection's previous request left, and dropped in place when hyper
-//! is done with it, its slot kept for the next one. hyper holds one request's future at a time, so one
-//! spare slot is all a connection ever keeps; it goes when the connection's turn of hyper ends (before
-//! it parks).
+//! a free of its 2.8 KB (about 500 instructions a request, a size no allocator cache holds), and,
+//! built on the stack and then moved into its box, a copy of those kilobytes or more (an HTTP/2
+//! stream's future boxed with `Box::pin` cost 9,000 instructions of `memcpy` a request). Here the
+//! future is built in a slot a finished request left, and dropped in place when hyper is done with
+//! it, its slot kept for the next one. An HTTP/1.1 connection holds one request's future at a time, so
+//! one spare slot is all it keeps ([`Recycler::new`]); an HTTP/2 connection holds one per open stream
+//! and keeps a few ([`Recycler::keeping`]). The spares go with the connection (an HTTP/1.1
+//! connection's when its turn of hyper ends, before it parks).
 
 use std::{
-    cell::Cell,
+    cell::RefCell,
     future::Future,
     mem::MaybeUninit,
     pin::Pin,
@@ -17,23 +20,40 @@ use std::{
     task::{Context, Poll},
 };
 
-/// A connection's spare slot, and the maker of its futures.
+/// A connection's spare slots, and the maker of its futures.
 pub(crate) struct Recycler<F> {
-    spare: Rc<Cell<Option<Box<MaybeUninit<F>>>>>,
+    spare: Rc<Spares<F>>,
+}
+
+/// Slots whose futures are done, at most `keep` of them.
+struct Spares<F> {
+    slots: RefCell<Vec<Box<MaybeUninit<F>>>>,
+    keep: usize,
 }
 
 impl<F> Recycler<F> {
+    /// For futures made one at a time: one spare slot.
     pub(crate) fn new() -> Self {
+        Self::keeping(1)
+    }
+
+    /// Keeps at most `keep` spare slots: enough for the futures that end between two new ones, not
+    /// so many that an idle connection holds much memory.
+    pub(crate) fn keeping(keep: usize) -> Self {
         Self {
-            spare: Rc::default(),
+            spare: Rc::new(Spares {
+                slots: RefCell::new(Vec::new()),
+                keep,
+            }),
         }
     }
 
-    /// `make`'s future, made into the spare slot (or a new one): made into the slot, not made on the
+    /// `make`'s future, made into a spare slot (or a new one): made into the slot, not made on the
     /// stack and copied there (kilobytes).
     #[inline(always)]
     pub(crate) fn recycled(&self, make: impl FnOnce() -> F) -> Recycled<F> {
-        let mut slot = self.spare.take().unwrap_or_else(Box::new_uninit);
+        let spare = self.spare.slots.borrow_mut().pop();
+        let mut slot = spare.unwrap_or_else(Box::new_uninit);
         slot.write(make());
         Recycled {
             slot: Some(slot),
@@ -46,7 +66,7 @@ impl<F> Recycler<F> {
 pub(crate) struct Recycled<F> {
     /// Always `Some`, initialised, until `drop` takes it.
     slot: Option<Box<MaybeUninit<F>>>,
-    spare: Rc<Cell<Option<Box<MaybeUninit<F>>>>>,
+    spare: Rc<Spares<F>>,
 }
 
 impl<F: Future> Future for Recycled<F> {
@@ -77,7 +97,10 @@ impl<F> Drop for Recycled<F> {
             unsafe {
                 slot.assume_init_drop()
             };
-            self.spare.set(Some(slot));
+            let mut spares = self.spare.slots.borrow_mut();
+            if spares.len() < self.spare.keep {
+                spares.push(slot);
+            }
         }
     }
 }
@@ -85,7 +108,7 @@ impl<F> Drop for Recycled<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::{cell::RefCell, task::Waker};
+    use std::task::Waker;
 
     /// A future that notes its drop, ready at its second poll.
     struct Noted {
@@ -143,6 +166,47 @@ mod tests {
         drop(third);
         drop(second);
         assert_eq!(*log.borrow(), ["first", "third", "second"]);
+        assert_eq!(recycler.spare.slots.borrow().len(), 1, "one spare kept");
         drop(recycler);
+    }
+
+    #[test]
+    fn a_recycler_keeping_several_reuses_each_and_keeps_no_more() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let recycler = Recycler::keeping(2);
+        let make = |name| {
+            let log = log.clone();
+            move || Noted {
+                polls: 0,
+                log,
+                name,
+            }
+        };
+        let open: Vec<_> = ["a", "b", "c"]
+            .map(|name| recycler.recycled(make(name)))
+            .into_iter()
+            .collect();
+        let addresses: Vec<_> = open
+            .iter()
+            .map(|f| f.slot.as_deref().map(|slot| slot as *const _))
+            .collect();
+        drop(open);
+        assert_eq!(*log.borrow(), ["a", "b", "c"]);
+        assert_eq!(
+            recycler.spare.slots.borrow().len(),
+            2,
+            "two kept, one freed"
+        );
+        let mut again = [recycler.recycled(make("d")), recycler.recycled(make("e"))];
+        for future in &again {
+            let address = future.slot.as_deref().map(|slot| slot as *const _);
+            assert!(addresses.contains(&address), "made in a kept slot");
+        }
+        for future in &mut again {
+            assert!(Pin::new(future).poll(&mut cx).is_pending());
+        }
+        drop(again);
+        assert_eq!(*log.borrow(), ["a", "b", "c", "d", "e"]);
     }
 }
