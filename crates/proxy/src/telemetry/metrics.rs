@@ -79,7 +79,12 @@ pub(crate) struct RouteTimings {
     pub(crate) request_duration: Histogram,
     /// From a request's arrival to its response head from a backend (retries included).
     pub(crate) response_head: Histogram,
+    /// Responses sent to clients by status code, 100 to 599 (`duet_route_responses_total`).
+    codes: Box<[AtomicU64]>,
 }
+
+/// The status codes counted per route: 100 to 599, one cell each.
+const CODES: std::ops::Range<u16> = 100..600;
 
 impl RouteTimings {
     pub(crate) fn new(route: &str) -> Self {
@@ -87,7 +92,23 @@ impl RouteTimings {
             route: route.into(),
             request_duration: Histogram::default(),
             response_head: Histogram::default(),
+            codes: CODES.map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// One more response of `status` sent to a client.
+    pub(crate) fn response(&self, status: http::StatusCode) {
+        let index = usize::from(status.as_u16().wrapping_sub(CODES.start));
+        if let Some(cell) = self.codes.get(index) {
+            cell.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The codes sent so far with their counts, in code order (none of those never sent).
+    pub(crate) fn codes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        (CODES.zip(self.codes.iter()))
+            .map(|(code, count)| (code, count.load(Relaxed)))
+            .filter(|(_, count)| *count > 0)
     }
 }
 
@@ -580,6 +601,10 @@ pub(crate) mod fixture {
                         .response_head
                         .observe(Duration::from_micros(micros / 2));
                 }
+                // Codes out of order, one twice, one in no worker's other cells.
+                for code in [503, 200, 200, 404 + i as u16] {
+                    timings.response(http::StatusCode::from_u16(code).expect("a status"));
+                }
                 Arc::new(timings)
             })
             .collect();
@@ -811,6 +836,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 43, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 44, "{plain}");
     }
 }

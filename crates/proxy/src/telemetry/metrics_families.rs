@@ -61,6 +61,9 @@ enum Read {
     RouteCounters(&'static CounterFamily),
     /// A histogram of each route, summed over workers (`cluster`, `route`).
     RouteLatency(fn(&RouteTimings) -> &Histogram),
+    /// Responses of each route by status code, summed over workers (`cluster`, `route`, `code`):
+    /// only the codes sent, so a route's series are its few codes, not 500.
+    RouteCodes,
     /// Attempts per request of each cluster, summed over workers (`cluster`).
     Attempts,
     /// A histogram of each backend, summed over workers (`cluster`, `backend`).
@@ -184,6 +187,9 @@ const FAMILIES: &[Family] = &[
         Read::Cluster(|c, _| count(&c.ejections))),
     // The filters' counter families (`duet_mirrors_total`, `duet_hedges_total`), from their modules.
     Family::new("", COUNTER, "", Read::Filters),
+    Family::new("duet_route_responses_total", COUNTER,
+        "Responses sent to clients by route and status code (duet's own answers included once the route picked its cluster), summed over workers.",
+        Read::RouteCodes),
     Family::new("duet_request_duration_seconds", HISTOGRAM,
         "From a request's arrival to the end of its response (all attempts): the client's view.",
         Read::RouteLatency(|r| &r.request_duration)),
@@ -359,6 +365,7 @@ impl Family {
                         .map(move |r| (Labels::route(&c.name, &r.route), cell(r)))
                 }),
             ),
+            Read::RouteCodes => write_codes(out, name, scrape),
             Read::Attempts => write_summed::<SummedAttempts, _>(
                 out,
                 name,
@@ -440,7 +447,11 @@ impl Family {
                     }
                 }
             }
-            Read::RouteLatency(_) | Read::Attempts | Read::BackendLatency(_) | Read::Filters => {}
+            Read::RouteLatency(_)
+            | Read::RouteCodes
+            | Read::Attempts
+            | Read::BackendLatency(_)
+            | Read::Filters => {}
         }
     }
 
@@ -483,6 +494,29 @@ where
         inner.clear();
         labels.write_inner(&mut inner);
         sum.write(out, name, &inner);
+    }
+}
+
+/// Each route's responses by code, summed over workers, in label order.
+fn write_codes(out: &mut String, name: &str, scrape: &Scrape<'_>) {
+    let mut summed: BTreeMap<(Labels<'_>, u16), u64> = BTreeMap::new();
+    for (_, c) in scrape.clusters() {
+        for r in &c.routes {
+            for (code, count) in r.codes() {
+                *summed
+                    .entry((Labels::route(&c.name, &r.route), code))
+                    .or_default() += count;
+            }
+        }
+    }
+    for ((labels, code), count) in summed {
+        let labels = Labels {
+            by: Some(("code", Cow::Owned(code.to_string()))),
+            ..labels
+        };
+        out.push_str(name);
+        labels.write(out);
+        let _ = writeln!(out, " {count}");
     }
 }
 

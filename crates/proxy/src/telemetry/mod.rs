@@ -3,6 +3,8 @@
 
 pub(crate) mod status;
 
+pub(crate) mod done;
+
 pub(crate) mod access_log;
 pub(crate) mod upload;
 
