@@ -343,6 +343,7 @@ fn client_supplied_text_is_quoted_and_escaped_in_the_access_log() {
             "protocol",
             "status",
             "cluster",
+            "route",
             "backend",
             "tried",
             "attempts",

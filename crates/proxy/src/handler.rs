@@ -239,7 +239,7 @@ impl WorkerProxy {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
         };
         let cluster = &table.clusters[index];
-        (log.iter_mut()).for_each(|log| log.cluster = Some(cluster.name.clone()));
+        (log.iter_mut()).for_each(|log| log.routed(&cluster.name, &timings.route));
         let (route, trailers) = (routed.route, state.trailers(dropped));
         let parts = (route, &**filters, trailers, state.body_limit);
         // A body refused is left unread, and the connection closes after the answer.
