@@ -15,3 +15,5 @@ pub(crate) mod metrics;
 pub(crate) mod route_cells;
 
 pub(crate) mod histogram;
+
+pub(crate) mod process_stats;
