@@ -252,6 +252,15 @@ fn the_status_page_shows_every_backend_and_the_one_taken_down() {
         .map(|b| b["picks"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(picks, 10, "{status}");
+    // Schema 2: every count a named field, no positional arrays.
+    assert_eq!(status["schema"], 2, "{status}");
+    let two_hundreds: u64 = status["clusters"][0]["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .map(|b| b["responses"]["2xx"].as_u64().expect("a named 2xx count"))
+        .sum();
+    assert_eq!(two_hundreds, 10, "{status}");
 
     // Taken down: its health checks fail, and the page says so.
     b.stop();
