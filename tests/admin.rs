@@ -252,6 +252,15 @@ fn the_status_page_shows_every_backend_and_the_one_taken_down() {
         .map(|b| b["picks"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(picks, 10, "{status}");
+    // Schema 2: every count a named field, no positional arrays.
+    assert_eq!(status["schema"], 2, "{status}");
+    let two_hundreds: u64 = status["clusters"][0]["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .map(|b| b["responses"]["2xx"].as_u64().expect("a named 2xx count"))
+        .sum();
+    assert_eq!(two_hundreds, 10, "{status}");
 
     // Taken down: its health checks fail, and the page says so.
     b.stop();
@@ -343,4 +352,53 @@ fn silent_connections_neither_delay_healthz_nor_outstay_the_header_timeout() {
         closed >= Duration::from_millis(4500),
         "closed after {closed:?}, before the header timeout"
     );
+}
+
+/// A route's error ratio from one scrape, as an SLO's recording rule computes it: its 5xx responses
+/// over all its responses (`duet_route_responses_total{route,code}`), the backend's own 5xx and duet's
+/// answers for a cluster no backend of which answers alike.
+#[test]
+fn a_per_route_5xx_ratio_comes_from_one_scrape() {
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let config = DuetConfig::new()
+        .workers(2)
+        .admin()
+        .route(None, "/status", "app")
+        .route(None, "/dead", "dead")
+        .cluster(Cluster::new("app").backend(app.address()))
+        // Nothing listens on port 1: every attempt is refused.
+        .cluster(Cluster::new("dead").backend("127.0.0.1:1".parse().expect("address")));
+    let duet = Duet::start_with(&config.to_yaml(), "warn,duet::cli=info");
+    let paths = ["/status/200"; 6]
+        .into_iter()
+        .chain(["/status/500", "/status/500", "/status/503"])
+        .chain(["/dead"; 3]);
+    for path in paths {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (response, _) = raw_exchange(duet.address, request.as_bytes(), Duration::from_secs(5));
+        assert!(response.starts_with("HTTP/1.1 "), "{path}: {response}");
+    }
+    let metrics = get(duet.admin_address(), "/metrics");
+    let family = "duet_route_responses_total";
+    let of = |route: &str, code: &str| {
+        sum(
+            &metrics,
+            family,
+            &format!("route=\"{route}\",code=\"{code}\""),
+        )
+    };
+    assert_eq!(of("*/status", "200"), 6.0, "{metrics}");
+    assert_eq!(of("*/status", "500"), 2.0, "{metrics}");
+    assert_eq!(of("*/status", "503"), 1.0, "{metrics}");
+    assert_eq!(of("*/dead", "502"), 3.0, "{metrics}");
+    let ratio = |route: &str| {
+        let route = format!("route=\"{route}\",code=\"");
+        let errors = sum(&metrics, family, &format!("{route}5"));
+        errors / sum(&metrics, family, &route)
+    };
+    assert_eq!(ratio("*/status"), 3.0 / 9.0, "{metrics}");
+    assert_eq!(ratio("*/dead"), 1.0, "{metrics}");
+    // Every request once, whichever worker served it: the codes add up to the requests.
+    assert_eq!(sum(&metrics, family, ""), 12.0, "{metrics}");
+    promtool_accepts(&metrics);
 }

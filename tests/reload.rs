@@ -45,6 +45,20 @@ fn sighup_applies_a_valid_config_and_keeps_the_old_one_on_errors() {
     for _ in 0..20 {
         assert_eq!(served_by(duet.address), "new", "every worker switched");
     }
+    // The log says what the reload changed, as `duet check --diff` writes it.
+    let lines = duet.log_lines();
+    let at = (lines.iter().position(|l| l.contains("SIGHUP: reloaded ")))
+        .unwrap_or_else(|| panic!("no reload line: {lines:#?}"));
+    assert!(lines[at].ends_with(": 2 changes"), "{lines:#?}");
+    // The listener, bound to port 0 first and named with the port it got now, did not change.
+    assert_eq!(
+        lines[at + 1..at + 3],
+        [
+            format!("  + cluster app: backend {} weight 1", new.address()),
+            format!("  - cluster app: backend {}", old.address()),
+        ],
+        "{lines:#?}"
+    );
     let applied = hash_of(&path);
     assert_ne!(applied, started_with);
     assert!(crate::admin::get(admin, "/metrics").contains(&applied));

@@ -256,7 +256,7 @@ fn one_access_log_line_per_request() {
     assert!(response.starts_with("HTTP/1.1 200"));
     let expected = format!(
         "duet::access: client=127.0.0.1 method=GET host=x path=/bytes/1234 protocol=HTTP/1.1 \
-         status=200 cluster=app backend={} tried=- attempts=1 ",
+         status=200 cluster=app route=*/ backend={} tried=- attempts=1 ",
         backend.address()
     );
     let found = support::eventually(Duration::from_secs(5), || {
@@ -343,6 +343,7 @@ fn client_supplied_text_is_quoted_and_escaped_in_the_access_log() {
             "protocol",
             "status",
             "cluster",
+            "route",
             "backend",
             "tried",
             "attempts",

@@ -192,11 +192,12 @@ impl Server {
     /// addresses and the worker count are fixed at start: a change to them is refused (restart duet to
     /// apply it), and nothing changes; so is a certificate that does not load.
     pub fn reload(&self, config: Config) -> Result<(), String> {
-        self.apply(Reload::read(config))
+        self.apply(Reload::read(config)).map(drop)
     }
 
-    /// [`reload`](Self::reload) with the certificate files already read.
-    pub(crate) fn apply(&self, reload: Reload) -> Result<(), String> {
+    /// [`reload`](Self::reload) with the certificate files already read; what it changed, as
+    /// `duet check --diff` writes it (empty: the same configuration again).
+    pub(crate) fn apply(&self, reload: Reload) -> Result<Vec<duet_config::Change>, String> {
         let config = reload.config;
         let current = self.config.borrow().clone();
         // A listener is unchanged if it names the address it was configured with or the one it bound
@@ -214,9 +215,18 @@ impl Server {
             return Err("the worker count changed: restart duet to apply it".into());
         }
         let acceptors = reload.tls?;
+        // Diffed against the running listeners as bound: port 0 resolved is no change.
+        let mut running = (*current).clone();
+        let bound = running.listeners.iter_mut().zip(&self.addresses);
+        for ((old, bound), new) in bound.zip(&config.listeners) {
+            if new.address == *bound {
+                old.address = *bound;
+            }
+        }
+        let changes = duet_config::diff(&running, &config);
         self.tls.send_replace(Arc::new(acceptors));
         self.config.send_replace(Arc::new(config));
-        Ok(())
+        Ok(changes)
     }
 
     /// Where the workers' metrics are published (and the process's own facts recorded).

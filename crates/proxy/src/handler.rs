@@ -8,6 +8,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::{ConnectionState, InService, WorkerBuffers},
     filter::phase::{Arrival, Build, Decision},
+    filter::RouteFilters,
     grpc, headers,
     peer::Client,
     request_id::RequestIds,
@@ -18,7 +19,8 @@ use crate::{
     stage::route,
     stage::route_index::RouteIndex,
     telemetry::access_log::AccessLog,
-    telemetry::metrics::{Readiness, Registry, WorkerCounters},
+    telemetry::done::{self, Done},
+    telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
     view::{HealthView, ResolvedNames},
 };
@@ -237,9 +239,9 @@ impl WorkerProxy {
             return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
         };
         let cluster = &table.clusters[index];
-        (log.iter_mut()).for_each(|log| log.cluster = Some(cluster.name.clone()));
+        (log.iter_mut()).for_each(|log| log.routed(&cluster.name, &timings.route));
         let (route, trailers) = (routed.route, state.trailers(dropped));
-        let parts = (route, filters, trailers, state.body_limit);
+        let parts = (route, &**filters, trailers, state.body_limit);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
@@ -259,10 +261,7 @@ impl WorkerProxy {
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
         let outcome = pin!(sent).await;
-        if outcome.is_err() {
-            // No backend answered (one that did is timed when its body ends, by its `Completion`).
-            timings.request_duration.observe(started.elapsed());
-        }
+        let unanswered = outcome.is_err();
         let mut response = respond::respond(
             cluster,
             outcome,
@@ -271,6 +270,9 @@ impl WorkerProxy {
             connection,
             grpc,
         );
+        if unanswered {
+            unanswered_done(timings, filters, started, response.status());
+        }
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
             self.http1_fields(&table, connection, response.headers_mut(), grpc);
         }
@@ -433,6 +435,30 @@ impl Table {
         let at = self.config.routes.iter().position(|r| r.name == name)?;
         self.routes.get(at)
     }
+}
+
+/// The done phase of a request no backend answered, with duet's own answer of `status` (one that a
+/// backend answered is done when its response body ends, by its attempt's `Completion`).
+fn unanswered_done(
+    timings: &RouteTimings,
+    filters: &RouteFilters,
+    started: Instant,
+    status: http::StatusCode,
+) {
+    let done = Done {
+        route: &timings.route,
+        status,
+        duration: started.elapsed(),
+        backend: None,
+    };
+    // Its access-log line is written when duet's answer's body is done with.
+    done::finish(
+        &done,
+        timings,
+        Some(filters).filter(|f| f.observes()).map(|f| f as _),
+        None,
+        "",
+    );
 }
 
 /// The request phase of the route's filters: duet's own answer if a filter answers or refuses the

@@ -458,7 +458,7 @@ clusters:
         );
         for line in text.lines() {
             assert!(
-                line.starts_with("# ") || line.starts_with("duet_"),
+                line.starts_with("# ") || line.starts_with("duet_") || line.starts_with("process_"),
                 "not a sample or a comment: {line:?}"
             );
         }

@@ -168,9 +168,9 @@ impl<'a> Reloader<'a> {
                 );
             }
             Some(Ok(reload)) => match self.server.apply(reload) {
-                Ok(()) => {
+                Ok(changes) => {
                     registry.note_config_applied(outcome.hash, true);
-                    tracing::info!("{why}: reloaded {path}");
+                    tracing::info!("{why}: reloaded {path}{}", changed(&changes));
                 }
                 Err(reason) => {
                     registry.note_reload_failed();
@@ -190,6 +190,21 @@ impl<'a> Reloader<'a> {
             tracing::warn!("--watch: cannot check {path}: {reason}");
         }
     }
+}
+
+/// What a reload changed, for its log line: each change on a line of its own as `duet check --diff`
+/// writes it, so that the log says what a reload did and not only that it happened.
+fn changed(changes: &[duet_config::Change]) -> String {
+    if changes.is_empty() {
+        return ": nothing changed".to_owned();
+    }
+    let s = if changes.len() == 1 { "" } else { "s" };
+    let mut text = format!(": {} change{s}", changes.len());
+    for change in changes {
+        text.push_str("\n  ");
+        text.push_str(&change.to_string());
+    }
+    text
 }
 
 /// On a reader thread: the file's hash and, if `forced` or the content is not `seen`, its

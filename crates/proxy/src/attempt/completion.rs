@@ -27,6 +27,7 @@ use crate::{
     outcome::{Blame, Ending, Failure},
     spare::{self, SpareBoxes},
     telemetry::access_log::AccessLog,
+    telemetry::done::{self, Done, Observer},
     telemetry::metrics::{BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
@@ -60,6 +61,8 @@ pub(crate) struct Settlement {
     /// When its request arrived, and its route's histograms: set once it carries the response.
     request: Option<(Instant, Arc<RouteTimings>)>,
     status: Option<StatusCode>,
+    /// The route's filters acting in the done phase, if it has any.
+    observer: Option<Rc<dyn Observer>>,
     /// How it ended, once it has; `None` when dropped unfinished (the client went away).
     ended: Option<Ending>,
     log: Option<Box<AccessLog>>,
@@ -119,6 +122,7 @@ impl Completion {
             attempt_started: Instant::now(),
             request: None,
             status: None,
+            observer: None,
             ended: None,
             log: None,
             lease: None,
@@ -149,11 +153,13 @@ impl Completion {
     }
 
     /// The attempt got its response: it now carries the request (its arrival time, for the latency
-    /// histograms, and its access-log record) to the end.
+    /// histograms, its route's done-phase filters and its access-log record) to the end, where it
+    /// hands them the finished request ([`done`]).
     pub(crate) fn attach_request(
         &mut self,
         started: Instant,
         timings: Arc<RouteTimings>,
+        observer: Option<Rc<dyn Observer>>,
         mut log: Option<Box<AccessLog>>,
     ) {
         if let Some(log) = log.as_mut() {
@@ -164,6 +170,7 @@ impl Completion {
             .response_head
             .observe(now.saturating_duration_since(started));
         self.request = Some((started, timings));
+        self.observer = observer;
         let head_time = now.saturating_duration_since(self.attempt_started);
         self.stats.header_time.observe(head_time);
         if let Some(log) = log.as_mut() {
@@ -252,6 +259,9 @@ impl Completion {
     /// backend's fault. Settles now and hands back the access-log record for the error response.
     pub(crate) fn reject(mut self) -> Option<Box<AccessLog>> {
         self.ended = Some(Ending::Refused);
+        // What the client is sent instead (for the done phase; a gRPC call's is a 200 with its
+        // `grpc-status`, told by the access log).
+        self.status = Some(StatusCode::BAD_GATEWAY);
         self.log.take()
     }
 }
@@ -276,16 +286,18 @@ impl Drop for Settlement {
                 lease.release(now);
             }
         }
-        let duration = self.request.as_ref().map(|(started, timings)| {
-            let duration = now.saturating_duration_since(*started);
-            timings.request_duration.observe(duration);
-            duration
-        });
         self.settle(now);
-        // The line is written last, once every verdict is in; with the clock reading the histogram
-        // took, rather than a reading of its own.
-        if let (Some(log), Some(duration)) = (self.log.take(), duration) {
-            log.finish(duration, &self.stats.address_text);
+        // The request is done once every verdict is in; timed with the clock reading the pool took,
+        // rather than a reading of its own.
+        if let Some((started, timings)) = &self.request {
+            let done = Done {
+                route: &timings.route,
+                status: self.status.unwrap_or(StatusCode::OK),
+                duration: now.saturating_duration_since(*started),
+                backend: Some(self.backend),
+            };
+            let (observer, log) = (self.observer.as_deref(), self.log.take());
+            done::finish(&done, timings, observer, log, &self.stats.address_text);
         }
     }
 }

@@ -16,6 +16,7 @@
 //! | response head | `on_response_head` | respond, on a backend's response | edit the response head |
 //! | response body | `plan_body`, `on_response_body` | the handler at arrival; respond, on a backend's response | put another body in place of the backend's (`compress:`) |
 //! | error page | `error_page` | the handler, on duet's own error answer after routing | the page in place of its text (`error_pages:`) |
+//! | done | `on_done` | the answering attempt's completion at the end of the response, or the handler when no backend answered | observe the finished-request record ([`Done`]) the route's histograms and the access log are handed |
 //!
 //! A filter's state lives in its value, one per route per worker, built once per config by
 //! [`Phases::build`], which is also handed the filter of the route of the same name before a reload:
@@ -85,6 +86,7 @@ use crate::{
     exchange::Prepared,
     peer::Client,
     telemetry::access_log::AccessLog,
+    telemetry::done::{Done, Observer},
     telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::Route;
@@ -307,10 +309,25 @@ impl RouteFilters {
             .find_map(|filter| dispatch!(filter, f => f.error_page(status, json)))
     }
 
+    /// Whether a filter of the route acts in the done phase: only then do its attempts carry the
+    /// filters to the end of the response.
+    pub(crate) fn observes(&self) -> bool {
+        self.phases.has(Phase::DONE)
+    }
+
     /// Adds the filters' metric cells to their worker's clusters' `cells`.
     pub(crate) fn publish(&self, cells: &mut [ClusterCells]) {
         for filter in &self.filters {
             dispatch!(filter, f => f.publish(cells));
+        }
+    }
+}
+
+/// The done phase.
+impl Observer for RouteFilters {
+    fn on_done(&self, done: &Done<'_>) {
+        for filter in self.acting(Phase::DONE) {
+            dispatch!(filter, f => f.on_done(done));
         }
     }
 }

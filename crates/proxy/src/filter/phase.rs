@@ -9,6 +9,7 @@ use crate::{
     exchange::Prepared,
     peer::Client,
     telemetry::access_log::AccessLog,
+    telemetry::done::Done,
     telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::{Config, Route};
@@ -19,7 +20,7 @@ use std::{future::Future, net::SocketAddr, pin::Pin, rc::Rc};
 /// The phases a filter may act in, as bits: [`Phases::PHASES`] says which a filter uses, so that a
 /// route runs only the hooks its filters have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Phase(u8);
+pub(crate) struct Phase(u16);
 
 impl Phase {
     /// [`Phases::on_request`].
@@ -38,6 +39,8 @@ impl Phase {
     pub(crate) const RESPONSE_BODY: Self = Self(1 << 6);
     /// [`Phases::admit`].
     pub(crate) const ADMIT: Self = Self(1 << 7);
+    /// [`Phases::on_done`].
+    pub(crate) const DONE: Self = Self(1 << 8);
     /// None.
     pub(crate) const NONE: Self = Self(0);
 
@@ -233,6 +236,11 @@ pub(crate) trait Phases: Sized {
     /// A backend's response (after the response-head phase) with what [`plan_body`](Phases::plan_body)
     /// chose: the filter may change its head and put another body in place of its own.
     fn on_response_body(&self, _plan: BodyPlan, _response: &mut Response<ProxyBody>) {}
+
+    /// The request is done (its response ended, or was dropped unfinished): what it came to, the
+    /// same record the route's histograms and the access log are handed, once per request that
+    /// reached a cluster. Runs after the response is out: it observes, it changes nothing.
+    fn on_done(&self, _done: &Done<'_>) {}
 
     /// The filter's metric cells, added to its worker's clusters' (`cells`, in `config.clusters`
     /// order) when the worker publishes them.

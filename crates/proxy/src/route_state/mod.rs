@@ -11,7 +11,7 @@ use crate::{
 };
 use duet_config::{Action, Route};
 use split::Splitter;
-use std::sync::Arc;
+use std::{rc::Rc, sync::Arc};
 
 /// A route's state in one worker.
 pub(crate) struct RouteState {
@@ -20,7 +20,9 @@ pub(crate) struct RouteState {
     timings: PerCluster<Arc<RouteTimings>>,
     /// The smooth weighted round robin of a split route.
     split: Option<Splitter>,
-    pub(crate) filters: RouteFilters,
+    /// Shared with the attempts of a route whose filters act in the done phase, which hand them the
+    /// finished request at the end of its response, after the request's handler is gone.
+    pub(crate) filters: Rc<RouteFilters>,
     /// What a request's trailers lose on this route: every field its request edits set or remove.
     trailers: TrailerScrub,
     /// The largest request body the route takes (its `max_request_body`, or the `limits` default).
@@ -39,7 +41,7 @@ impl RouteState {
             Action::Split(split) => Some(Splitter::new(split)),
             Action::Cluster(_) | Action::Redirect(_) | Action::Respond => None,
         };
-        let filters = RouteFilters::new(route, build, previous.map(|old| &old.filters));
+        let filters = RouteFilters::new(route, build, previous.map(|old| &*old.filters));
         let edits = &route.request_headers;
         let trailers = TrailerScrub::new(
             edits.set.iter().map(|(name, _)| name.as_str()),
@@ -48,7 +50,7 @@ impl RouteState {
         Self {
             timings,
             split,
-            filters,
+            filters: Rc::new(filters),
             trailers,
             body_limit: route.body_limit(&build.config.limits),
         }

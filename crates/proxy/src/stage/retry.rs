@@ -17,6 +17,7 @@ use crate::{
     filter::RouteFilters,
     forward, grpc,
     telemetry::access_log::AccessLog,
+    telemetry::done::Observer,
     telemetry::metrics::RouteTimings,
 };
 use duet_config::Route;
@@ -34,7 +35,7 @@ use tower::retry::budget::Budget;
 #[derive(Clone, Copy)]
 pub(crate) struct RouteState<'a> {
     pub(crate) timings: &'a Arc<RouteTimings>,
-    pub(crate) filters: &'a RouteFilters,
+    pub(crate) filters: &'a Rc<RouteFilters>,
 }
 
 /// Sends `prepared` to `cluster`, retrying failed attempts where that is safe; the first attempt as
@@ -126,7 +127,10 @@ pub(crate) async fn send(
                     log.attempts = sent as u32;
                     log
                 });
-                completion.attach_request(started, timings.clone(), log);
+                let observer = filters
+                    .observes()
+                    .then(|| filters.clone() as Rc<dyn Observer>);
+                completion.attach_request(started, timings.clone(), observer, log);
                 return Ok((response, completion));
             }
             Err(error) => error,

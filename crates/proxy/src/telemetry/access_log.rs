@@ -37,6 +37,8 @@ pub(crate) struct AccessLog {
     started: Instant,
     pub(crate) status: StatusCode,
     pub(crate) cluster: Option<Arc<str>>,
+    /// The route's name, once it picked its cluster.
+    pub(crate) route: Option<Arc<str>>,
     pub(crate) backend: Option<SocketAddr>,
     /// Backends whose attempts failed before the last one.
     pub(crate) tried: Vec<SocketAddr>,
@@ -92,6 +94,7 @@ impl AccessLog {
             started,
             status: StatusCode::OK,
             cluster: None,
+            route: None,
             backend: None,
             tried: Vec::new(),
             attempts: 0,
@@ -104,6 +107,14 @@ impl AccessLog {
             written: false,
         };
         Some(spare::boxed(&SPARE_RECORDS, record))
+    }
+}
+
+impl AccessLog {
+    /// The request's route picked `cluster`: the line names both.
+    pub(crate) fn routed(&mut self, cluster: &Arc<str>, route: &Arc<str>) {
+        self.cluster = Some(cluster.clone());
+        self.route = Some(route.clone());
     }
 }
 
@@ -192,7 +203,8 @@ impl AccessLog {
         // Milliseconds with microsecond precision, as numbers (in JSON too).
         let millis = |ms: f64| round(ms * 1000.0) / 1000.0;
         let duration_ms = millis(duration.as_secs_f64() * 1000.0);
-        let upstream_head_ms = self.upstream_head_ms.map_or(-1.0, millis);
+        // No backend answered: no wait for a head to write (absent in text, `null` in JSON).
+        let upstream_head_ms = self.upstream_head_ms.map(millis);
         if let Some(sink) = SINK.get() {
             (sink.write)(&mut |line| {
                 let now = SystemTime::now()
@@ -217,6 +229,7 @@ impl AccessLog {
             protocol = ?self.version,
             status = self.status.as_u16(),
             cluster = %self.cluster.as_deref().unwrap_or("-"),
+            route = self.route.as_deref(),
             backend = %OrDash(self.backend),
             tried = %Joined(&self.tried),
             attempts = self.attempts,
@@ -322,6 +335,10 @@ impl AccessLog {
         fields.text(name!("protocol"), protocol(self.version));
         fields.status(name!("status"), self.status);
         fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
+        match self.route.as_deref() {
+            Some(route) => fields.text(name!("route"), route),
+            None => fields.null(name!("route")),
+        }
         match (self.backend, backend_text) {
             (Some(_), Some(text)) => {
                 fields.address(name!("backend"), |line| line.put(text.as_bytes()))
@@ -346,7 +363,10 @@ impl AccessLog {
         fields.number(name!("attempts"), u64::from(self.attempts));
         fields.text(name!("hedged"), self.raced);
         fields.millis(name!("duration_ms"), duration_ms);
-        fields.millis(name!("upstream_head_ms"), upstream_head_ms);
+        match upstream_head_ms {
+            Some(ms) => fields.millis(name!("upstream_head_ms"), ms),
+            None => fields.null(name!("upstream_head_ms")),
+        }
         fields.number(name!("bytes"), self.bytes);
         fields.number(name!("bytes_received"), self.received.bytes());
         fields.text(name!("outcome"), self.outcome);
@@ -372,7 +392,7 @@ impl AccessLog {
 
 /// The clock's reading for the line's timestamp (since the Unix epoch), its duration and response-head
 /// time in milliseconds, and its backend's address already formatted.
-type LineValues<'a> = (Duration, f64, f64, Option<&'a str>);
+type LineValues<'a> = (Duration, f64, Option<f64>, Option<&'a str>);
 
 /// Spare capacity a line is written into, reserved at the end of the buffer beforehand.
 const ROOM: usize = 1024;
@@ -611,6 +631,16 @@ impl<const JSON: bool, O: Out> Fields<'_, JSON, O> {
         write(self.line);
         if JSON {
             self.line.byte(b'"');
+        }
+    }
+
+    /// A field with no value: `null` in JSON, left out of a text line (no made-up value such as
+    /// `-1.0` for a log tool to average in).
+    #[inline(always)]
+    fn null(&mut self, name: Name) {
+        if JSON {
+            self.name(name);
+            self.line.put(b"null");
         }
     }
 
@@ -1165,6 +1195,7 @@ mod tests {
             started: Instant::now(),
             status: StatusCode::NOT_FOUND,
             cluster: Some(Arc::from("api")),
+            route: Some(Arc::from("api-v1")),
             backend: Some("127.0.0.1:9001".parse().expect("address")),
             tried: vec!["127.0.0.1:9002".parse().expect("address")],
             attempts: 2,
@@ -1184,7 +1215,7 @@ mod tests {
         let values = (
             Duration::from_micros(1_700_000_000_123_456),
             12.345,
-            1.25,
+            Some(1.25),
             Some("127.0.0.1:9001"),
         );
         let lengths = (0..40).map(|host_length| (10, host_length));
@@ -1208,6 +1239,46 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_request_no_backend_answered_has_no_made_up_head_time_and_no_route_before_one_is_picked() {
+        let mut log = record(10);
+        log.upstream_head_ms = None;
+        log.route = None;
+        log.backend = None;
+        let values = (Duration::from_secs(1_700_000_000), 2.5, None, None);
+        let line = |log: &AccessLog, json: bool| {
+            let mut line = Vec::new();
+            log.format(&mut line, json, values);
+            String::from_utf8(line).expect("text")
+        };
+        let text = line(&log, false);
+        assert!(
+            !text.contains("upstream_head_ms") && !text.contains("route="),
+            "{text}"
+        );
+        assert!(text.contains(" duration_ms=2.5 bytes=1234 "), "{text}");
+        let json = line(&log, true);
+        assert!(
+            json.contains(r#""cluster":"api","route":null,"backend":"-""#),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""upstream_head_ms":null,"bytes":1234"#),
+            "{json}"
+        );
+        // With both known, both are written.
+        let log = record(10);
+        let values = (values.0, 2.5, Some(1.25), Some("127.0.0.1:9001"));
+        let mut text = Vec::new();
+        log.format(&mut text, false, values);
+        let text = String::from_utf8(text).expect("text");
+        assert!(
+            text.contains(" cluster=api route=api-v1 backend=127.0.0.1:9001 "),
+            "{text}"
+        );
+        assert!(text.contains(" upstream_head_ms=1.25 "), "{text}");
     }
 
     #[test]

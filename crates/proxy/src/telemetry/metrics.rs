@@ -9,6 +9,7 @@
 use crate::{
     outcome::Failure,
     telemetry::histogram::{AttemptCounts, Histogram},
+    telemetry::process_stats::{self, ProcessStats},
     telemetry::route_cells::RouteCells,
 };
 use duet_balance::EndpointLoad;
@@ -79,7 +80,12 @@ pub(crate) struct RouteTimings {
     pub(crate) request_duration: Histogram,
     /// From a request's arrival to its response head from a backend (retries included).
     pub(crate) response_head: Histogram,
+    /// Responses sent to clients by status code, 100 to 599 (`duet_route_responses_total`).
+    codes: Box<[AtomicU64]>,
 }
+
+/// The status codes counted per route: 100 to 599, one cell each.
+const CODES: std::ops::Range<u16> = 100..600;
 
 impl RouteTimings {
     pub(crate) fn new(route: &str) -> Self {
@@ -87,7 +93,23 @@ impl RouteTimings {
             route: route.into(),
             request_duration: Histogram::default(),
             response_head: Histogram::default(),
+            codes: CODES.map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// One more response of `status` sent to a client.
+    pub(crate) fn response(&self, status: http::StatusCode) {
+        let index = usize::from(status.as_u16().wrapping_sub(CODES.start));
+        if let Some(cell) = self.codes.get(index) {
+            cell.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The codes sent so far with their counts, in code order (none of those never sent).
+    pub(crate) fn codes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        (CODES.zip(self.codes.iter()))
+            .map(|(code, count)| (code, count.load(Relaxed)))
+            .filter(|(_, count)| *count > 0)
     }
 }
 
@@ -307,6 +329,8 @@ pub(crate) struct ProcessState {
     pub(crate) last_applied_bits: AtomicU64,
     /// FNV-1a of the configuration file's bytes as last applied: compare it with the file you meant.
     pub(crate) config_hash: AtomicU64,
+    /// Reads the process's resources at a scrape (fixed in tests).
+    pub(crate) resources: fn() -> Option<ProcessStats>,
 }
 
 impl Default for ProcessState {
@@ -319,6 +343,7 @@ impl Default for ProcessState {
             last_reload_ok: std::sync::atomic::AtomicBool::new(true),
             last_applied_bits: AtomicU64::new(now.to_bits()),
             config_hash: AtomicU64::new(0),
+            resources: process_stats::read,
         }
     }
 }
@@ -580,6 +605,10 @@ pub(crate) mod fixture {
                         .response_head
                         .observe(Duration::from_micros(micros / 2));
                 }
+                // Codes out of order, one twice, one in no worker's other cells.
+                for code in [503, 200, 200, 404 + i as u16] {
+                    timings.response(http::StatusCode::from_u16(code).expect("a status"));
+                }
                 Arc::new(timings)
             })
             .collect();
@@ -623,6 +652,17 @@ pub(crate) mod fixture {
         found.unwrap_or_else(|| panic!("no counter family {name}"))
     }
 
+    /// The process's resources, fixed so that a rendering can be compared with its capture.
+    pub(crate) fn fixed_resources() -> Option<crate::telemetry::process_stats::ProcessStats> {
+        Some(crate::telemetry::process_stats::ProcessStats {
+            cpu_seconds: 12.34,
+            resident_bytes: 25_165_824,
+            virtual_bytes: 1_073_741_824,
+            open_fds: 42,
+            max_fds: 1_048_576,
+        })
+    }
+
     pub(crate) const WEIRD: &str = "we\"ird\\name\n<&>";
 
     /// Two workers with the same clusters (`idle` has no backend and no route); `reloading`: worker 1
@@ -638,6 +678,7 @@ pub(crate) mod fixture {
                 last_reload_ok: std::sync::atomic::AtomicBool::new(false),
                 last_applied_bits: AtomicU64::new(1_700_000_100.5_f64.to_bits()),
                 config_hash: AtomicU64::new(config_hash(b"clusters: []\n")),
+                resources: fixed_resources,
             }),
             ..Registry::default()
         };
@@ -788,7 +829,13 @@ mod golden_tests {
     /// The filters' families come with the workers' cells: before any worker has published, they
     /// are not written at all.
     fn before_any_worker_starts_both_expositions_are_every_header_and_the_process_samples() {
-        let registry = super::Registry::new();
+        let registry = super::Registry {
+            process: std::sync::Arc::new(super::ProcessState {
+                resources: super::fixture::fixed_resources,
+                ..super::ProcessState::default()
+            }),
+            ..super::Registry::new()
+        };
         let plain = registry.render_prometheus();
         assert_eq!(plain, registry.render_prometheus_aggregated());
         let samples: Vec<&str> = plain
@@ -801,6 +848,12 @@ mod golden_tests {
             [
                 "duet_build_info",
                 "duet_process_start_time_seconds",
+                "process_cpu_seconds_total",
+                "process_resident_memory_bytes",
+                "process_virtual_memory_bytes",
+                "process_open_fds",
+                "process_max_fds",
+                "process_start_time_seconds",
                 "duet_config_reloads_total",
                 "duet_config_reloads_total",
                 "duet_config_last_reload_successful",
@@ -811,6 +864,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 43, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 50, "{plain}");
     }
 }

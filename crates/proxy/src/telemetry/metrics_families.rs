@@ -19,6 +19,7 @@ use crate::{
         BackendCell, BackendStats, ClusterCells, ClusterCounters, CounterFamily, DiscoveryCounters,
         ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters, WorkerEntry,
     },
+    telemetry::process_stats::ProcessStats,
 };
 use std::{
     borrow::{Borrow, Cow},
@@ -46,6 +47,9 @@ struct Family {
 enum Read {
     /// The process's (no label; the index is the `by` value's).
     Process(fn(&Scrape<'_>, usize) -> Value),
+    /// The process's resources as the system counts them (no label); no sample where they cannot
+    /// be read.
+    Resources(fn(&ProcessStats) -> Value),
     /// Always 1; its one label, named here, says it all.
     Info(&'static str, fn(&Scrape<'_>) -> String),
     /// Each worker's (`worker`).
@@ -61,6 +65,9 @@ enum Read {
     RouteCounters(&'static CounterFamily),
     /// A histogram of each route, summed over workers (`cluster`, `route`).
     RouteLatency(fn(&RouteTimings) -> &Histogram),
+    /// Responses of each route by status code, summed over workers (`cluster`, `route`, `code`):
+    /// only the codes sent, so a route's series are its few codes, not 500.
+    RouteCodes,
     /// Attempts per request of each cluster, summed over workers (`cluster`).
     Attempts,
     /// A histogram of each backend, summed over workers (`cluster`, `backend`).
@@ -88,6 +95,25 @@ const FAMILIES: &[Family] = &[
         Read::Info("version", |_| env!("CARGO_PKG_VERSION").to_owned())),
     Family::new("duet_process_start_time_seconds", GAUGE,
         "When the process started, in seconds since the Unix epoch.",
+        Read::Process(|s, _| Value::Fixed(s.process.started_unix_seconds, 3))),
+    // The standard process families, under the names Prometheus's client libraries give them.
+    Family::new("process_cpu_seconds_total", COUNTER,
+        "Total user and system CPU time spent in seconds.",
+        Read::Resources(|r| Value::Fixed(r.cpu_seconds, 2))),
+    Family::new("process_resident_memory_bytes", GAUGE,
+        "Resident memory size in bytes.",
+        Read::Resources(|r| Value::Count(r.resident_bytes))),
+    Family::new("process_virtual_memory_bytes", GAUGE,
+        "Virtual memory size in bytes.",
+        Read::Resources(|r| Value::Count(r.virtual_bytes))),
+    Family::new("process_open_fds", GAUGE,
+        "Number of open file descriptors.",
+        Read::Resources(|r| Value::Count(r.open_fds))),
+    Family::new("process_max_fds", GAUGE,
+        "Maximum number of open file descriptors.",
+        Read::Resources(|r| Value::Count(r.max_fds))),
+    Family::new("process_start_time_seconds", GAUGE,
+        "Start time of the process since unix epoch in seconds.",
         Read::Process(|s, _| Value::Fixed(s.process.started_unix_seconds, 3))),
     Family::new("duet_config_reloads_total", COUNTER,
         "Configuration reloads (SIGHUP), by result; a failed one leaves the running configuration in place.",
@@ -184,6 +210,9 @@ const FAMILIES: &[Family] = &[
         Read::Cluster(|c, _| count(&c.ejections))),
     // The filters' counter families (`duet_mirrors_total`, `duet_hedges_total`), from their modules.
     Family::new("", COUNTER, "", Read::Filters),
+    Family::new("duet_route_responses_total", COUNTER,
+        "Responses sent to clients by route and status code (duet's own answers included once the route picked its cluster), summed over workers.",
+        Read::RouteCodes),
     Family::new("duet_request_duration_seconds", HISTOGRAM,
         "From a request's arrival to the end of its response (all attempts): the client's view.",
         Read::RouteLatency(|r| &r.request_duration)),
@@ -262,6 +291,7 @@ impl Registry {
                 workers,
                 process,
                 discovery,
+                resources: (process.resources)(),
             };
             let mut out = String::new();
             for family in FAMILIES {
@@ -277,6 +307,8 @@ struct Scrape<'a> {
     workers: &'a BTreeMap<usize, WorkerEntry>,
     process: &'a ProcessState,
     discovery: &'a DiscoveryCounters,
+    /// The process's resources, read once for the scrape.
+    resources: Option<ProcessStats>,
 }
 
 impl<'a> Scrape<'a> {
@@ -359,6 +391,7 @@ impl Family {
                         .map(move |r| (Labels::route(&c.name, &r.route), cell(r)))
                 }),
             ),
+            Read::RouteCodes => write_codes(out, name, scrape),
             Read::Attempts => write_summed::<SummedAttempts, _>(
                 out,
                 name,
@@ -393,6 +426,11 @@ impl Family {
     fn samples<'a>(&self, scrape: &Scrape<'a>, emit: &mut dyn FnMut(Labels<'a>, Value)) {
         match self.read {
             Read::Process(read) => self.series(Labels::default(), |i| read(scrape, i), emit),
+            Read::Resources(read) => {
+                if let Some(resources) = &scrape.resources {
+                    emit(Labels::default(), read(resources));
+                }
+            }
             Read::Info(label, read) => {
                 let labels = Labels {
                     by: Some((label, Cow::Owned(read(scrape)))),
@@ -440,7 +478,11 @@ impl Family {
                     }
                 }
             }
-            Read::RouteLatency(_) | Read::Attempts | Read::BackendLatency(_) | Read::Filters => {}
+            Read::RouteLatency(_)
+            | Read::RouteCodes
+            | Read::Attempts
+            | Read::BackendLatency(_)
+            | Read::Filters => {}
         }
     }
 
@@ -483,6 +525,29 @@ where
         inner.clear();
         labels.write_inner(&mut inner);
         sum.write(out, name, &inner);
+    }
+}
+
+/// Each route's responses by code, summed over workers, in label order.
+fn write_codes(out: &mut String, name: &str, scrape: &Scrape<'_>) {
+    let mut summed: BTreeMap<(Labels<'_>, u16), u64> = BTreeMap::new();
+    for (_, c) in scrape.clusters() {
+        for r in &c.routes {
+            for (code, count) in r.codes() {
+                *summed
+                    .entry((Labels::route(&c.name, &r.route), code))
+                    .or_default() += count;
+            }
+        }
+    }
+    for ((labels, code), count) in summed {
+        let labels = Labels {
+            by: Some(("code", Cow::Owned(code.to_string()))),
+            ..labels
+        };
+        out.push_str(name);
+        labels.write(out);
+        let _ = writeln!(out, " {count}");
     }
 }
 

@@ -3,6 +3,8 @@
 
 pub(crate) mod status;
 
+pub(crate) mod done;
+
 pub(crate) mod access_log;
 pub(crate) mod upload;
 
@@ -13,3 +15,5 @@ pub(crate) mod metrics;
 pub(crate) mod route_cells;
 
 pub(crate) mod histogram;
+
+pub(crate) mod process_stats;

@@ -23,6 +23,9 @@ use std::{
 /// What the status page shows, summed over workers.
 #[derive(Debug, Serialize)]
 pub struct Status {
+    /// The JSON's schema: 2 since every count is a named field (1 had positional arrays:
+    /// `"responses": [0, 10, 0, 0, 1]`).
+    pub schema: u32,
     /// duet's version.
     pub version: &'static str,
     /// Seconds since the process started.
@@ -99,11 +102,11 @@ pub struct ClusterStatus {
     /// Upper bound of the bucket holding the 99th percentile of request durations, in ms.
     pub p99_ms: Option<f64>,
     /// What its routes' filters counted since start, summed over workers, under each counter family's
-    /// name without `duet_` and `_total`, one count per value of its label (`"hedges": [won, lost,
-    /// cancelled]`): the families shown on the status page, for the clusters whose routes use them
+    /// name without `duet_` and `_total`, one count per value of its label (`"hedges": {"won": 3,
+    /// "lost": 1, "cancelled": 0}`): the families shown on the status page, for the clusters whose routes use them
     /// (a family every route has, for every cluster).
     #[serde(flatten)]
-    pub counts: BTreeMap<&'static str, Vec<u64>>,
+    pub counts: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
     /// The same, for people: `hedges since start: 3 won, 1 lost, 0 cancelled`, for those with any.
     #[serde(skip)]
     count_lines: Vec<String>,
@@ -134,7 +137,9 @@ pub struct BackendStatus {
     pub picks: u64,
     /// Its share of the cluster's picks.
     pub pick_share: f64,
-    /// Response heads in the window by class: 1xx, 2xx, 3xx, 4xx, 5xx.
+    /// Response heads in the window by class: 1xx, 2xx, 3xx, 4xx, 5xx (in the JSON an object,
+    /// `{"1xx": 0, "2xx": 10, ...}`).
+    #[serde(serialize_with = "by_class")]
     pub responses: [u64; 5],
     /// Attempts in the window that failed without a usable response.
     pub failures: u64,
@@ -301,6 +306,7 @@ impl Registry {
             });
             let uptime = (unix_seconds() - process.started_unix_seconds).max(0.0);
             Status {
+                schema: 2,
                 version: env!("CARGO_PKG_VERSION"),
                 uptime_seconds: uptime,
                 window_seconds: window_seconds.unwrap_or(uptime),
@@ -385,7 +391,14 @@ impl View<'_> {
 
     /// The counts of the filter counter families shown on the status page, summed over `same` (one
     /// cluster in every worker), by family noun; and those with any as lines.
-    fn counts(&self, same: &[&ClusterCells]) -> (BTreeMap<&'static str, Vec<u64>>, Vec<String>) {
+    #[allow(clippy::type_complexity)]
+    fn counts(
+        &self,
+        same: &[&ClusterCells],
+    ) -> (
+        BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
+        Vec<String>,
+    ) {
         let families = (self.entries.iter())
             .map(|e| e.counter_families)
             .find(|families| !families.is_empty())
@@ -413,7 +426,8 @@ impl View<'_> {
                 lines.push(format!("{noun} since start: {}", each.join(", ")));
             }
             let key = family.name.trim_start_matches("duet_");
-            counts.insert(key.trim_end_matches("_total"), sums);
+            let named = family.values.iter().copied().zip(sums).collect();
+            counts.insert(key.trim_end_matches("_total"), named);
         }
         (counts, lines)
     }
@@ -518,6 +532,16 @@ fn state(health: &str, eligible_workers: usize, workers: usize) -> (&'static str
     } else {
         ("up", String::new())
     }
+}
+
+/// Counts by status class as named fields.
+fn by_class<S: serde::Serializer>(counts: &[u64; 5], serializer: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = serializer.serialize_map(Some(counts.len()))?;
+    for (class, count) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().zip(counts) {
+        map.serialize_entry(class, count)?;
+    }
+    map.end()
 }
 
 impl Status {
