@@ -252,6 +252,12 @@ mod strategy;
 
 mod policy;
 
+mod affinity;
+
+mod maglev;
+
+mod stable_hash;
+
 mod endpoints;
 
 mod candidates;
@@ -284,9 +290,12 @@ pub mod algo {
     pub use crate::alias::AliasTable;
     pub use crate::draw::Lcg31;
     pub use crate::load::peak_ewma;
+    pub use crate::maglev::Maglev;
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
+    pub use crate::stable_hash::stable_hash;
 }
 
+pub use affinity::{Affinity, Walk};
 pub use balancer::{Balance, PickEvent};
 pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};
