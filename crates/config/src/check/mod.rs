@@ -10,6 +10,7 @@ mod settings;
 
 mod cluster_settings;
 mod upstream_tls;
+mod hash;
 mod mirror;
 mod hedge;
 mod redirect;
