@@ -14,7 +14,11 @@ fn served_to(address: SocketAddr, user: Option<&str>) -> String {
     let header = user.map_or_else(String::new, |u| format!("x-user: {u}\r\n"));
     let request = format!("GET / HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n");
     let (response, _) = raw_exchange(address, request.as_bytes(), Duration::from_secs(5));
-    response.rsplit("\r\n\r\n").next().unwrap_or_default().to_owned()
+    response
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Where the library sends each user over `backends` (by address, as duet keys them).

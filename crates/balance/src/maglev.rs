@@ -63,7 +63,8 @@ impl Maglev {
             })
             .collect();
         let mut entries = vec![u32::MAX; size];
-        let mut next = vec![0u64; order.len()];
+        // Each member's position in its permutation, advanced by its skip (no division per step).
+        let mut next: Vec<u64> = permutations.iter().map(|&(offset, _)| offset).collect();
         let mut credit = vec![0u64; order.len()];
         let mut filled = 0;
         while filled < size {
@@ -73,10 +74,13 @@ impl Maglev {
                 credit[i] += u64::from(members[m].1);
                 while credit[i] >= u64::from(heaviest) && filled < size {
                     credit[i] -= u64::from(heaviest);
-                    let (offset, skip) = permutations[i];
+                    let skip = permutations[i].1;
                     loop {
-                        let entry = ((offset + next[i] * skip) % size as u64) as usize;
-                        next[i] += 1;
+                        let entry = next[i] as usize;
+                        next[i] += skip;
+                        if next[i] >= size as u64 {
+                            next[i] -= size as u64;
+                        }
                         if entries[entry] == u32::MAX {
                             entries[entry] = m as u32;
                             filled += 1;
