@@ -543,6 +543,8 @@ mod tests {
                 | Policy::LeastPeakEwma
                 | Policy::RoundRobin
                 | Policy::Random => {}
+                // Not a strategy of its own: P2C on PeakEWMA with keyed picks (tested below).
+                Policy::Hash => {}
             }
             assert_eq!(strategy(policy).name(), policy.name());
         }
@@ -578,6 +580,39 @@ mod tests {
             assert!(debug.contains("policy: LeastLoaded"), "{debug}");
             assert!(debug.contains(&format!("metric: {metric}")), "{debug}");
         }
+    }
+
+    #[test]
+    fn a_hash_cluster_sends_a_key_home_and_its_retry_to_the_next_candidate() {
+        let backends = [
+            "127.0.0.1:9",
+            "127.0.0.1:10",
+            "127.0.0.1:11",
+            "127.0.0.1:12",
+        ];
+        let settings = ", hash: { key: 'header:x-user', walk: next }";
+        let cluster = with_policy(&backends, "hash", settings);
+        let debug = cluster.with_balance(|b| format!("{b:?}"));
+        assert!(
+            debug.contains("metric: PeakEwma"),
+            "keyless requests: {debug}"
+        );
+        let key = Some(duet_balance::algo::stable_hash(b"u1".as_slice()));
+        let (home, _, first) = cluster.pick(&[], key).expect("a backend");
+        drop(first);
+        for _ in 0..5 {
+            assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(home));
+        }
+        let (next, _, retry) = cluster.pick(&[home], key).expect("another backend");
+        assert_ne!(next, home);
+        // Released: held, it would put `next` over the bound (1 in flight of 2, 4 backends).
+        drop(retry);
+        assert_eq!(cluster.pick(&[home], key).map(|p| p.0), Ok(next));
+        // Ejected or unhealthy: the key walks past its home, and returns when it is back.
+        cluster.balance.borrow_mut().set_eligible(&home, false);
+        assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(next));
+        cluster.balance.borrow_mut().set_eligible(&home, true);
+        assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(home));
     }
 
     #[test]
