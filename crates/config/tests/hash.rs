@@ -4,12 +4,13 @@
 use duet_config::{parse, HashKey, HashPolicy, HashWalk, Policy};
 
 mod support;
-use support::errors;
+use support::{errors, with_routes};
 
+/// The support file with `clusters` in place of its own.
 fn clusters(clusters: &str) -> String {
-    format!(
-        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nroutes: [ {{ cluster: web }} ]\nclusters:\n{clusters}"
-    )
+    let base = with_routes("routes: [ { cluster: web } ]");
+    let head = base.split("clusters:").next().unwrap_or_default();
+    format!("{head}clusters:\n{clusters}")
 }
 
 #[test]
