@@ -521,20 +521,14 @@ where
         }
         stats.picks.add(1);
         if let (Some(key), Some(hashing)) = (key, hashing.as_mut()) {
-            // Every change of members or weights rebuilt the table when it was made (`insert`,
-            // `remove`, `set_weight`, a handle's update applied above): nothing to check here.
-            let keyed = keyed(hashing, key, &left, endpoints).ok_or(NoEligibleEndpoint)?;
-            stats.walked.add(u64::from(!keyed.home));
-            return Ok((candidates.position(keyed.slot), None));
+            // The table was rebuilt when members or weights changed (a handle's update above too).
+            return keyed(hashing, key, &left, endpoints, stats).map(|at| (at, None));
         }
         let (slot, picked_at) = match rule {
             Policy::RoundRobin => (turns.select(left), None),
             Policy::Random => (policy::random(left, p2c), None),
             Policy::LeastLoaded => {
-                let now = endpoints
-                    .metric()
-                    .uses_clock()
-                    .then(|| endpoints.clock().now());
+                let now = clock_reading(endpoints);
                 let loads = Loads {
                     endpoints,
                     service_load: *service_load,
@@ -544,10 +538,7 @@ where
                 (selection.map(|s| s.chosen), now)
             }
             Policy::P2c | Policy::P2cMemory => {
-                let now = endpoints
-                    .metric()
-                    .uses_clock()
-                    .then(|| endpoints.clock().now());
+                let now = clock_reading(endpoints);
                 // A retry keeps the memory for the next first pick.
                 let remembered = match freed {
                     Some(freed) if left.is_all() => freed.take(candidates.generation()),
@@ -576,16 +567,26 @@ fn sync<K: Hash + Eq + Clone, S>(hashing: &mut Hashing, endpoints: &EndpointSet<
     hashing.sync(endpoints.views().map(|view| (view.key, view.weight)));
 }
 
-/// The keyed pick among `left`: loads are requests in flight, shares the candidates' weight shares.
+/// The pick's clock reading, when the metric uses latency.
+fn clock_reading<K, S>(endpoints: &EndpointSet<K, S>) -> Option<u64> {
+    endpoints
+        .metric()
+        .uses_clock()
+        .then(|| endpoints.clock().now())
+}
+
+/// The keyed pick among `left` (loads are requests in flight, shares the candidates' weight shares),
+/// as an endpoint position; counts it in `walked` when it is not the key's home.
 fn keyed<K: Hash + Eq + Clone, S>(
     hashing: &mut Hashing,
     key: u64,
     left: &Remaining<'_>,
     endpoints: &EndpointSet<K, S>,
-) -> Option<Keyed> {
+    stats: &Counters,
+) -> Result<usize, NoEligibleEndpoint> {
     let candidates = left.candidates();
     let n = candidates.len() as f64;
-    hashing.select(
+    let keyed: Option<Keyed> = hashing.select(
         key,
         left,
         |position| candidates.slot(position).map(|slot| slot as usize),
@@ -594,7 +595,10 @@ fn keyed<K: Hash + Eq + Clone, S>(
             Some(weights) => weights.thousandths()[slot] as f64 / weights.total() as f64,
             None => 1.0 / n,
         },
-    )
+    );
+    let keyed = keyed.ok_or(NoEligibleEndpoint)?;
+    stats.walked.add(u64::from(!keyed.home));
+    Ok(candidates.position(keyed.slot))
 }
 
 /// What a comparison reads loads from.
