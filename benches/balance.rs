@@ -4,7 +4,7 @@
 //! so what is measured is the balancer: selection, load accounting, completion.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use duet_balance::{Balance, LoadMetric};
+use duet_balance::{algo::stable_hash, Affinity, Balance, LoadMetric, Walk};
 use std::{
     convert::Infallible,
     future::Future,
@@ -114,9 +114,49 @@ fn retry(c: &mut Criterion) {
     group.finish();
 }
 
+/// A keyed pick + claim + release (consistent hashing with bounded loads, Maglev of 65,537 entries)
+/// over 1,024 keys in turn, each under the bound (the common case: one table read, one load read), and
+/// the table's rebuild, which a membership or weight change costs.
+fn keyed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_pick_claim");
+    let keys: Vec<u64> = (0..1024u64).map(|k| stable_hash(&k)).collect();
+    for n in [10, 100] {
+        for (name, walk) in [("next", Walk::Next), ("p2c", Walk::P2c)] {
+            let mut balance = Balance::new(LoadMetric::InFlight)
+                .with_affinity(Affinity::maglev().with_walk(walk));
+            for k in 0..n {
+                balance.insert(k, 1, echo());
+            }
+            let mut at = 0;
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| {
+                    at = (at + 1) % keys.len();
+                    let (key, _, guard) = balance
+                        .pick_and_claim_for(black_box(Some(keys[at])), &[])
+                        .expect("n >= 1");
+                    black_box(key);
+                    drop(guard);
+                })
+            });
+        }
+        let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+        for k in 0..n {
+            balance.insert(k, 1, echo());
+        }
+        let mut weight = 1;
+        group.bench_with_input(BenchmarkId::new("table_rebuild", n), &n, |b, _| {
+            b.iter(|| {
+                weight = 3 - weight;
+                balance.set_weight(&0, weight);
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = duet, retry
+    targets = duet, retry, keyed
 }
 criterion_main!(benches);

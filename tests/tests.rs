@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod affinity;
 mod auth;
 mod balancing;
 mod browser;

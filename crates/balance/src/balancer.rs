@@ -2,6 +2,7 @@
 //! counters, the observer's event). The tower `Service` is built on it (`service.rs`).
 
 use crate::{
+    affinity::{Affinity, Hashing, Keyed},
     candidates::{Candidates, Remaining},
     clock::Clock,
     draw::Draws,
@@ -82,6 +83,8 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     /// Under [`Policy::LeastLoaded`]: the slots tied at the minimum, kept between picks so a scan
     /// allocates nothing.
     tied: Vec<usize>,
+    /// Set by [`Balance::with_affinity`]: the table keyed picks use.
+    hashing: Option<Hashing>,
     pub(crate) completion: C,
     pub(crate) reserved: Reserved,
 }
@@ -121,6 +124,7 @@ where
             excluded: Vec::new(),
             freed: None,
             tied: Vec::new(),
+            hashing: None,
             completion: CompleteOnResponse::default(),
             reserved: Reserved::None,
         }
@@ -144,6 +148,7 @@ where
             excluded: self.excluded,
             freed: self.freed,
             tied: self.tied,
+            hashing: self.hashing,
             completion,
             reserved: Reserved::None,
         }
@@ -169,6 +174,15 @@ where
     pub fn with_policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self.freed = (policy == Policy::P2cMemory).then(LastFreed::new);
+        self
+    }
+
+    /// Makes [`pick_and_claim_for`](Self::pick_and_claim_for) pick by consistent hashing with bounded
+    /// loads (see [`Affinity`]); picks without a key keep the policy. The table is built here and
+    /// rebuilt on every change of the candidates.
+    pub fn with_affinity(mut self, affinity: Affinity) -> Self {
+        self.hashing = Some(Hashing::new(affinity));
+        self.sync_hashing();
         self
     }
 
@@ -226,6 +240,7 @@ where
     /// its load state and eligibility. Returns the replaced service.
     pub fn insert(&mut self, key: K, weight: u32, service: S) -> Option<S> {
         let replaced = self.endpoints.insert(key, weight, service);
+        self.sync_hashing();
         self.publish();
         replaced
     }
@@ -234,6 +249,7 @@ where
     /// A pick reserved by `poll_ready` is made again (positions move).
     pub fn remove(&mut self, key: &K) -> Option<S> {
         let removed = self.endpoints.remove(key);
+        self.sync_hashing();
         self.publish();
         removed
     }
@@ -257,12 +273,14 @@ where
     /// The flag lives in the endpoint's [`EndpointLoad`], so a metrics reader on another thread sees the
     /// same flag the balancer picks by: there is no second copy to fall out of step.
     pub fn set_eligible(&mut self, key: &K, eligible: bool) -> Option<bool> {
+        // The affinity table keeps an ineligible endpoint: the walk skips it.
         self.endpoints.set_eligible(key, eligible)
     }
 
     /// Changes an endpoint's weight (0 makes it ineligible). Returns false if there is no such endpoint.
     pub fn set_weight(&mut self, key: &K, weight: u32) -> bool {
         let known = self.endpoints.set_weight(key, weight);
+        self.sync_hashing();
         self.publish();
         known
     }
@@ -330,6 +348,13 @@ where
         handle
     }
 
+    /// Rebuilds the affinity table if the candidates changed since it was built.
+    fn sync_hashing(&mut self) {
+        if let Some(hashing) = &mut self.hashing {
+            sync(hashing, &self.endpoints);
+        }
+    }
+
     /// Hands the endpoint list to handles, if there are any.
     fn publish(&self) {
         if self.shared.is_watched() {
@@ -395,6 +420,26 @@ where
         Ok(self.claim(picked))
     }
 
+    /// Like [`pick_and_claim_excluding`](Self::pick_and_claim_excluding), for a request whose affinity
+    /// key hashes to `key` (see [`Affinity`] and [`algo::stable_hash`](crate::algo::stable_hash)): the
+    /// key's home while it is under the bound, else the key's next candidates, skipping `exclude`. With
+    /// `None`, or without [`with_affinity`](Self::with_affinity), the policy picks.
+    pub fn pick_and_claim_for(
+        &mut self,
+        key: Option<u64>,
+        exclude: &[K],
+    ) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
+        let picked = self.pick_keyed(key, exclude, &[])?;
+        Ok(self.claim(picked))
+    }
+
+    /// Picks as [`pick_and_claim_for`](Self::pick_and_claim_for) would, without claiming: for
+    /// simulations and tests.
+    pub fn pick_for(&mut self, key: Option<u64>) -> Result<&K, NoEligibleEndpoint> {
+        let (at, _) = self.pick_keyed(key, &[], &[])?;
+        Ok(&self.endpoints.at(at).key)
+    }
+
     /// Claims the endpoint at `position`: the returned guard holds its load until dropped.
     pub(crate) fn claim(&mut self, (at, picked_at): PickedAt) -> (&K, &mut S, LoadGuard) {
         let started = self.started(picked_at);
@@ -410,6 +455,9 @@ where
         let mut guard = LoadGuard::new(endpoint.load.clone(), started);
         if let Some((freed, token)) = remembered {
             guard = guard.remembered_in(freed, token);
+        }
+        if let Some(hashing) = &self.hashing {
+            guard = guard.counted_in(hashing.in_flight().clone());
         }
         (&endpoint.key, &mut endpoint.service, guard)
     }
@@ -430,6 +478,18 @@ where
         exclude: &[K],
         also: &[K],
     ) -> Result<PickedAt, NoEligibleEndpoint> {
+        self.pick_keyed(None, exclude, also)
+    }
+
+    /// [`pick_excluding`](Self::pick_excluding) for a request with affinity `key`: by the table when
+    /// there is one and a key, else by the policy.
+    #[inline]
+    pub(crate) fn pick_keyed(
+        &mut self,
+        key: Option<u64>,
+        exclude: &[K],
+        also: &[K],
+    ) -> Result<PickedAt, NoEligibleEndpoint> {
         if self.shared.has_updates() {
             self.apply_updates();
         }
@@ -444,6 +504,7 @@ where
             excluded,
             freed,
             tied,
+            hashing,
             ..
         } = self;
         let stats = &shared.counters;
@@ -459,14 +520,15 @@ where
             return Err(NoEligibleEndpoint);
         }
         stats.picks.add(1);
+        if let (Some(key), Some(hashing)) = (key, hashing.as_mut()) {
+            // The table was rebuilt when members or weights changed (a handle's update above too).
+            return keyed(hashing, key, &left, endpoints, stats).map(|at| (at, None));
+        }
         let (slot, picked_at) = match rule {
             Policy::RoundRobin => (turns.select(left), None),
             Policy::Random => (policy::random(left, p2c), None),
             Policy::LeastLoaded => {
-                let now = endpoints
-                    .metric()
-                    .uses_clock()
-                    .then(|| endpoints.clock().now());
+                let now = clock_reading(endpoints);
                 let loads = Loads {
                     endpoints,
                     service_load: *service_load,
@@ -476,10 +538,7 @@ where
                 (selection.map(|s| s.chosen), now)
             }
             Policy::P2c | Policy::P2cMemory => {
-                let now = endpoints
-                    .metric()
-                    .uses_clock()
-                    .then(|| endpoints.clock().now());
+                let now = clock_reading(endpoints);
                 // A retry keeps the memory for the next first pick.
                 let remembered = match freed {
                     Some(freed) if left.is_all() => freed.take(candidates.generation()),
@@ -501,6 +560,45 @@ where
         let slot = slot.ok_or(NoEligibleEndpoint)?;
         Ok((candidates.position(slot), picked_at))
     }
+}
+
+/// Rebuilds `hashing`'s table if `endpoints`' members or weights changed.
+fn sync<K: Hash + Eq + Clone, S>(hashing: &mut Hashing, endpoints: &EndpointSet<K, S>) {
+    hashing.sync(endpoints.views().map(|view| (view.key, view.weight)));
+}
+
+/// The pick's clock reading, when the metric uses latency.
+fn clock_reading<K, S>(endpoints: &EndpointSet<K, S>) -> Option<u64> {
+    endpoints
+        .metric()
+        .uses_clock()
+        .then(|| endpoints.clock().now())
+}
+
+/// The keyed pick among `left` (loads are requests in flight, shares the candidates' weight shares),
+/// as an endpoint position; counts it in `walked` when it is not the key's home.
+fn keyed<K: Hash + Eq + Clone, S>(
+    hashing: &mut Hashing,
+    key: u64,
+    left: &Remaining<'_>,
+    endpoints: &EndpointSet<K, S>,
+    stats: &Counters,
+) -> Result<usize, NoEligibleEndpoint> {
+    let candidates = left.candidates();
+    let n = candidates.len() as f64;
+    let keyed: Option<Keyed> = hashing.select(
+        key,
+        left,
+        |position| candidates.slot(position).map(|slot| slot as usize),
+        |slot| endpoints.at(candidates.position(slot)).load.in_flight(),
+        |slot| match candidates.weights() {
+            Some(weights) => weights.thousandths()[slot] as f64 / weights.total() as f64,
+            None => 1.0 / n,
+        },
+    );
+    let keyed = keyed.ok_or(NoEligibleEndpoint)?;
+    stats.walked.add(u64::from(!keyed.home));
+    Ok(candidates.position(keyed.slot))
 }
 
 /// What a comparison reads loads from.

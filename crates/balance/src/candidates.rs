@@ -125,7 +125,8 @@ impl Weights {
         self.ends[slot] - self.thousandths[slot]
     }
 
-    fn total(&self) -> u64 {
+    /// The candidates' weights summed, in thousandths.
+    pub(crate) fn total(&self) -> u64 {
         self.ends.last().copied().unwrap_or(0)
     }
 }

@@ -2,7 +2,10 @@ use crate::{
     load::{EndpointLoad, SampleAt},
     memory::LastFreed,
 };
-use std::sync::Arc;
+use std::sync::{
+    atomic::{AtomicU64, Ordering::Relaxed},
+    Arc,
+};
 
 /// One request's claim on an endpoint's load.
 ///
@@ -20,6 +23,9 @@ pub struct LoadGuard {
     /// Under [`Policy::P2cMemory`](crate::Policy::P2cMemory): where to record, on release, that this
     /// endpoint freed a slot, and the endpoint's token there.
     freed: Option<(Arc<LastFreed>, u64)>,
+    /// Under [`Affinity`](crate::Affinity): the balancer's count of requests in flight, which this
+    /// request is one of until released.
+    pool: Option<Arc<AtomicU64>>,
 }
 
 /// The endpoint's load and whether the sample is still to come; the start is a clock reading (ticks),
@@ -46,7 +52,15 @@ impl LoadGuard {
             started: started.unwrap_or(0),
             waiting: started.is_some(),
             freed: None,
+            pool: None,
         }
+    }
+
+    /// Counts the request in `pool` (the balancer's requests in flight) until released.
+    pub(crate) fn counted_in(mut self, pool: Arc<AtomicU64>) -> Self {
+        pool.fetch_add(1, Relaxed);
+        self.pool = Some(pool);
+        self
     }
 
     /// Records `token` in `freed` when the request releases its endpoint.
@@ -110,6 +124,9 @@ impl Drop for LoadGuard {
         }
         if let Some((freed, token)) = &self.freed {
             freed.record(*token);
+        }
+        if let Some(pool) = &self.pool {
+            pool.fetch_sub(1, Relaxed);
         }
     }
 }

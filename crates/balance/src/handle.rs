@@ -31,6 +31,9 @@ pub struct PickStats {
     pub evicted: u64,
     /// Picks given up because the endpoint's service was not ready, and made again elsewhere.
     pub repicks: u64,
+    /// Keyed picks ([`Affinity`](crate::Affinity)) sent to another endpoint than the key's home: its
+    /// home was over the bound, or tried already.
+    pub walked: u64,
 }
 
 /// One endpoint as a [`BalanceHandle`] reads it.
@@ -97,6 +100,7 @@ pub(crate) struct Counters {
     pub(crate) no_eligible: Counter,
     pub(crate) evicted: Counter,
     pub(crate) repicks: Counter,
+    pub(crate) walked: Counter,
 }
 
 #[derive(Default)]
@@ -129,6 +133,7 @@ impl Counters {
             no_eligible: self.no_eligible.get(),
             evicted: self.evicted.get(),
             repicks: self.repicks.get(),
+            walked: self.walked.get(),
         }
     }
 }

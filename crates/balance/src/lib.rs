@@ -116,6 +116,15 @@
 //! With differing weights, weight divides concurrency only, as for P2C: one request at a time, a
 //! PeakEWMA scan sends each to the lowest estimate whatever the weights.
 //!
+//! # Affinity
+//!
+//! [`Balance::with_affinity`] adds keyed picks ([`Balance::pick_and_claim_for`]): consistent hashing
+//! on a Maglev table with bounded loads, the key's home while it is under `c` times its share of the
+//! requests in flight, else its next candidates (the first under the bound, or the lighter of the first
+//! two). A pick without a key is the policy's. Its hash takes no seed, unlike the draws below, so that
+//! every balancer agrees on a key's home; see [`Affinity`] for the rule, the reasons and an example,
+//! and [`algo::Maglev`] for the table alone.
+//!
 //! # Randomness
 //!
 //! Each balancer has its own small fast generator, seeded once from the operating system, so two workers
@@ -223,6 +232,8 @@
 //!   ([`Balance::pick_and_claim_excluding`] and friends): which candidates are left, which policy
 //!   chooses, what is counted ([`PickStats`]) and observed ([`PickEvent`]), the claim ([`LoadGuard`]).
 //! * `policy`: one selection per [`Policy`], a function of the candidates left and a draw source.
+//! * `affinity`, `maglev` and `stable_hash`: keyed picks ([`Affinity`]), the Maglev table and the
+//!   seedless hash they stand on.
 //! * `endpoints`: the endpoint set: membership, eligibility, panic mode, weights ramped by slow start;
 //!   it decides the candidates.
 //! * `candidates`: the candidates as one value, rebuilt on change, read by every pick; and what a retry
@@ -251,6 +262,12 @@ mod handle;
 mod strategy;
 
 mod policy;
+
+mod affinity;
+
+mod maglev;
+
+mod stable_hash;
 
 mod endpoints;
 
@@ -284,9 +301,12 @@ pub mod algo {
     pub use crate::alias::AliasTable;
     pub use crate::draw::Lcg31;
     pub use crate::load::peak_ewma;
+    pub use crate::maglev::Maglev;
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
+    pub use crate::stable_hash::stable_hash;
 }
 
+pub use affinity::{Affinity, Walk};
 pub use balancer::{Balance, PickEvent};
 pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};

@@ -577,6 +577,10 @@ pub enum Policy {
     RoundRobin,
     /// Uniformly random (baseline).
     Random,
+    /// Consistent hashing with bounded loads on the cluster's `hash:` key (Maglev): a key goes to its
+    /// home backend while that backend is under `bound` times its share of the requests in flight,
+    /// else to its next candidates. Requests without the key go by `p2c_peak_ewma`.
+    Hash,
 }
 
 impl Policy {
@@ -591,6 +595,7 @@ impl Policy {
             Self::LeastPeakEwma => "least_peak_ewma",
             Self::RoundRobin => "round_robin",
             Self::Random => "random",
+            Self::Hash => "hash",
         }
     }
 }
@@ -650,6 +655,45 @@ pub struct Cluster {
     /// Flow-control windows of `protocol: h2` connections to the backends (`http2:`). Default
     /// [`Http2Windows::BACKEND`].
     pub http2: Http2Windows,
+    /// `hash:`, the affinity of `policy: hash` (`Some` exactly then).
+    pub hash: Option<HashPolicy>,
+}
+
+/// `hash:` of a `policy: hash` cluster: what keys a request, and how a key's load is bounded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HashPolicy {
+    /// What is hashed.
+    pub key: HashKey,
+    /// Each backend takes a key only while under `bound` × its share of the requests in flight
+    /// (≥ 1; default 1.25).
+    pub bound: f64,
+    /// Where a key goes past a full home.
+    pub walk: HashWalk,
+}
+
+/// The request's affinity key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// `header:NAME`: the first value of this header (name lowercased).
+    Header(String),
+    /// `cookie:NAME`: this cookie's value.
+    Cookie(String),
+    /// `query:NAME`: this query parameter's value, as written.
+    Query(String),
+    /// `client_ip`: the client's address (the peer's, or the one a trusted proxy gave).
+    ClientIp,
+    /// `path`: the request path, without the query.
+    Path,
+}
+
+/// Where a key goes when its home backend is over the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashWalk {
+    /// `next`: the first of its next candidates under the bound (HAProxy's `hash-balance-factor`).
+    Next,
+    /// `p2c`: the one with fewer requests in flight of its first two candidates under the bound.
+    #[default]
+    P2c,
 }
 
 /// `tls:` of a cluster: how duet speaks TLS to its backends. The files are read when duet starts and

@@ -262,6 +262,19 @@ pub(crate) struct RawCluster {
     pub(crate) tls: Option<Spanned<RawUpstreamTls>>,
     #[serde(default)]
     pub(crate) http2: Option<Spanned<RawHttp2Windows>>,
+    #[serde(default)]
+    pub(crate) hash: Option<Spanned<RawHash>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawHash {
+    pub(crate) key: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) algorithm: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) bound: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) walk: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -579,6 +592,7 @@ static CLUSTER: Shape = Shape {
         ("retries", &leaf::<RawRetries>()),
         ("tls", &leaf::<RawUpstreamTls>()),
         ("http2", &leaf::<RawHttp2Windows>()),
+        ("hash", &leaf::<RawHash>()),
     ],
     filters: false,
 };

@@ -32,6 +32,8 @@ pub(crate) struct Prepared {
     pub(crate) upgrade: Option<Upgrade>,
     /// The headers' fields, kept when an attempt that may be followed by another took the map.
     lent: Option<HeaderCopy>,
+    /// The hash of the request's affinity key under `policy: hash`, if it has one.
+    pub(crate) affinity: Option<u64>,
 }
 
 impl Prepared {
@@ -41,6 +43,7 @@ impl Prepared {
             source,
             upgrade,
             lent: None,
+            affinity: None,
         }
     }
 

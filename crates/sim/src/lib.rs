@@ -9,6 +9,8 @@
 //!   (`P2c::select_with_memory`) included.
 //! * [`herd`]: least-loaded on a stale shared view piles onto one backend as the view ages; P2C on
 //!   local views does not.
+//! * [`affinity`]: consistent hashing with bounded loads: keys moved by a membership change, and the
+//!   busiest backend and requests away from their key's home under Zipf keys.
 //!
 //! ```
 //! let report = duet_sim::supermarket::run(200, 0.5, 2, 50_000, 7).expect("valid");
@@ -19,6 +21,8 @@
 
 // Top layer first (blank lines separate layers): each module uses only modules declared after it.
 pub mod herd;
+
+pub mod affinity;
 
 pub mod balls;
 pub mod cluster;

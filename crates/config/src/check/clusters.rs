@@ -1,6 +1,6 @@
 //! `clusters:`: unique names, backends that can be reached and serve, and each cluster's settings.
 
-use super::{cluster_settings, settings, upstream_tls};
+use super::{cluster_settings, hash, settings, upstream_tls};
 use crate::{
     checker::Checker,
     error::did_you_mean,
@@ -60,9 +60,11 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         .map(|tls| upstream_tls::upstream_tls(checker, tls, field, &backends));
     let protocol = upstream_protocol(checker, c.protocol.as_ref(), &field.key("protocol"));
     let http2 = http2(checker, c, field, protocol);
+    let policy = policy(checker, c.policy.as_ref(), &field.key("policy"));
     Cluster {
         name,
-        policy: policy(checker, c.policy.as_ref(), &field.key("policy")),
+        hash: hash::hash(checker, c, field, policy),
+        policy,
         protocol,
         backends,
         timeouts,
@@ -217,6 +219,7 @@ fn policy(checker: &mut Checker, value: Option<&Spanned<Scalar>>, field: &Field)
         Policy::LeastPeakEwma,
         Policy::RoundRobin,
         Policy::Random,
+        Policy::Hash,
     ];
     if let Some(policy) = all.into_iter().find(|p| p.name() == text) {
         return policy;

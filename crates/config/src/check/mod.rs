@@ -10,6 +10,7 @@ mod settings;
 
 mod cluster_settings;
 mod upstream_tls;
+mod hash;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;

@@ -16,8 +16,8 @@ use crate::{
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView, ResolvedNames},
 };
-use duet_balance::{Balance, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy};
-use duet_config::{Policy, Timeouts, UpstreamProtocol};
+use duet_balance::{Affinity, Balance, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy, Walk};
+use duet_config::{HashKey, HashPolicy, HashWalk, Policy, Timeouts, UpstreamProtocol};
 use http::{uri::Authority, StatusCode};
 use rustc_hash::FxBuildHasher;
 use std::{
@@ -111,6 +111,8 @@ pub(crate) type SharedHealth = Rc<RefCell<Arc<HealthView>>>;
 pub(crate) struct Cluster {
     pub(crate) name: Arc<str>,
     policy: Policy,
+    /// `policy: hash`'s settings.
+    hash: Option<HashPolicy>,
     timeouts: Timeouts,
     client: Transport,
     balance: RefCell<ClusterBalance>,
@@ -180,9 +182,13 @@ impl Cluster {
         // A reload keeps a cluster's counters and histograms: its series never reset.
         let counters = previous.map_or_else(Arc::default, |p| p.counters.clone());
         let client = client(config, previous, &counters);
-        let (balance, outliers) = match previous.filter(|p| p.policy == config.policy) {
+        let same = |p: &&Cluster| p.policy == config.policy && p.hash == config.hash;
+        let (balance, outliers) = match previous.filter(same) {
             Some(previous) => previous.take_state(),
-            None => (new_balance(config.policy), Outliers::default()),
+            None => (
+                new_balance(config.policy, config.hash.as_ref()),
+                Outliers::default(),
+            ),
         };
         let balance = balance
             .with_panic_threshold(config.panic_threshold)
@@ -191,6 +197,7 @@ impl Cluster {
         let cluster = Self {
             name: Arc::from(config.name.as_str()),
             policy: config.policy,
+            hash: config.hash.clone(),
             timeouts: config.timeouts,
             client,
             balance: RefCell::new(balance),
@@ -229,7 +236,8 @@ impl Cluster {
     /// Moves the balancer and outlier view out (for the cluster that replaces this one after a
     /// reload), leaving empty ones for the requests still finishing here.
     fn take_state(&self) -> (ClusterBalance, Outliers) {
-        let balance = std::mem::replace(&mut *self.balance.borrow_mut(), new_balance(self.policy));
+        let empty = new_balance(self.policy, self.hash.as_ref());
+        let balance = std::mem::replace(&mut *self.balance.borrow_mut(), empty);
         let outliers = std::mem::take(&mut *self.outliers.borrow_mut());
         (balance, outliers)
     }
@@ -310,15 +318,22 @@ impl Cluster {
         }
     }
 
-    /// Picks a backend for one attempt with P2C, among those not `tried` yet, and counts it as load
-    /// until the returned guard is dropped.
+    /// Picks a backend for one attempt among those not `tried` yet, and counts it as load until the
+    /// returned guard is dropped: by the request's affinity `key` under `policy: hash` (its next
+    /// candidate on a retry), else by the policy.
     pub(crate) fn pick(
         &self,
         tried: &[SocketAddr],
+        key: Option<u64>,
     ) -> Result<(SocketAddr, Upstream, LoadGuard), NoEligibleEndpoint> {
         let mut balance = self.balance.borrow_mut();
-        let (address, upstream, guard) = balance.pick_and_claim_excluding(tried)?;
+        let (address, upstream, guard) = balance.pick_and_claim_for(key, tried)?;
         Ok((*address, upstream.clone(), guard))
+    }
+
+    /// What `policy: hash` keys requests by, if it is the policy.
+    pub(crate) fn hash_key(&self) -> Option<&HashKey> {
+        self.hash.as_ref().map(|hash| &hash.key)
     }
 
     /// The worker's client toward this cluster's backends.
@@ -433,8 +448,21 @@ impl Cluster {
     }
 }
 
-fn new_balance(policy: Policy) -> ClusterBalance {
-    Balance::from_strategy(strategy(policy))
+fn new_balance(policy: Policy, hash: Option<&HashPolicy>) -> ClusterBalance {
+    let balance = Balance::from_strategy(strategy(policy));
+    match hash {
+        Some(hash) => balance.with_affinity(affinity(hash)),
+        None => balance,
+    }
+}
+
+/// The balancer's affinity for `policy: hash`.
+fn affinity(hash: &HashPolicy) -> Affinity {
+    let walk = match hash.walk {
+        HashWalk::Next => Walk::Next,
+        HashWalk::P2c => Walk::P2c,
+    };
+    Affinity::maglev().with_bound(hash.bound).with_walk(walk)
 }
 
 /// The balancing crate's strategy of the same name as the config's policy (a test checks the names).
@@ -448,6 +476,8 @@ fn strategy(policy: Policy) -> Strategy {
         Policy::LeastPeakEwma => Strategy::LeastPeakEwma,
         Policy::RoundRobin => Strategy::RoundRobin,
         Policy::Random => Strategy::Random,
+        // Requests without the key: P2C on PeakEWMA.
+        Policy::Hash => Strategy::P2cPeakEwma,
     }
 }
 
@@ -513,6 +543,8 @@ mod tests {
                 | Policy::LeastPeakEwma
                 | Policy::RoundRobin
                 | Policy::Random => {}
+                // Not a strategy of its own: P2C on PeakEWMA with keyed picks (tested below).
+                Policy::Hash => {}
             }
             assert_eq!(strategy(policy).name(), policy.name());
         }
@@ -551,12 +583,45 @@ mod tests {
     }
 
     #[test]
+    fn a_hash_cluster_sends_a_key_home_and_its_retry_to_the_next_candidate() {
+        let backends = [
+            "127.0.0.1:9",
+            "127.0.0.1:10",
+            "127.0.0.1:11",
+            "127.0.0.1:12",
+        ];
+        let settings = ", hash: { key: 'header:x-user', walk: next }";
+        let cluster = with_policy(&backends, "hash", settings);
+        let debug = cluster.with_balance(|b| format!("{b:?}"));
+        assert!(
+            debug.contains("metric: PeakEwma"),
+            "keyless requests: {debug}"
+        );
+        let key = Some(duet_balance::algo::stable_hash(b"u1".as_slice()));
+        let (home, _, first) = cluster.pick(&[], key).expect("a backend");
+        drop(first);
+        for _ in 0..5 {
+            assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(home));
+        }
+        let (next, _, retry) = cluster.pick(&[home], key).expect("another backend");
+        assert_ne!(next, home);
+        // Released: held, it would put `next` over the bound (1 in flight of 2, 4 backends).
+        drop(retry);
+        assert_eq!(cluster.pick(&[home], key).map(|p| p.0), Ok(next));
+        // Ejected or unhealthy: the key walks past its home, and returns when it is back.
+        cluster.balance.borrow_mut().set_eligible(&home, false);
+        assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(next));
+        cluster.balance.borrow_mut().set_eligible(&home, true);
+        assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(home));
+    }
+
+    #[test]
     fn new_membership_keeps_the_state_of_addresses_that_stay() {
         let cluster = for_tests(&["127.0.0.1:9", "127.0.0.1:10"], "");
         let in_flight = |backend: &str| {
             cluster.with_balance(|b| b.endpoint_load(&addr(backend)).map(|l| l.in_flight()))
         };
-        let (picked, _, guard) = cluster.pick(&[]).expect("a backend");
+        let (picked, _, guard) = cluster.pick(&[], None).expect("a backend");
         let other = if picked == addr("127.0.0.1:9") {
             "127.0.0.1:10"
         } else {
@@ -580,9 +645,12 @@ mod tests {
     #[test]
     fn a_retry_excludes_what_was_tried_and_an_empty_choice_is_an_error() {
         let cluster = for_tests(&["127.0.0.1:9", "127.0.0.1:10"], "");
-        let (first, _, _a) = cluster.pick(&[]).expect("a backend");
-        let (second, _, _b) = cluster.pick(&[first]).expect("another backend");
+        let (first, _, _a) = cluster.pick(&[], None).expect("a backend");
+        let (second, _, _b) = cluster.pick(&[first], None).expect("another backend");
         assert_ne!(first, second);
-        assert!(cluster.pick(&[first, second]).is_err(), "nothing left");
+        assert!(
+            cluster.pick(&[first, second], None).is_err(),
+            "nothing left"
+        );
     }
 }

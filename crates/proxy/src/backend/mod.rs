@@ -2,6 +2,7 @@
 //! outlier ejection, and the request body each attempt sends; and the health checks' client.
 
 pub(crate) mod cluster;
+pub(crate) mod affinity;
 pub(crate) mod probe;
 
 pub(crate) mod outlier;

@@ -1,6 +1,7 @@
 //! Stage 2, prepare: the header rules of a forwarding proxy, and where the request body comes from.
 
 use crate::{
+    backend::affinity::key_hash,
     backend::client_body::{BodyError, BufferError, ClientBody},
     backend::cluster::Cluster,
     backend::request_body::{BodySource, Reclaimable},
@@ -78,10 +79,14 @@ pub(crate) fn prepare(
         replay,
     };
     let plan = body_plan(body, cluster, limits, trailers).map_err(ProxyError::new)?;
+    let affinity = cluster
+        .hash_key()
+        .and_then(|key| key_hash(key, &parts, client.address.ip()));
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
-            let prepared = Prepared::new(parts, BodySource::Empty, upgrade);
+            let mut prepared = Prepared::new(parts, BodySource::Empty, upgrade);
+            prepared.affinity = affinity;
             let trailer = seldom.trailer;
             return Ok(Preparing::Unread(Unread {
                 prepared,
@@ -94,7 +99,9 @@ pub(crate) fn prepare(
     if seldom.trailer && matches!(source, BodySource::Empty) {
         drop_trailer(&mut parts.headers);
     }
-    Ok(Preparing::Ready(Prepared::new(parts, source, upgrade)))
+    let mut prepared = Prepared::new(parts, source, upgrade);
+    prepared.affinity = affinity;
+    Ok(Preparing::Ready(prepared))
 }
 
 /// A request prepared, or prepared but for a body to read in full first.

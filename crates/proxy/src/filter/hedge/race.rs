@@ -60,7 +60,7 @@ pub(super) async fn race(
     let Some(body) = prepared.source.attempt() else {
         return unanswered(Err(ProxyError::new(ErrorKind::BadGateway)));
     };
-    let Ok(picked) = cluster.pick(tried) else {
+    let Ok(picked) = cluster.pick(tried, prepared.affinity) else {
         return unanswered(Err(ProxyError::new(ErrorKind::NoEligibleBackend)));
     };
     let first_backend = picked.0;
@@ -130,7 +130,8 @@ fn start_hedge<'a>(
         return None;
     }
     let body = prepared.source.attempt()?;
-    let picked = cluster.pick(excluded).ok()?;
+    // A hedge goes to the key's next candidate: the first is excluded.
+    let picked = cluster.pick(excluded, prepared.affinity).ok()?;
     hedging.withdraw();
     Some(Box::pin(forward::send(
         cluster, prepared, picked, body, None,

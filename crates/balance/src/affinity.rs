@@ -1,0 +1,273 @@
+//! Consistent hashing with bounded loads: a keyed pick's home is its Maglev entry's endpoint, taken
+//! while that endpoint is under the load bound, else the key walks on to its next candidates.
+
+use crate::{candidates::Remaining, maglev::Maglev, stable_hash::stable_hash};
+use std::sync::{
+    atomic::{AtomicU64, Ordering::Relaxed},
+    Arc,
+};
+
+/// Keyed picks by consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
+/// *Consistent Hashing with Bounded Loads*, SODA 2018), on a Maglev table; set with
+/// [`Balance::with_affinity`](crate::Balance::with_affinity), used by
+/// [`Balance::pick_and_claim_for`](crate::Balance::pick_and_claim_for).
+///
+/// * **Home.** A key's home is the endpoint of its entry in a Maglev table of the eligible endpoints,
+///   weighted (Eisenbud et al., NSDI 2016; 65,537 entries by default): one array read. The table is
+///   rebuilt when membership, eligibility or a weight changes (a slow-start step included), at the
+///   change when the balancer's owner makes it and at the next pick when a
+///   [`BalanceHandle`](crate::BalanceHandle) queued it; never per request.
+/// * **Bound.** An endpoint takes a key only while its requests in flight are under
+///   `⌈c · (m + 1) · w / W⌉`: `m` the requests this balancer has in flight, `w/W` the endpoint's share of
+///   the weight, `c` the bound (1.25 by default, at least 1). So no endpoint carries more than `c` times
+///   its share, whatever the keys: one hot key spills onto its next candidates instead of swamping its
+///   home. [`Affinity::unbounded`] is plain consistent hashing.
+/// * **Walk.** Past an endpoint over the bound, the key's next candidates are the endpoints of the
+///   entries that follow its own in the table, each once ([`Maglev::walk`](crate::algo::Maglev::walk)).
+///   [`Walk::Next`] takes the first under the bound (HAProxy's `hash-balance-factor`);
+///   [`Walk::P2c`] (the default) compares the first two under the bound and takes the one with fewer
+///   requests in flight per weight, the earlier on equal loads, so the spill of a hot key goes where
+///   there is room and still lands on few endpoints.
+/// * **Retries.** Endpoints a retry excludes are skipped: the retry goes to the key's next candidate,
+///   never back to one tried.
+/// * **No seed.** Endpoint ids and keys are hashed with [`stable_hash`](crate::algo::stable_hash),
+///   which no process, worker or start-up changes: every worker and every instance with the same
+///   endpoints sends a key to the same endpoint, and so does the next process after a restart. P2C's
+///   tie-breaks are the opposite on purpose: they are seeded per balancer from the operating system
+///   because a pick with no key has nothing to agree on, and identical draws would herd every worker
+///   onto the same endpoint at each cold start. A keyed pick must agree: that is what a key is for.
+///   The bound breaks the agreement only where it must, per worker on its own loads.
+///
+/// A pick with no key (`None`) is made by the balancer's [`Policy`](crate::Policy), P2C by default.
+///
+/// With tower endpoints, pick for the request's key, then drive the endpoint's service; the guard holds
+/// the load until the response is done:
+///
+/// ```
+/// use duet_balance::{algo::stable_hash, Affinity, Balance, LoadMetric};
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), duet_balance::BoxError> {
+/// let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+/// for name in ["a", "b", "c"] {
+///     let backend = service_fn(move |user: &'static str| async move { Ok::<_, Infallible>((name, user)) });
+///     balance.insert(name, 1, backend);
+/// }
+/// let mut served = Vec::new();
+/// for _ in 0..3 {
+///     let user = "user-42";
+///     let (_, service, guard) = balance.pick_and_claim_for(Some(stable_hash(user)), &[])?;
+///     let (name, _) = service.ready().await?.call(user).await?;
+///     drop(guard);
+///     served.push(name);
+/// }
+/// assert!(served.iter().all(|name| *name == served[0]), "one key, one backend: {served:?}");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Affinity {
+    bound: Option<f64>,
+    walk: Walk,
+    table_size: u32,
+}
+
+/// Where a key goes when its home is over the bound: see [`Affinity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Walk {
+    /// The first of the key's next candidates under the bound.
+    Next,
+    /// The one with fewer requests in flight (per weight) of the first two under the bound.
+    #[default]
+    P2c,
+}
+
+impl Affinity {
+    /// Maglev with 65,537 entries, bound 1.25, [`Walk::P2c`].
+    pub fn maglev() -> Self {
+        Self {
+            bound: Some(1.25),
+            walk: Walk::P2c,
+            table_size: crate::maglev::DEFAULT_TABLE_SIZE,
+        }
+    }
+
+    /// Bounds each endpoint to `c` times its share of the requests in flight (at least 1; a value
+    /// under 1, or not a number, is taken as 1).
+    pub fn with_bound(mut self, c: f64) -> Self {
+        self.bound = Some(if c >= 1.0 { c } else { 1.0 });
+        self
+    }
+
+    /// No bound: plain consistent hashing, every key at its home whatever the load.
+    pub fn unbounded(mut self) -> Self {
+        self.bound = None;
+        self
+    }
+
+    /// Walks past a full home with `walk`.
+    pub fn with_walk(mut self, walk: Walk) -> Self {
+        self.walk = walk;
+        self
+    }
+
+    /// A table of `size` entries: use a prime (65,537 by default; 655,373 for pools of thousands).
+    pub fn with_table_size(mut self, size: u32) -> Self {
+        self.table_size = size.max(1);
+        self
+    }
+
+    /// The bound `c`, if any.
+    pub fn bound(&self) -> Option<f64> {
+        self.bound
+    }
+
+    /// The walk past a full home.
+    pub fn walk(&self) -> Walk {
+        self.walk
+    }
+
+    /// The table's entries.
+    pub fn table_size(&self) -> u32 {
+        self.table_size
+    }
+}
+
+impl Default for Affinity {
+    fn default() -> Self {
+        Self::maglev()
+    }
+}
+
+/// A balancer's keyed-pick state: the table of its endpoints and the requests it has in flight.
+///
+/// The table is over every endpoint of non-zero weight, eligible or not, by position, and rebuilt only
+/// when the members or their weights change: an endpoint that turns ineligible (unhealthy, ejected) is
+/// skipped by the walk, so exactly its keys move, each to its own next candidate, and all come back
+/// with it. Slow start's ramp is not in the table (it would move keys every step); the bound caps what
+/// a newcomer takes.
+#[derive(Debug)]
+pub(crate) struct Hashing {
+    config: Affinity,
+    /// Over endpoint positions, for `members`.
+    table: Maglev,
+    /// `(id, weight)` by endpoint position, as the table was built for.
+    members: Vec<(u64, u32)>,
+    built: bool,
+    /// Requests in flight through this balancer, all endpoints together: each guard gives its one back.
+    in_flight: Arc<AtomicU64>,
+    /// `seen[slot] == epoch`: the slot was met in this pick's walk (no clearing per pick).
+    seen: Vec<u32>,
+    epoch: u32,
+}
+
+/// A keyed pick: the slot, and whether the key's home took it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keyed {
+    pub(crate) slot: usize,
+    pub(crate) home: bool,
+}
+
+impl Hashing {
+    pub(crate) fn new(config: Affinity) -> Self {
+        Self {
+            config,
+            table: Maglev::default(),
+            members: Vec::new(),
+            built: false,
+            in_flight: Arc::default(),
+            seen: Vec::new(),
+            epoch: 0,
+        }
+    }
+
+    /// The counter of this balancer's requests in flight, for a guard to give its request back to.
+    pub(crate) fn in_flight(&self) -> &Arc<AtomicU64> {
+        &self.in_flight
+    }
+
+    /// Rebuilds the table if the members changed: `members` are the endpoints' keys by position with
+    /// their configured weights. O(n) to check; the rebuild only on a change.
+    pub(crate) fn sync<'k, K: std::hash::Hash + 'k>(
+        &mut self,
+        members: impl Iterator<Item = (&'k K, u32)>,
+    ) {
+        let members: Vec<(u64, u32)> = members
+            .map(|(key, weight)| (stable_hash(key), weight))
+            .collect();
+        if self.built && members == self.members {
+            return;
+        }
+        self.table = Maglev::new(&members, self.config.table_size);
+        self.seen = vec![0; members.len()];
+        self.epoch = 0;
+        self.members = members;
+        self.built = true;
+    }
+
+    /// The slot for `key` among `left`, whose loads are `load(slot)` (requests in flight) and shares
+    /// `share(slot)` (weight over total weight); `slot(position)` is an endpoint's slot if it is a
+    /// candidate. `None` when nothing is left.
+    pub(crate) fn select(
+        &mut self,
+        key: u64,
+        left: &Remaining<'_>,
+        slot: impl Fn(usize) -> Option<usize>,
+        load: impl Fn(usize) -> u64,
+        share: impl Fn(usize) -> f64,
+    ) -> Option<Keyed> {
+        if self.table.is_empty() || left.len() == 0 {
+            return None;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.seen.iter_mut().for_each(|s| *s = 0);
+            self.epoch = 1;
+        }
+        let total = self.in_flight.load(Relaxed) + 1;
+        let under = |slot: usize| match self.config.bound {
+            None => true,
+            Some(c) => (load(slot) as f64) < (c * total as f64 * share(slot)).ceil(),
+        };
+        let start = self.table.entry_of(key);
+        let (mut first, mut found, mut met) = (None, None, 0);
+        for step in 0..self.table.len() {
+            let position = self.table.entry(start + step) as usize;
+            if self.seen[position] == self.epoch {
+                continue;
+            }
+            self.seen[position] = self.epoch;
+            met += 1;
+            let candidate = slot(position).filter(|&s| left.is_all() || !left.excludes(s));
+            if let Some(slot) = candidate {
+                let home = step == 0;
+                first.get_or_insert(Keyed { slot, home });
+                if under(slot) {
+                    let keyed = Keyed { slot, home };
+                    match (self.config.walk, found) {
+                        // The key's first candidate left (its home on a first pick) is taken while
+                        // under the bound, whatever the walk.
+                        _ if first == Some(keyed) => return Some(keyed),
+                        (Walk::Next, _) => return Some(keyed),
+                        (Walk::P2c, None) => found = Some(keyed),
+                        (Walk::P2c, Some(earlier)) => {
+                            let per_weight = |s: usize| load(s) as f64 / share(s);
+                            let lighter = per_weight(slot) < per_weight(earlier.slot);
+                            return Some(if lighter { keyed } else { earlier });
+                        }
+                    }
+                }
+            }
+            if met == self.seen.len() {
+                break;
+            }
+        }
+        // With a bound of at least 1 some candidate is always under it, unless it has no entry (a
+        // weight far below the others') or the walk met only members that are no candidates (panic
+        // mode off, all the table's members out): the key's first candidate serves, or none.
+        found.or(first)
+    }
+}
