@@ -9,6 +9,7 @@ mod balancing;
 mod browser;
 mod body_limits;
 mod buffering;
+mod cors;
 mod cli;
 mod discovery;
 mod docs;

@@ -146,13 +146,9 @@ impl Cors {
 
 /// `Vary: Origin` on a response, unless its `Vary` already names it (or `*`).
 fn add_vary_origin(headers: &mut HeaderMap) {
-    let named = headers.get_all(header::VARY).iter().any(|value| {
-        (value.as_bytes().split(|&b| b == b','))
-            .map(<[u8]>::trim_ascii)
-            .any(|v| v.eq_ignore_ascii_case(b"origin") || v == b"*")
-    });
-    if !named {
-        headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    let origin = HeaderValue::from_static("Origin");
+    if !crate::headers::varies_by(headers, &origin) {
+        headers.append(header::VARY, origin);
     }
 }
 

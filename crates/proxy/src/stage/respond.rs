@@ -59,7 +59,8 @@ pub(crate) fn respond(
 }
 
 /// The response-fields phase's `fields` on a response: each replaces the response's field of the
-/// same name (the route's policy is the edge's), except `Vary`, whose values are added.
+/// same name (the route's policy is the edge's), except `Vary`, whose values are added where it
+/// does not name them yet.
 #[inline(never)]
 fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
     let mut last = None;
@@ -78,6 +79,9 @@ fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
                 None => continue,
             },
         };
+        if name == header::VARY && headers::varies_by(headers, &value) {
+            continue;
+        }
         headers.append(name, value);
     }
 }
