@@ -214,7 +214,7 @@ impl Listener {
             stream,
             client,
             tls,
-            permit: Some(permit),
+            permit: duet_proxy::Place::new(permit),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One worker's client connections: what every connection of the worker shares (the proxy that
 //! handles its requests, the parking lot, the count of open tunnels, the drain signal).
 
+use crate::conn::place::Place;
 use crate::{
     conn::{
         active::Active,
@@ -22,7 +23,7 @@ use std::{
     sync::atomic::Ordering::Relaxed,
 };
 use tokio::{
-    sync::{watch, Notify, OwnedSemaphorePermit},
+    sync::{watch, Notify},
     time::Instant,
 };
 
@@ -65,7 +66,7 @@ impl Connections {
         &self,
         io: IO,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
     ) -> impl Future<Output = ()> {
         self.serve_accepted(io, Bytes::new(), client, permit, self.count_open())
     }
@@ -77,7 +78,7 @@ impl Connections {
         io: IO,
         prefix: Bytes,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
         active: Active,
     ) -> impl Future<Output = ()> {
         let io = Prefixed { prefix, io };
@@ -97,7 +98,7 @@ impl Connections {
         io: IO,
         prefix: Bytes,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
         opened: Instant,
         active: Active,
     ) -> impl Future<Output = ()> {
