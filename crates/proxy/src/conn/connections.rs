@@ -184,6 +184,17 @@ impl Connections {
         self.0.counters.at_capacity.fetch_add(1, Relaxed);
     }
 
+    /// Counts a connection closed at accept over its listener's per-client cap: `new`, the cap on
+    /// new connections per period, else the cap on open ones.
+    pub fn note_client_refused(&self, new: bool) {
+        self.0.counters.client_refused[usize::from(new)].fetch_add(1, Relaxed);
+    }
+
+    /// Counts client addresses the per-client caps forgot before their allowance refilled.
+    pub fn note_clients_forgotten(&self, count: u64) {
+        self.0.counters.clients_forgotten.fetch_add(count, Relaxed);
+    }
+
     /// At `limits.max_connections`: closes up to `count` idle keep-alive connections parked in the
     /// lot, the longest idle first, so that new ones get their places. Connections parked in their
     /// tasks (TLS) are not reclaimed. Returns how many were closed.
