@@ -11,6 +11,7 @@ mod body_limits;
 mod buffering;
 mod cors;
 mod cli;
+mod connection_limits;
 mod discovery;
 mod docs;
 mod edge;
