@@ -165,3 +165,32 @@ fn an_allowed_origin_s_request_gets_the_fields_on_the_backend_s_answer_and_duet_
         ]
     );
 }
+
+/// A page of another origin calling the route through `fetch` in headless Chromium (skipped with a
+/// note where none is installed).
+#[test]
+fn a_browser_lets_an_allowed_page_read_the_answers_and_blocks_a_disallowed_one() {
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let dir = std::env::temp_dir().join(format!("duet-cors-page-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("folder");
+    let page = dir.join("page.html");
+    std::fs::write(&page, crate::browser::CORS_PAGE).expect("page");
+    // The allowed origin names the port, so the port is chosen before duet binds it.
+    let port = closed_port().port();
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:{port} }} ]
+routes:
+  - {{ match: {{ host: \"*.localhost\", path_prefix: /page }}, respond: {{ file: {} }} }}
+  - match: {{ host: 127.0.0.1, path_prefix: /api }}
+    cluster: app
+    cors: {{ allow_origins: [\"http://page.localhost:{port}\"], allow_methods: [GET, PUT], allow_headers: [x-token], allow_credentials: true }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        page.display(),
+        app.address()
+    );
+    let duet = Duet::start(&yaml);
+    crate::browser::check_cors(duet.address, || app.requests());
+}
