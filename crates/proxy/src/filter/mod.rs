@@ -295,10 +295,10 @@ impl RouteFilters {
             .then(|| error_pages::prefers_json(request.headers()));
         let body = (self.acting(Phase::RESPONSE_BODY).next())
             .and_then(|filter| dispatch!(filter, f => f.plan_body(request)));
-        let mut fields: Option<HeaderMap> = None;
+        let mut fields: Option<Box<HeaderMap>> = None;
         for filter in self.acting(Phase::RESPONSE_FIELDS) {
             if let Some(more) = dispatch!(filter, f => f.response_fields(request)) {
-                fields.get_or_insert_with(HeaderMap::new).extend(more);
+                fields.get_or_insert_default().extend(more);
             }
         }
         Shaping {

@@ -119,8 +119,9 @@ pub(crate) struct Shaping {
     /// For the response-body phase.
     pub(crate) body: Option<BodyPlan>,
     /// The response-fields phase's fields for this request's response (CORS's
-    /// `Access-Control-Allow-Origin` for the origin it came from).
-    pub(crate) fields: Option<HeaderMap>,
+    /// `Access-Control-Allow-Origin` for the origin it came from); boxed, as every request's
+    /// handler future holds the `Shaping` and few have fields.
+    pub(crate) fields: Option<Box<HeaderMap>>,
 }
 
 /// One attempt's result: the backend's response with the attempt's completion, or why it failed.

@@ -53,7 +53,7 @@ pub(crate) fn respond(
     };
     cluster.counters.response(response.status().as_u16());
     if let Some(fields) = fields {
-        add_fields(response.headers_mut(), fields);
+        add_fields(response.headers_mut(), *fields);
     }
     response
 }

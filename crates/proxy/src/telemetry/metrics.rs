@@ -817,6 +817,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 43, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 45, "{plain}");
     }
 }
