@@ -88,3 +88,62 @@ pub(crate) fn check_status_page(admin: SocketAddr, backends: &[SocketAddr], down
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
     eprintln!("status page screenshot: {}", shot.display());
 }
+
+/// CORS as a browser keeps it: a page of `http://page.localhost:PORT` (served by duet itself) calls
+/// `fetch` on `http://127.0.0.1:PORT/api` (another origin) with credentials, a `PUT` with an
+/// `X-Token` field (so a preflight first) and a `GET` (the page: [`CORS_PAGE`]); the same page from
+/// `http://evil.localhost:PORT` gets both blocked. `backend_requests` says how many requests the
+/// API's backend must have had (none of the preflights: duet answers them).
+pub(crate) fn check_cors(duet: SocketAddr, backend_requests: impl Fn() -> u64) {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("DUET_REQUIRE_CHROMIUM").is_none(),
+            "Chromium is required here"
+        );
+        eprintln!("CORS not tried in a browser: install Debian's `chromium`");
+        return;
+    };
+    let port = duet.port();
+    let run = |host: &str| {
+        let url = format!("http://{host}.localhost:{port}/page");
+        let dom = headless(
+            browser,
+            &["--dump-dom", "--virtual-time-budget=10000"],
+            &url,
+        );
+        let marker = "<pre id=\"out\">";
+        let start = dom.find(marker).map_or(0, |i| i + marker.len());
+        let end = dom[start..].find("</pre>").map_or(start, |i| start + i);
+        dom[start..end].to_owned()
+    };
+    assert_eq!(run("page"), "put:200 get:200", "from an allowed origin");
+    assert_eq!(
+        backend_requests(),
+        2,
+        "the PUT and the GET; duet answered the preflight"
+    );
+    assert_eq!(
+        run("evil"),
+        "put:blocked get:blocked",
+        "from a disallowed origin"
+    );
+    // Its preflight (the backend's to answer, without CORS fields) and its GET (served, then
+    // hidden from the page by the browser); never the PUT.
+    assert_eq!(backend_requests(), 4);
+}
+
+/// The page [`check_cors`] loads: it calls the API on 127.0.0.1 at its own port and writes what
+/// came of each call.
+pub(crate) const CORS_PAGE: &str = r#"<!doctype html>
+<pre id="out"></pre>
+<script>
+const api = "http://127.0.0.1:" + location.port + "/api/x";
+const call = (label, init) => fetch(api, Object.assign({ credentials: "include" }, init))
+  .then((r) => label + ":" + r.status, () => label + ":blocked");
+(async () => {
+  const put = await call("put", { method: "PUT", headers: { "X-Token": "t" } });
+  const get = await call("get", {});
+  document.getElementById("out").textContent = put + " " + get;
+})();
+</script>
+"#;

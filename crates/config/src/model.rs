@@ -48,6 +48,43 @@ pub struct Listener {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// What becomes of a request field whose name holds an underscore. Default: dropped.
     pub underscores_in_headers: Underscores,
+    /// Caps on each client address's connections, enforced at accept. Default: none.
+    pub limits: ClientLimits,
+}
+
+/// A listener's `limits:`: caps on each client address's connections, counted per duet process
+/// (every worker's connections together) and enforced as a connection is accepted, before any TLS
+/// handshake; a connection over a cap is closed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// The most connections open at once from one address (`connections_per_client`).
+    pub connections: Option<u32>,
+    /// The most new connections from one address per period (`new_connections_per_client:
+    /// 100/s`): the count and the period; the count may also come at once after a quiet spell.
+    pub new_connections: Option<(u32, Duration)>,
+    /// The most client addresses tracked at once (`max_clients`); past it, addresses with no
+    /// connection open are forgotten first (one forgotten starts again with a full allowance).
+    pub max_clients: u32,
+}
+
+impl ClientLimits {
+    /// What `max_clients` means when left out.
+    pub const DEFAULT_MAX_CLIENTS: u32 = 100_000;
+
+    /// Whether any cap is set.
+    pub fn any(&self) -> bool {
+        self.connections.is_some() || self.new_connections.is_some()
+    }
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        Self {
+            connections: None,
+            new_connections: None,
+            max_clients: Self::DEFAULT_MAX_CLIENTS,
+        }
+    }
 }
 
 /// `underscores_in_headers:` of a listener. CGI and WSGI backends (and the frameworks on them) read a

@@ -42,6 +42,19 @@ pub(crate) struct RawListener {
     pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) underscores_in_headers: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) limits: Option<Spanned<RawClientLimits>>,
+}
+
+/// A listener's `limits:`, per client address.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawClientLimits {
+    #[serde(default)]
+    pub(crate) connections_per_client: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) new_connections_per_client: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) max_clients: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -561,7 +574,10 @@ static LIMITS: Shape = Shape {
 };
 static LISTENER: Shape = Shape {
     fields: fields_of::<RawListener>,
-    children: &[("tls", &leaf::<RawTls>())],
+    children: &[
+        ("tls", &leaf::<RawTls>()),
+        ("limits", &leaf::<RawClientLimits>()),
+    ],
     filters: false,
 };
 static ROUTE: Shape = Shape {

@@ -389,3 +389,40 @@ fn a_rate_without_its_time_unit_and_a_bad_buffer_size_are_located() {
         found[1]
     );
 }
+
+#[test]
+fn a_listener_s_per_client_caps_are_read_and_bad_ones_located() {
+    let config = duet_config::parse(
+        "listeners: [ { address: 127.0.0.1:0, limits: { connections_per_client: 200, new_connections_per_client: 100/s } } ]
+routes: [ { cluster: web } ]
+clusters: [ { name: web, backends: [ { address: 127.0.0.1:9001 } ] } ]
+",
+        "ok.yaml",
+    )
+    .expect("valid");
+    let limits = config.listeners[0].limits;
+    assert_eq!(limits.connections, Some(200));
+    assert_eq!(
+        limits.new_connections,
+        Some((100, std::time::Duration::from_secs(1)))
+    );
+    let errors = match duet_config::parse(
+        "listeners: [ { address: 127.0.0.1:0, limits: { connections_per_client: 0, new_connections_per_client: 5/d } } ]
+routes: [ { cluster: web } ]
+clusters: [ { name: web, backends: [ { address: 127.0.0.1:9001 } ] } ]
+",
+        "bad.yaml",
+    ) {
+        Ok(_) => panic!("expected errors"),
+        Err(errors) => errors.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    };
+    for start in [
+        "bad.yaml:1:72: listeners[0].limits.connections_per_client: 0 is out of range",
+        "bad.yaml:1:103: listeners[0].limits.new_connections_per_client: `5/d` is not a rate",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(start)),
+            "{start}\n{errors:#?}"
+        );
+    }
+}

@@ -21,6 +21,7 @@ mod control;
 mod listener;
 mod tls;
 mod worker;
+mod client_limits;
 
 mod log_buffer;
 mod log_file;

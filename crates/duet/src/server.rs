@@ -165,6 +165,7 @@ impl Server {
             shutdown: shutdown_rx.clone(),
             admin_shutdown: admin_shutdown_rx,
         })?;
+        let clients = crate::client_limits::ClientConnections::new(config.listeners.len());
         let handles = spawn_workers(per_worker, || worker::Channels {
             shutdown: shutdown_rx.clone(),
             health: health_rx.clone(),
@@ -173,6 +174,7 @@ impl Server {
             registry: registry.clone(),
             tls: tls_rx.clone(),
             connection_share: config.limits.max_connections.div_ceil(workers),
+            clients: clients.clone(),
         })?;
         Ok(Self {
             addresses,

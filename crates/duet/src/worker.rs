@@ -1,8 +1,11 @@
 //! A worker: one OS thread, its own single-threaded runtime, its own listeners, clients and balancers.
 
+use crate::client_limits::{ClientConnections, Refused, Slot};
 use crate::memory;
 use duet_config::Config;
-use duet_proxy::{Accepted, Client, Connections, HealthView, Registry, ResolvedNames, WorkerProxy};
+use duet_proxy::{
+    Accepted, Client, Connections, HealthView, Place, Registry, ResolvedNames, WorkerProxy,
+};
 use std::{net::SocketAddr, rc::Rc, sync::Arc, time::Duration};
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -21,6 +24,8 @@ pub(crate) struct Channels {
     pub(crate) tls: watch::Receiver<Arc<Vec<Option<TlsAcceptor>>>>,
     /// This worker's share of `limits.max_connections`.
     pub(crate) connection_share: usize,
+    /// The listeners' per-client connection counts, the process's.
+    pub(crate) clients: Arc<ClientConnections>,
 }
 
 /// Runs a worker until `shutdown` turns true and its connections have drained (or `drain` has passed).
@@ -73,6 +78,7 @@ async fn serve_worker(
         registry,
         tls,
         connection_share,
+        clients,
     } = channels;
     let config = reloads.borrow_and_update().clone();
     let resolved = names.borrow_and_update().clone();
@@ -95,6 +101,7 @@ async fn serve_worker(
             config: reloads.clone(),
             capacity: capacity.clone(),
             connections: connections.clone(),
+            clients: clients.clone(),
         };
         tokio::task::spawn_local(listener.accept(accepted_tx.clone(), shutdown.clone()));
     }
@@ -126,6 +133,7 @@ struct Listener {
     config: watch::Receiver<Arc<Config>>,
     capacity: Arc<Semaphore>,
     connections: Connections,
+    clients: Arc<ClientConnections>,
 }
 
 impl Listener {
@@ -150,11 +158,20 @@ impl Listener {
                     continue;
                 }
             };
+            // Over its client's cap: closed at once (dropped), before any TLS handshake.
+            let Ok(slot) = self.client_slot(peer) else {
+                continue;
+            };
             let Some(permit) = self.make_room().await else {
                 return;
             };
+            let place = Place::new(permit);
+            let place = match slot {
+                Some(slot) => place.holding(slot),
+                None => place,
+            };
             if accepted
-                .send(self.accepted(stream, peer, permit))
+                .send(self.accepted(stream, peer, place))
                 .await
                 .is_err()
             {
@@ -189,14 +206,32 @@ impl Listener {
         }
     }
 
+    /// The connection's count under its listener's per-client caps (`None`: the listener has
+    /// none); `Err`: it is over one, counted, and to be closed.
+    fn client_slot(&self, peer: SocketAddr) -> Result<Option<Slot>, Refused> {
+        let limits = (self.config.borrow().listeners.get(self.position)).map(|l| l.limits);
+        let Some(limits) = limits.filter(|limits| limits.any()) else {
+            return Ok(None);
+        };
+        match self.clients.admit(self.position, peer.ip(), &limits) {
+            Ok(admitted) => {
+                if admitted.forgotten > 0 {
+                    self.connections.note_clients_forgotten(admitted.forgotten);
+                }
+                Ok(Some(admitted.slot))
+            }
+            Err(refused) => {
+                self.connections
+                    .note_client_refused(refused == Refused::New);
+                tracing::debug!(worker = self.index, %peer, ?refused, "connection over its client's cap");
+                Err(refused)
+            }
+        }
+    }
+
     /// The connection with its listener's TLS acceptor and trust list as they are now: a reload may
     /// have changed them (the trust is decided again for each request).
-    fn accepted(
-        &self,
-        stream: TcpStream,
-        peer: SocketAddr,
-        permit: OwnedSemaphorePermit,
-    ) -> Accepted {
+    fn accepted(&self, stream: TcpStream, peer: SocketAddr, place: Place) -> Accepted {
         let tls = self.tls.borrow().get(self.position).cloned().flatten();
         let trusted = self
             .config
@@ -214,7 +249,7 @@ impl Listener {
             stream,
             client,
             tls,
-            permit: Some(permit),
+            permit: place,
         }
     }
 }

@@ -475,6 +475,14 @@ fn add_trusted_forwarding(
     }
 }
 
+/// Whether the response's `Vary` already names `by` (or is `*`).
+pub(crate) fn varies_by(headers: &http::HeaderMap, by: &http::HeaderValue) -> bool {
+    (headers.get_all(http::header::VARY).iter())
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .any(|v| v.eq_ignore_ascii_case(by.as_bytes()) || v == b"*")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

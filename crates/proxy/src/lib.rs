@@ -90,6 +90,7 @@ pub use conn::{
     accept::{Accepted, Drained},
     connections::Connections,
     io::ClientIo,
+    place::Place,
 };
 pub use error::{ErrorKind, ProxyError};
 pub use filter::AuthCheck;

@@ -129,7 +129,7 @@ async fn serve_without_resuming(
     mut accepted: tokio::sync::mpsc::Receiver<Accepted>,
 ) {
     while let Some(Accepted { stream, client, .. }) = accepted.recv().await {
-        tokio::task::spawn_local(connections.serve(stream, client, None));
+        tokio::task::spawn_local(connections.serve(stream, client, crate::Place::default()));
     }
 }
 

@@ -51,12 +51,16 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
             l.underscores_in_headers.as_ref(),
             &field.key("underscores_in_headers"),
         );
+        let limits = (l.limits.as_ref())
+            .map(|raw| super::client_limits::check(checker, raw, &field.key("limits")))
+            .unwrap_or_default();
         listeners.push(Listener {
             name,
             address,
             tls,
             trusted_proxies,
             underscores_in_headers,
+            limits,
         });
     }
     if raw.is_empty() {

@@ -5,6 +5,7 @@
 // matchers, redirects, splits and filters, which use the matching rules).
 mod clusters;
 mod listeners;
+mod client_limits;
 mod routes;
 mod settings;
 

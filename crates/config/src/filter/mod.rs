@@ -18,6 +18,7 @@
 
 pub mod auth;
 pub mod compress;
+pub mod cors;
 pub mod error_pages;
 pub mod hedge;
 pub mod hsts;
@@ -161,6 +162,7 @@ sections! {
     respond: respond::Respond,
     error_pages: error_pages::ErrorPages,
     compress: compress::Compress,
+    cors: cors::Cors,
 }
 
 impl RawFilters {

@@ -186,7 +186,7 @@ fn check(
 }
 
 /// `100/s`, `6000/m`, `10/h`: a whole number of requests per second, minute or hour.
-fn parse_rate(
+pub(crate) fn parse_rate(
     checker: &mut Checker,
     rate: &Spanned<Scalar>,
     field: &Field,

@@ -2,6 +2,7 @@
 //! parked connections are taken back when their next request arrives, and at shutdown everything
 //! drains. The binary's workers and the in-process tests run this same loop.
 
+use crate::conn::place::Place;
 use crate::{
     conn::{
         active::Active,
@@ -16,7 +17,7 @@ use bytes::Bytes;
 use std::time::Duration;
 use tokio::{
     net::TcpStream,
-    sync::{mpsc, watch, OwnedSemaphorePermit},
+    sync::{mpsc, watch},
     task::JoinSet,
     time::Instant,
 };
@@ -32,7 +33,7 @@ pub struct Accepted {
     /// `limits.header_read_timeout` (from the accept; the first request is awaited after it).
     pub tls: Option<TlsAcceptor>,
     /// Its place under `limits.max_connections`, held while it is open.
-    pub permit: Option<OwnedSemaphorePermit>,
+    pub permit: Place,
 }
 
 impl Accepted {
@@ -49,7 +50,7 @@ impl Accepted {
             stream,
             client,
             tls: None,
-            permit: None,
+            permit: Place::default(),
         }
     }
 }
@@ -188,12 +189,7 @@ impl Connections {
     /// request is, since clients open connections ahead of their requests: for a moment in its task,
     /// then in the worker's parking lot, until `limits.keepalive_timeout` after the accept (or until
     /// `limits.max_connections` needs its place). The drain starting first closes it.
-    async fn serve_plain(
-        self,
-        stream: TcpStream,
-        client: Client,
-        permit: Option<OwnedSemaphorePermit>,
-    ) {
+    async fn serve_plain(self, stream: TcpStream, client: Client, permit: Place) {
         let limits = self.proxy().limits();
         let opened = Instant::now();
         let active = self.count_open();
@@ -241,7 +237,7 @@ impl Connections {
         mut stream: TcpStream,
         prefix: Bytes,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
         active: Active,
     ) {
         let opened = Instant::now();

@@ -1,6 +1,7 @@
 //! One worker's client connections: what every connection of the worker shares (the proxy that
 //! handles its requests, the parking lot, the count of open tunnels, the drain signal).
 
+use crate::conn::place::Place;
 use crate::{
     conn::{
         active::Active,
@@ -22,7 +23,7 @@ use std::{
     sync::atomic::Ordering::Relaxed,
 };
 use tokio::{
-    sync::{watch, Notify, OwnedSemaphorePermit},
+    sync::{watch, Notify},
     time::Instant,
 };
 
@@ -65,7 +66,7 @@ impl Connections {
         &self,
         io: IO,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
     ) -> impl Future<Output = ()> {
         self.serve_accepted(io, Bytes::new(), client, permit, self.count_open())
     }
@@ -77,7 +78,7 @@ impl Connections {
         io: IO,
         prefix: Bytes,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
         active: Active,
     ) -> impl Future<Output = ()> {
         let io = Prefixed { prefix, io };
@@ -97,7 +98,7 @@ impl Connections {
         io: IO,
         prefix: Bytes,
         client: Client,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
         opened: Instant,
         active: Active,
     ) -> impl Future<Output = ()> {
@@ -181,6 +182,17 @@ impl Connections {
     /// Notes that a connection arrived while this worker held its share of `limits.max_connections`.
     pub fn note_at_capacity(&self) {
         self.0.counters.at_capacity.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a connection closed at accept over its listener's per-client cap: `new`, the cap on
+    /// new connections per period, else the cap on open ones.
+    pub fn note_client_refused(&self, new: bool) {
+        self.0.counters.client_refused[usize::from(new)].fetch_add(1, Relaxed);
+    }
+
+    /// Counts client addresses the per-client caps forgot before their allowance refilled.
+    pub fn note_clients_forgotten(&self, count: u64) {
+        self.0.counters.clients_forgotten.fetch_add(count, Relaxed);
     }
 
     /// At `limits.max_connections`: closes up to `count` idle keep-alive connections parked in the

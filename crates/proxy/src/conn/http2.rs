@@ -11,6 +11,7 @@
 //! go unanswered (its PING never acknowledged) is closed `limits.header_read_timeout` after it, once
 //! no stream is open: every state of a connection has a deadline.
 
+use crate::conn::place::Place;
 use crate::{
     attempt::body::ProxyBody,
     conn::{
@@ -43,7 +44,6 @@ use std::{
 use tokio::{
     io::AsyncReadExt,
     net::TcpStream,
-    sync::OwnedSemaphorePermit,
     time::{timeout_at, Instant},
 };
 
@@ -107,7 +107,7 @@ pub(crate) struct Http2Connection<IO> {
     /// `limits.header_read_timeout` after that.
     pub(crate) opened: Instant,
     pub(crate) active: Active,
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) permit: Place,
 }
 
 /// Serves an HTTP/2 connection until the client closes it, it idles out, or the drain's GOAWAY has

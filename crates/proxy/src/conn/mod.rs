@@ -16,3 +16,4 @@ pub(crate) mod linger;
 pub(crate) mod head_timer;
 pub(crate) mod stream_watch;
 pub(crate) mod recycled;
+pub(crate) mod place;

@@ -15,6 +15,7 @@
 //! Only plain TCP connections are parked here: a TLS connection's session state cannot leave its
 //! task, so TLS connections park in their own task (`serve.rs`).
 
+use crate::conn::place::Place;
 use crate::{
     conn::{active::Active, io::Prefixed},
     peer::Client,
@@ -31,12 +32,7 @@ use std::{
     sync::{atomic::Ordering::Relaxed, Arc},
     time::Duration,
 };
-use tokio::{
-    io::unix::AsyncFd,
-    net::TcpStream,
-    sync::{Notify, OwnedSemaphorePermit},
-    time::Instant,
-};
+use tokio::{io::unix::AsyncFd, net::TcpStream, sync::Notify, time::Instant};
 
 /// What a parked connection keeps besides its socket, handed back with it when it resumes.
 pub(crate) struct Parked {
@@ -46,7 +42,7 @@ pub(crate) struct Parked {
     /// Counts it as an open connection while it is parked.
     pub(crate) active: Active,
     /// Its place under `limits.max_connections`.
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) permit: Place,
 }
 
 /// A parked connection whose next request has started to arrive: its socket, the request's first

@@ -1,5 +1,6 @@
 //! Serving client connections on a worker.
 
+use crate::conn::place::Place;
 use crate::{
     conn::{
         active::Active,
@@ -25,7 +26,7 @@ use std::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::{
-    sync::{watch, OwnedSemaphorePermit},
+    sync::watch,
     time::{Instant, Sleep},
 };
 
@@ -80,7 +81,10 @@ fn leave_for_the_lot<IO: ClientIo>(connection: &mut Connection<IO>) -> bool {
             return false;
         }
     };
-    let (Some(active), permit) = (connection.active.take(), connection.permit.take()) else {
+    let (Some(active), permit) = (
+        connection.active.take(),
+        std::mem::take(&mut connection.permit),
+    ) else {
         return true;
     };
     let deadline = connection.idle_until();
@@ -112,7 +116,7 @@ pub(crate) struct Connection<IO> {
     /// Counts the connection as open; goes to the parking lot with it.
     active: Option<Active>,
     /// Its place under `limits.max_connections`; goes to the parking lot with it.
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Place,
 }
 
 impl<IO> Connection<IO> {
@@ -122,7 +126,7 @@ impl<IO> Connection<IO> {
         io: Option<Prefixed<IO>>,
         requests: u64,
         active: Active,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Place,
     ) -> Self {
         // The limits current when the connection (or its next turn after parking) starts.
         let limits = connections.proxy().limits();

@@ -13,6 +13,7 @@
 //! | upstream request | `on_upstream_request` | prepare, after duet's own header rules | edit the headers and target every attempt sends |
 //! | prepared | `on_prepared` | the handler, before the first attempt | start work beside the attempts (a mirror's copy) |
 //! | first attempt | `first_attempt` | retry | send the first attempt its own way (a hedge) |
+//! | response fields | `response_fields` | the handler at arrival; respond, on the response once the request reached a cluster | add fields only the request can say (CORS's allowed origin) |
 //! | response head | `on_response_head` | respond, on a backend's response | edit the response head |
 //! | response body | `plan_body`, `on_response_body` | the handler at arrival; respond, on a backend's response | put another body in place of the backend's (`compress:`) |
 //! | error page | `error_page` | the handler, on duet's own error answer after routing | the page in place of its text (`error_pages:`) |
@@ -65,6 +66,7 @@
 
 mod auth;
 mod compress;
+mod cors;
 mod error_pages;
 mod headers;
 mod hedge;
@@ -90,7 +92,7 @@ use crate::{
     telemetry::metrics::{ClusterCells, CounterFamily},
 };
 use duet_config::Route;
-use http::{request, Request, Response};
+use http::{request, HeaderMap, Request, Response};
 use hyper::body::Incoming;
 use phase::{
     Admit, Arrival, BodyPlan, Build, Decision, FirstAttempt, OwnPage, Phase, Phases, Race,
@@ -158,6 +160,7 @@ macro_rules! filters {
 filters! {
     IpList(ip_list::IpList),
     RateLimit(rate_limit::RouteRateLimit),
+    Cors(cors::Cors),
     Auth(auth::Auth),
     Redirect(redirect::RedirectRoute),
     Respond(respond::Respond),
@@ -281,7 +284,8 @@ impl RouteFilters {
     /// duet's gRPC errors.
     #[inline]
     pub(crate) fn shaping(&self, request: &http::Request<Incoming>, grpc: bool) -> Shaping {
-        if !self.phases.any(Phase::ERROR_PAGE.and(Phase::RESPONSE_BODY)) {
+        let after = Phase::ERROR_PAGE.and(Phase::RESPONSE_BODY);
+        if !self.phases.any(after.and(Phase::RESPONSE_FIELDS)) {
             return Shaping::default();
         }
         self.shaping_for(request, grpc)
@@ -293,7 +297,17 @@ impl RouteFilters {
             .then(|| error_pages::prefers_json(request.headers()));
         let body = (self.acting(Phase::RESPONSE_BODY).next())
             .and_then(|filter| dispatch!(filter, f => f.plan_body(request)));
-        Shaping { pages, body }
+        let mut fields: Option<Box<HeaderMap>> = None;
+        for filter in self.acting(Phase::RESPONSE_FIELDS) {
+            if let Some(more) = dispatch!(filter, f => f.response_fields(request)) {
+                fields.get_or_insert_default().extend(more);
+            }
+        }
+        Shaping {
+            pages,
+            body,
+            fields,
+        }
     }
 
     /// The response-body phase, on a backend's response.

@@ -41,6 +41,8 @@ impl Phase {
     pub(crate) const ADMIT: Self = Self(1 << 7);
     /// [`Phases::on_done`].
     pub(crate) const DONE: Self = Self(1 << 8);
+    /// [`Phases::response_fields`].
+    pub(crate) const RESPONSE_FIELDS: Self = Self(1 << 9);
     /// None.
     pub(crate) const NONE: Self = Self(0);
 
@@ -113,12 +115,16 @@ pub(crate) struct BodyPlan(pub(crate) u8);
 
 /// What the phases after the response need of the request, taken at arrival: each `None` when no
 /// filter of the route acts in its phase (or, for error pages, for a gRPC call).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Shaping {
     /// For the error-page phase: whether the request's `Accept` prefers JSON.
     pub(crate) pages: Option<bool>,
     /// For the response-body phase.
     pub(crate) body: Option<BodyPlan>,
+    /// The response-fields phase's fields for this request's response (CORS's
+    /// `Access-Control-Allow-Origin` for the origin it came from); boxed, as every request's
+    /// handler future holds the `Shaping` and few have fields.
+    pub(crate) fields: Option<Box<HeaderMap>>,
 }
 
 /// One attempt's result: the backend's response with the attempt's completion, or why it failed.
@@ -214,6 +220,14 @@ pub(crate) trait Phases: Sized {
     /// The first attempt, sent in the filter's way; `None`: the usual single attempt. At most one
     /// filter of a route runs it.
     fn first_attempt<'a>(&'a self, _attempt: FirstAttempt<'a>) -> Option<Race<'a>> {
+        None
+    }
+
+    /// At arrival, the fields to add to the request's response, whether a backend's or duet's own
+    /// answer once the request reached a cluster (CORS: the allowed origin, which only the request
+    /// names): each replaces the response's field of the same name, except `Vary`, whose values
+    /// are added. `None`: nothing for this request.
+    fn response_fields(&self, _request: &Request<Incoming>) -> Option<HeaderMap> {
         None
     }
 

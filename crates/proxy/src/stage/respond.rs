@@ -30,7 +30,9 @@ pub(crate) fn respond(
     connection: &ConnectionState,
     grpc: bool,
 ) -> Response<ProxyBody> {
-    let response = match outcome {
+    let mut shaping = shaping;
+    let fields = shaping.fields.take();
+    let mut response = match outcome {
         Ok((response, completion)) => relay(
             response,
             completion,
@@ -50,7 +52,38 @@ pub(crate) fn respond(
         }
     };
     cluster.counters.response(response.status().as_u16());
+    if let Some(fields) = fields {
+        add_fields(response.headers_mut(), *fields);
+    }
     response
+}
+
+/// The response-fields phase's `fields` on a response: each replaces the response's field of the
+/// same name (the route's policy is the edge's), except `Vary`, whose values are added where it
+/// does not name them yet.
+#[inline(never)]
+fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
+    let mut last = None;
+    for (name, value) in fields {
+        let name = match name {
+            Some(name) => {
+                last = Some(name.clone());
+                if name != header::VARY {
+                    headers.remove(&name);
+                }
+                name
+            }
+            // A further value of the field before it.
+            None => match &last {
+                Some(name) => name.clone(),
+                None => continue,
+            },
+        };
+        if name == header::VARY && headers::varies_by(headers, &value) {
+            continue;
+        }
+        headers.append(name, value);
+    }
 }
 
 /// Passes a backend's response on, unless its framing is ambiguous or it switches to a protocol the

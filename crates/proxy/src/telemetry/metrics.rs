@@ -203,6 +203,12 @@ pub(crate) struct WorkerCounters {
     pub(crate) buffered: AtomicU64,
     /// Requests answered 503 because `limits.max_buffered_bytes` was held already.
     pub(crate) buffer_refused: AtomicU64,
+    /// Connections closed at accept over a listener's per-client cap: `connections_per_client`,
+    /// `new_connections_per_client`.
+    pub(crate) client_refused: [AtomicU64; 2],
+    /// Client addresses forgotten with their connection allowance spent, the listener's
+    /// `limits.max_clients` reached.
+    pub(crate) clients_forgotten: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -864,6 +870,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 50, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 52, "{plain}");
     }
 }

@@ -143,6 +143,13 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_connections_at_capacity_total", COUNTER,
         "Times a connection arrived while its worker held max_connections: an idle one was closed to make room, or it waited until one closed.",
         Read::Worker(|w, _| count(&w.at_capacity))),
+    Family::new("duet_connections_refused_total", COUNTER,
+        "Client connections closed at accept, before any TLS handshake, over a listener's per-client cap (limits.connections_per_client, limits.new_connections_per_client).",
+        Read::Worker(|w, i| nth(&w.client_refused, i)))
+        .by("reason", &["connections_per_client", "new_connections_per_client"]),
+    Family::new("duet_client_limit_forgotten_total", COUNTER,
+        "Client addresses a listener's per-client caps forgot before their new-connection allowance had refilled, its limits.max_clients reached.",
+        Read::Worker(|w, _| count(&w.clients_forgotten))),
     Family::new("duet_connections_reclaimed_total", COUNTER,
         "Idle keep-alive client connections closed to make room for a new one at max_connections.",
         Read::Worker(|w, _| count(&w.reclaimed))),
