@@ -52,9 +52,9 @@ pub use error::{ConfigError, ConfigErrors};
 pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, Location, Mirror,
-    OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, Redirect,
-    RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, Underscores,
+    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location,
+    Mirror, OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, Redirect,
+    RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, TlsVersion, Underscores,
     UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
 

@@ -41,8 +41,8 @@ pub struct Listener {
     pub name: Option<String>,
     /// Address to bind; port 0 lets the OS choose.
     pub address: SocketAddr,
-    /// Terminate TLS on this listener with these files; plain HTTP when `None`.
-    pub tls: Option<TlsFiles>,
+    /// Terminate TLS on this listener with these certificates; plain HTTP when `None`.
+    pub tls: Option<ListenerTls>,
     /// Peers (other proxies, load balancers) whose `X-Forwarded-For` chain is kept and extended. From
     /// anyone else, every forwarding field a client sent is dropped and rebuilt. Default: nobody.
     pub trusted_proxies: Vec<ipnet::IpNet>,
@@ -77,6 +77,41 @@ impl Listener {
     /// Whether a connection from `peer` comes from a trusted proxy.
     pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
         self.trusted_proxies.iter().any(|net| net.contains(&peer))
+    }
+}
+
+/// A listener's `tls:`: the certificates it serves, chosen by the name the client asks for (SNI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// Every certificate with its key, in the order written (never empty). A name two of them cover
+    /// goes to the first.
+    pub certificates: Vec<TlsFiles>,
+    /// The index in `certificates` of the one served without SNI or for a name none covers: `default:`,
+    /// else the first.
+    pub default: usize,
+    /// The oldest TLS version accepted.
+    pub min_version: TlsVersion,
+    /// Where the `tls` block is written.
+    pub at: Location,
+}
+
+/// `min_version:` of a listener's `tls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// TLS 1.2 and 1.3 (the default).
+    #[default]
+    V1_2,
+    /// TLS 1.3 only.
+    V1_3,
+}
+
+impl TlsVersion {
+    /// The name as written in the config (`"1.2"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1_2 => "1.2",
+            Self::V1_3 => "1.3",
+        }
     }
 }
 

@@ -37,15 +37,31 @@ pub(crate) struct RawListener {
     pub(crate) name: Option<Spanned<Scalar>>,
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
-    pub(crate) tls: Option<RawTls>,
+    pub(crate) tls: Option<Spanned<RawTls>>,
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) underscores_in_headers: Option<Spanned<Scalar>>,
 }
 
+/// A listener's `tls:`: one `cert` and `key`, or `certificates:` chosen by SNI with a `default`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawTls {
+    #[serde(default)]
+    pub(crate) cert: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) key: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) certificates: Option<Spanned<Vec<RawCertificate>>>,
+    #[serde(default)]
+    pub(crate) default: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) min_version: Option<Spanned<Scalar>>,
+}
+
+/// One of `tls.certificates`: `{ cert: shop.pem, key: shop.key }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawCertificate {
     pub(crate) cert: Spanned<Scalar>,
     pub(crate) key: Spanned<Scalar>,
 }
@@ -572,7 +588,12 @@ static LIMITS: Shape = Shape {
 };
 static LISTENER: Shape = Shape {
     fields: fields_of::<RawListener>,
-    children: &[("tls", &leaf::<RawTls>())],
+    children: &[("tls", &LISTENER_TLS)],
+    filters: false,
+};
+static LISTENER_TLS: Shape = Shape {
+    fields: fields_of::<RawTls>,
+    children: &[("certificates", &leaf::<RawCertificate>())],
     filters: false,
 };
 static ROUTE: Shape = Shape {

@@ -1,10 +1,11 @@
 //! `listeners:` and `admin:`: addresses to bind, none of which may take another's port.
 
+use super::listener_tls::listener_tls;
 use crate::{
     checker::Checker,
     error::ConfigError,
     field::Field,
-    model::{Listener, TlsFiles, Underscores},
+    model::{Listener, Underscores},
     networks::network,
     raw::{RawAdmin, RawListener, Scalar},
 };
@@ -31,16 +32,10 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
             };
             checker.reject(&l.address, field.key("address"), message);
         }
-        let tls = l.tls.as_ref().map(|tls| {
-            let ((cert, cert_at), (key, key_at)) =
-                (checker.path(&tls.cert), checker.path(&tls.key));
-            TlsFiles {
-                cert,
-                key,
-                cert_at,
-                key_at,
-            }
-        });
+        let tls = l
+            .tls
+            .as_ref()
+            .and_then(|tls| listener_tls(checker, tls, &field));
         let trusted_proxies = trusted_proxies(checker, &l.trusted_proxies, &field);
         let name = l
             .name

@@ -9,6 +9,7 @@ mod routes;
 mod settings;
 
 mod cluster_settings;
+mod listener_tls;
 mod upstream_tls;
 mod mirror;
 mod hedge;
