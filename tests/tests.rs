@@ -32,4 +32,5 @@ mod routing;
 mod shaping;
 mod streaming;
 mod tls;
+mod tls_sni;
 mod upstream_tls;
