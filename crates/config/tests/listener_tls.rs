@@ -2,11 +2,20 @@
 
 use duet_config::{parse, TlsVersion};
 
-mod support;
-use support::{errors, BASE};
+/// `listeners` with one route to one cluster.
+fn with_listener(listeners: &str) -> String {
+    format!(
+        "{listeners}\nroutes: [ {{ cluster: web }} ]\nclusters:\n  - name: web\n    \
+         backends: [ {{ address: 127.0.0.1:9001 }} ]\n"
+    )
+}
 
-fn with_listener(listener: &str) -> String {
-    BASE.replace("listeners: [ { address: 127.0.0.1:0 } ]", listener)
+/// The errors `yaml` gets, as written for people; panics if it loads.
+fn errors(yaml: &str) -> Vec<String> {
+    match parse(yaml, "bad.yaml") {
+        Ok(_) => panic!("expected errors for:\n{yaml}"),
+        Err(errors) => errors.errors.iter().map(ToString::to_string).collect(),
+    }
 }
 
 #[test]
