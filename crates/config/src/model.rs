@@ -46,8 +46,33 @@ pub struct Listener {
     /// Peers (other proxies, load balancers) whose `X-Forwarded-For` chain is kept and extended. From
     /// anyone else, every forwarding field a client sent is dropped and rebuilt. Default: nobody.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The PROXY protocol header every connection starts with (from an L4 balancer in front): its
+    /// source address becomes the client. Only `trusted_proxies` may send it; `None`: not read.
+    pub proxy_protocol: Option<ProxyProtocol>,
     /// What becomes of a request field whose name holds an underscore. Default: dropped.
     pub underscores_in_headers: Underscores,
+}
+
+/// `proxy_protocol:` of a listener: which versions of HAProxy's PROXY protocol header it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// The text header (`PROXY TCP4 ...\r\n`).
+    V1,
+    /// The binary header.
+    V2,
+    /// Either, told apart by the first byte.
+    Any,
+}
+
+impl ProxyProtocol {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+            Self::Any => "any",
+        }
+    }
 }
 
 /// `underscores_in_headers:` of a listener. CGI and WSGI backends (and the frameworks on them) read a

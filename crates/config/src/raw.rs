@@ -41,6 +41,8 @@ pub(crate) struct RawListener {
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) proxy_protocol: Option<Spanned<Scalar>>,
+    #[serde(default)]
     pub(crate) underscores_in_headers: Option<Spanned<Scalar>>,
 }
 

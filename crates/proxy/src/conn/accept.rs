@@ -8,11 +8,13 @@ use crate::{
         connections::Connections,
         http2::{self, Sniffed},
         parking::Parked,
+        proxy_protocol,
         serve::park_after,
     },
     peer::Client,
 };
 use bytes::Bytes;
+use duet_config::ProxyProtocol;
 use std::time::Duration;
 use tokio::{
     net::TcpStream,
@@ -33,6 +35,9 @@ pub struct Accepted {
     pub tls: Option<TlsAcceptor>,
     /// Its place under `limits.max_connections`, held while it is open.
     pub permit: Option<OwnedSemaphorePermit>,
+    /// The listener's `proxy_protocol`: the PROXY header the connection must start with, read in its
+    /// task (only from a trusted peer) before TLS or HTTP.
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl Accepted {
@@ -50,6 +55,7 @@ impl Accepted {
             client,
             tls: None,
             permit: None,
+            proxy_protocol: None,
         }
     }
 }
@@ -132,56 +138,100 @@ impl Connections {
             client,
             tls,
             permit,
+            proxy_protocol,
         } = accepted;
         let _ = stream.set_nodelay(true);
         // Plain and TLS connections are tasks of their own sizes: a parked plain connection's task
         // holds neither a TLS session nor the handshake's state.
         let connections = self.clone();
-        let Some(acceptor) = tls else {
-            tasks.spawn_local(connections.serve_plain(stream, client, permit));
-            return;
-        };
-        // The handshake has a bound of its own; what follows it is timed as over a plain connection
-        // (the first request's first byte as a keep-alive wait, its head from that byte).
-        let timeout = self.proxy().limits().header_read_timeout;
-        tasks.spawn_local(async move {
-            let peer = client.address;
-            let handshake = Box::pin(acceptor.accept(stream));
-            match tokio::time::timeout(timeout, handshake).await {
-                Ok(Ok(stream)) => {
-                    let client = Client {
-                        tls: true,
-                        ..client
-                    };
-                    let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    let (opened, active) = (Instant::now(), connections.count_open());
-                    if http2 {
-                        let serve = connections.serve_http2(
-                            stream,
-                            Bytes::new(),
-                            client,
-                            permit,
-                            opened,
-                            active,
-                        );
-                        Box::pin(serve).await;
-                    } else {
-                        let serve = connections.serve_accepted(
-                            stream,
-                            Bytes::new(),
-                            client,
-                            permit,
-                            active,
-                        );
-                        serve.await;
-                    }
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
-                }
-                Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
+        match (proxy_protocol, tls) {
+            (None, None) => tasks.spawn_local(connections.serve_plain(stream, client, permit)),
+            (None, Some(acceptor)) => {
+                tasks.spawn_local(connections.serve_tls(stream, client, acceptor, permit))
             }
-        });
+            (Some(accepted), tls) => {
+                tasks.spawn_local(connections.serve_proxied(stream, client, accepted, tls, permit))
+            }
+        };
+    }
+
+    /// Reads a connection's PROXY header (its peer must be a trusted proxy; the header is due within
+    /// `limits.header_read_timeout` of the accept), then serves it as the client the header names.
+    /// Anything else closes it.
+    async fn serve_proxied(
+        self,
+        mut stream: TcpStream,
+        client: Client,
+        accepted: ProxyProtocol,
+        tls: Option<TlsAcceptor>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) {
+        let peer = client.address;
+        if !client.trusted {
+            tracing::debug!(target: "duet::conn", %peer, "closed: a PROXY header is taken only from trusted_proxies");
+            return;
+        }
+        let timeout = self.proxy().limits().header_read_timeout;
+        let header = proxy_protocol::read_header(&mut stream, accepted);
+        let client = match tokio::time::timeout(timeout, header).await {
+            // The address the header names is a client's: its own forwarding fields are not trusted
+            // (decided again per request against the list, as for any peer).
+            Ok(Ok(Some(address))) => Client {
+                address,
+                trusted: false,
+                ..client
+            },
+            Ok(Ok(None)) => client,
+            Ok(Err(refused)) => {
+                tracing::debug!(target: "duet::conn", %peer, "closed: {refused}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(target: "duet::conn", %peer, "closed: no PROXY header in time");
+                return;
+            }
+        };
+        match tls {
+            None => Box::pin(self.serve_plain(stream, client, permit)).await,
+            Some(acceptor) => Box::pin(self.serve_tls(stream, client, acceptor, permit)).await,
+        }
+    }
+
+    /// Serves a TLS connection after its handshake, which has a bound of its own; what follows it is
+    /// timed as over a plain connection (the first request's first byte as a keep-alive wait, its
+    /// head from that byte).
+    async fn serve_tls(
+        self,
+        stream: TcpStream,
+        client: Client,
+        acceptor: TlsAcceptor,
+        permit: Option<OwnedSemaphorePermit>,
+    ) {
+        let timeout = self.proxy().limits().header_read_timeout;
+        let peer = client.address;
+        let handshake = Box::pin(acceptor.accept(stream));
+        match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(stream)) => {
+                let client = Client {
+                    tls: true,
+                    ..client
+                };
+                let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                let (opened, active) = (Instant::now(), self.count_open());
+                if http2 {
+                    let serve =
+                        self.serve_http2(stream, Bytes::new(), client, permit, opened, active);
+                    Box::pin(serve).await;
+                } else {
+                    let serve = self.serve_accepted(stream, Bytes::new(), client, permit, active);
+                    serve.await;
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
+            }
+            Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
+        }
     }
 
     /// Serves a plain connection. Its first byte is awaited as an idle keep-alive connection's next
