@@ -23,6 +23,7 @@ mod http2;
 mod layering;
 mod lifecycle;
 mod mirror;
+mod proxy_protocol;
 mod limits;
 mod readme;
 mod reload;

@@ -1,6 +1,6 @@
 //! A listener's `tls:`: one `cert`/`key`, or `certificates:` with a `default`, and `min_version`.
 
-use duet_config::{parse, TlsVersion};
+use duet_config::{parse, ProxyProtocol, TlsVersion};
 
 /// `listeners` with one route to one cluster.
 fn with_listener(listeners: &str) -> String {
@@ -67,6 +67,30 @@ fn an_unknown_default_both_forms_a_lone_cert_and_an_old_version_are_located() {
             "bad.yaml:5:51: listeners[1].tls.certificates: `cert`/`key` and `certificates` together: \
              write one or the other",
             "bad.yaml:7:18: listeners[2].tls.cert: a `cert` needs its `key`",
+        ]
+    );
+}
+
+#[test]
+fn proxy_protocol_is_a_version_read_only_from_trusted_proxies() {
+    let yaml = with_listener(
+        "listeners:\n  - { address: 127.0.0.1:0, proxy_protocol: v2, trusted_proxies: [10.0.0.0/8] }",
+    );
+    let config = parse(&yaml, "ok.yaml").expect("valid");
+    assert_eq!(config.listeners[0].proxy_protocol, Some(ProxyProtocol::V2));
+    let found = errors(&with_listener(
+        "listeners:\n  \
+         - { address: 127.0.0.1:0, proxy_protocol: v3, trusted_proxies: [10.0.0.0/8] }\n  \
+         - { address: 127.0.0.1:1, proxy_protocol: any }",
+    ));
+    let first_lines: Vec<&str> = found.iter().filter_map(|e| e.lines().next()).collect();
+    assert_eq!(
+        first_lines,
+        [
+            "bad.yaml:2:45: listeners[0].proxy_protocol: `v3` is not a PROXY protocol version: \
+             expected v1, v2 or any",
+            "bad.yaml:3:45: listeners[1].proxy_protocol: the PROXY protocol is read only from \
+             `trusted_proxies`, and there are none",
         ]
     );
 }
