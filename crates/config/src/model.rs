@@ -116,8 +116,21 @@ pub struct ListenerTls {
     pub default: usize,
     /// The oldest TLS version accepted.
     pub min_version: TlsVersion,
+    /// Client certificates asked for, verified against a CA; `None`: not asked for.
+    pub client_auth: Option<ClientAuth>,
     /// Where the `tls` block is written.
     pub at: Location,
+}
+
+/// `client_auth:` of a listener's `tls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuth {
+    /// The CAs (PEM) client certificates must chain to.
+    pub ca: std::path::PathBuf,
+    /// Where `ca` is written.
+    pub ca_at: Location,
+    /// Whether a client without a certificate is refused (`required`) or served (`optional`).
+    pub required: bool,
 }
 
 /// `min_version:` of a listener's `tls`.

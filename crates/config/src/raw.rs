@@ -59,6 +59,16 @@ pub(crate) struct RawTls {
     pub(crate) default: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) min_version: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) client_auth: Option<Spanned<RawClientAuth>>,
+}
+
+/// `tls.client_auth: { ca, mode }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawClientAuth {
+    pub(crate) ca: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) mode: Option<Spanned<Scalar>>,
 }
 
 /// One of `tls.certificates`: `{ cert: shop.pem, key: shop.key }`.
@@ -595,7 +605,10 @@ static LISTENER: Shape = Shape {
 };
 static LISTENER_TLS: Shape = Shape {
     fields: fields_of::<RawTls>,
-    children: &[("certificates", &leaf::<RawCertificate>())],
+    children: &[
+        ("certificates", &leaf::<RawCertificate>()),
+        ("client_auth", &leaf::<RawClientAuth>()),
+    ],
     filters: false,
 };
 static ROUTE: Shape = Shape {

@@ -5,7 +5,7 @@
 use crate::{
     checker::Checker,
     field::Field,
-    model::{ListenerTls, Location, TlsFiles, TlsVersion},
+    model::{ClientAuth, ListenerTls, Location, TlsFiles, TlsVersion},
     raw::{RawTls, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -37,10 +37,29 @@ pub(super) fn listener_tls(
         }
     });
     let min_version = min_version(checker, tls.min_version.as_ref(), &field.key("min_version"));
+    let client_auth = tls.client_auth.as_ref().map(|auth| {
+        let field = field.key("client_auth");
+        let (ca, ca_at) = checker.path(&auth.value.ca);
+        let required = match &auth.value.mode {
+            None => true,
+            Some(mode) => match mode.value.0.trim() {
+                "required" => true,
+                "optional" => false,
+                other => {
+                    let message =
+                        format!("`{other}` is not a client_auth mode: expected required or optional");
+                    checker.reject(mode, field.key("mode"), message);
+                    true
+                }
+            },
+        };
+        ClientAuth { ca, ca_at, required }
+    });
     Some(ListenerTls {
         certificates,
         default,
         min_version,
+        client_auth,
         at: Location {
             line: raw.referenced.line(),
             column: raw.referenced.column(),

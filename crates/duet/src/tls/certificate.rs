@@ -13,7 +13,7 @@ pub(crate) struct TlsError {
     pub(crate) field: String,
     /// Where the field is written in the config file.
     pub(crate) at: Location,
-    message: String,
+    pub(crate) message: String,
 }
 
 impl TlsError {

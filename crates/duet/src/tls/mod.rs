@@ -10,7 +10,8 @@ pub(crate) use certificate::TlsError;
 pub(crate) use warnings::warnings;
 
 use certificate::Loaded;
-use duet_config::{ListenerTls, TlsVersion};
+use duet_config::{ClientAuth, ListenerTls, TlsVersion};
+use rustls_pki_types::{pem::PemObject, CertificateDer};
 use std::sync::Arc;
 use tokio_rustls::{rustls, TlsAcceptor};
 
@@ -42,12 +43,49 @@ pub(crate) fn acceptor(tls: &ListenerTls) -> Result<TlsAcceptor, TlsError> {
         TlsVersion::V1_2 => rustls::DEFAULT_VERSIONS,
         TlsVersion::V1_3 => &[&rustls::version::TLS13],
     };
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
-        .map_err(|e| TlsError::at_tls(tls, format!("TLS setup: {e}")))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .map_err(|e| TlsError::at_tls(tls, format!("TLS setup: {e}")))?;
+    let builder = match &tls.client_auth {
+        None => builder.with_no_client_auth(),
+        Some(auth) => builder.with_client_cert_verifier(client_verifier(auth, provider)?),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     // HTTP/2 first: a client offering both gets it (served by `duet_proxy`'s h2 path after ALPN).
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Verifies client certificates against `auth.ca`; `optional` lets a client without one through.
+fn client_verifier(
+    auth: &ClientAuth,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let error = |message: String| TlsError {
+        field: "client_auth.ca".to_owned(),
+        at: auth.ca_at,
+        message: format!("{}: {message}", auth.ca.display()),
+    };
+    let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&auth.ca)
+        .and_then(|certs| certs.collect::<Result<_, _>>())
+        .map_err(|e| error(format!("not PEM certificates: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots
+            .add(ca)
+            .map_err(|e| error(format!("not a CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(error("no certificate in the file".to_owned()));
+    }
+    let builder =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = if auth.required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder
+        .build()
+        .map_err(|e| error(format!("cannot verify clients with it: {e}")))
 }
