@@ -10,6 +10,7 @@ mod browser;
 mod body_limits;
 mod buffering;
 mod cli;
+mod client_auth;
 mod discovery;
 mod docs;
 mod edge;

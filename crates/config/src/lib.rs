@@ -51,11 +51,12 @@ pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use hedge::{Hedge, HedgeAfter};
 pub use model::{
-    http_method, Action, Backend, BackendAddress, ClientAuth, Cluster, Config, HeaderEdits, HeaderMatch,
-    HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location,
-    Mirror, OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, ProxyProtocol,
-    Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, TlsVersion,
-    Underscores, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
+    http_method, Action, Backend, BackendAddress, ClientAuth, Cluster, Config, HeaderEdits,
+    HeaderMatch, HealthCheck, HostPattern, Http2Limits, Http2Windows, Limits, Listener,
+    ListenerTls, Location, Mirror, OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError,
+    Policy, ProxyProtocol, Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts,
+    TlsFiles, TlsVersion, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster,
+    Workers,
 };
 
 use error::did_you_mean;

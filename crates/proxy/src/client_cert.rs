@@ -19,7 +19,11 @@ pub(crate) fn value(der: &[u8]) -> Option<HeaderValue> {
     for byte in ring::digest::digest(&ring::digest::SHA256, der).as_ref() {
         let _ = write!(text, "{byte:02x}");
     }
-    let _ = write!(text, ";Subject=\"{}\"", quoted(&rfc2253(certificate.subject())));
+    let _ = write!(
+        text,
+        ";Subject=\"{}\"",
+        quoted(&rfc2253(certificate.subject()))
+    );
     if let Ok(Some(san)) = certificate.subject_alternative_name() {
         for name in &san.value.general_names {
             if let GeneralName::URI(uri) = name {
@@ -61,7 +65,8 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
 fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for (i, c) in value.chars().enumerate() {
-        let edge = (i == 0 && (c == ' ' || c == '#')) || (i + 1 == value.chars().count() && c == ' ');
+        let edge =
+            (i == 0 && (c == ' ' || c == '#')) || (i + 1 == value.chars().count() && c == ' ');
         if edge || matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';') {
             out.push('\\');
         }

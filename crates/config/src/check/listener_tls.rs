@@ -46,14 +46,19 @@ pub(super) fn listener_tls(
                 "required" => true,
                 "optional" => false,
                 other => {
-                    let message =
-                        format!("`{other}` is not a client_auth mode: expected required or optional");
+                    let message = format!(
+                        "`{other}` is not a client_auth mode: expected required or optional"
+                    );
                     checker.reject(mode, field.key("mode"), message);
                     true
                 }
             },
         };
-        ClientAuth { ca, ca_at, required }
+        ClientAuth {
+            ca,
+            ca_at,
+            required,
+        }
     });
     Some(ListenerTls {
         certificates,
