@@ -21,20 +21,15 @@ pub struct Server {
     admin_shutdown: watch::Sender<bool>,
     registry: Registry,
     config: watch::Sender<Arc<Config>>,
-    /// Each listener's TLS acceptor, replaced on reload so certificates can be rotated.
-    tls: watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>,
+    /// Each listener's TLS acceptor, replaced on reload and when the certificate files change.
+    tls: Arc<watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>>,
+    /// The thread that rebuilds the acceptors when certificate files change (`tls::rotation`).
+    rotation: thread::JoinHandle<()>,
 }
 
 /// The TLS acceptor of each listener (`None` for plain HTTP), with its certificate files read now.
 fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
-    config
-        .listeners
-        .iter()
-        .map(|listener| {
-            let acceptor = listener.tls.as_ref().map(crate::tls::acceptor).transpose();
-            acceptor.map_err(io::Error::from)
-        })
-        .collect()
+    crate::tls::rotation::build(config).map_err(io::Error::from)
 }
 
 /// Reads the files of every cluster's `tls:` (the workers read them again to build their clients), so
@@ -165,6 +160,13 @@ impl Server {
             shutdown: shutdown_rx.clone(),
             admin_shutdown: admin_shutdown_rx,
         })?;
+        let tls = Arc::new(tls);
+        let rotation = crate::tls::rotation::spawn(crate::tls::rotation::Rotation {
+            config: config_rx.clone(),
+            acceptors: tls.clone(),
+            shutdown: shutdown_rx.clone(),
+            registry: registry.clone(),
+        })?;
         let handles = spawn_workers(per_worker, || worker::Channels {
             shutdown: shutdown_rx.clone(),
             health: health_rx.clone(),
@@ -184,6 +186,7 @@ impl Server {
             registry,
             config: config_tx,
             tls,
+            rotation,
         })
     }
 
@@ -267,6 +270,9 @@ impl Server {
                 Ok(Err(error)) => result = Err(error),
                 Err(_) => result = Err(io::Error::other("a duet worker panicked")),
             }
+        }
+        if self.rotation.join().is_err() {
+            result = Err(io::Error::other("the certificate rotation thread panicked"));
         }
         let _ = self.admin_shutdown.send(true);
         match self.control.join() {

@@ -2,6 +2,8 @@
 //! listener's certificates, chosen by the name the client asks for (SNI), its oldest TLS version, and
 //! what `duet check` warns of in its certificates.
 
+pub(crate) mod rotation;
+
 mod sni;
 mod warnings;
 mod certificate;

@@ -301,6 +301,8 @@ pub(crate) struct ProcessState {
     pub(crate) started_unix_seconds: f64,
     pub(crate) reloads_succeeded: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
+    /// Listener certificate files re-read because their content changed: applied, and refused.
+    pub(crate) certificate_rotations: [AtomicU64; 2],
     /// Whether the last reload (or the start) applied its file.
     pub(crate) last_reload_ok: std::sync::atomic::AtomicBool,
     /// When a configuration was last applied (seconds since the epoch, as `f64` bits).
@@ -316,6 +318,7 @@ impl Default for ProcessState {
             started_unix_seconds: now,
             reloads_succeeded: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
+            certificate_rotations: Default::default(),
             last_reload_ok: std::sync::atomic::AtomicBool::new(true),
             last_applied_bits: AtomicU64::new(now.to_bits()),
             config_hash: AtomicU64::new(0),
@@ -401,6 +404,13 @@ impl Registry {
     pub fn note_reload_failed(&self) {
         self.process.reloads_failed.fetch_add(1, Relaxed);
         self.process.last_reload_ok.store(false, Relaxed);
+    }
+
+    /// Records listener certificate files re-read because their content changed: `applied`, or
+    /// refused (a file that does not load; the certificates in use stay).
+    pub fn note_certificate_rotation(&self, applied: bool) {
+        let index = usize::from(!applied);
+        self.process.certificate_rotations[index].fetch_add(1, Relaxed);
     }
 
     /// Marks duet as draining: no longer ready for new traffic.

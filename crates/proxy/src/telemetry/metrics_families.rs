@@ -93,6 +93,10 @@ const FAMILIES: &[Family] = &[
         "Configuration reloads (SIGHUP), by result; a failed one leaves the running configuration in place.",
         Read::Process(|s, i| nth(&[&s.process.reloads_succeeded, &s.process.reloads_failed], i)))
         .by("result", &["success", "failure"]),
+    Family::new("duet_tls_certificate_rotations_total", COUNTER,
+        "Listener certificate, key and CA files re-read because their content changed, by result; a failure keeps the certificates in use.",
+        Read::Process(|s, i| nth(&[&s.process.certificate_rotations[0], &s.process.certificate_rotations[1]], i)))
+        .by("result", &["success", "failure"]),
     Family::new("duet_config_last_reload_successful", GAUGE,
         "1 if the last reload (or the start) applied its configuration file, 0 if it was refused.",
         Read::Process(|s, _| Value::Count(u64::from(s.process.last_reload_ok.load(Relaxed))))),
