@@ -34,5 +34,6 @@ mod routing;
 mod shaping;
 mod streaming;
 mod tls;
+mod tls_rotation;
 mod tls_sni;
 mod upstream_tls;

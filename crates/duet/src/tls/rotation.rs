@@ -117,6 +117,7 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<u64> {
 
 fn content_hash(path: &Path) -> u64 {
     let mut bytes = Vec::new();
-    let read = std::fs::File::open(path).and_then(|file| file.take(MAX_FILE).read_to_end(&mut bytes));
+    let read =
+        std::fs::File::open(path).and_then(|file| file.take(MAX_FILE).read_to_end(&mut bytes));
     read.map_or(0, |_| duet_proxy::config_hash(&bytes))
 }
