@@ -103,7 +103,7 @@ fn start(
 ) -> Duet {
     let yaml = format!(
         "workers: 1\nlisteners:\n  - address: 127.0.0.1:0\n    tls:\n      cert: {}\n      key: {}\n      \
-         client_auth: {{ ca: ca.pem, mode: {mode} }}\nroutes: [ {{ cluster: app }} ]\n\
+         client_auth: {{ ca: ca.pem, mode: {mode} }}\nadmin: {{ address: 127.0.0.1:0 }}\nroutes: [ {{ cluster: app }} ]\n\
          clusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
         certificate.cert,
         certificate.key,
@@ -151,6 +151,13 @@ async fn required_refuses_a_client_without_one_and_the_backend_sees_who_showed_o
         .expect("served");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert_eq!(forwarded(&backend).as_deref(), Some(expected.as_str()));
+    let metrics = crate::admin::get(required.admin_address(), "/metrics");
+    let handshakes = |result: &str| {
+        let labels = format!("result=\"{result}\"");
+        crate::admin::sum(&metrics, "duet_tls_handshakes_total", &labels)
+    };
+    assert_eq!(handshakes("no_client_certificate"), 1.0, "{metrics}");
+    assert_eq!(handshakes("success"), 1.0);
 
     let optional = start("optional", &dir, &certificate, &backend);
     let response = fetch(optional.address, server, &clients, false)

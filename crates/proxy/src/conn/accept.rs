@@ -101,6 +101,20 @@ async fn first_byte(
     }
 }
 
+/// The `result` of `duet_tls_handshakes_total` for a handshake that failed with `error`.
+fn handshake_failure(error: &std::io::Error) -> &'static str {
+    use tokio_rustls::rustls::Error;
+    match error.get_ref().and_then(|e| e.downcast_ref::<Error>()) {
+        Some(Error::InvalidMessage(_) | Error::InappropriateMessage { .. }) => "malformed",
+        Some(Error::InappropriateHandshakeMessage { .. }) => "malformed",
+        Some(Error::PeerIncompatible(_)) => "incompatible",
+        Some(Error::NoCertificatesPresented) => "no_client_certificate",
+        Some(Error::InvalidCertificate(_)) => "bad_client_certificate",
+        Some(_) => "other",
+        None => "closed",
+    }
+}
+
 /// How often the drain looks whether the last tunnels have closed.
 const TUNNEL_CHECK: Duration = Duration::from_millis(20);
 
@@ -210,8 +224,10 @@ impl Connections {
         let timeout = self.proxy().limits().header_read_timeout;
         let peer = client.address;
         let handshake = Box::pin(acceptor.accept(stream));
+        let counters = &self.shared().counters;
         match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(stream)) => {
+                counters.tls_handshake("success");
                 let client = Client {
                     tls: true,
                     ..client
@@ -228,9 +244,13 @@ impl Connections {
                 }
             }
             Ok(Err(error)) => {
+                counters.tls_handshake(handshake_failure(&error));
                 tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
             }
-            Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
+            Err(_) => {
+                counters.tls_handshake("timeout");
+                tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out")
+            }
         }
     }
 

@@ -181,6 +181,32 @@ pub(crate) struct WorkerCounters {
     pub(crate) buffered: AtomicU64,
     /// Requests answered 503 because `limits.max_buffered_bytes` was held already.
     pub(crate) buffer_refused: AtomicU64,
+    /// Client TLS handshakes by result, in the order of [`HANDSHAKE_RESULTS`].
+    pub(crate) tls_handshakes: [AtomicU64; HANDSHAKE_RESULTS.len()],
+}
+
+/// The `result` label of `duet_tls_handshakes_total`: how a client's TLS handshake ended.
+pub(crate) const HANDSHAKE_RESULTS: [&str; 8] = [
+    "success",
+    "timeout",
+    "closed",
+    "malformed",
+    "incompatible",
+    "no_client_certificate",
+    "bad_client_certificate",
+    "other",
+];
+
+impl WorkerCounters {
+    /// A client's TLS handshake ended with `result` (one of [`HANDSHAKE_RESULTS`]; any other counts
+    /// as `other`).
+    pub(crate) fn tls_handshake(&self, result: &str) {
+        let index = HANDSHAKE_RESULTS
+            .iter()
+            .position(|r| *r == result)
+            .unwrap_or(HANDSHAKE_RESULTS.len() - 1);
+        self.tls_handshakes[index].fetch_add(1, Relaxed);
+    }
 }
 
 impl WorkerCounters {
@@ -645,6 +671,7 @@ pub(crate) mod fixture {
                 started_unix_seconds: 1_700_000_000.123_456,
                 reloads_succeeded: AtomicU64::new(2),
                 reloads_failed: AtomicU64::new(1),
+                certificate_rotations: [AtomicU64::new(3), AtomicU64::new(1)],
                 last_reload_ok: std::sync::atomic::AtomicBool::new(false),
                 last_applied_bits: AtomicU64::new(1_700_000_100.5_f64.to_bits()),
                 config_hash: AtomicU64::new(config_hash(b"clusters: []\n")),
@@ -813,6 +840,8 @@ mod golden_tests {
                 "duet_process_start_time_seconds",
                 "duet_config_reloads_total",
                 "duet_config_reloads_total",
+                "duet_tls_certificate_rotations_total",
+                "duet_tls_certificate_rotations_total",
                 "duet_config_last_reload_successful",
                 "duet_config_last_applied_timestamp_seconds",
                 "duet_config_info",
@@ -821,6 +850,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 43, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 45, "{plain}");
     }
 }

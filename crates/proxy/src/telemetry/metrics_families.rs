@@ -18,6 +18,7 @@ use crate::{
     telemetry::metrics::{
         BackendCell, BackendStats, ClusterCells, ClusterCounters, CounterFamily, DiscoveryCounters,
         ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters, WorkerEntry,
+        HANDSHAKE_RESULTS,
     },
 };
 use std::{
@@ -133,6 +134,10 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_buffer_budget_refusals_total", COUNTER,
         "Requests answered 503 because their worker held limits.max_buffered_bytes of request bodies already.",
         Read::Worker(|w, _| count(&w.buffer_refused))),
+    Family::new("duet_tls_handshakes_total", COUNTER,
+        "Client TLS handshakes on the listeners, by result: success, or why it failed (timeout: not done within limits.header_read_timeout; closed: the client went away; malformed: not TLS; incompatible: no version or cipher in common; no_client_certificate and bad_client_certificate: client_auth refused it).",
+        Read::Worker(|w, i| w.tls_handshakes.get(i).map_or(Value::Count(0), count)))
+        .by("result", &HANDSHAKE_RESULTS),
     Family::new("duet_rejected_requests_total", COUNTER,
         "Requests refused before routing, by reason.",
         Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
