@@ -126,6 +126,7 @@ impl Server {
     pub fn start_with_resolver(config: Config, resolver: discovery::Resolver) -> io::Result<Self> {
         let workers = worker_count(config.workers);
         check_upstream_tls(&config)?;
+        let seen = crate::tls::rotation::fingerprint_of(&config);
         let acceptors = tls_acceptors(&config)?;
         let (addresses, per_worker) = bind_listeners(&config, workers)?;
         let (tls, tls_rx) = watch::channel(Arc::new(acceptors));
@@ -166,6 +167,7 @@ impl Server {
             acceptors: tls.clone(),
             shutdown: shutdown_rx.clone(),
             registry: registry.clone(),
+            seen,
         })?;
         let handles = spawn_workers(per_worker, || worker::Channels {
             shutdown: shutdown_rx.clone(),

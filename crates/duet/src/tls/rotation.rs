@@ -36,6 +36,9 @@ pub(crate) struct Rotation {
     pub(crate) acceptors: Arc<watch::Sender<Acceptors>>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) registry: Registry,
+    /// The files' content as the acceptors in use were built from ([`fingerprint`], taken before
+    /// they were read, so a change landing in between is seen).
+    pub(crate) seen: Vec<u64>,
 }
 
 /// Starts the thread; it ends when `shutdown` turns true. Reading a file may block (a FIFO, a hung
@@ -52,8 +55,8 @@ fn run(rotation: Rotation) {
         acceptors,
         shutdown,
         registry,
+        mut seen,
     } = rotation;
-    let mut seen = fingerprint(&files(&config.borrow()));
     loop {
         let mut waited = Duration::ZERO;
         while waited < ROTATION_EVERY {
@@ -93,6 +96,11 @@ pub(crate) fn build(config: &Config) -> Result<Vec<Option<TlsAcceptor>>, super::
         .iter()
         .map(|listener| listener.tls.as_ref().map(super::acceptor).transpose())
         .collect()
+}
+
+/// The content of every file `config`'s listeners read for TLS, hashed.
+pub(crate) fn fingerprint_of(config: &Config) -> Vec<u64> {
+    fingerprint(&files(config))
 }
 
 /// Every file the listeners' TLS reads, in config order.
