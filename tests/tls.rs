@@ -153,6 +153,17 @@ fn check_parses_certificates_and_reports_a_bad_one() {
         "listeners:\n  - address: 127.0.0.1:0\n    tls: { cert: cert.pem, key: key.pem }\nroutes: [ { cluster: app } ]\nclusters:\n  - name: app\n    backends: [ { address: 127.0.0.1:9 } ]\n",
     )
     .expect("config");
+    // The certificate's DER is read as X.509 (its names and expiry choose it by SNI), so a PEM
+    // block of garbage is named before the key is read.
+    let stderr = check_fails(&config);
+    assert!(
+        stderr.contains("listeners[0].tls.cert: ")
+            && stderr.contains("cert.pem: not an X.509 certificate"),
+        "{stderr}"
+    );
+    // With a good certificate, the key is read and refused.
+    let good = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+    std::fs::write(dir.0.join("cert.pem"), good.cert.pem()).expect("cert");
     let stderr = check_fails(&config);
     assert!(
         stderr.contains("key.pem: not a PEM private key"),

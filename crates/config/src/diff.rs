@@ -135,6 +135,14 @@ fn listeners(changes: &mut Changes, old: &[Listener], new: &[Listener]) {
                     l.trusted_proxies.iter().map(ToString::to_string).collect()
                 };
                 changes.field(&prefix, "trusted_proxies", &nets(before), &nets(listener));
+                let proxy_protocol =
+                    |l: &Listener| l.proxy_protocol.map_or("off", |p| p.name()).to_owned();
+                changes.field(
+                    &prefix,
+                    "proxy_protocol",
+                    &proxy_protocol(before),
+                    &proxy_protocol(listener),
+                );
                 changes.field(
                     &prefix,
                     "underscores_in_headers",

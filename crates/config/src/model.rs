@@ -41,11 +41,14 @@ pub struct Listener {
     pub name: Option<String>,
     /// Address to bind; port 0 lets the OS choose.
     pub address: SocketAddr,
-    /// Terminate TLS on this listener with these files; plain HTTP when `None`.
-    pub tls: Option<TlsFiles>,
+    /// Terminate TLS on this listener with these certificates; plain HTTP when `None`.
+    pub tls: Option<ListenerTls>,
     /// Peers (other proxies, load balancers) whose `X-Forwarded-For` chain is kept and extended. From
     /// anyone else, every forwarding field a client sent is dropped and rebuilt. Default: nobody.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The PROXY protocol header every connection starts with (from an L4 balancer in front): its
+    /// source address becomes the client. Only `trusted_proxies` may send it; `None`: not read.
+    pub proxy_protocol: Option<ProxyProtocol>,
     /// What becomes of a request field whose name holds an underscore. Default: dropped.
     pub underscores_in_headers: Underscores,
     /// Caps on each client address's connections, enforced at accept. Default: none.
@@ -87,6 +90,28 @@ impl Default for ClientLimits {
     }
 }
 
+/// `proxy_protocol:` of a listener: which versions of HAProxy's PROXY protocol header it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// The text header (`PROXY TCP4 ...\r\n`).
+    V1,
+    /// The binary header.
+    V2,
+    /// Either, told apart by the first byte.
+    Any,
+}
+
+impl ProxyProtocol {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+            Self::Any => "any",
+        }
+    }
+}
+
 /// `underscores_in_headers:` of a listener. CGI and WSGI backends (and the frameworks on them) read a
 /// field as `HTTP_` and its name upper-cased with `-` as `_`, so `X_Forwarded_For` reaches them as the
 /// `X-Forwarded-For` duet rebuilt, and `X_Team` as the `X-Team` a route sets: the forwarding and
@@ -114,6 +139,54 @@ impl Listener {
     /// Whether a connection from `peer` comes from a trusted proxy.
     pub fn trusts(&self, peer: std::net::IpAddr) -> bool {
         self.trusted_proxies.iter().any(|net| net.contains(&peer))
+    }
+}
+
+/// A listener's `tls:`: the certificates it serves, chosen by the name the client asks for (SNI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// Every certificate with its key, in the order written (never empty). A name two of them cover
+    /// goes to the first.
+    pub certificates: Vec<TlsFiles>,
+    /// The index in `certificates` of the one served without SNI or for a name none covers: `default:`,
+    /// else the first.
+    pub default: usize,
+    /// The oldest TLS version accepted.
+    pub min_version: TlsVersion,
+    /// Client certificates asked for, verified against a CA; `None`: not asked for.
+    pub client_auth: Option<ClientAuth>,
+    /// Where the `tls` block is written.
+    pub at: Location,
+}
+
+/// `client_auth:` of a listener's `tls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuth {
+    /// The CAs (PEM) client certificates must chain to.
+    pub ca: std::path::PathBuf,
+    /// Where `ca` is written.
+    pub ca_at: Location,
+    /// Whether a client without a certificate is refused (`required`) or served (`optional`).
+    pub required: bool,
+}
+
+/// `min_version:` of a listener's `tls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// TLS 1.2 and 1.3 (the default).
+    #[default]
+    V1_2,
+    /// TLS 1.3 only.
+    V1_3,
+}
+
+impl TlsVersion {
+    /// The name as written in the config (`"1.2"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1_2 => "1.2",
+            Self::V1_3 => "1.3",
+        }
     }
 }
 

@@ -37,9 +37,11 @@ pub(crate) struct RawListener {
     pub(crate) name: Option<Spanned<Scalar>>,
     pub(crate) address: Spanned<Scalar>,
     #[serde(default)]
-    pub(crate) tls: Option<RawTls>,
+    pub(crate) tls: Option<Spanned<RawTls>>,
     #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) proxy_protocol: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) underscores_in_headers: Option<Spanned<Scalar>>,
     #[serde(default)]
@@ -57,8 +59,34 @@ pub(crate) struct RawClientLimits {
     pub(crate) max_clients: Option<Spanned<Scalar>>,
 }
 
+/// A listener's `tls:`: one `cert` and `key`, or `certificates:` chosen by SNI with a `default`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawTls {
+    #[serde(default)]
+    pub(crate) cert: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) key: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) certificates: Option<Spanned<Vec<RawCertificate>>>,
+    #[serde(default)]
+    pub(crate) default: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) min_version: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) client_auth: Option<Spanned<RawClientAuth>>,
+}
+
+/// `tls.client_auth: { ca, mode }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawClientAuth {
+    pub(crate) ca: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) mode: Option<Spanned<Scalar>>,
+}
+
+/// One of `tls.certificates`: `{ cert: shop.pem, key: shop.key }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawCertificate {
     pub(crate) cert: Spanned<Scalar>,
     pub(crate) key: Spanned<Scalar>,
 }
@@ -575,8 +603,16 @@ static LIMITS: Shape = Shape {
 static LISTENER: Shape = Shape {
     fields: fields_of::<RawListener>,
     children: &[
-        ("tls", &leaf::<RawTls>()),
+        ("tls", &LISTENER_TLS),
         ("limits", &leaf::<RawClientLimits>()),
+    ],
+    filters: false,
+};
+static LISTENER_TLS: Shape = Shape {
+    fields: fields_of::<RawTls>,
+    children: &[
+        ("certificates", &leaf::<RawCertificate>()),
+        ("client_auth", &leaf::<RawClientAuth>()),
     ],
     filters: false,
 };

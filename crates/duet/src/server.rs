@@ -21,20 +21,15 @@ pub struct Server {
     admin_shutdown: watch::Sender<bool>,
     registry: Registry,
     config: watch::Sender<Arc<Config>>,
-    /// Each listener's TLS acceptor, replaced on reload so certificates can be rotated.
-    tls: watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>,
+    /// Each listener's TLS acceptor, replaced on reload and when the certificate files change.
+    tls: Arc<watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>>,
+    /// The thread that rebuilds the acceptors when certificate files change (`tls::rotation`).
+    rotation: thread::JoinHandle<()>,
 }
 
 /// The TLS acceptor of each listener (`None` for plain HTTP), with its certificate files read now.
 fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
-    config
-        .listeners
-        .iter()
-        .map(|listener| {
-            let acceptor = listener.tls.as_ref().map(crate::tls::acceptor).transpose();
-            acceptor.map_err(io::Error::from)
-        })
-        .collect()
+    crate::tls::rotation::build(config).map_err(io::Error::from)
 }
 
 /// Reads the files of every cluster's `tls:` (the workers read them again to build their clients), so
@@ -131,6 +126,7 @@ impl Server {
     pub fn start_with_resolver(config: Config, resolver: discovery::Resolver) -> io::Result<Self> {
         let workers = worker_count(config.workers);
         check_upstream_tls(&config)?;
+        let seen = crate::tls::rotation::fingerprint_of(&config);
         let acceptors = tls_acceptors(&config)?;
         let (addresses, per_worker) = bind_listeners(&config, workers)?;
         let (tls, tls_rx) = watch::channel(Arc::new(acceptors));
@@ -166,6 +162,14 @@ impl Server {
             admin_shutdown: admin_shutdown_rx,
         })?;
         let clients = crate::client_limits::ClientConnections::new(config.listeners.len());
+        let tls = Arc::new(tls);
+        let rotation = crate::tls::rotation::spawn(crate::tls::rotation::Rotation {
+            config: config_rx.clone(),
+            acceptors: tls.clone(),
+            shutdown: shutdown_rx.clone(),
+            registry: registry.clone(),
+            seen,
+        })?;
         let handles = spawn_workers(per_worker, || worker::Channels {
             shutdown: shutdown_rx.clone(),
             health: health_rx.clone(),
@@ -186,6 +190,7 @@ impl Server {
             registry,
             config: config_tx,
             tls,
+            rotation,
         })
     }
 
@@ -279,6 +284,9 @@ impl Server {
                 Ok(Err(error)) => result = Err(error),
                 Err(_) => result = Err(io::Error::other("a duet worker panicked")),
             }
+        }
+        if self.rotation.join().is_err() {
+            result = Err(io::Error::other("the certificate rotation thread panicked"));
         }
         let _ = self.admin_shutdown.send(true);
         match self.control.join() {

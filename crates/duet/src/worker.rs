@@ -233,12 +233,11 @@ impl Listener {
     /// have changed them (the trust is decided again for each request).
     fn accepted(&self, stream: TcpStream, peer: SocketAddr, place: Place) -> Accepted {
         let tls = self.tls.borrow().get(self.position).cloned().flatten();
-        let trusted = self
-            .config
-            .borrow()
-            .listeners
-            .get(self.position)
-            .is_some_and(|l| l.trusts(peer.ip()));
+        let config = self.config.borrow();
+        let listener = config.listeners.get(self.position);
+        let trusted = listener.is_some_and(|l| l.trusts(peer.ip()));
+        let proxy_protocol = listener.and_then(|l| l.proxy_protocol);
+        drop(config);
         let client = Client {
             address: peer,
             tls: false,
@@ -250,6 +249,7 @@ impl Listener {
             client,
             tls,
             permit: place,
+            proxy_protocol,
         }
     }
 }

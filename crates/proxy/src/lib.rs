@@ -68,6 +68,7 @@ mod error;
 mod headers;
 mod header_copy;
 mod peer;
+mod client_cert;
 mod request_id;
 mod stall;
 mod tunnel;

@@ -1,10 +1,11 @@
 //! `listeners:` and `admin:`: addresses to bind, none of which may take another's port.
 
+use super::listener_tls::listener_tls;
 use crate::{
     checker::Checker,
     error::ConfigError,
     field::Field,
-    model::{Listener, TlsFiles, Underscores},
+    model::{Listener, ProxyProtocol, Underscores},
     networks::network,
     raw::{RawAdmin, RawListener, Scalar},
 };
@@ -31,17 +32,19 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
             };
             checker.reject(&l.address, field.key("address"), message);
         }
-        let tls = l.tls.as_ref().map(|tls| {
-            let ((cert, cert_at), (key, key_at)) =
-                (checker.path(&tls.cert), checker.path(&tls.key));
-            TlsFiles {
-                cert,
-                key,
-                cert_at,
-                key_at,
-            }
-        });
+        let tls = l
+            .tls
+            .as_ref()
+            .and_then(|tls| listener_tls(checker, tls, &field));
         let trusted_proxies = trusted_proxies(checker, &l.trusted_proxies, &field);
+        let proxy_protocol = l.proxy_protocol.as_ref().and_then(|value| {
+            proxy_protocol(
+                checker,
+                value,
+                &field.key("proxy_protocol"),
+                &trusted_proxies,
+            )
+        });
         let name = l
             .name
             .as_ref()
@@ -59,6 +62,7 @@ pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Liste
             address,
             tls,
             trusted_proxies,
+            proxy_protocol,
             underscores_in_headers,
             limits,
         });
@@ -120,6 +124,31 @@ fn underscores(
         "`drop` (the default) keeps `X_Forwarded_For` from reaching a CGI backend as X-Forwarded-For",
     ));
     Underscores::default()
+}
+
+/// `v1`, `v2` or `any`, from peers the listener trusts (there must be some).
+fn proxy_protocol(
+    checker: &mut Checker,
+    value: &Spanned<Scalar>,
+    field: &Field,
+    trusted: &[ipnet::IpNet],
+) -> Option<ProxyProtocol> {
+    let text = value.value.0.trim();
+    let all = [ProxyProtocol::V1, ProxyProtocol::V2, ProxyProtocol::Any];
+    let Some(version) = all.into_iter().find(|v| v.name() == text) else {
+        let message = format!("`{text}` is not a PROXY protocol version: expected v1, v2 or any");
+        checker.reject(value, field, message);
+        return None;
+    };
+    if trusted.is_empty() {
+        let message = "the PROXY protocol is read only from `trusted_proxies`, and there are none";
+        let e = checker.error(value, field, message);
+        checker.push(e.hint(
+            "list the balancers in front, e.g. `trusted_proxies: [10.0.0.0/8]`: anyone else could \
+             claim any address",
+        ));
+    }
+    Some(version)
 }
 
 /// IPs and CIDR networks; a bare IP is a network of one.

@@ -10,6 +10,7 @@ mod routes;
 mod settings;
 
 mod cluster_settings;
+mod listener_tls;
 mod upstream_tls;
 mod hash;
 mod redirect;

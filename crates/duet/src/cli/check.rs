@@ -16,20 +16,7 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
         }
     };
     // Certificates are parsed too, as `run` would.
-    let mut tls_errors: Vec<String> = config
-        .listeners
-        .iter()
-        .enumerate()
-        .filter_map(|(i, l)| Some((i, crate::tls::acceptor(l.tls.as_ref()?).err()?)))
-        .map(|(i, e)| {
-            format!(
-                "{}:{}: listeners[{i}].tls.{}: {e}",
-                path.display(),
-                e.at,
-                e.field
-            )
-        })
-        .collect();
+    let mut tls_errors = listener_tls_findings(path, &config);
     tls_errors.extend(upstream_tls_errors(path, &config));
     if !tls_errors.is_empty() {
         eprintln!("{}", tls_errors.join("\n"));
@@ -69,6 +56,43 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
     0
+}
+
+/// Each listener's certificate or key that cannot be used, as `run` would refuse them; what may be
+/// served but deserves a look (a name two certificates cover, expiry) is printed as a warning.
+fn listener_tls_findings(path: &std::path::Path, config: &duet_config::Config) -> Vec<String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let mut errors = Vec::new();
+    for (i, listener) in config.listeners.iter().enumerate() {
+        let Some(tls) = &listener.tls else { continue };
+        let loaded = match crate::tls::load(tls) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                let (at, field) = (e.at, &e.field);
+                errors.push(format!(
+                    "{}:{at}: listeners[{i}].tls.{field}: {e}",
+                    path.display()
+                ));
+                continue;
+            }
+        };
+        let listed = tls.certificates.len() > 1;
+        for (j, warning) in crate::tls::warnings(&loaded, now) {
+            let at = tls.certificates.get(j).map_or(tls.at, |c| c.cert_at);
+            let field = if listed {
+                format!("certificates[{j}].cert")
+            } else {
+                "cert".to_owned()
+            };
+            eprintln!(
+                "{}:{at}: warning: listeners[{i}].tls.{field}: {warning}",
+                path.display()
+            );
+        }
+    }
+    errors
 }
 
 /// Each cluster's `tls:` files that cannot be used, as `run` would refuse them.

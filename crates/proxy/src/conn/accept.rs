@@ -9,11 +9,13 @@ use crate::{
         connections::Connections,
         http2::{self, Sniffed},
         parking::Parked,
+        proxy_protocol,
         serve::park_after,
     },
     peer::Client,
 };
 use bytes::Bytes;
+use duet_config::ProxyProtocol;
 use std::time::Duration;
 use tokio::{
     net::TcpStream,
@@ -34,6 +36,9 @@ pub struct Accepted {
     pub tls: Option<TlsAcceptor>,
     /// Its place under `limits.max_connections`, held while it is open.
     pub permit: Place,
+    /// The listener's `proxy_protocol`: the PROXY header the connection must start with, read in its
+    /// task (only from a trusted peer) before TLS or HTTP.
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 impl Accepted {
@@ -51,6 +56,7 @@ impl Accepted {
             client,
             tls: None,
             permit: Place::default(),
+            proxy_protocol: None,
         }
     }
 }
@@ -96,6 +102,20 @@ async fn first_byte(
     }
 }
 
+/// The `result` of `duet_tls_handshakes_total` for a handshake that failed with `error`.
+fn handshake_failure(error: &std::io::Error) -> &'static str {
+    use tokio_rustls::rustls::Error;
+    match error.get_ref().and_then(|e| e.downcast_ref::<Error>()) {
+        Some(Error::InvalidMessage(_) | Error::InappropriateMessage { .. }) => "malformed",
+        Some(Error::InappropriateHandshakeMessage { .. }) => "malformed",
+        Some(Error::PeerIncompatible(_)) => "incompatible",
+        Some(Error::NoCertificatesPresented) => "no_client_certificate",
+        Some(Error::InvalidCertificate(_)) => "bad_client_certificate",
+        Some(_) => "other",
+        None => "closed",
+    }
+}
+
 /// How often the drain looks whether the last tunnels have closed.
 const TUNNEL_CHECK: Duration = Duration::from_millis(20);
 
@@ -133,56 +153,106 @@ impl Connections {
             client,
             tls,
             permit,
+            proxy_protocol,
         } = accepted;
         let _ = stream.set_nodelay(true);
         // Plain and TLS connections are tasks of their own sizes: a parked plain connection's task
         // holds neither a TLS session nor the handshake's state.
         let connections = self.clone();
-        let Some(acceptor) = tls else {
-            tasks.spawn_local(connections.serve_plain(stream, client, permit));
-            return;
-        };
-        // The handshake has a bound of its own; what follows it is timed as over a plain connection
-        // (the first request's first byte as a keep-alive wait, its head from that byte).
-        let timeout = self.proxy().limits().header_read_timeout;
-        tasks.spawn_local(async move {
-            let peer = client.address;
-            let handshake = Box::pin(acceptor.accept(stream));
-            match tokio::time::timeout(timeout, handshake).await {
-                Ok(Ok(stream)) => {
-                    let client = Client {
-                        tls: true,
-                        ..client
-                    };
-                    let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    let (opened, active) = (Instant::now(), connections.count_open());
-                    if http2 {
-                        let serve = connections.serve_http2(
-                            stream,
-                            Bytes::new(),
-                            client,
-                            permit,
-                            opened,
-                            active,
-                        );
-                        Box::pin(serve).await;
-                    } else {
-                        let serve = connections.serve_accepted(
-                            stream,
-                            Bytes::new(),
-                            client,
-                            permit,
-                            active,
-                        );
-                        serve.await;
-                    }
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
-                }
-                Err(_) => tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out"),
+        match (proxy_protocol, tls) {
+            (None, None) => tasks.spawn_local(connections.serve_plain(stream, client, permit)),
+            (None, Some(acceptor)) => {
+                tasks.spawn_local(connections.serve_tls(stream, client, acceptor, permit))
             }
-        });
+            (Some(accepted), tls) => {
+                tasks.spawn_local(connections.serve_proxied(stream, client, accepted, tls, permit))
+            }
+        };
+    }
+
+    /// Reads a connection's PROXY header (its peer must be a trusted proxy; the header is due within
+    /// `limits.header_read_timeout` of the accept), then serves it as the client the header names.
+    /// Anything else closes it.
+    async fn serve_proxied(
+        self,
+        mut stream: TcpStream,
+        client: Client,
+        accepted: ProxyProtocol,
+        tls: Option<TlsAcceptor>,
+        permit: Place,
+    ) {
+        let peer = client.address;
+        if !client.trusted {
+            tracing::debug!(target: "duet::conn", %peer, "closed: a PROXY header is taken only from trusted_proxies");
+            return;
+        }
+        let timeout = self.proxy().limits().header_read_timeout;
+        let header = proxy_protocol::read_header(&mut stream, accepted);
+        let client = match tokio::time::timeout(timeout, header).await {
+            // The address the header names is a client's: its own forwarding fields are not trusted
+            // (decided again per request against the list, as for any peer).
+            Ok(Ok(Some(address))) => Client {
+                address,
+                trusted: false,
+                ..client
+            },
+            Ok(Ok(None)) => client,
+            Ok(Err(refused)) => {
+                tracing::debug!(target: "duet::conn", %peer, "closed: {refused}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(target: "duet::conn", %peer, "closed: no PROXY header in time");
+                return;
+            }
+        };
+        match tls {
+            None => Box::pin(self.serve_plain(stream, client, permit)).await,
+            Some(acceptor) => Box::pin(self.serve_tls(stream, client, acceptor, permit)).await,
+        }
+    }
+
+    /// Serves a TLS connection after its handshake, which has a bound of its own; what follows it is
+    /// timed as over a plain connection (the first request's first byte as a keep-alive wait, its
+    /// head from that byte).
+    async fn serve_tls(
+        self,
+        stream: TcpStream,
+        client: Client,
+        acceptor: TlsAcceptor,
+        permit: Place,
+    ) {
+        let timeout = self.proxy().limits().header_read_timeout;
+        let peer = client.address;
+        let handshake = Box::pin(acceptor.accept(stream));
+        let counters = &self.shared().counters;
+        match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(stream)) => {
+                counters.tls_handshake("success");
+                let client = Client {
+                    tls: true,
+                    ..client
+                };
+                let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                let (opened, active) = (Instant::now(), self.count_open());
+                if http2 {
+                    let serve =
+                        self.serve_http2(stream, Bytes::new(), client, permit, opened, active);
+                    Box::pin(serve).await;
+                } else {
+                    let serve = self.serve_accepted(stream, Bytes::new(), client, permit, active);
+                    serve.await;
+                }
+            }
+            Ok(Err(error)) => {
+                counters.tls_handshake(handshake_failure(&error));
+                tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
+            }
+            Err(_) => {
+                counters.tls_handshake("timeout");
+                tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out")
+            }
+        }
     }
 
     /// Serves a plain connection. Its first byte is awaited as an idle keep-alive connection's next

@@ -3,6 +3,7 @@
 
 use crate::{conn::head_timer::HeadClock, stall::Stall};
 use bytes::Bytes;
+use http::HeaderValue;
 use std::{
     io,
     pin::Pin,
@@ -23,6 +24,11 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Send + Unpin + Sized + 'static {
     fn into_parkable(self) -> Result<io::Result<std::net::TcpStream>, Self> {
         Err(self)
     }
+
+    /// `X-Forwarded-Client-Cert` for the certificate the client showed (TLS with `client_auth`).
+    fn client_certificate(&self) -> Option<HeaderValue> {
+        None
+    }
 }
 
 impl ClientIo for TcpStream {
@@ -34,6 +40,27 @@ impl ClientIo for TcpStream {
 impl<IO: AsyncRead + AsyncWrite + Send + Unpin + 'static> ClientIo
     for tokio_rustls::server::TlsStream<IO>
 {
+    fn client_certificate(&self) -> Option<HeaderValue> {
+        let leaf = self.get_ref().1.peer_certificates()?.first()?;
+        crate::client_cert::value(leaf)
+    }
+}
+
+/// Takes out any `X-Forwarded-Client-Cert` the client sent, and puts in the connection's own.
+pub(crate) fn set_client_certificate<B>(
+    request: &mut http::Request<B>,
+    certificate: Option<&HeaderValue>,
+) {
+    let headers = request.headers_mut();
+    let name = &crate::client_cert::X_FORWARDED_CLIENT_CERT;
+    match certificate {
+        Some(value) => {
+            headers.insert(name, value.clone());
+        }
+        None => {
+            headers.remove(name);
+        }
+    }
 }
 
 /// A connection with bytes already read from it in front.

@@ -14,6 +14,7 @@ pub(crate) mod active;
 pub(crate) mod io;
 pub(crate) mod linger;
 pub(crate) mod head_timer;
+pub(crate) mod proxy_protocol;
 pub(crate) mod stream_watch;
 pub(crate) mod recycled;
 pub(crate) mod place;

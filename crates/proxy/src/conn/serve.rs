@@ -5,7 +5,7 @@ use crate::{
     conn::{
         active::Active,
         head_timer::{ClientBody, HeadClock, WithClientBody},
-        io::{ClientIo, Prefixed, SendTimeout},
+        io::{set_client_certificate, ClientIo, Prefixed, SendTimeout},
         linger::linger,
         parking::Parked,
         recycled::Recycler,
@@ -187,6 +187,7 @@ async fn hyper_turn<IO: ClientIo>(
         ..ConnectionState::default()
     });
     let head = Rc::new(HeadClock::new(limits.header_read_timeout));
+    let certificate = io.io.client_certificate();
     let service = {
         let (proxy, state, head) = (connections.proxy().clone(), state.clone(), head.clone());
         // Each request's future is made into the slot the one before it left.
@@ -194,7 +195,8 @@ async fn hyper_turn<IO: ClientIo>(
         service_fn(move |request| {
             // hyper hands over the head that was awaited.
             head.disarm();
-            let (proxy, state) = (proxy.clone(), state.clone());
+            let (proxy, state, mut request) = (proxy.clone(), state.clone(), request);
+            set_client_certificate(&mut request, certificate.as_ref());
             let future = recycler.recycled(|| proxy.handle(request, client, InService::new(state)));
             WithClientBody::new(future, head.clone())
         })

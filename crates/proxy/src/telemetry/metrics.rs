@@ -209,6 +209,32 @@ pub(crate) struct WorkerCounters {
     /// Client addresses forgotten with their connection allowance spent, the listener's
     /// `limits.max_clients` reached.
     pub(crate) clients_forgotten: AtomicU64,
+    /// Client TLS handshakes by result, in the order of [`HANDSHAKE_RESULTS`].
+    pub(crate) tls_handshakes: [AtomicU64; HANDSHAKE_RESULTS.len()],
+}
+
+/// The `result` label of `duet_tls_handshakes_total`: how a client's TLS handshake ended.
+pub(crate) const HANDSHAKE_RESULTS: [&str; 8] = [
+    "success",
+    "timeout",
+    "closed",
+    "malformed",
+    "incompatible",
+    "no_client_certificate",
+    "bad_client_certificate",
+    "other",
+];
+
+impl WorkerCounters {
+    /// A client's TLS handshake ended with `result` (one of [`HANDSHAKE_RESULTS`]; any other counts
+    /// as `other`).
+    pub(crate) fn tls_handshake(&self, result: &str) {
+        let index = HANDSHAKE_RESULTS
+            .iter()
+            .position(|r| *r == result)
+            .unwrap_or(HANDSHAKE_RESULTS.len() - 1);
+        self.tls_handshakes[index].fetch_add(1, Relaxed);
+    }
 }
 
 impl WorkerCounters {
@@ -329,6 +355,8 @@ pub(crate) struct ProcessState {
     pub(crate) started_unix_seconds: f64,
     pub(crate) reloads_succeeded: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
+    /// Listener certificate files re-read because their content changed: applied, and refused.
+    pub(crate) certificate_rotations: [AtomicU64; 2],
     /// Whether the last reload (or the start) applied its file.
     pub(crate) last_reload_ok: std::sync::atomic::AtomicBool,
     /// When a configuration was last applied (seconds since the epoch, as `f64` bits).
@@ -346,6 +374,7 @@ impl Default for ProcessState {
             started_unix_seconds: now,
             reloads_succeeded: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
+            certificate_rotations: Default::default(),
             last_reload_ok: std::sync::atomic::AtomicBool::new(true),
             last_applied_bits: AtomicU64::new(now.to_bits()),
             config_hash: AtomicU64::new(0),
@@ -432,6 +461,13 @@ impl Registry {
     pub fn note_reload_failed(&self) {
         self.process.reloads_failed.fetch_add(1, Relaxed);
         self.process.last_reload_ok.store(false, Relaxed);
+    }
+
+    /// Records listener certificate files re-read because their content changed: `applied`, or
+    /// refused (a file that does not load; the certificates in use stay).
+    pub fn note_certificate_rotation(&self, applied: bool) {
+        let index = usize::from(!applied);
+        self.process.certificate_rotations[index].fetch_add(1, Relaxed);
     }
 
     /// Marks duet as draining: no longer ready for new traffic.
@@ -681,6 +717,7 @@ pub(crate) mod fixture {
                 started_unix_seconds: 1_700_000_000.123_456,
                 reloads_succeeded: AtomicU64::new(2),
                 reloads_failed: AtomicU64::new(1),
+                certificate_rotations: [AtomicU64::new(3), AtomicU64::new(1)],
                 last_reload_ok: std::sync::atomic::AtomicBool::new(false),
                 last_applied_bits: AtomicU64::new(1_700_000_100.5_f64.to_bits()),
                 config_hash: AtomicU64::new(config_hash(b"clusters: []\n")),
@@ -862,6 +899,8 @@ mod golden_tests {
                 "process_start_time_seconds",
                 "duet_config_reloads_total",
                 "duet_config_reloads_total",
+                "duet_tls_certificate_rotations_total",
+                "duet_tls_certificate_rotations_total",
                 "duet_config_last_reload_successful",
                 "duet_config_last_applied_timestamp_seconds",
                 "duet_config_info",
@@ -870,6 +909,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 52, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 54, "{plain}");
     }
 }

@@ -18,6 +18,7 @@ use crate::{
     telemetry::metrics::{
         BackendCell, BackendStats, ClusterCells, ClusterCounters, CounterFamily, DiscoveryCounters,
         ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters, WorkerEntry,
+        HANDSHAKE_RESULTS,
     },
     telemetry::process_stats::ProcessStats,
 };
@@ -119,6 +120,10 @@ const FAMILIES: &[Family] = &[
         "Configuration reloads (SIGHUP), by result; a failed one leaves the running configuration in place.",
         Read::Process(|s, i| nth(&[&s.process.reloads_succeeded, &s.process.reloads_failed], i)))
         .by("result", &["success", "failure"]),
+    Family::new("duet_tls_certificate_rotations_total", COUNTER,
+        "Listener certificate, key and CA files re-read because their content changed, by result; a failure keeps the certificates in use.",
+        Read::Process(|s, i| nth(&[&s.process.certificate_rotations[0], &s.process.certificate_rotations[1]], i)))
+        .by("result", &["success", "failure"]),
     Family::new("duet_config_last_reload_successful", GAUGE,
         "1 if the last reload (or the start) applied its configuration file, 0 if it was refused.",
         Read::Process(|s, _| Value::Count(u64::from(s.process.last_reload_ok.load(Relaxed))))),
@@ -162,6 +167,10 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_buffer_budget_refusals_total", COUNTER,
         "Requests answered 503 because their worker held limits.max_buffered_bytes of request bodies already.",
         Read::Worker(|w, _| count(&w.buffer_refused))),
+    Family::new("duet_tls_handshakes_total", COUNTER,
+        "Client TLS handshakes on the listeners, by result: success, or why it failed (timeout: not done within limits.header_read_timeout; closed: the client went away; malformed: not TLS; incompatible: no version or cipher in common; no_client_certificate and bad_client_certificate: client_auth refused it).",
+        Read::Worker(|w, i| w.tls_handshakes.get(i).map_or(Value::Count(0), count)))
+        .by("result", &HANDSHAKE_RESULTS),
     Family::new("duet_rejected_requests_total", COUNTER,
         "Requests refused before routing, by reason.",
         Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
