@@ -7,7 +7,7 @@ use crate::stable_hash::mix;
 /// keep each of 100 backends within about 1% of its share.
 pub(crate) const DEFAULT_TABLE_SIZE: u32 = 65_537;
 
-/// A Maglev lookup table over members known by a stable id (a [`stable_hash`](super::stable_hash)
+/// A Maglev lookup table over members known by a stable id (a [`stable_hash`](crate::algo::stable_hash)
 /// of their key) and a weight.
 ///
 /// Each member walks its own permutation of the entries (`offset + j·skip mod M`, both from its id)
