@@ -129,6 +129,16 @@ mod tests {
         }
     }
 
+    /// The maker of a [`Noted`] named `name`, noting in `log`.
+    fn noted(log: &Rc<RefCell<Vec<&'static str>>>, name: &'static str) -> impl FnOnce() -> Noted {
+        let log = log.clone();
+        move || Noted {
+            polls: 0,
+            log,
+            name,
+        }
+    }
+
     impl Drop for Noted {
         fn drop(&mut self) {
             self.log.borrow_mut().push(self.name);
@@ -140,14 +150,7 @@ mod tests {
         let mut cx = Context::from_waker(Waker::noop());
         let log = Rc::new(RefCell::new(Vec::new()));
         let recycler = Recycler::new();
-        let make = |name| {
-            let log = log.clone();
-            move || Noted {
-                polls: 0,
-                log,
-                name,
-            }
-        };
+        let make = |name| noted(&log, name);
         let mut first = recycler.recycled(make("first"));
         let address = first.slot.as_deref().map(|slot| slot as *const _);
         assert!(Pin::new(&mut first).poll(&mut cx).is_pending());
@@ -175,14 +178,7 @@ mod tests {
         let mut cx = Context::from_waker(Waker::noop());
         let log = Rc::new(RefCell::new(Vec::new()));
         let recycler = Recycler::keeping(2);
-        let make = |name| {
-            let log = log.clone();
-            move || Noted {
-                polls: 0,
-                log,
-                name,
-            }
-        };
+        let make = |name| noted(&log, name);
         let open: Vec<_> = ["a", "b", "c"]
             .map(|name| recycler.recycled(make(name)))
             .into_iter()
