@@ -8,12 +8,9 @@ use duet_testbed::{Backend, BackendOptions};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 use std::{sync::Arc, time::Duration};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::{
-    rustls::{
-        self,
-        pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName},
-    },
-    TlsConnector,
+use tokio_rustls::rustls::{
+    self,
+    pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
 };
 
 /// A CA, and a client certificate it signed (CN `duet client`, a URI and a DNS name).
@@ -72,14 +69,7 @@ async fn fetch(
     } else {
         builder.with_no_client_auth()
     };
-    let tcp = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-    let mut tls = TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut tls = support::tls_connect(address, config).await?;
     tls.write_all(
         b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-Client-Cert: Hash=forged\r\nConnection: close\r\n\r\n",
     )

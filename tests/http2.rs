@@ -9,9 +9,8 @@ use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_rustls::{rustls::pki_types::ServerName, TlsConnector};
 
 /// An h2 connection over `io` (already past TLS, if any), its driver spawned.
 async fn h2_client<IO>(io: IO) -> http2::SendRequest<Empty<Bytes>>
@@ -164,11 +163,7 @@ async fn a_tls_client_offering_h2_gets_http2() {
 
     let mut config = certificate.client_config();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(duet.address)
-        .await
-        .expect("connect");
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+    let tls = support::tls_connect(duet.address, config)
         .await
         .expect("handshake");
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));

@@ -58,14 +58,7 @@ async fn https_in_http_out() {
 /// GET over TLS trusting only `root`; the response, or why the handshake failed.
 async fn fetch(address: std::net::SocketAddr, root: &rcgen::Certificate) -> Result<String, String> {
     let config = support::client_trusting(root)?;
-    let tcp = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|e| e.to_string())?;
-    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-    let mut tls = TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut tls = support::tls_connect(address, config).await?;
     tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await
         .map_err(|e| e.to_string())?;
@@ -198,11 +191,7 @@ async fn a_route_with_hsts_sets_the_field_on_responses_over_tls() {
         );
     assert!(yaml.contains("hsts:"), "{yaml}");
     let duet = Duet::start(&yaml);
-    let tcp = tokio::net::TcpStream::connect(duet.address)
-        .await
-        .expect("connect");
-    let mut tls = TlsConnector::from(Arc::new(certificate.client_config()))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+    let mut tls = support::tls_connect(duet.address, certificate.client_config())
         .await
         .expect("handshake");
     tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")

@@ -290,6 +290,22 @@ impl TestCertificate {
     }
 }
 
+/// A TLS connection to duet at `address` as `localhost`, with `config`; why not, if it fails.
+pub(crate) async fn tls_connect(
+    address: SocketAddr,
+    config: tokio_rustls::rustls::ClientConfig,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    use tokio_rustls::{rustls::pki_types::ServerName, TlsConnector};
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// A rustls client config that trusts `root` alone.
 pub(crate) fn client_trusting(
     root: &rcgen::Certificate,
