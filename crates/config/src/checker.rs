@@ -3,7 +3,7 @@
 //! default, so checking goes on past a bad value.
 
 use crate::{
-    error::ConfigError,
+    error::{did_you_mean, ConfigError},
     field::{Field, Location},
     raw::Scalar,
     units,
@@ -185,6 +185,28 @@ impl Checker {
                 default
             }
         }
+    }
+
+    /// The position of the cluster named `wanted` among `names` (the config's clusters in order),
+    /// or `None` after recording that there is none, with the nearest name or the defined ones.
+    pub(crate) fn cluster(
+        &mut self,
+        wanted: &Spanned<Scalar>,
+        field: &Field,
+        names: &[String],
+    ) -> Option<usize> {
+        let text = &wanted.value.0;
+        let found = names.iter().position(|n| n == text);
+        if found.is_none() {
+            let e = self.error(wanted, field, format!("no cluster is named `{text}`"));
+            let e = match did_you_mean(text, names.iter().map(String::as_str)) {
+                Some(hint) => e.hint(hint),
+                None if names.is_empty() => e.hint("define it under `clusters:`"),
+                None => e.hint(format!("defined clusters: {}", names.join(", "))),
+            };
+            self.push(e);
+        }
+        found
     }
 
     /// Method names, upper-cased; `field` is the list's.

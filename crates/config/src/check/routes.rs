@@ -207,9 +207,9 @@ fn action(
         return answers_itself(checker, r, field);
     }
     match (&r.cluster, &r.backends, &r.redirect) {
-        (Some(wanted), None, None) => {
-            cluster(checker, wanted, field, clusters).map(Action::Cluster)
-        }
+        (Some(wanted), None, None) => checker
+            .cluster(wanted, &field.key("cluster"), clusters)
+            .map(Action::Cluster),
         (None, Some(backends), None) => split::split(checker, backends, field, clusters),
         (None, None, Some(redirect)) => {
             redirect::redirect(checker, redirect, field, path).map(Action::Redirect)
@@ -255,31 +255,6 @@ fn answers_itself(checker: &mut Checker, r: &RawRoute, field: &Field) -> Option<
     let e = ConfigError::new(field.key(key), message).at(at.line(), at.column());
     checker.push(e.hint(format!("leave `{key}` out, or `respond`")));
     None
-}
-
-/// The position of the cluster named `wanted`.
-fn cluster(
-    checker: &mut Checker,
-    wanted: &Spanned<Scalar>,
-    route: &Field,
-    names: &[String],
-) -> Option<usize> {
-    let text = &wanted.value.0;
-    let found = names.iter().position(|n| n == text);
-    if found.is_none() {
-        let e = checker.error(
-            wanted,
-            route.key("cluster"),
-            format!("no cluster is named `{text}`"),
-        );
-        let e = match did_you_mean(text, names.iter().map(String::as_str)) {
-            Some(hint) => e.hint(hint),
-            None if names.is_empty() => e.hint("define it under `clusters:`"),
-            None => e.hint(format!("defined clusters: {}", names.join(", "))),
-        };
-        checker.push(e);
-    }
-    found
 }
 
 /// A `name:` as given: not empty, and unique (it labels metrics).

@@ -2,10 +2,9 @@
 
 use crate::{
     checker::Checker,
-    error::did_you_mean,
     field::Field,
     model::{Action, WeightedCluster},
-    raw::{RawWeighted, Scalar},
+    raw::RawWeighted,
 };
 use serde_saphyr::Spanned;
 
@@ -34,8 +33,7 @@ pub(super) fn split(
         let at = field.index(i);
         let weight = entry.value.weight.as_ref();
         let weight = checker.count(weight, &at.key("weight"), 1, (0, MAX_WEIGHT));
-        let Some(cluster) = cluster(checker, &entry.value.cluster, &at.key("cluster"), names)
-        else {
+        let Some(cluster) = checker.cluster(&entry.value.cluster, &at.key("cluster"), names) else {
             continue;
         };
         if split.iter().any(|w| w.cluster == cluster) {
@@ -63,25 +61,4 @@ pub(super) fn split(
         [only] => Some(Action::Cluster(only.cluster)),
         _ => Some(Action::Split(split)),
     }
-}
-
-/// The position of the cluster named `wanted`, or `None` after recording that there is none.
-fn cluster(
-    checker: &mut Checker,
-    wanted: &Spanned<Scalar>,
-    field: &Field,
-    names: &[String],
-) -> Option<usize> {
-    let text = &wanted.value.0;
-    let found = names.iter().position(|n| n == text);
-    if found.is_none() {
-        let e = checker.error(wanted, field, format!("no cluster is named `{text}`"));
-        let e = match did_you_mean(text, names.iter().map(String::as_str)) {
-            Some(hint) => e.hint(hint),
-            None if names.is_empty() => e.hint("define it under `clusters:`"),
-            None => e.hint(format!("defined clusters: {}", names.join(", "))),
-        };
-        checker.push(e);
-    }
-    found
 }

@@ -4,7 +4,6 @@
 use super::{RouteContext, Section};
 use crate::{
     checker::Checker,
-    error::did_you_mean,
     raw::{leaf, Scalar, Shape},
 };
 use serde::Deserialize;
@@ -71,26 +70,13 @@ fn check(
     route: &RouteContext<'_>,
 ) -> Option<Mirror> {
     let field = route.field.key("mirror");
-    let clusters = route.clusters;
     let Some(wanted) = &raw.value.cluster else {
         let e = checker.error(raw, &field, "a mirror needs `cluster`");
         checker.push(e.hint("write `mirror: { cluster: NAME, percent: 10 }`"));
         return None;
     };
-    let text = wanted.value.0.trim();
-    let Some(cluster) = clusters.iter().position(|n| n == text) else {
-        let e = checker.error(
-            wanted,
-            field.key("cluster"),
-            format!("no cluster is named `{text}`"),
-        );
-        let e = match did_you_mean(text, clusters.iter().map(String::as_str)) {
-            Some(hint) => e.hint(hint),
-            None => e.hint(format!("defined clusters: {}", clusters.join(", "))),
-        };
-        checker.push(e);
-        return None;
-    };
+    let cluster = checker.cluster(wanted, &field.key("cluster"), route.clusters)?;
+    let text = wanted.value.0.as_str();
     // Every cluster the route may send to, a split's weight-0 ones included: a reload may ramp them up.
     if route.sends_to.contains(&cluster) {
         let message = if route.splits {
