@@ -1,6 +1,6 @@
 # duet's static (musl) binaries, compiled inside the Rust image; dependencies are cached in a layer of
 # their own (cargo-chef), so a source change recompiles only duet. The result is an image holding
-# /out/duet and /out/duet-backend, which deploy/Dockerfile turns into duet's image:
+# /out/duet and /out/duet-backend, which deploy/Dockerfile turns into duet's image (and the demo backend's):
 #   docker build -f deploy/binaries.Dockerfile -t duet-binaries .
 #   docker build -f deploy/Dockerfile -t duet .
 

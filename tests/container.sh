@@ -17,11 +17,11 @@ NET="duet-ci-$$"
 WORK=$(mktemp -d)
 cleanup() {
   if [ -n "${COMPOSE_UP:-}" ]; then
-    DUET_IMAGE="$TAG" docker-compose -f deploy/compose.yaml -p "$TAG" down -t 2 >/dev/null 2>&1 || true
+    DUET_IMAGE="$TAG" DUET_BACKEND_IMAGE="$TAG-backend" docker-compose -f deploy/compose.yaml -p "$TAG" down -t 2 >/dev/null 2>&1 || true
   fi
   docker rm -f "$TAG-duet" "$TAG-b1" "$TAG-b2" "$TAG-b3" >/dev/null 2>&1 || true
   docker network rm "$NET" >/dev/null 2>&1 || true
-  docker image rm -f "$TAG" "$TAG-binaries" >/dev/null 2>&1 || true
+  docker image rm -f "$TAG" "$TAG-backend" "$TAG-binaries" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -41,6 +41,8 @@ cargo build --profile dist --locked --quiet --target x86_64-unknown-linux-musl -
 echo "== image (deploy/Dockerfile over binaries compiled on the host: nothing pulled)"
 docker build --quiet -f deploy/host-binaries.Dockerfile -t "$TAG-binaries" . >/dev/null
 docker build --quiet -f deploy/Dockerfile --build-arg BINARIES="$TAG-binaries" -t "$TAG" . >/dev/null
+docker build --quiet -f deploy/Dockerfile --build-arg BINARIES="$TAG-binaries" --target backend \
+  -t "$TAG-backend" . >/dev/null
 size=$(docker image inspect --format '{{.Size}}' "$TAG")
 echo "image size: $((size / 1024)) KiB"
 [ "$size" -le $((15 * 1024 * 1024)) ] || fail "image is $size bytes, over 15 MB"
@@ -49,11 +51,14 @@ user=$(docker image inspect --format '{{.Config.User}}' "$TAG")
 if docker run --rm --entrypoint /bin/sh "$TAG" -c true >/dev/null 2>&1; then
   fail "the image has a shell"
 fi
+if docker run --rm --entrypoint /usr/local/bin/duet-backend "$TAG" --help >/dev/null 2>&1; then
+  fail "duet's image holds the demo backend"
+fi
 
 echo "== three backends and duet on network $NET"
 docker network create "$NET" >/dev/null
 for b in b1 b2 b3; do
-  docker run -d --name "$TAG-$b" --network "$NET" --entrypoint /usr/local/bin/duet-backend "$TAG" \
+  docker run -d --name "$TAG-$b" --network "$NET" "$TAG-backend" \
     --listen 0.0.0.0:9000 --name "$b" >/dev/null
 done
 cat >"$WORK/duet.yaml" <<YAML
@@ -223,7 +228,7 @@ else
   compose=(docker-compose)
 fi
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-export DUET_IMAGE="$TAG" DUET_PORT DUET_ADMIN_PORT
+export DUET_IMAGE="$TAG" DUET_BACKEND_IMAGE="$TAG-backend" DUET_PORT DUET_ADMIN_PORT
 DUET_PORT=$(free_port)
 DUET_ADMIN_PORT=$(free_port)
 COMPOSE_UP=1
