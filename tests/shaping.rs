@@ -176,6 +176,77 @@ clusters:
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A page with `intercept: true` also replaces a backend's own response of its statuses: the status
+/// stays, the backend's fields and body go (read to the end, so its connection serves the next
+/// request). Statuses the page does not list, and pages without `intercept`, pass as the backend
+/// wrote them.
+#[test]
+fn an_intercepting_page_replaces_a_backend_s_answer_and_keeps_its_connection() {
+    let web =
+        duet_testbed::Backend::start(duet_testbed::BackendOptions::named("web")).expect("web");
+    let dir = std::env::temp_dir().join(format!("duet-shaping-intercept-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("folder");
+    std::fs::write(dir.join("5xx.html"), "<h1>sorry</h1>").expect("page");
+    std::fs::write(dir.join("5xx.json"), r#"{"error":"sorry"}"#).expect("page");
+    let d = dir.display();
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - match: {{ path_prefix: /own }}
+    cluster: web
+    rewrite: {{ path_prefix: / }}
+    error_pages: [ {{ status: 5xx, html: {d}/5xx.html }} ]
+  - match: {{ path_prefix: / }}
+    cluster: web
+    error_pages: [ {{ status: 502-504, html: {d}/5xx.html, json: {d}/5xx.json, intercept: true }} ]
+clusters:
+  - {{ name: web, backends: [ {{ address: {} }} ] }}
+",
+        web.address()
+    );
+    let duet = Duet::start(&yaml);
+    let get = |path: &str, accept: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\nAccept: {accept}\r\n");
+        exchange(&duet, &request)
+    };
+    let (status, fields, body) = get("/status/503", "text/html");
+    assert_eq!((status.as_str(), body.as_str()), ("503", "<h1>sorry</h1>"));
+    assert!(
+        fields.contains(&"content-type: text/html; charset=utf-8".to_owned()),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&"content-length: 14".to_owned()),
+        "{fields:?}"
+    );
+    assert!(
+        !fields.iter().any(|f| f.starts_with("x-backend:")),
+        "the backend's fields go with its body: {fields:?}"
+    );
+    let (status, _, body) = get("/status/502", "application/json");
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("502", r#"{"error":"sorry"}"#)
+    );
+    let (status, fields, body) = get("/status/500", "text/html");
+    assert_eq!((status.as_str(), body.as_str()), ("500", "status 500\n"));
+    assert!(fields.contains(&"x-backend: web".to_owned()), "{fields:?}");
+    let (status, _, body) = get("/own/status/503", "text/html");
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("503", "status 503\n"),
+        "a page without intercept leaves a backend's answer alone"
+    );
+    assert_eq!(web.requests(), 4);
+    assert_eq!(
+        web.connections(),
+        1,
+        "each intercepted body was read to its end and its connection pooled again"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A canned response: its status, its fields, its body, and whether it is sent chunked.
 type Canned = (u16, Vec<(&'static str, String)>, Vec<u8>, bool);
 

@@ -14,7 +14,7 @@ fn pages_are_read_with_their_statuses_in_the_order_written() {
     std::fs::write(dir.join("5xx.json"), "{}").expect("page");
     let yaml = with_routes(&format!(
         "routes:\n  \
-         - {{ cluster: web, error_pages: [ {{ status: 502-504, json: {d}/5xx.json }}, {{ status: 5xx, html: {d}/5xx.html, json: {d}/5xx.json }}, {{ status: 429, html: {d}/5xx.html }} ] }}",
+         - {{ cluster: web, error_pages: [ {{ status: 502-504, json: {d}/5xx.json }}, {{ status: 5xx, html: {d}/5xx.html, json: {d}/5xx.json }}, {{ status: 429, html: {d}/5xx.html, intercept: true }} ] }}",
         d = dir.display()
     ));
     let config = parse(&yaml, "ok.yaml").expect("valid");
@@ -48,9 +48,11 @@ fn pages_are_read_with_their_statuses_in_the_order_written() {
         ]
     );
     assert!(pages[1].covers(599) && !pages[1].covers(499));
+    let intercepting: Vec<bool> = pages.iter().map(|p| p.intercept).collect();
+    assert_eq!(intercepting, [false, false, true], "off unless written");
     assert!(config.routes[0]
         .describe_filters()
-        .ends_with(" error_pages 502-504,5xx,429"));
+        .ends_with(" error_pages 502-504,5xx,429+backend"));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -62,7 +64,8 @@ fn a_bad_status_a_missing_file_no_format_and_an_empty_list_are_located() {
          - { match: { path_prefix: /b }, cluster: web, error_pages: [ { status: 5xx, html: /nonexistent/duet/5xx.html } ] }\n  \
          - { match: { path_prefix: /c }, cluster: web, error_pages: [ { status: 6xx, json: /etc/hostname } ] }\n  \
          - { match: { path_prefix: /d }, cluster: web, error_pages: [ { status: 404 } ] }\n  \
-         - { match: { path_prefix: /e }, cluster: web, error_pages: [] }",
+         - { match: { path_prefix: /e }, cluster: web, error_pages: [] }\n  \
+         - { match: { path_prefix: /f }, cluster: web, error_pages: [ { status: 502, html: /etc/hostname, intercept: maybe } ] }",
     ));
     let starts = [
         "bad.yaml:3:74: routes[0].error_pages[0].status: `302` is not an error status",
@@ -70,6 +73,7 @@ fn a_bad_status_a_missing_file_no_format_and_an_empty_list_are_located() {
         "bad.yaml:5:74: routes[2].error_pages[0].status: `6xx` is not an error status",
         "bad.yaml:6:64: routes[3].error_pages[0]: a page needs `html`, `json` or both",
         "bad.yaml:7:62: routes[4].error_pages: an empty list",
+        "bad.yaml:8:111: routes[5].error_pages[0].intercept: `maybe` is not a boolean",
     ];
     for start in starts {
         assert!(
@@ -77,5 +81,5 @@ fn a_bad_status_a_missing_file_no_format_and_an_empty_list_are_located() {
             "{start}\n{found:#?}"
         );
     }
-    assert_eq!(found.len(), 5, "{found:#?}");
+    assert_eq!(found.len(), 6, "{found:#?}");
 }

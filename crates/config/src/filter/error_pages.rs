@@ -1,6 +1,7 @@
 //! `error_pages:`: the pages a route's clients get in place of duet's own short text errors (a 403 of
 //! an `allow:` list, a 429, a 502 when no backend answers), in HTML or JSON by the request's
-//! `Accept`, as nginx's `error_page` and Traefik's `Errors` middleware.
+//! `Accept`, as nginx's `error_page` and Traefik's `Errors` middleware; with `intercept: true`, also
+//! in place of a backend's own response of that status (nginx's `proxy_intercept_errors`).
 
 use super::{respond, RouteContext, Section};
 use crate::{checker::Checker, field::Field, raw::leaf, raw::Scalar};
@@ -25,6 +26,9 @@ pub struct ErrorPage {
     pub html: Option<Page>,
     /// The page for a client whose `Accept` prefers JSON.
     pub json: Option<Page>,
+    /// `intercept: true`: the page also replaces a backend's response of these statuses (its body
+    /// read and dropped). Default: only duet's own answers.
+    pub intercept: bool,
 }
 
 /// A page's file, read with the config, and its media type.
@@ -54,6 +58,8 @@ struct RawPage {
     html: Option<Spanned<Scalar>>,
     #[serde(default)]
     json: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    intercept: Option<Spanned<Scalar>>,
 }
 
 /// The route key `error_pages:`.
@@ -87,10 +93,18 @@ impl Section for ErrorPages {
 
     fn describe(&self) -> String {
         let pages: Vec<String> = (self.pages.iter())
-            .map(|p| match p.statuses {
-                (low, high) if low == high => low.to_string(),
-                (low, high) if low % 100 == 0 && high == low + 99 => format!("{}xx", low / 100),
-                (low, high) => format!("{low}-{high}"),
+            .map(|p| {
+                let statuses = match p.statuses {
+                    (low, high) if low == high => low.to_string(),
+                    (low, high) if low % 100 == 0 && high == low + 99 => {
+                        format!("{}xx", low / 100)
+                    }
+                    (low, high) => format!("{low}-{high}"),
+                };
+                match p.intercept {
+                    true => format!("{statuses}+backend"),
+                    false => statuses,
+                }
             })
             .collect();
         format!("error_pages {}", pages.join(","))
@@ -124,10 +138,12 @@ fn page(checker: &mut Checker, raw: &Spanned<RawPage>, field: &Field) -> Option<
         let e = checker.error(raw, field, "a page needs `html`, `json` or both");
         checker.push(e.hint("name the file: `html: pages/5xx.html`"));
     }
+    let intercept = checker.boolean(written.intercept.as_ref(), &field.key("intercept"), false);
     Some(ErrorPage {
         statuses,
         html,
         json,
+        intercept,
     })
 }
 

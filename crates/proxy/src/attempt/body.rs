@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 use std::{
     fmt,
     pin::Pin,
-    task::{Context, Poll},
+    task::{ready, Context, Poll},
     time::Duration,
 };
 
@@ -129,6 +129,63 @@ impl ProxyBody {
         }
         *held = (!data.is_empty()).then_some(data);
         true
+    }
+}
+
+impl ProxyBody {
+    /// `page` (duet's, an error page) in place of a backend's `body`, which is read to its end and
+    /// dropped before the page is sent, so that its connection is pooled again and its attempt
+    /// settles as any other; past [`DRAINED`] bytes it is dropped unread instead.
+    pub(crate) fn in_place_of(page: Bytes, body: Incoming, mut completion: Completion) -> Self {
+        completion.replace_body(page.len());
+        Self::shaped(InPlaceOf {
+            page: Some(page),
+            backend: Some(Self::upstream(body, completion)),
+            drained: 0,
+        })
+    }
+}
+
+/// The most of a backend's body read and dropped to keep its connection: past it, the body (and its
+/// connection) is dropped rather than read on while the client waits for the page.
+const DRAINED: usize = 64 * 1024;
+
+/// duet's page sent in place of a backend's body, once that body is read.
+struct InPlaceOf {
+    page: Option<Bytes>,
+    backend: Option<ProxyBody>,
+    drained: usize,
+}
+
+impl Body for InPlaceOf {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        while let Some(backend) = self.backend.as_mut() {
+            match ready!(Pin::new(backend).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    self.drained += frame.data_ref().map_or(0, Bytes::len);
+                    if self.drained > DRAINED {
+                        self.backend = None;
+                    }
+                }
+                // Ended, or failed (and settled so by its completion): the client gets the page.
+                Some(Err(_)) | None => self.backend = None,
+            }
+        }
+        Poll::Ready(self.page.take().map(|page| Ok(Frame::data(page))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.page.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.page.as_ref().map_or(0, |page| page.len() as u64))
     }
 }
 

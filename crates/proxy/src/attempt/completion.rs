@@ -225,12 +225,22 @@ impl Completion {
         }
     }
 
+    /// The client gets `bytes` of duet's (an error page) in place of the response's body, which is
+    /// read and dropped: the access log counts the page, the body's bytes count nowhere.
+    pub(crate) fn replace_body(&mut self, bytes: usize) {
+        self.dropped_response = true;
+        if let Some(log) = self.log.as_mut() {
+            log.bytes = bytes as u64;
+        }
+    }
+
     /// Response body bytes passed to the client.
     pub(crate) fn on_data(&mut self, bytes: usize) {
-        if !self.dropped_response {
-            let sent = &self.cluster.counters.bytes_sent;
-            sent.fetch_add(bytes as u64, Relaxed);
+        if self.dropped_response {
+            return;
         }
+        let sent = &self.cluster.counters.bytes_sent;
+        sent.fetch_add(bytes as u64, Relaxed);
         if let Some(log) = self.log.as_mut() {
             log.bytes += bytes as u64;
         }

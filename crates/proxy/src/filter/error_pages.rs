@@ -1,6 +1,7 @@
 //! `error_pages:`: a route's pages in place of duet's own short text errors (a 403, a 413, a 429, a
 //! 502 or 504 when no backend answered), in HTML or JSON by the request's `Accept`. A backend's own
-//! error responses pass as the backend wrote them, and a gRPC call keeps its gRPC status.
+//! error responses pass as the backend wrote them, unless a page of their status says `intercept`;
+//! a gRPC call keeps its gRPC status.
 
 use crate::filter::phase::{Build, OwnPage, Phase, Phases};
 use bytes::Bytes;
@@ -16,6 +17,7 @@ struct Entry {
     statuses: (u16, u16),
     html: Option<OwnPage>,
     json: Option<OwnPage>,
+    intercept: bool,
 }
 
 impl Phases for ErrorPages {
@@ -33,15 +35,28 @@ impl Phases for ErrorPages {
             statuses: page.statuses,
             html: own(&page.html),
             json: own(&page.json),
+            intercept: page.intercept,
         });
         Some(Self(entries.collect()))
     }
 
     fn error_page(&self, status: u16, json: bool) -> Option<&OwnPage> {
         let entry = (self.0.iter()).find(|e| (e.statuses.0..=e.statuses.1).contains(&status))?;
+        entry.page(json)
+    }
+
+    fn backend_page(&self, status: u16, json: bool) -> Option<&OwnPage> {
+        let entry = (self.0.iter()).find(|e| (e.statuses.0..=e.statuses.1).contains(&status))?;
+        entry.intercept.then(|| entry.page(json)).flatten()
+    }
+}
+
+impl Entry {
+    /// The page in the format the client prefers, else the one there is.
+    fn page(&self, json: bool) -> Option<&OwnPage> {
         let (preferred, other) = match json {
-            true => (&entry.json, &entry.html),
-            false => (&entry.html, &entry.json),
+            true => (&self.json, &self.html),
+            false => (&self.html, &self.json),
         };
         preferred.as_ref().or(other.as_ref())
     }

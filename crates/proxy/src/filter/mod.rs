@@ -16,7 +16,7 @@
 //! | response fields | `response_fields` | the handler at arrival; respond, on the response once the request reached a cluster | add fields only the request can say (CORS's allowed origin) |
 //! | response head | `on_response_head` | respond, on a backend's response | edit the response head |
 //! | response body | `plan_body`, `on_response_body` | the handler at arrival; respond, on a backend's response | put another body in place of the backend's (`compress:`) |
-//! | error page | `error_page` | the handler, on duet's own error answer after routing | the page in place of its text (`error_pages:`) |
+//! | error page | `error_page`, `backend_page` | the handler, on duet's own error answer after routing; respond, on a backend's response | the page in place of its text, or of a backend's body (`error_pages:`) |
 //! | done | `on_done` | the answering attempt's completion at the end of the response, or the handler when no backend answered | observe the finished-request record ([`Done`]) the route's histograms and the access log are handed |
 //!
 //! A filter's state lives in its value, one per route per worker, built once per config by
@@ -321,6 +321,13 @@ impl RouteFilters {
     pub(crate) fn error_page(&self, status: u16, json: bool) -> Option<&OwnPage> {
         (self.acting(Phase::ERROR_PAGE))
             .find_map(|filter| dispatch!(filter, f => f.error_page(status, json)))
+    }
+
+    /// The error-page phase on a backend's response of `status`: the first page a filter puts in
+    /// place of it.
+    pub(crate) fn backend_page(&self, status: u16, json: bool) -> Option<&OwnPage> {
+        (self.acting(Phase::ERROR_PAGE))
+            .find_map(|filter| dispatch!(filter, f => f.backend_page(status, json)))
     }
 
     /// Whether a filter of the route acts in the done phase: only then do its attempts carry the

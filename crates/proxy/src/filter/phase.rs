@@ -241,6 +241,12 @@ pub(crate) trait Phases: Sized {
         None
     }
 
+    /// A backend's response of `status` (never a gRPC call's): the page to send in place of its
+    /// body, if the filter replaces backends' answers of that status too.
+    fn backend_page(&self, _status: u16, _json: bool) -> Option<&OwnPage> {
+        None
+    }
+
     /// At arrival, what the response-body phase will need of the request; `None`: the filter leaves
     /// this request's response alone. At most one filter of a route acts in the phase.
     fn plan_body(&self, _request: &Request<Incoming>) -> Option<BodyPlan> {

@@ -126,14 +126,25 @@ fn relay(
         protocol = Some(upgrade.protocol);
         completion.upgraded();
     }
+    let status = response.status().as_u16();
+    let page = (shaping.pages).and_then(|json| filters.backend_page(status, json));
     let headers = response.headers_mut();
     headers::remove_hop_by_hop(headers, protocol);
     single_content_length(headers);
+    if let Some(page) = page {
+        // The backend's fields spoke of its body and its representation; the page is duet's.
+        headers.clear();
+        headers.insert(header::CONTENT_TYPE, page.content_type.clone());
+    }
     let mut head = ResponseHead { headers, client };
     filters.on_response_head(&mut head);
     let (parts, body) = response.into_parts();
     completion.on_head(&parts);
-    let response = Response::from_parts(parts, ProxyBody::upstream(body, completion));
+    let body = match page {
+        None => ProxyBody::upstream(body, completion),
+        Some(page) => ProxyBody::in_place_of(page.body.clone(), body, completion),
+    };
+    let response = Response::from_parts(parts, body);
     match shaping.body {
         None => response,
         Some(plan) => body_phase(response, filters, plan),
