@@ -170,11 +170,13 @@ mod tests {
                 statuses: (404, 404),
                 html: page("404"),
                 json: None,
+                intercept: false,
             },
             Entry {
                 statuses: (400, 599),
                 html: page("html"),
                 json: page("json"),
+                intercept: true,
             },
         ]);
         let body = |status, json| pages.error_page(status, json).map(|p| p.body.clone());
@@ -182,5 +184,12 @@ mod tests {
         assert_eq!(body(502, true), Some(Bytes::from_static(b"json")));
         assert_eq!(body(502, false), Some(Bytes::from_static(b"html")));
         assert_eq!(body(302, false), None);
+        let backend = |status| pages.backend_page(status, false).map(|p| p.body.clone());
+        assert_eq!(
+            backend(404),
+            None,
+            "the first page for 404 does not intercept"
+        );
+        assert_eq!(backend(503), Some(Bytes::from_static(b"html")));
     }
 }
