@@ -20,7 +20,7 @@
 //! a `429` (and often a `503`) speaks of one client's quota, and one client could otherwise take
 //! backends out of rotation for everyone (Envoy never ejects on a 429 either).
 
-use crate::grpc;
+use crate::{grpc, headers::may_hold};
 use crate::{
     backend::cluster::Cluster,
     backend::transport::Hold,
@@ -31,7 +31,7 @@ use crate::{
     telemetry::metrics::{BackendStats, RouteTimings},
 };
 use duet_balance::LoadGuard;
-use http::{response::Parts, HeaderMap, StatusCode};
+use http::{response::Parts, HeaderMap, HeaderName, StatusCode};
 use std::{
     mem::ManuallyDrop,
     net::SocketAddr,
@@ -276,16 +276,16 @@ impl Completion {
     }
 }
 
-/// `grpc-status` in a response head. A head has a handful of fields, nearly all of them standard
-/// ones, which a scan of the names tells apart from `grpc-status` by their kind alone: cheaper than
-/// the hashed look-up (about 180 instructions, per response, gRPC or not) when the field is absent.
+/// `grpc-status` in a response head, looked up only where a pass over the head's names may find it
+/// ([`may_hold`]): per response, gRPC or not.
 fn head_grpc_status(headers: &HeaderMap) -> Option<u8> {
-    const SCANNED: usize = 12;
-    if headers.keys_len() <= SCANNED && !headers.keys().any(|name| name == "grpc-status") {
+    if !may_hold(headers, &GRPC_STATUS) {
         return None;
     }
     grpc::status_of(headers)
 }
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 impl Drop for Settlement {
     fn drop(&mut self) {

@@ -57,9 +57,11 @@ pub(crate) fn set_client_certificate<B>(
         Some(value) => {
             headers.insert(name, value.clone());
         }
-        None => {
+        // On every request of a listener without client certificates: looked up only if it may be there.
+        None if crate::headers::may_hold(headers, name) => {
             headers.remove(name);
         }
+        None => {}
     }
 }
 

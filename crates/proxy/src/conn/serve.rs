@@ -192,10 +192,10 @@ async fn hyper_turn<IO: ClientIo>(
         let (proxy, state, head) = (connections.proxy().clone(), state.clone(), head.clone());
         // Each request's future is made into the slot the one before it left.
         let recycler = Recycler::new();
-        service_fn(move |request| {
+        service_fn(move |mut request| {
             // hyper hands over the head that was awaited.
             head.disarm();
-            let (proxy, state, mut request) = (proxy.clone(), state.clone(), request);
+            let (proxy, state) = (proxy.clone(), state.clone());
             set_client_certificate(&mut request, certificate.as_ref());
             let future = recycler.recycled(|| proxy.handle(request, client, InService::new(state)));
             WithClientBody::new(future, head.clone())
