@@ -4,7 +4,7 @@
 //! so what is measured is the balancer: selection, load accounting, completion.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use duet_balance::{algo::stable_hash, Affinity, Balance, LoadMetric, Walk};
+use duet_balance::{algo::stable_hash, Affinity, Balancer, Strategy, Walk};
 use std::{
     convert::Infallible,
     future::Future,
@@ -52,10 +52,10 @@ fn duet(c: &mut Criterion) {
     let mut group = c.benchmark_group("pick_complete");
     for n in SIZES {
         for (name, metric) in [
-            ("duet_inflight", LoadMetric::InFlight),
-            ("duet_peak_ewma", LoadMetric::default()),
+            ("duet_inflight", Strategy::P2cInflight),
+            ("duet_peak_ewma", Strategy::P2cPeakEwma),
         ] {
-            let mut balance = Balance::new(metric);
+            let mut balance = Balancer::new(metric);
             for k in 0..n {
                 balance.insert(k, 1, echo());
             }
@@ -96,7 +96,7 @@ fn retry(c: &mut Criterion) {
     let mut group = c.benchmark_group("retry_pick_claim");
     for n in SIZES {
         for (name, weight) in [("equal", [1, 1]), ("weighted", [1, 2])] {
-            let mut balance = Balance::new(LoadMetric::default());
+            let mut balance = Balancer::new(Strategy::P2cPeakEwma);
             for k in 0..n {
                 balance.insert(k, weight[k % 2], echo());
             }
@@ -122,7 +122,7 @@ fn keyed(c: &mut Criterion) {
     let keys: Vec<u64> = (0..1024u64).map(|k| stable_hash(&k)).collect();
     for n in [10, 100] {
         for (name, walk) in [("next", Walk::Next), ("p2c", Walk::P2c)] {
-            let mut balance = Balance::new(LoadMetric::InFlight)
+            let mut balance = Balancer::new(Strategy::P2cInflight)
                 .with_affinity(Affinity::maglev().with_walk(walk));
             for k in 0..n {
                 balance.insert(k, 1, echo());
@@ -139,7 +139,7 @@ fn keyed(c: &mut Criterion) {
                 })
             });
         }
-        let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+        let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(Affinity::maglev());
         for k in 0..n {
             balance.insert(k, 1, echo());
         }

@@ -9,8 +9,8 @@ use std::sync::{
 
 /// Keyed picks by consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
 /// *Consistent Hashing with Bounded Loads*, SODA 2018), on a Maglev table; set with
-/// [`Balance::with_affinity`](crate::Balance::with_affinity), used by
-/// [`Balance::pick_and_claim_for`](crate::Balance::pick_and_claim_for).
+/// [`Balancer::with_affinity`](crate::Balancer::with_affinity), used by
+/// [`Balancer::pick_and_claim_for`](crate::Balancer::pick_and_claim_for).
 ///
 /// * **Home.** A key's home is the endpoint of its entry in a Maglev table of the eligible endpoints,
 ///   weighted (Eisenbud et al., NSDI 2016; 65,537 entries by default): one array read. The table is
@@ -38,19 +38,19 @@ use std::sync::{
 ///   onto the same endpoint at each cold start. A keyed pick must agree: that is what a key is for.
 ///   The bound breaks the agreement only where it must, per worker on its own loads.
 ///
-/// A pick with no key (`None`) is made by the balancer's [`Policy`](crate::Policy), P2C by default.
+/// A pick with no key (`None`) is made by the balancer's [`Strategy`](crate::Strategy), P2C by default.
 ///
 /// With tower endpoints, pick for the request's key, then drive the endpoint's service; the guard holds
 /// the load until the response is done:
 ///
 /// ```
-/// use duet_balance::{algo::stable_hash, Affinity, Balance, LoadMetric};
+/// use duet_balance::{algo::stable_hash, Affinity, Balancer, Strategy};
 /// use std::convert::Infallible;
 /// use tower::{service_fn, Service, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), duet_balance::BoxError> {
-/// let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+/// let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(Affinity::maglev());
 /// for name in ["a", "b", "c"] {
 ///     let backend = service_fn(move |user: &'static str| async move { Ok::<_, Infallible>((name, user)) });
 ///     balance.insert(name, 1, backend);

@@ -26,20 +26,23 @@ impl<F: FnMut() -> u64> DrawSource for F {
 /// `state = (state * 1103515245 + 12345) mod 2^31`, `draw = state >> 16`.
 ///
 /// Only 15 bits per draw: use it to reproduce published vectors, never in production.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lcg31 {
+pub(crate) struct Lcg31 {
     state: u64,
 }
 
+#[cfg(test)]
 impl Lcg31 {
     /// A generator whose first state is `seed`.
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self {
             state: seed % (1 << 31),
         }
     }
 }
 
+#[cfg(test)]
 impl DrawSource for Lcg31 {
     fn draw(&mut self) -> u64 {
         self.state = (self.state.wrapping_mul(1_103_515_245).wrapping_add(12_345)) % (1 << 31);

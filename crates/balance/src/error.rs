@@ -23,11 +23,11 @@ impl Error for NoEligibleEndpoint {}
 ///
 /// This is a bug in the caller: tower requires `poll_ready` to return `Ready(Ok(()))` before each `call`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NotReady;
+pub(crate) struct NotReady;
 
 impl fmt::Display for NotReady {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Balance::call without a successful poll_ready first; drive readiness with ServiceExt::ready")
+        f.write_str("Balancer::call without a successful poll_ready first; drive readiness with ServiceExt::ready")
     }
 }
 

@@ -20,7 +20,7 @@ pub struct LoadGuard {
     /// The latency sample is still to come: the request counts among the endpoint's waiting ones
     /// (see [`PeakEwmaConfig`](crate::PeakEwmaConfig)).
     waiting: bool,
-    /// Under [`Policy::P2cMemory`](crate::Policy::P2cMemory): where to record, on release, that this
+    /// Under P2C with memory: where to record, on release, that this
     /// endpoint freed a slot, and the endpoint's token there.
     freed: Option<(Arc<LastFreed>, u64)>,
     /// Under [`Affinity`](crate::Affinity): the balancer's count of requests in flight, which this

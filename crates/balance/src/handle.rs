@@ -17,10 +17,10 @@ pub struct PickStats {
     /// Endpoints picked.
     pub picks: u64,
     /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints; one per
-    /// candidate under [`Policy::LeastLoaded`](crate::Policy::LeastLoaded)).
+    /// candidate under a full scan, `least_inflight` and `least_peak_ewma`).
     pub load_reads: u64,
-    /// Picks decided by a coin flip between equal loads (a draw among equal minimums under
-    /// [`Policy::LeastLoaded`](crate::Policy::LeastLoaded)).
+    /// Picks decided by a coin flip between equal loads (a draw among equal minimums under a full
+    /// scan).
     pub ties: u64,
     /// Picks where both candidates had zero load: too little concurrency for the metric to mean much.
     pub both_zero: u64,
@@ -36,7 +36,8 @@ pub struct PickStats {
     pub walked: u64,
 }
 
-/// One endpoint as a [`BalanceHandle`] reads it.
+/// One endpoint as a [`BalanceHandle`] reads it ([`BalanceHandle::endpoints`]), and as
+/// [`Balancer::endpoints`](crate::Balancer::endpoints) lists it (with `K` a reference to the key there).
 #[derive(Clone)]
 pub struct EndpointStats<K> {
     /// Its key.
@@ -57,15 +58,15 @@ impl<K: fmt::Debug> fmt::Debug for EndpointStats<K> {
     }
 }
 
-/// A cloneable, `Send + Sync` handle on a balancer ([`Balance::handle`](crate::Balance::handle),
-/// [`DiscoverBalance::handle`](crate::DiscoverBalance::handle)) that still works once the balancer has
+/// A cloneable, `Send + Sync` handle on a balancer ([`Balancer::handle`](crate::Balancer::handle),
+/// [`DiscoverBalancer::handle`](crate::DiscoverBalancer::handle)) that still works once the balancer has
 /// moved into a `tower::buffer::Buffer` or another task: it reads the selection counters and each
 /// endpoint's state, and sets weights and eligibility.
 ///
 /// Reads are live: the counters are the balancer's own (atomics it alone writes), and each endpoint's
 /// [`EndpointLoad`] is shared; the list of endpoints is the one as of the last membership change.
 /// Updates are queued and applied by the balancer at its next pick, in the order they were made (after
-/// a [`DiscoverBalance`](crate::DiscoverBalance)'s stream changes). Reading costs a lock on the endpoint
+/// a [`DiscoverBalancer`](crate::DiscoverBalancer)'s stream changes). Reading costs a lock on the endpoint
 /// list and a copy of it, nothing on the balancer's side: poll it for metrics as often as you like. A
 /// balancer without a handle pays for none of it.
 pub struct BalanceHandle<K> {
@@ -221,7 +222,7 @@ impl<K> BalanceHandle<K> {
     }
 
     /// Marks an endpoint eligible or not at the balancer's next pick, keeping its load state (see
-    /// [`Balance::set_eligible`](crate::Balance::set_eligible)). Ignored if the key is unknown then.
+    /// [`Balancer::set_eligible`](crate::Balancer::set_eligible)). Ignored if the key is unknown then.
     pub fn set_eligible(&self, key: K, eligible: bool) {
         self.push(Update::Eligible(key, eligible));
     }

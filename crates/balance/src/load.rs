@@ -16,7 +16,7 @@ use std::{
 /// What "lighter" means when two candidates are compared.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum LoadMetric {
+pub(crate) enum LoadMetric {
     /// Requests this balancer has in flight to the endpoint (tower's `PendingRequests`).
     InFlight,
     /// Peak-sensitive EWMA of latency times (in flight + 1): Finagle's and Linkerd's `PeakEWMA`.
@@ -62,6 +62,17 @@ impl Default for LoadMetric {
 impl LoadMetric {
     pub(crate) fn uses_clock(&self) -> bool {
         self.latency_config().is_some()
+    }
+
+    /// Replaces the latency settings of a metric that measures latency; whether it does.
+    pub(crate) fn set_latency_config(&mut self, config: PeakEwmaConfig) -> bool {
+        match self {
+            Self::InFlight => false,
+            Self::PeakEwma(settings) | Self::InFlightThenLatency(settings) => {
+                *settings = config;
+                true
+            }
+        }
     }
 
     /// The latency settings of a metric that measures latency.
@@ -137,8 +148,9 @@ pub enum DefaultRtt {
     Fixed(Duration),
 }
 
-/// Settings of the [`LoadMetric::PeakEwma`] metric (and of the latency average of
-/// [`LoadMetric::InFlightThenLatency`], which has no peak).
+/// Latency settings: of the PeakEWMA load (`p2c_peak_ewma`, `p2c_memory_peak_ewma`,
+/// `least_peak_ewma`), and of `least_inflight`'s latency average, which has no peak. Set with
+/// [`Balancer::with_latency_config`](crate::Balancer::with_latency_config).
 ///
 /// The estimate jumps to any sample above it at once (peak) and otherwise moves toward new samples with
 /// weight `w = exp(-Δt/τ)`: `ewma = ewma·w + rtt·(1 - w)`, Δt being the time since the last sample. While
@@ -360,7 +372,7 @@ impl EndpointLoad {
     }
 
     /// Whether the balancer may pick this endpoint (healthy, not ejected; see
-    /// [`Balance::set_eligible`](crate::Balance::set_eligible)).
+    /// [`Balancer::set_eligible`](crate::Balancer::set_eligible)).
     pub fn is_eligible(&self) -> bool {
         self.eligible.load(Relaxed)
     }

@@ -129,7 +129,7 @@ impl P2c {
     ///
     /// Memory here means Mitzenmacher, Prabhakar and Shah's *Load balancing with memory* (2002): some of
     /// the candidates are not fresh samples but good bets kept from before, at no extra load read. What to
-    /// remember is the caller's choice; [`Policy::P2cMemory`](crate::Policy::P2cMemory) remembers the
+    /// remember is the caller's choice; [`Strategy::P2cMemoryInflight`](crate::Strategy::P2cMemoryInflight) remembers the
     /// last two endpoints that a request completed on, each of which has just freed a request slot.
     #[inline]
     pub fn select_with_memory(

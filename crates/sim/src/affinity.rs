@@ -1,5 +1,5 @@
 //! Consistent hashing with bounded loads, driven through duet-balance's own keyed picks
-//! ([`Balance::pick_and_claim_for`]): how many keys move when a backend leaves or joins, and, with
+//! ([`Balancer::pick_and_claim_for`]): how many keys move when a backend leaves or joins, and, with
 //! Zipf-distributed keys, how busy the busiest backend gets and how many requests leave their key's home.
 //!
 //! ```
@@ -8,7 +8,7 @@
 //! ```
 
 use crate::random::Random;
-use duet_balance::{algo::stable_hash, Affinity, Balance, LoadGuard, LoadMetric, Walk};
+use duet_balance::{algo::stable_hash, Affinity, Balancer, LoadGuard, Strategy, Walk};
 use serde::Serialize;
 
 /// Shares of keys whose backend changed.
@@ -26,7 +26,7 @@ pub struct Moved {
 /// table of `table_size` entries (a prime).
 pub fn moved(n: u32, keys: u64, table_size: u32) -> Moved {
     let homes = |members: &[u32]| -> Vec<Option<u32>> {
-        let mut balance: Balance<u32, ()> = Balance::new(LoadMetric::InFlight)
+        let mut balance: Balancer<u32, ()> = Balancer::new(Strategy::P2cInflight)
             .with_affinity(Affinity::maglev().with_table_size(table_size));
         for &m in members {
             balance.insert(m, 1, ());
@@ -78,8 +78,8 @@ pub fn zipf(
         Some((c, walk)) => Affinity::maglev().with_bound(c).with_walk(walk),
         None => Affinity::maglev().unbounded(),
     };
-    let mut balance: Balance<u32, ()> =
-        Balance::with_seed(LoadMetric::InFlight, seed).with_affinity(affinity);
+    let mut balance: Balancer<u32, ()> =
+        Balancer::with_seed(Strategy::P2cInflight, seed).with_affinity(affinity);
     for m in 0..n {
         balance.insert(m, 1, ());
     }

@@ -16,7 +16,7 @@ use crate::{
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView, ResolvedNames},
 };
-use duet_balance::{Affinity, Balance, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy, Walk};
+use duet_balance::{Affinity, Balancer, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy, Walk};
 use duet_config::{HashKey, HashPolicy, HashWalk, Policy, Timeouts, UpstreamProtocol};
 use http::{uri::Authority, StatusCode};
 use rustc_hash::FxBuildHasher;
@@ -93,7 +93,7 @@ fn connector(
 }
 
 /// The balancer of one cluster in one worker, keyed by backend address.
-pub type ClusterBalance = Balance<SocketAddr, Upstream>;
+pub type ClusterBalance = Balancer<SocketAddr, Upstream>;
 
 /// What the balancer holds for each backend: its address as the request target's authority, built
 /// once rather than per request, and this worker's metric cells for it, so a pick finds them without
@@ -449,7 +449,7 @@ impl Cluster {
 }
 
 fn new_balance(policy: Policy, hash: Option<&HashPolicy>) -> ClusterBalance {
-    let balance = Balance::from_strategy(strategy(policy));
+    let balance = Balancer::new(strategy(policy));
     match hash {
         Some(hash) => balance.with_affinity(affinity(hash)),
         None => balance,
