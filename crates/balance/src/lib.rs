@@ -185,8 +185,10 @@
 //! ```
 //!
 //! For HTTP, use [`CompleteOnBodyEnd`] so a request counts until its response body is done:
-//! `Balancer::new(strategy).with_completion(CompleteOnBodyEnd::default())`. The `examples/` folder has a
-//! hyper client balanced over real servers.
+//! `Balancer::new(strategy).with_completion(CompleteOnBodyEnd::default())`. The `examples/` folder has
+//! hyper clients balanced over real servers: `hyper_client.rs` over a fixed list ([`BalanceLayer`]),
+//! `discovery.rs` over servers a discovery stream announces with their weights, printing stats from a
+//! [`BalanceHandle`] while it runs.
 //!
 //! # Membership, sharing, readiness
 //!
@@ -235,6 +237,61 @@
 //! that is depends on the machine: on an Intel virtual machine where a locked add cost ~9 ns and a
 //! counter read ~14 ns, the same bench gave 155–204 ns for PeakEWMA, 3.4–5.1× under tower. At 4096
 //! endpoints the pool outgrows the cache: a candidate's load state is laid out to cost one cache line.
+//!
+//! # Coming from tower
+//!
+//! A program that balances a discovered set with tower's P2C, where the stream announces each service
+//! wrapped in its load (`PeakEwma<S>`, `PendingRequests<S>`):
+//!
+//! ```text
+//! use tower::balance::p2c::{Balance, MakeBalance};
+//! let balance = Balance::new(discover);                       // Discover<Service = PeakEwma<S>>
+//! let make = MakeBalance::new(make_discover);                 // Service<Target, Response = Balance<..>>
+//! ```
+//!
+//! is, with this crate, where the stream announces the plain services (or [`Weighted`] ones) and the
+//! balancer measures their load itself:
+//!
+//! ```text
+//! use duet_balance::{DiscoverBalancer, Strategy};
+//! let balance = DiscoverBalancer::new(discover, Strategy::P2cPeakEwma);
+//! let make = make_discover.map_response(|d| DiscoverBalancer::new(d, Strategy::P2cPeakEwma));
+//! ```
+//!
+//! No wrapper type stands for tower's `MakeBalance`: a service that makes each target's endpoint set
+//! (a `Discover`) becomes one that makes a balancer per target with [`ServiceExt::map_response`], which
+//! also configures each balancer as the target needs (weights from the stream, completion, slow start):
+//!
+//! [`ServiceExt::map_response`]: https://docs.rs/tower/latest/tower/trait.ServiceExt.html#method.map_response
+//!
+//! ```
+//! use duet_balance::{DiscoverBalancer, Strategy, Weighted};
+//! use std::convert::Infallible;
+//! use tower::{discover::Change, service_fn, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), duet_balance::BoxError> {
+//! // Makes the endpoint set of a cluster by name: its replicas, with their weights.
+//! let make_discover = service_fn(|cluster: &'static str| async move {
+//!     let replica = move |n: u32| service_fn(move |_: ()| async move { Ok::<_, Infallible>((cluster, n)) });
+//!     let changes = [(1, 3), (2, 1)].map(|(n, weight)| Ok::<_, Infallible>(Change::Insert(n, Weighted::new(replica(n), weight))));
+//!     Ok::<_, Infallible>(futures_util::stream::iter(changes))
+//! });
+//! // Makes a balancer per cluster, as tower's MakeBalance does, weights taken from the stream.
+//! let mut make_balancer = make_discover
+//!     .map_response(|discover| DiscoverBalancer::new(discover, Strategy::P2cPeakEwma).with_weights());
+//!
+//! let mut payments = make_balancer.ready().await?.call("payments").await?;
+//! let (cluster, _replica) = payments.ready().await?.call(()).await?;
+//! assert_eq!(cluster, "payments");
+//! let weights: Vec<_> = payments.balance().endpoints().map(|e| (*e.key, e.weight)).collect();
+//! assert_eq!(weights, [(1, 3), (2, 1)]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Other names: tower's `Balance` is [`Balancer`] here (the two can be imported side by side), and the
+//! load comes from a [`Strategy`], named as in duet's config, instead of a wrapper per service.
 //!
 //! # Layout
 //!
