@@ -75,6 +75,13 @@ pub struct Affinity {
 }
 
 /// Where a key goes when its home is over the bound: see [`Affinity`].
+///
+/// ```
+/// use duet_balance::{Affinity, Walk};
+///
+/// let affinity = Affinity::maglev().with_bound(1.5).with_walk(Walk::Next);
+/// assert_eq!((affinity.bound(), affinity.walk()), (Some(1.5), Walk::Next));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Walk {

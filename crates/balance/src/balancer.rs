@@ -20,6 +20,24 @@ use std::{fmt, hash::Hash, sync::Arc, time::Duration};
 use tower::load::CompleteOnResponse;
 
 /// One P2C comparison, as passed to an observer set with [`Balancer::with_observer`].
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+/// use std::sync::{atomic::{AtomicU64, Ordering::Relaxed}, Arc};
+///
+/// let ties = Arc::new(AtomicU64::new(0));
+/// let seen = ties.clone();
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1)
+///     .with_observer(move |event| {
+///         assert!(event.both_zero, "nothing in flight");
+///         seen.fetch_add(u64::from(event.tie), Relaxed);
+///     });
+/// balance.insert("a", 1, ());
+/// balance.insert("b", 1, ());
+/// balance.pick()?; // both idle: equal loads, settled by a coin
+/// assert_eq!(ties.load(Relaxed), 1);
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct PickEvent<'a, K> {
     /// The two candidates in draw order, with the (weight-normalised) loads they were compared at.
@@ -65,6 +83,27 @@ pub(crate) type PickedAt = (usize, Option<u64>);
 /// Each instance owns its state; two balancers share nothing. Membership changes
 /// ([`insert`](Self::insert), [`remove`](Self::remove), [`set_eligible`](Self::set_eligible),
 /// [`set_weight`](Self::set_weight)) apply at once and cost O(n); a pick costs O(1).
+///
+/// As a tower service it picks in `poll_ready` and sends in `call` (the crate docs' example); a caller
+/// that forwards requests itself picks and claims, and the [`LoadGuard`] it gets holds the load:
+///
+/// ```
+/// use duet_balance::{Balancer, NoEligibleEndpoint, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
+/// balance.insert("a", 1, ());
+/// balance.insert("b", 1, ());
+///
+/// let (&picked, _, guard) = balance.pick_and_claim()?;
+/// assert_eq!(balance.endpoint_load(&picked).map(|l| l.in_flight()), Some(1));
+/// drop(guard); // the request is done
+/// assert_eq!(balance.endpoint_load(&picked).map(|l| l.in_flight()), Some(0));
+///
+/// balance.set_eligible(&"a", false);
+/// balance.set_weight(&"b", 0);
+/// assert_eq!(balance.pick().err(), Some(NoEligibleEndpoint));
+/// # Ok::<(), NoEligibleEndpoint>(())
+/// ```
 pub struct Balancer<K, S, C = CompleteOnResponse> {
     pub(crate) endpoints: EndpointSet<K, S>,
     strategy: Strategy,

@@ -11,7 +11,23 @@ use std::{
     },
 };
 
-/// Counters of a balancer's selections, for telemetry.
+/// Counters of a balancer's selections, for telemetry ([`Balancer::stats`](crate::Balancer::stats),
+/// [`BalanceHandle::stats`]).
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
+/// for key in ["a", "b", "c"] {
+///     balance.insert(key, 1, ());
+/// }
+/// for _ in 0..10 {
+///     balance.pick()?;
+/// }
+/// let stats = balance.stats();
+/// assert_eq!((stats.picks, stats.load_reads), (10, 20), "two loads read per pick");
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PickStats {
     /// Endpoints picked.
@@ -69,6 +85,23 @@ impl<K: fmt::Debug> fmt::Debug for EndpointStats<K> {
 /// a [`DiscoverBalancer`](crate::DiscoverBalancer)'s stream changes). Reading costs a lock on the endpoint
 /// list and a copy of it, nothing on the balancer's side: poll it for metrics as often as you like. A
 /// balancer without a handle pays for none of it.
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
+/// balance.insert("a", 1, ());
+/// balance.insert("b", 1, ());
+/// let handle = balance.handle(); // clone it, move it to a metrics task...
+///
+/// handle.set_weight("a", 3);
+/// balance.pick()?; // the balancer applies queued updates at its next pick
+/// let endpoints: Vec<(&str, u32, u64)> =
+///     handle.endpoints().iter().map(|e| (e.key, e.weight, e.load.in_flight())).collect();
+/// assert_eq!(endpoints, [("a", 3, 0), ("b", 1, 0)]);
+/// assert_eq!(handle.stats().picks, 1);
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 pub struct BalanceHandle<K> {
     shared: Arc<Shared<K>>,
 }

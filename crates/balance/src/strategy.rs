@@ -65,6 +65,13 @@ pub enum Strategy {
 }
 
 /// A name that is not a [`Strategy`]'s; its message lists the names there are.
+///
+/// ```
+/// use duet_balance::Strategy;
+///
+/// let error = "least_conn".parse::<Strategy>().err().map(|e| e.to_string()).unwrap_or_default();
+/// assert!(error.starts_with("unknown balancing strategy \"least_conn\": use one of p2c_inflight, "));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownStrategy {
     name: String,

@@ -1,5 +1,5 @@
-//! `Policy::P2cMemory`: the endpoints requests completed on since the last pick (the last two) are the
-//! next pick's candidates, once; exactly two load reads per pick either way.
+//! `p2c_memory_inflight` (P2C with memory): the endpoints requests completed on since the last pick
+//! (the last two) are the next pick's candidates, once; exactly two load reads per pick either way.
 
 use duet_balance::{Balancer, Draws, Strategy};
 use std::{
