@@ -135,11 +135,12 @@
 //! # Affinity
 //!
 //! [`Balancer::with_affinity`] adds keyed picks ([`Balancer::pick_and_claim_for`]): consistent hashing
-//! on a Maglev table with bounded loads, the key's home while it is under `c` times its share of the
-//! requests in flight, else its next candidates (the first under the bound, or the lighter of the first
-//! two). A pick without a key is the policy's. Its hash takes no seed, unlike the draws below, so that
-//! every balancer agrees on a key's home; see [`Affinity`] for the rule, the reasons and an example,
-//! and [`algo::Maglev`] for the table alone.
+//! on a Maglev table ([`Affinity::maglev`]) or a hash ring ([`Affinity::ring`]) with bounded loads,
+//! the key's home while it is under `c` times its share of the requests in flight, else its next
+//! candidates (the first under the bound, or the lighter of the first two). A pick without a key is the
+//! strategy's. Its hash takes no seed, unlike the draws below, so that every balancer agrees on a key's
+//! home; see [`Affinity`] for the rule, the reasons, the choice of table and an example, and
+//! [`algo::Maglev`] and [`algo::Ring`] for the tables alone.
 //!
 //! # Randomness
 //!
@@ -306,8 +307,8 @@
 //!   chooses, what is counted ([`PickStats`]) and observed ([`PickEvent`]), the claim ([`LoadGuard`]).
 //! * `strategy` and `policy`: the [`Strategy`] names, and one selection per rule, a function of the
 //!   candidates left and a draw source.
-//! * `affinity`, `maglev` and `stable_hash`: keyed picks ([`Affinity`]), the Maglev table and the
-//!   seedless hash they stand on.
+//! * `affinity`, `maglev`, `ring` and `stable_hash`: keyed picks ([`Affinity`]), the Maglev table,
+//!   the hash ring and the seedless hash they stand on.
 //! * `endpoints`: the endpoint set: membership, eligibility, panic mode, weights ramped by slow start;
 //!   it decides the candidates.
 //! * `candidates`: the candidates as one value, rebuilt on change, read by every pick; and what a retry
@@ -340,6 +341,8 @@ mod policy;
 mod affinity;
 
 mod maglev;
+
+mod ring;
 
 mod stable_hash;
 
@@ -376,6 +379,7 @@ pub mod algo {
     pub use crate::load::peak_ewma;
     pub use crate::maglev::Maglev;
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
+    pub use crate::ring::Ring;
     pub use crate::stable_hash::stable_hash;
 }
 
