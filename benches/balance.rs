@@ -4,7 +4,10 @@
 //! so what is measured is the balancer: selection, load accounting, completion.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use duet_balance::{algo::stable_hash, Affinity, Balance, LoadMetric, Walk};
+use duet_balance::{
+    algo::{stable_hash, Maglev, Ring},
+    Affinity, Balancer, Strategy, Walk,
+};
 use std::{
     convert::Infallible,
     future::Future,
@@ -52,10 +55,10 @@ fn duet(c: &mut Criterion) {
     let mut group = c.benchmark_group("pick_complete");
     for n in SIZES {
         for (name, metric) in [
-            ("duet_inflight", LoadMetric::InFlight),
-            ("duet_peak_ewma", LoadMetric::default()),
+            ("duet_inflight", Strategy::P2cInflight),
+            ("duet_peak_ewma", Strategy::P2cPeakEwma),
         ] {
-            let mut balance = Balance::new(metric);
+            let mut balance = Balancer::new(metric);
             for k in 0..n {
                 balance.insert(k, 1, echo());
             }
@@ -96,7 +99,7 @@ fn retry(c: &mut Criterion) {
     let mut group = c.benchmark_group("retry_pick_claim");
     for n in SIZES {
         for (name, weight) in [("equal", [1, 1]), ("weighted", [1, 2])] {
-            let mut balance = Balance::new(LoadMetric::default());
+            let mut balance = Balancer::new(Strategy::P2cPeakEwma);
             for k in 0..n {
                 balance.insert(k, weight[k % 2], echo());
             }
@@ -114,16 +117,20 @@ fn retry(c: &mut Criterion) {
     group.finish();
 }
 
-/// A keyed pick + claim + release (consistent hashing with bounded loads, Maglev of 65,537 entries)
-/// over 1,024 keys in turn, each under the bound (the common case: one table read, one load read), and
-/// the table's rebuild, which a membership or weight change costs.
+/// A keyed pick + claim + release (consistent hashing with bounded loads, on a Maglev table of 65,537
+/// entries and on a hash ring of 1,024 points per endpoint) over 1,024 keys in turn, each under the
+/// bound (the common case: one table read, one load read), and the table's rebuild, which a membership
+/// or weight change costs.
 fn keyed(c: &mut Criterion) {
     let mut group = c.benchmark_group("keyed_pick_claim");
     let keys: Vec<u64> = (0..1024u64).map(|k| stable_hash(&k)).collect();
     for n in [10, 100] {
-        for (name, walk) in [("next", Walk::Next), ("p2c", Walk::P2c)] {
-            let mut balance = Balance::new(LoadMetric::InFlight)
-                .with_affinity(Affinity::maglev().with_walk(walk));
+        for (name, affinity) in [
+            ("next", Affinity::maglev().with_walk(Walk::Next)),
+            ("p2c", Affinity::maglev().with_walk(Walk::P2c)),
+            ("ring_p2c", Affinity::ring().with_walk(Walk::P2c)),
+        ] {
+            let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(affinity);
             for k in 0..n {
                 balance.insert(k, 1, echo());
             }
@@ -139,15 +146,46 @@ fn keyed(c: &mut Criterion) {
                 })
             });
         }
-        let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
-        for k in 0..n {
-            balance.insert(k, 1, echo());
+        for (name, affinity) in [
+            ("table_rebuild", Affinity::maglev()),
+            ("ring_rebuild", Affinity::ring()),
+        ] {
+            let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(affinity);
+            for k in 0..n {
+                balance.insert(k, 1, echo());
+            }
+            let mut weight = 1;
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| {
+                    weight = 3 - weight;
+                    balance.set_weight(&0, weight);
+                })
+            });
         }
-        let mut weight = 1;
-        group.bench_with_input(BenchmarkId::new("table_rebuild", n), &n, |b, _| {
+    }
+    group.finish();
+}
+
+/// A key's home alone, over 1,024 keys in turn: a Maglev table of 65,537 entries against a hash ring
+/// of 1,024 points per member (an index of its points, then the points of the key's bucket).
+fn lookup(c: &mut Criterion) {
+    let mut group = c.benchmark_group("table_lookup");
+    let keys: Vec<u64> = (0..1024u64).map(|k| stable_hash(&k)).collect();
+    for n in [10u32, 100] {
+        let members: Vec<(u64, u32)> = (0..n).map(|m| (stable_hash(&m), 1)).collect();
+        let maglev = Maglev::new(&members, 65_537);
+        let ring = Ring::new(&members, 1024);
+        let mut at = 0;
+        group.bench_with_input(BenchmarkId::new("maglev", n), &n, |b, _| {
             b.iter(|| {
-                weight = 3 - weight;
-                balance.set_weight(&0, weight);
+                at = (at + 1) % keys.len();
+                black_box(maglev.home(black_box(keys[at])))
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("ring", n), &n, |b, _| {
+            b.iter(|| {
+                at = (at + 1) % keys.len();
+                black_box(ring.home(black_box(keys[at])))
             })
         });
     }
@@ -157,6 +195,6 @@ fn keyed(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    targets = duet, retry, keyed
+    targets = duet, retry, keyed, lookup
 }
 criterion_main!(benches);

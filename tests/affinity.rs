@@ -2,7 +2,7 @@
 //! for it, from both workers and after a restart; a request without the key is still served (P2C).
 
 use crate::support::{raw_exchange, Duet};
-use duet_balance::{algo::stable_hash, Affinity, Balance, LoadMetric};
+use duet_balance::{algo::stable_hash, Affinity, Balancer, Strategy};
 use duet_testbed::config::{Cluster, DuetConfig};
 use duet_testbed::{Backend, BackendOptions};
 use std::{collections::HashMap, net::SocketAddr, time::Duration};
@@ -23,7 +23,7 @@ fn served_to(address: SocketAddr, user: Option<&str>) -> String {
 
 /// Where the library sends each user over `backends` (by address, as duet keys them).
 fn expected(backends: &[(SocketAddr, String)]) -> HashMap<String, String> {
-    let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+    let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(Affinity::maglev());
     for (address, name) in backends {
         balance.insert(*address, 1, name.clone());
     }

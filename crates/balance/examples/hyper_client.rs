@@ -7,7 +7,7 @@
 //! complete on whichever thread reads them.
 
 use bytes::Bytes;
-use duet_balance::{BalanceLayer, BoxError, CompleteOnBodyEnd, LoadMetric, Picked};
+use duet_balance::{BalanceLayer, BoxError, CompleteOnBodyEnd, Picked, Strategy};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::{server::conn::http1, service::service_fn as hyper_service_fn};
 use hyper_util::{
@@ -60,7 +60,7 @@ async fn main() -> Result<(), BoxError> {
             Ok::<_, BoxError>(client.request(request).await?)
         }
     });
-    let layer = BalanceLayer::new(LoadMetric::default(), addresses.iter().map(|&a| (a, 1)))
+    let layer = BalanceLayer::new(Strategy::P2cPeakEwma, addresses.iter().map(|&a| (a, 1)))
         .with_completion(CompleteOnBodyEnd::default());
     // One balancer, shared: every clone of the buffer sends to the task that owns it.
     let shared = Buffer::new(layer.layer(dial), 64);

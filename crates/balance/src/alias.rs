@@ -3,6 +3,19 @@
 /// A table that turns one uniform 64-bit draw into an index chosen with probability `w[i] / Σw`.
 ///
 /// Built in O(n) (Vose's construction) when membership or weights change, off the request path.
+///
+/// ```
+/// use duet_balance::{algo::AliasTable, Draws};
+///
+/// let table = AliasTable::new(&[3, 1, 0]);
+/// let mut draws = Draws::with_seed(1);
+/// let mut counts = [0; 3];
+/// for _ in 0..40_000 {
+///     counts[table.sample(draws.next_draw())] += 1;
+/// }
+/// assert_eq!(counts[2], 0, "weight 0 is never drawn");
+/// assert!((29_000..31_000).contains(&counts[0]), "3 / 4 of the draws: {counts:?}");
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct AliasTable {
     /// Threshold out of 2^32 below which a column keeps its own index.

@@ -6,11 +6,11 @@ use crate::{
     candidates::{Candidates, Remaining},
     clock::Clock,
     draw::Draws,
-    endpoints::{EndpointSet, EndpointView},
+    endpoints::EndpointSet,
     error::NoEligibleEndpoint,
     guard::LoadGuard,
     handle::{BalanceHandle, Counters, EndpointStats, PickStats, Shared, Update},
-    load::{EndpointLoad, LoadMetric},
+    load::{EndpointLoad, PeakEwmaConfig},
     memory::LastFreed,
     p2c::{P2c, Selection},
     policy::{self, Policy, Turns},
@@ -19,7 +19,25 @@ use crate::{
 use std::{fmt, hash::Hash, sync::Arc, time::Duration};
 use tower::load::CompleteOnResponse;
 
-/// One P2C comparison, as passed to an observer set with [`Balance::with_observer`].
+/// One P2C comparison, as passed to an observer set with [`Balancer::with_observer`].
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+/// use std::sync::{atomic::{AtomicU64, Ordering::Relaxed}, Arc};
+///
+/// let ties = Arc::new(AtomicU64::new(0));
+/// let seen = ties.clone();
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1)
+///     .with_observer(move |event| {
+///         assert!(event.both_zero, "nothing in flight");
+///         seen.fetch_add(u64::from(event.tie), Relaxed);
+///     });
+/// balance.insert("a", 1, ());
+/// balance.insert("b", 1, ());
+/// balance.pick()?; // both idle: equal loads, settled by a coin
+/// assert_eq!(ties.load(Relaxed), 1);
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct PickEvent<'a, K> {
     /// The two candidates in draw order, with the (weight-normalised) loads they were compared at.
@@ -65,15 +83,38 @@ pub(crate) type PickedAt = (usize, Option<u64>);
 /// Each instance owns its state; two balancers share nothing. Membership changes
 /// ([`insert`](Self::insert), [`remove`](Self::remove), [`set_eligible`](Self::set_eligible),
 /// [`set_weight`](Self::set_weight)) apply at once and cost O(n); a pick costs O(1).
-pub struct Balance<K, S, C = CompleteOnResponse> {
+///
+/// As a tower service it picks in `poll_ready` and sends in `call` (the crate docs' example); a caller
+/// that forwards requests itself picks and claims, and the [`LoadGuard`] it gets holds the load:
+///
+/// ```
+/// use duet_balance::{Balancer, NoEligibleEndpoint, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
+/// balance.insert("a", 1, ());
+/// balance.insert("b", 1, ());
+///
+/// let (&picked, _, guard) = balance.pick_and_claim()?;
+/// assert_eq!(balance.endpoint_load(&picked).map(|l| l.in_flight()), Some(1));
+/// drop(guard); // the request is done
+/// assert_eq!(balance.endpoint_load(&picked).map(|l| l.in_flight()), Some(0));
+///
+/// balance.set_eligible(&"a", false);
+/// balance.set_weight(&"b", 0);
+/// assert_eq!(balance.pick().err(), Some(NoEligibleEndpoint));
+/// # Ok::<(), NoEligibleEndpoint>(())
+/// ```
+pub struct Balancer<K, S, C = CompleteOnResponse> {
     pub(crate) endpoints: EndpointSet<K, S>,
+    strategy: Strategy,
+    /// The strategy's selection rule.
     policy: Policy,
     p2c: P2c,
     turns: Turns,
     /// Counters, endpoint list and queued updates, shared with [`BalanceHandle`]s.
     pub(crate) shared: Arc<Shared<K>>,
     observer: Option<Observer<K>>,
-    /// Set by [`Balance::with_service_load`]: P2C compares the endpoints' own `Load` instead of the
+    /// Set by [`Balancer::with_service_load`]: P2C compares the endpoints' own `Load` instead of the
     /// metric's.
     pub(crate) service_load: Option<fn(&S) -> f64>,
     /// The slots a pick excludes, ascending: kept between picks so a retry allocates nothing.
@@ -83,46 +124,43 @@ pub struct Balance<K, S, C = CompleteOnResponse> {
     /// Under [`Policy::LeastLoaded`]: the slots tied at the minimum, kept between picks so a scan
     /// allocates nothing.
     tied: Vec<usize>,
-    /// Set by [`Balance::with_affinity`]: the table keyed picks use.
+    /// Set by [`Balancer::with_affinity`]: the table keyed picks use.
     hashing: Option<Hashing>,
     pub(crate) completion: C,
     pub(crate) reserved: Reserved,
 }
 
-// === impl Balance: construction ===
+// === impl Balancer: construction ===
 
-impl<K, S> Balance<K, S, CompleteOnResponse>
+impl<K, S> Balancer<K, S, CompleteOnResponse>
 where
     K: Hash + Eq + Clone,
 {
-    /// An empty balancer using `metric`, with its generator seeded from the operating system.
-    pub fn new(metric: LoadMetric) -> Self {
-        Self::with_draws(metric, Draws::from_os())
-    }
-
-    /// An empty balancer choosing by `strategy`, the policy and metric duet's config names
-    /// (`p2c_peak_ewma`...), with its generator seeded from the operating system.
-    pub fn from_strategy(strategy: Strategy) -> Self {
-        Self::new(strategy.metric()).with_policy(strategy.policy())
+    /// An empty balancer choosing by `strategy` (`p2c_peak_ewma`...: the names duet's config uses),
+    /// with its generator seeded from the operating system.
+    pub fn new(strategy: Strategy) -> Self {
+        Self::with_draws(strategy, Draws::from_os())
     }
 
     /// An empty balancer with reproducible draws. For tests and simulation; see [`Draws`].
-    pub fn with_seed(metric: LoadMetric, seed: u64) -> Self {
-        Self::with_draws(metric, Draws::with_seed(seed))
+    pub fn with_seed(strategy: Strategy, seed: u64) -> Self {
+        Self::with_draws(strategy, Draws::with_seed(seed))
     }
 
     /// An empty balancer drawing from `draws`.
-    pub fn with_draws(metric: LoadMetric, draws: Draws) -> Self {
+    pub fn with_draws(strategy: Strategy, draws: Draws) -> Self {
+        let policy = strategy.policy();
         Self {
-            endpoints: EndpointSet::new(metric),
-            policy: Policy::P2c,
+            endpoints: EndpointSet::new(strategy.metric()),
+            strategy,
+            policy,
             p2c: P2c::with_draws(draws),
             turns: Turns::default(),
             shared: Arc::default(),
             observer: None,
             service_load: None,
             excluded: Vec::new(),
-            freed: None,
+            freed: (policy == Policy::P2cMemory).then(LastFreed::new),
             tied: Vec::new(),
             hashing: None,
             completion: CompleteOnResponse::default(),
@@ -131,14 +169,15 @@ where
     }
 }
 
-impl<K, S, C> Balance<K, S, C>
+impl<K, S, C> Balancer<K, S, C>
 where
     K: Hash + Eq + Clone,
 {
     /// Uses `completion` to decide when a request stops counting as load.
-    pub fn with_completion<C2>(self, completion: C2) -> Balance<K, S, C2> {
-        Balance {
+    pub fn with_completion<C2>(self, completion: C2) -> Balancer<K, S, C2> {
+        Balancer {
             endpoints: self.endpoints,
+            strategy: self.strategy,
             policy: self.policy,
             p2c: self.p2c,
             turns: self.turns,
@@ -155,9 +194,9 @@ where
     }
 
     /// Compares endpoints on their services' own [`tower::load::Load`] instead of the balancer's
-    /// [`LoadMetric`]: the open end of the metrics, for endpoints that know their load better (a
+    /// strategy's metric: the open end of the metrics, for endpoints that know their load better (a
     /// connection pool's queue, a server-reported utilisation, a nested balancer). Two loads are still
-    /// read per pick (every one under [`Policy::LeastLoaded`]) and the lighter wins; the balancer keeps
+    /// read per pick (every one under a full scan) and the lighter wins; the balancer keeps
     /// counting in flight and latency (for [`EndpointLoad`] readers) whatever it compares. Weights
     /// divide nothing here: a service's own load is taken as already relative to its capacity.
     pub fn with_service_load(mut self) -> Self
@@ -169,11 +208,23 @@ where
         self
     }
 
-    /// Chooses with `policy` instead of P2C: [`Policy::P2cMemory`], [`Policy::LeastLoaded`] (n load
-    /// reads per pick, not two), or a baseline for comparison.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = policy;
-        self.freed = (policy == Policy::P2cMemory).then(LastFreed::new);
+    /// Measures latency with `config` (time constant, the estimate of a new endpoint, when the sample
+    /// is taken, the penalty for a failure) instead of the defaults, under the strategies that measure
+    /// it (PeakEWMA, and `least_inflight`'s latency average); the others measure no latency and ignore
+    /// it. Endpoints already added keep their estimates.
+    ///
+    /// ```
+    /// use duet_balance::{Balancer, PeakEwmaConfig, Strategy};
+    /// use std::time::Duration;
+    ///
+    /// let config = PeakEwmaConfig { decay: Duration::from_secs(2), ..PeakEwmaConfig::default() };
+    /// let balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cPeakEwma).with_latency_config(config);
+    /// assert_eq!(balance.latency_config().map(|c| c.decay), Some(Duration::from_secs(2)));
+    /// ```
+    pub fn with_latency_config(mut self, config: PeakEwmaConfig) -> Self {
+        self.endpoints.set_latency_config(config);
+        self.reserved = Reserved::None;
+        self.publish();
         self
     }
 
@@ -230,9 +281,9 @@ where
     }
 }
 
-// === impl Balance: membership ===
+// === impl Balancer: membership ===
 
-impl<K, S, C> Balance<K, S, C>
+impl<K, S, C> Balancer<K, S, C>
 where
     K: Hash + Eq + Clone,
 {
@@ -300,9 +351,13 @@ where
         self.endpoints.candidates().len()
     }
 
-    /// The endpoints in insertion order (removal may reorder).
-    pub fn endpoints(&self) -> impl Iterator<Item = EndpointView<'_, K>> {
-        self.endpoints.views()
+    /// The endpoints in insertion order (removal may reorder), as a [`BalanceHandle`] reads them.
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointStats<&K>> {
+        self.endpoints.views().map(|view| EndpointStats {
+            key: view.key,
+            weight: view.weight,
+            load: view.load.clone(),
+        })
     }
 
     /// The load state of the endpoint with this key.
@@ -321,13 +376,13 @@ where
     /// [`BalanceHandle`]). Its updates apply at the balancer's next pick.
     ///
     /// ```
-    /// use duet_balance::{Balance, LoadMetric};
+    /// use duet_balance::{Balancer, Strategy};
     /// use std::convert::Infallible;
     /// use tower::{buffer::Buffer, service_fn, Service, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), duet_balance::BoxError> {
-    /// let mut balance = Balance::new(LoadMetric::InFlight);
+    /// let mut balance = Balancer::new(Strategy::P2cInflight);
     /// for name in ["a", "b"] {
     ///     balance.insert(name, 1, service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) }));
     /// }
@@ -382,15 +437,21 @@ where
         }
     }
 
-    /// The load metric.
-    pub fn metric(&self) -> &LoadMetric {
-        self.endpoints.metric()
+    /// The strategy it chooses by.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The latency settings, under a strategy that measures latency (see
+    /// [`with_latency_config`](Self::with_latency_config)).
+    pub fn latency_config(&self) -> Option<&PeakEwmaConfig> {
+        self.endpoints.metric().latency_config()
     }
 }
 
-// === impl Balance: picks ===
+// === impl Balancer: picks ===
 
-impl<K, S, C> Balance<K, S, C>
+impl<K, S, C> Balancer<K, S, C>
 where
     K: Hash + Eq + Clone,
 {
@@ -713,9 +774,10 @@ fn notify<K, S>(
     }
 }
 
-impl<K: fmt::Debug, S, C> fmt::Debug for Balance<K, S, C> {
+impl<K: fmt::Debug, S, C> fmt::Debug for Balancer<K, S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Balance")
+        f.debug_struct("Balancer")
+            .field("strategy", &self.strategy.name())
             .field("endpoints", &self.endpoints.keys().collect::<Vec<_>>())
             .field("eligible", &self.endpoints.candidates().len())
             .field("policy", &self.policy)

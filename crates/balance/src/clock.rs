@@ -17,14 +17,14 @@ use std::{
 ///
 /// Tokio's paused time (`tokio::time::pause`) does not move this clock: a test that pauses tokio's time
 /// gives the balancer [`Clock::tokio`], and one that wants exact latencies without a runtime a
-/// [`Clock::mock`], with [`Balance::with_clock`](crate::Balance::with_clock).
+/// [`Clock::mock`], with [`Balancer::with_clock`](crate::Balancer::with_clock).
 ///
 /// ```
-/// use duet_balance::{Balance, Clock, LoadMetric};
+/// use duet_balance::{Balancer, Clock, Strategy};
 /// use std::time::Duration;
 ///
 /// let (clock, time) = Clock::mock();
-/// let mut balance: Balance<&str, ()> = Balance::new(LoadMetric::default()).with_clock(clock);
+/// let mut balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cPeakEwma).with_clock(clock);
 /// balance.insert("a", 1, ());
 /// // A request that takes 20 ms: the endpoint's first answer replaces the 30 ms start estimate.
 /// let (_, _, guard) = balance.pick_and_claim().expect("one endpoint");

@@ -11,6 +11,15 @@ use std::{
 use tower::load::TrackCompletion;
 
 /// A set of HTTP status codes (100–599), stored as a bitset so it is `Copy` and free to clone per request.
+///
+/// ```
+/// use duet_balance::StatusSet;
+/// use http::StatusCode;
+///
+/// let shedding: StatusSet = [StatusCode::TOO_MANY_REQUESTS, StatusCode::SERVICE_UNAVAILABLE].into_iter().collect();
+/// assert!(shedding.contains(StatusCode::SERVICE_UNAVAILABLE));
+/// assert!(!shedding.contains(StatusCode::INTERNAL_SERVER_ERROR));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StatusSet {
     bits: [u64; 8],
@@ -55,6 +64,29 @@ impl FromIterator<StatusCode> for StatusSet {
 /// error, or when the body is dropped, whichever is first. Responses whose status is in
 /// [`penalised`](Self::penalised) (by default 429 and 503) record the PeakEWMA penalty instead of their
 /// latency, so the balancer steers away from an endpoint that sheds load.
+///
+/// ```
+/// use bytes::Bytes;
+/// use duet_balance::{Balancer, CompleteOnBodyEnd, Strategy};
+/// use http_body_util::{BodyExt, Full};
+/// use std::convert::Infallible;
+/// use tower::{service_fn, Service, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), duet_balance::BoxError> {
+/// let mut balance = Balancer::new(Strategy::P2cPeakEwma).with_completion(CompleteOnBodyEnd::default());
+/// let backend = service_fn(|_: ()| async { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("hi")))) });
+/// balance.insert("a", 1, backend);
+///
+/// let response = balance.ready().await?.call(()).await?;
+/// // The response is here, its body (a TrackedBody) is not read yet: the request still counts.
+/// assert_eq!(balance.endpoint_load(&"a").map(|l| l.in_flight()), Some(1));
+/// let body = response.into_body().collect().await?.to_bytes();
+/// assert_eq!(body, "hi");
+/// assert_eq!(balance.endpoint_load(&"a").map(|l| l.in_flight()), Some(0));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct CompleteOnBodyEnd {
     penalised: StatusSet,

@@ -2,12 +2,12 @@
 //! what `Discover` cannot say (weights, eligibility).
 
 use crate::{
-    balancer::Balance,
+    balancer::Balancer,
     error::BoxError,
     future::ResponseFuture,
     guard::LoadGuard,
     handle::{BalanceHandle, PickStats},
-    load::LoadMetric,
+    strategy::Strategy,
     weighted::Weighted,
 };
 use std::{
@@ -22,7 +22,7 @@ use tower::{
 };
 use tower_service::Service;
 
-/// A [`Balance`] whose endpoints come from a [`Discover`] stream: each `poll_ready` first applies every
+/// A [`Balancer`] whose endpoints come from a [`Discover`] stream: each `poll_ready` first applies every
 /// change the stream has ready (`Change::Insert` adds an endpoint, or replaces the service of an
 /// existing key, keeping its load state; `Change::Remove` removes it), then picks. So a balancer behind
 /// [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) keeps
@@ -39,7 +39,7 @@ use tower_service::Service;
 /// with its error (as tower's balancer does), and the next `poll_ready` polls the stream again.
 ///
 /// ```
-/// use duet_balance::{DiscoverBalance, LoadMetric};
+/// use duet_balance::{DiscoverBalancer, Strategy};
 /// use std::convert::Infallible;
 /// use tower::{buffer::Buffer, discover::Change, service_fn, Service, ServiceExt};
 ///
@@ -48,7 +48,7 @@ use tower_service::Service;
 /// let backend = |name: &'static str| service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) });
 /// let (changes, mut announced) = tokio::sync::mpsc::unbounded_channel();
 /// let discover = futures_util::stream::poll_fn(move |cx| announced.poll_recv(cx));
-/// let balance = DiscoverBalance::new(discover, LoadMetric::InFlight);
+/// let balance = DiscoverBalancer::new(discover, Strategy::P2cInflight);
 /// let handle = balance.handle();
 /// // Shared by every clone of the Buffer; the buffer's worker task drives the balancer.
 /// let mut shared = Buffer::new(balance, 64);
@@ -62,37 +62,37 @@ use tower_service::Service;
 /// # Ok(())
 /// # }
 /// ```
-pub struct DiscoverBalance<D, C = CompleteOnResponse>
+pub struct DiscoverBalancer<D, C = CompleteOnResponse>
 where
     D: Discover,
 {
     discover: D,
     /// The stream ended: never polled again.
     ended: bool,
-    balance: Balance<D::Key, D::Service, C>,
+    balance: Balancer<D::Key, D::Service, C>,
     /// The weight an inserted service carries, if the balancer honours it ([`Self::with_weights`]).
     weigh: fn(&D::Service) -> Option<u32>,
 }
 
-impl<D> DiscoverBalance<D, CompleteOnResponse>
+impl<D> DiscoverBalancer<D, CompleteOnResponse>
 where
     D: Discover + Unpin,
     D::Key: Hash + Eq + Clone,
 {
-    /// A balancer over the endpoints `discover` announces, comparing them on `metric`.
-    pub fn new(discover: D, metric: LoadMetric) -> Self {
-        Self::from_balance(discover, Balance::new(metric))
+    /// A balancer over the endpoints `discover` announces, choosing by `strategy`.
+    pub fn new(discover: D, strategy: Strategy) -> Self {
+        Self::from_balance(discover, Balancer::new(strategy))
     }
 }
 
-impl<D, C> DiscoverBalance<D, C>
+impl<D, C> DiscoverBalancer<D, C>
 where
     D: Discover + Unpin,
     D::Key: Hash + Eq + Clone,
 {
     /// Follows `discover` with a balancer configured beforehand (completion, policy, slow start...); its
     /// existing endpoints stay until the stream removes them.
-    pub fn from_balance(discover: D, balance: Balance<D::Key, D::Service, C>) -> Self {
+    pub fn from_balance(discover: D, balance: Balancer<D::Key, D::Service, C>) -> Self {
         Self {
             discover,
             ended: false,
@@ -102,13 +102,13 @@ where
     }
 
     /// A cloneable handle that reads the balancer's counters and endpoints and sets weights and
-    /// eligibility, also once it has moved into a `Buffer` (see [`Balance::handle`]).
+    /// eligibility, also once it has moved into a `Buffer` (see [`Balancer::handle`]).
     pub fn handle(&self) -> BalanceHandle<D::Key> {
         self.balance.handle()
     }
 
     /// The balancer, as of the last `poll_ready`.
-    pub fn balance(&self) -> &Balance<D::Key, D::Service, C> {
+    pub fn balance(&self) -> &Balancer<D::Key, D::Service, C> {
         &self.balance
     }
 
@@ -146,7 +146,7 @@ where
     }
 }
 
-impl<D, S, C> DiscoverBalance<D, C>
+impl<D, S, C> DiscoverBalancer<D, C>
 where
     D: Discover<Service = Weighted<S>> + Unpin,
     D::Key: Hash + Eq + Clone,
@@ -156,7 +156,7 @@ where
     /// weight without resetting its load state.
     ///
     /// ```
-    /// use duet_balance::{DiscoverBalance, LoadMetric, Weighted};
+    /// use duet_balance::{DiscoverBalancer, Strategy, Weighted};
     /// use std::convert::Infallible;
     /// use tower::{discover::Change, service_fn, Service, ServiceExt};
     ///
@@ -167,7 +167,7 @@ where
     ///     Ok::<_, Infallible>(Change::Insert("big", Weighted::new(backend("big"), 3))),
     ///     Ok(Change::Insert("small", Weighted::new(backend("small"), 1))),
     /// ]);
-    /// let mut balance = DiscoverBalance::new(changes, LoadMetric::InFlight).with_weights();
+    /// let mut balance = DiscoverBalancer::new(changes, Strategy::P2cInflight).with_weights();
     /// balance.ready().await?;
     /// let weights: Vec<_> = balance.balance().endpoints().map(|e| (*e.key, e.weight)).collect();
     /// assert_eq!(weights, [("big", 3), ("small", 1)]);
@@ -181,7 +181,7 @@ where
     }
 }
 
-impl<D, C, Req> Service<Req> for DiscoverBalance<D, C>
+impl<D, C, Req> Service<Req> for DiscoverBalancer<D, C>
 where
     D: Discover + Unpin,
     D::Key: Hash + Eq + Clone,
@@ -204,11 +204,11 @@ where
     }
 }
 
-/// The balancer's load ([`Balance`]'s: the mean over its eligible endpoints), as of the last `poll_ready`:
+/// The balancer's load ([`Balancer`]'s: the mean over its eligible endpoints), as of the last `poll_ready`:
 /// so a balancer built from a `Discover` stream can be an endpoint of another balancer that compares
 /// `Load`, such as tower's own, which polls every endpoint's readiness (and so this one's stream) before
 /// it reads their loads. `f64::INFINITY` while no endpoint is eligible, as before the first `poll_ready`.
-impl<D, C> Load for DiscoverBalance<D, C>
+impl<D, C> Load for DiscoverBalancer<D, C>
 where
     D: Discover,
 {
@@ -219,13 +219,13 @@ where
     }
 }
 
-impl<D> fmt::Debug for DiscoverBalance<D>
+impl<D> fmt::Debug for DiscoverBalancer<D>
 where
     D: Discover,
     D::Key: fmt::Debug,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DiscoverBalance")
+        f.debug_struct("DiscoverBalancer")
             .field("balance", &self.balance)
             .finish_non_exhaustive()
     }

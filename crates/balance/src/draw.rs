@@ -26,20 +26,23 @@ impl<F: FnMut() -> u64> DrawSource for F {
 /// `state = (state * 1103515245 + 12345) mod 2^31`, `draw = state >> 16`.
 ///
 /// Only 15 bits per draw: use it to reproduce published vectors, never in production.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lcg31 {
+pub(crate) struct Lcg31 {
     state: u64,
 }
 
+#[cfg(test)]
 impl Lcg31 {
     /// A generator whose first state is `seed`.
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self {
             state: seed % (1 << 31),
         }
     }
 }
 
+#[cfg(test)]
 impl DrawSource for Lcg31 {
     fn draw(&mut self) -> u64 {
         self.state = (self.state.wrapping_mul(1_103_515_245).wrapping_add(12_345)) % (1 << 31);
@@ -50,7 +53,24 @@ impl DrawSource for Lcg31 {
 /// A balancer's own generator.
 ///
 /// A small fast PRNG (xoshiro, from `rand`) seeded once: from the operating system for production, so that
-/// no two balancers share a tie-break sequence, or from a fixed seed for reproducible simulations.
+/// no two balancers share a tie-break sequence, or from a fixed seed for reproducible simulations. A
+/// test may script every draw instead ([`Draws::from_source`] with any [`DrawSource`], a closure too):
+///
+/// ```
+/// use duet_balance::{Balancer, Draws, Strategy};
+///
+/// let mut script = [0u64, 1].into_iter();
+/// let draws = Draws::from_source(move || script.next().expect("two draws"));
+/// let mut balance: Balancer<&str, ()> = Balancer::with_draws(Strategy::P2cInflight, draws);
+/// for key in ["a", "b", "c"] {
+///     balance.insert(key, 1, ());
+/// }
+/// let (_, _, busy) = balance.pick_and_claim_excluding(&["b", "c"])?; // one left: no draw
+/// // Draw 0 makes "a" (0 mod 3) a candidate, draw 1 "c" (1 mod 2, counted past "a"): "c" is idle.
+/// assert_eq!(*balance.pick()?, "c");
+/// drop(busy);
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 pub struct Draws {
     inner: Inner,
 }

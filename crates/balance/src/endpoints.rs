@@ -5,22 +5,17 @@
 use crate::{
     candidates::Candidates,
     clock::Clock,
-    load::{ColdStart, DefaultRtt, EndpointLoad, LoadMetric},
+    load::{ColdStart, DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig},
 };
 use std::{collections::HashMap, hash::Hash, sync::Arc, time::Duration};
 use tokio::time::Instant;
 
 /// A read-only view of one endpoint.
 #[derive(Debug)]
-pub struct EndpointView<'a, K> {
-    /// Its key.
-    pub key: &'a K,
-    /// Its weight.
-    pub weight: u32,
-    /// Whether it was marked eligible (it also needs a non-zero weight to be picked).
-    pub eligible: bool,
-    /// Its load state in this balancer.
-    pub load: &'a Arc<EndpointLoad>,
+pub(crate) struct EndpointView<'a, K> {
+    pub(crate) key: &'a K,
+    pub(crate) weight: u32,
+    pub(crate) load: &'a Arc<EndpointLoad>,
 }
 
 pub(crate) struct Endpoint<K, S> {
@@ -117,13 +112,13 @@ where
         }
     }
 
-    /// See `Balance::with_panic_threshold`.
+    /// See `Balancer::with_panic_threshold`.
     pub(crate) fn set_panic_threshold(&mut self, fraction: f64) {
         self.panic_threshold = fraction.clamp(0.0, 1.0);
         self.rebuild();
     }
 
-    /// See `Balance::with_slow_start`.
+    /// See `Balancer::with_slow_start`.
     pub(crate) fn set_slow_start(&mut self, window: Duration) {
         self.slow_start = (!window.is_zero()).then_some(window);
     }
@@ -143,7 +138,16 @@ where
         self.clock = clock;
     }
 
-    /// See `Balance::insert`.
+    /// Measures latency with `config` under a metric that measures it: the endpoints' load states are
+    /// made again with it (as [`set_clock`](Self::set_clock) does), keeping their estimates.
+    pub(crate) fn set_latency_config(&mut self, config: PeakEwmaConfig) {
+        if self.metric.set_latency_config(config) {
+            self.cold = Arc::new(ColdStart::new(&self.metric));
+            self.set_clock(self.clock.clone());
+        }
+    }
+
+    /// See `Balancer::insert`.
     pub(crate) fn insert(&mut self, key: K, weight: u32, service: S) -> Option<S> {
         if let Some(&at) = self.index.get(&key) {
             let endpoint = &mut self.endpoints[at];
@@ -171,7 +175,7 @@ where
         None
     }
 
-    /// See `Balance::remove`. Positions move: the last endpoint takes the removed one's.
+    /// See `Balancer::remove`. Positions move: the last endpoint takes the removed one's.
     pub(crate) fn remove(&mut self, key: &K) -> Option<S> {
         let at = self.index.remove(key)?;
         let removed = self.endpoints.swap_remove(at);
@@ -182,7 +186,7 @@ where
         Some(removed.service)
     }
 
-    /// See `Balance::set_eligible`.
+    /// See `Balancer::set_eligible`.
     pub(crate) fn set_eligible(&mut self, key: &K, eligible: bool) -> Option<bool> {
         let &at = self.index.get(key)?;
         let was = self.endpoints[at].load.is_eligible();
@@ -204,7 +208,7 @@ where
         Some(was)
     }
 
-    /// See `Balance::set_weight`.
+    /// See `Balancer::set_weight`.
     pub(crate) fn set_weight(&mut self, key: &K, weight: u32) -> bool {
         let Some(&at) = self.index.get(key) else {
             return false;
@@ -238,7 +242,6 @@ where
         self.endpoints.iter().map(|e| EndpointView {
             key: &e.key,
             weight: e.weight,
-            eligible: e.load.is_eligible(),
             load: &e.load,
         })
     }

@@ -8,6 +8,15 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 /// Every endpoint is either removed, marked ineligible (unhealthy, ejected, draining) or has weight 0.
 /// A proxy should answer `503 Service Unavailable`; retrying later, after health checks re-admit an
 /// endpoint, can succeed.
+///
+/// ```
+/// use duet_balance::{Balancer, NoEligibleEndpoint, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cInflight);
+/// assert_eq!(balance.pick().err(), Some(NoEligibleEndpoint));
+/// balance.insert("a", 0, ()); // weight 0: out of rotation
+/// assert_eq!(balance.pick().err(), Some(NoEligibleEndpoint));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NoEligibleEndpoint;
 
@@ -23,11 +32,11 @@ impl Error for NoEligibleEndpoint {}
 ///
 /// This is a bug in the caller: tower requires `poll_ready` to return `Ready(Ok(()))` before each `call`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NotReady;
+pub(crate) struct NotReady;
 
 impl fmt::Display for NotReady {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Balance::call without a successful poll_ready first; drive readiness with ServiceExt::ready")
+        f.write_str("Balancer::call without a successful poll_ready first; drive readiness with ServiceExt::ready")
     }
 }
 

@@ -1,4 +1,7 @@
-use crate::{error::BoxError, guard::LoadGuard, NotReady};
+use crate::{
+    error::{BoxError, NotReady},
+    guard::LoadGuard,
+};
 use pin_project_lite::pin_project;
 use std::{
     future::Future,
@@ -8,7 +11,7 @@ use std::{
 use tower::load::TrackCompletion;
 
 pin_project! {
-    /// The future of [`Balance::call`](crate::Balance): the inner service's response with its load
+    /// The future of [`Balancer::call`](crate::Balancer): the inner service's response with its load
     /// tracked by the completion policy `C`.
     ///
     /// Dropping it before it resolves (cancellation) releases the endpoint's load.

@@ -13,6 +13,20 @@ use std::sync::{
 /// incremented), and released exactly once: the decrement lives in `Drop`, so whatever path ends the
 /// request — body end, body error, body dropped, response future dropped, inner service error — releases
 /// it, and nothing else can. Under PeakEWMA it also records the request's latency sample once.
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cPeakEwma);
+/// balance.insert("a", 1, ());
+/// let (_, _, guard) = balance.pick_and_claim()?;
+/// assert_eq!(guard.endpoint_load().in_flight(), 1);
+/// let load = guard.endpoint_load().clone();
+/// drop(guard); // released once, whatever ended the request; its latency is the sample
+/// assert_eq!(load.in_flight(), 0);
+/// assert!(load.is_measured());
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 pub struct LoadGuard {
     load: Arc<EndpointLoad>,
     /// The clock reading at the request's start, when the metric uses latency.
@@ -20,7 +34,7 @@ pub struct LoadGuard {
     /// The latency sample is still to come: the request counts among the endpoint's waiting ones
     /// (see [`PeakEwmaConfig`](crate::PeakEwmaConfig)).
     waiting: bool,
-    /// Under [`Policy::P2cMemory`](crate::Policy::P2cMemory): where to record, on release, that this
+    /// Under P2C with memory: where to record, on release, that this
     /// endpoint freed a slot, and the endpoint's token there.
     freed: Option<(Arc<LastFreed>, u64)>,
     /// Under [`Affinity`](crate::Affinity): the balancer's count of requests in flight, which this

@@ -11,16 +11,32 @@ use std::{
     },
 };
 
-/// Counters of a balancer's selections, for telemetry.
+/// Counters of a balancer's selections, for telemetry ([`Balancer::stats`](crate::Balancer::stats),
+/// [`BalanceHandle::stats`]).
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
+/// for key in ["a", "b", "c"] {
+///     balance.insert(key, 1, ());
+/// }
+/// for _ in 0..10 {
+///     balance.pick()?;
+/// }
+/// let stats = balance.stats();
+/// assert_eq!((stats.picks, stats.load_reads), (10, 20), "two loads read per pick");
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PickStats {
     /// Endpoints picked.
     pub picks: u64,
     /// Loads read to make those picks (exactly two per P2C pick among two or more endpoints; one per
-    /// candidate under [`Policy::LeastLoaded`](crate::Policy::LeastLoaded)).
+    /// candidate under a full scan, `least_inflight` and `least_peak_ewma`).
     pub load_reads: u64,
-    /// Picks decided by a coin flip between equal loads (a draw among equal minimums under
-    /// [`Policy::LeastLoaded`](crate::Policy::LeastLoaded)).
+    /// Picks decided by a coin flip between equal loads (a draw among equal minimums under a full
+    /// scan).
     pub ties: u64,
     /// Picks where both candidates had zero load: too little concurrency for the metric to mean much.
     pub both_zero: u64,
@@ -36,7 +52,8 @@ pub struct PickStats {
     pub walked: u64,
 }
 
-/// One endpoint as a [`BalanceHandle`] reads it.
+/// One endpoint as a [`BalanceHandle`] reads it ([`BalanceHandle::endpoints`]), and as
+/// [`Balancer::endpoints`](crate::Balancer::endpoints) lists it (with `K` a reference to the key there).
 #[derive(Clone)]
 pub struct EndpointStats<K> {
     /// Its key.
@@ -57,17 +74,34 @@ impl<K: fmt::Debug> fmt::Debug for EndpointStats<K> {
     }
 }
 
-/// A cloneable, `Send + Sync` handle on a balancer ([`Balance::handle`](crate::Balance::handle),
-/// [`DiscoverBalance::handle`](crate::DiscoverBalance::handle)) that still works once the balancer has
+/// A cloneable, `Send + Sync` handle on a balancer ([`Balancer::handle`](crate::Balancer::handle),
+/// [`DiscoverBalancer::handle`](crate::DiscoverBalancer::handle)) that still works once the balancer has
 /// moved into a `tower::buffer::Buffer` or another task: it reads the selection counters and each
 /// endpoint's state, and sets weights and eligibility.
 ///
 /// Reads are live: the counters are the balancer's own (atomics it alone writes), and each endpoint's
 /// [`EndpointLoad`] is shared; the list of endpoints is the one as of the last membership change.
 /// Updates are queued and applied by the balancer at its next pick, in the order they were made (after
-/// a [`DiscoverBalance`](crate::DiscoverBalance)'s stream changes). Reading costs a lock on the endpoint
+/// a [`DiscoverBalancer`](crate::DiscoverBalancer)'s stream changes). Reading costs a lock on the endpoint
 /// list and a copy of it, nothing on the balancer's side: poll it for metrics as often as you like. A
 /// balancer without a handle pays for none of it.
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
+/// balance.insert("a", 1, ());
+/// balance.insert("b", 1, ());
+/// let handle = balance.handle(); // clone it, move it to a metrics task...
+///
+/// handle.set_weight("a", 3);
+/// balance.pick()?; // the balancer applies queued updates at its next pick
+/// let endpoints: Vec<(&str, u32, u64)> =
+///     handle.endpoints().iter().map(|e| (e.key, e.weight, e.load.in_flight())).collect();
+/// assert_eq!(endpoints, [("a", 3, 0), ("b", 1, 0)]);
+/// assert_eq!(handle.stats().picks, 1);
+/// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+/// ```
 pub struct BalanceHandle<K> {
     shared: Arc<Shared<K>>,
 }
@@ -221,7 +255,7 @@ impl<K> BalanceHandle<K> {
     }
 
     /// Marks an endpoint eligible or not at the balancer's next pick, keeping its load state (see
-    /// [`Balance::set_eligible`](crate::Balance::set_eligible)). Ignored if the key is unknown then.
+    /// [`Balancer::set_eligible`](crate::Balancer::set_eligible)). Ignored if the key is unknown then.
     pub fn set_eligible(&self, key: K, eligible: bool) {
         self.push(Update::Eligible(key, eligible));
     }

@@ -1,6 +1,6 @@
 //! Power-of-two-choices load balancing for [tower] services.
 //!
-//! A [`Balance`] owns a list of endpoints — a key (say, a backend address), a weight, the endpoint's
+//! A [`Balancer`] owns a list of endpoints — a key (say, a backend address), a weight, the endpoint's
 //! service and its load state — and sends each request to one of them:
 //!
 //! 1. **Eligibility first.** Endpoints marked ineligible (unhealthy, ejected, draining) or of weight 0 are
@@ -25,13 +25,29 @@
 //! Two random samples keep almost all the benefit, and balancers that each see only their own load
 //! (duet's workers) never agree on a global minimum, so they cannot herd.
 //!
+//! # Strategies
+//!
+//! A balancer is built with one [`Strategy`], named as in duet's config: which endpoints are compared
+//! (two drawn at random, two remembered, or all of them; or none, for the baselines) and on what load.
+//! Each pairs a selection rule with the load it is meant for, so the pairs advised against cannot be
+//! built (the [`Strategy`] docs say why).
+//!
+//! | strategy | compares | load |
+//! |---|---|---|
+//! | `p2c_peak_ewma` (the default) | two drawn | PeakEWMA |
+//! | `p2c_inflight` | two drawn | requests in flight |
+//! | `p2c_memory_peak_ewma`, `p2c_memory_inflight` | two remembered (see *Memory*) | as above |
+//! | `least_peak_ewma` | all (see *Full scan*) | PeakEWMA |
+//! | `least_inflight` | all | in flight, equal counts ordered by a latency average |
+//! | `round_robin`, `random` | none (baselines) | — |
+//!
 //! # Load metrics
 //!
-//! * [`LoadMetric::InFlight`]: requests this balancer has in flight to the endpoint.
-//! * [`LoadMetric::InFlightThenLatency`]: requests in flight, equal counts ordered by a plain moving
-//!   average of latency (the faster is lighter; a count always outweighs an average). Made for the full
-//!   scan below, where a worker's own counts tie often.
-//! * [`LoadMetric::PeakEwma`] (the default): Finagle's and Linkerd's peak-sensitive moving average of
+//! * **In flight**: requests this balancer has in flight to the endpoint.
+//! * **In flight, then latency** (`least_inflight`): requests in flight, equal counts ordered by a
+//!   plain moving average of latency (the faster is lighter; a count always outweighs an average).
+//!   Made for the full scan below, where a worker's own counts tie often.
+//! * **PeakEWMA** (the default): Finagle's and Linkerd's peak-sensitive moving average of
 //!   latency, multiplied by `in_flight + 1`, so a slow endpoint and a busy one both look heavy. A sample
 //!   above the estimate replaces it at once; lower samples pull it down with time constant τ (10 s). Reads
 //!   project the idle decay without storing it, so how often loads are read changes nothing; see
@@ -49,7 +65,7 @@
 //! 1. **Candidates are drawn in proportion to weight**, independently, each with probability `w/W`
 //!    (`W = Σw`, an O(1) [`AliasTable`](algo::AliasTable) draw).
 //! 2. **Weight divides concurrency, never latency.** The load compared is `in_flight / w` under
-//!    [`LoadMetric::InFlight`] and `estimate × (1 + in_flight / w)` under PeakEWMA: an endpoint of weight
+//!    in-flight strategies and `estimate × (1 + in_flight / w)` under PeakEWMA: an endpoint of weight
 //!    3 is expected to carry three times the requests at the same latency, but it is not expected to be
 //!    faster, so a slow endpoint stays slow whatever its weight.
 //! 3. **Like loads are equal.** Two distinct candidates whose loads are within [`LIKE_LOADS`](algo::LIKE_LOADS) of each
@@ -81,7 +97,7 @@
 //!
 //! # Memory
 //!
-//! [`Policy::P2cMemory`] keeps the two reads but not the two fresh draws: the endpoints this balancer's
+//! [`Strategy::P2cMemoryPeakEwma`] and [`Strategy::P2cMemoryInflight`] keep the two reads but not the two fresh draws: the endpoints this balancer's
 //! requests completed on since its last pick (the last two; each has just freed a request slot) are the
 //! candidates, and one is drawn at random when only one is remembered. Guards record the endpoint as
 //! they release it, and a pick takes what they recorded, once (Mitzenmacher, Prabhakar and Shah, *Load
@@ -91,7 +107,7 @@
 //!
 //! # Full scan: the opt-in exception to two reads
 //!
-//! [`Policy::LeastLoaded`] reads **every** eligible endpoint's load on every pick (n reads, O(n)) and
+//! [`Strategy::LeastInflight`] and [`Strategy::LeastPeakEwma`] read **every** eligible endpoint's load on every pick (n reads, O(n)) and
 //! sends to the minimum, loads divided by weight when weights differ; equal minimums are settled by
 //! exactly one draw, in proportion to weight, and a pick without a tie draws nothing. It is nginx's
 //! `least_conn` and HAProxy's `leastconn` on the balancer's own view. Eligibility and a retry's
@@ -106,9 +122,9 @@
 //! little over two samples of it, and scanning latency estimates sends every worker to the backends that
 //! were fastest lately (duet-sim's herd table: 32 workers, 20 backends). Hence opt-in, never the default.
 //!
-//! Under [`LoadMetric::InFlightThenLatency`] (duet's `least_inflight`) the scan orders equal counts by
-//! each endpoint's plain latency average, and draws only between exactly equal averages (when weights
-//! differ, it draws among equal loads by weight, as [`LoadMetric::InFlight`] does). A worker's own
+//! Under `least_inflight` the scan orders equal counts by each endpoint's plain latency average, and
+//! draws only between exactly equal averages (when weights differ, it draws among equal loads by
+//! weight). A worker's own
 //! counts tie often when it carries a share of the traffic; the average then tells it what its counts
 //! cannot, how busy each endpoint is with everyone else's requests. In duet-sim this took the 32-worker
 //! herd's mean time in system from 5% to 31% under P2C's, and with two workers at 85–95% load took p99
@@ -118,39 +134,40 @@
 //!
 //! # Affinity
 //!
-//! [`Balance::with_affinity`] adds keyed picks ([`Balance::pick_and_claim_for`]): consistent hashing
-//! on a Maglev table with bounded loads, the key's home while it is under `c` times its share of the
-//! requests in flight, else its next candidates (the first under the bound, or the lighter of the first
-//! two). A pick without a key is the policy's. Its hash takes no seed, unlike the draws below, so that
-//! every balancer agrees on a key's home; see [`Affinity`] for the rule, the reasons and an example,
-//! and [`algo::Maglev`] for the table alone.
+//! [`Balancer::with_affinity`] adds keyed picks ([`Balancer::pick_and_claim_for`]): consistent hashing
+//! on a Maglev table ([`Affinity::maglev`]) or a hash ring ([`Affinity::ring`]) with bounded loads,
+//! the key's home while it is under `c` times its share of the requests in flight, else its next
+//! candidates (the first under the bound, or the lighter of the first two). A pick without a key is the
+//! strategy's. Its hash takes no seed, unlike the draws below, so that every balancer agrees on a key's
+//! home; see [`Affinity`] for the rule, the reasons, the choice of table and an example, and
+//! [`algo::Maglev`] and [`algo::Ring`] for the tables alone.
 //!
 //! # Randomness
 //!
 //! Each balancer has its own small fast generator, seeded once from the operating system, so two workers
 //! restarted together do not break their ties identically (a shared constant seed would make every worker
-//! herd onto the same endpoint at each cold start). [`Balance::with_seed`] gives a reproducible sequence
+//! herd onto the same endpoint at each cold start). [`Balancer::with_seed`] gives a reproducible sequence
 //! for tests and simulations; [`Draws::from_source`] lets a test script every draw.
 //!
 //! # Observability
 //!
-//! [`Balance::stats`] counts picks, load reads, ties and picks where both candidates were idle (too
-//! little concurrency for the metric to mean anything); [`Balance::with_observer`] sees every comparison;
+//! [`Balancer::stats`] counts picks, load reads, ties and picks where both candidates were idle (too
+//! little concurrency for the metric to mean anything); [`Balancer::with_observer`] sees every comparison;
 //! each endpoint's [`EndpointLoad`] exposes its in-flight count, picks and latency estimate, and may be
-//! read from another thread. [`Balance::handle`] (and [`DiscoverBalance::handle`]) gives a cloneable
+//! read from another thread. [`Balancer::handle`] (and [`DiscoverBalancer::handle`]) gives a cloneable
 //! [`BalanceHandle`] that reads all of it, and sets weights and eligibility, from anywhere: also once
 //! the balancer has moved into a `tower::buffer::Buffer`.
 //!
 //! # Example
 //!
 //! ```
-//! use duet_balance::{Balance, LoadMetric};
+//! use duet_balance::{Balancer, Strategy};
 //! use std::convert::Infallible;
 //! use tower::{service_fn, Service, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), duet_balance::BoxError> {
-//! let mut balance = Balance::new(LoadMetric::InFlight);
+//! let mut balance = Balancer::new(Strategy::P2cInflight);
 //! for name in ["a", "b", "c"] {
 //!     let backend = service_fn(move |request: u32| async move { Ok::<_, Infallible>((name, request * 2)) });
 //!     balance.insert(name, 1, backend);
@@ -169,28 +186,30 @@
 //! ```
 //!
 //! For HTTP, use [`CompleteOnBodyEnd`] so a request counts until its response body is done:
-//! `Balance::new(metric).with_completion(CompleteOnBodyEnd::default())`. The `examples/` folder has a
-//! hyper client balanced over real servers.
+//! `Balancer::new(strategy).with_completion(CompleteOnBodyEnd::default())`. The `examples/` folder has
+//! hyper clients balanced over real servers: `hyper_client.rs` over a fixed list ([`BalanceLayer`]),
+//! `discovery.rs` over servers a discovery stream announces with their weights, printing stats from a
+//! [`BalanceHandle`] while it runs.
 //!
 //! # Membership, sharing, readiness
 //!
-//! * **Owned**: whoever owns a [`Balance`] changes it with [`insert`](Balance::insert),
-//!   [`remove`](Balance::remove), [`set_eligible`](Balance::set_eligible) and
-//!   [`set_weight`](Balance::set_weight); duet's workers do, each with its own balancer.
-//! * **From discovery**: [`DiscoverBalance`] follows any [`tower::discover::Discover`] stream, applying
+//! * **Owned**: whoever owns a [`Balancer`] changes it with [`insert`](Balancer::insert),
+//!   [`remove`](Balancer::remove), [`set_eligible`](Balancer::set_eligible) and
+//!   [`set_weight`](Balancer::set_weight); duet's workers do, each with its own balancer.
+//! * **From discovery**: [`DiscoverBalancer`] follows any [`tower::discover::Discover`] stream, applying
 //!   its changes inside `poll_ready`; a stream of [`Weighted`] services carries each endpoint's weight
-//!   ([`DiscoverBalance::with_weights`]), and a [`BalanceHandle`] sets weights and eligibility.
+//!   ([`DiscoverBalancer::with_weights`]), and a [`BalanceHandle`] sets weights and eligibility.
 //! * **Shared**: a balancer is one state machine (`&mut self`), not a handle; to share one between
 //!   tasks, put it behind [`tower::buffer::Buffer`](https://docs.rs/tower/latest/tower/buffer/struct.Buffer.html) (whose clones all feed one worker task that owns it)
-//!   and keep a [`BalanceHandle`] ([`Balance::handle`]) for stats and changes. Sharing one balancer between threads gives up what
+//!   and keep a [`BalanceHandle`] ([`Balancer::handle`]) for stats and changes. Sharing one balancer between threads gives up what
 //!   per-thread balancers buy (no contention, no herding): prefer one per thread where you can.
 //! * **Readiness**: `poll_ready` picks, then polls the picked endpoint. One that is not ready is passed
-//!   over for a new pick (up to [`MAX_PICKS`]), so a slow endpoint never pins the balancer; one whose
+//!   over for a new pick (up to three), so a slow endpoint never pins the balancer; one whose
 //!   readiness fails is evicted, as tower does, and counted in [`PickStats::evicted`].
-//! * **Nesting**: a `Balance` and a `DiscoverBalance` implement [`tower::load::Load`] (the mean load of
+//! * **Nesting**: a `Balancer` and a `DiscoverBalancer` implement [`tower::load::Load`] (the mean load of
 //!   their eligible endpoints), so balancers can be endpoints of another balancer that compares `Load`,
 //!   such as tower's own.
-//! * **Retries**: [`Balance::pick_and_claim_excluding`] and [`Balance::poll_ready_excluding`] pick
+//! * **Retries**: [`Balancer::pick_and_claim_excluding`] and [`Balancer::poll_ready_excluding`] pick
 //!   among the endpoints not tried yet by the same rules and weights as a first pick (slow start
 //!   included), in O(tried) more, without copying the candidate list.
 //! * **Threads**: endpoint loads are atomics; guards may end on any thread, and a metrics reader may read
@@ -220,20 +239,76 @@
 //! counter read ~14 ns, the same bench gave 155–204 ns for PeakEWMA, 3.4–5.1× under tower. At 4096
 //! endpoints the pool outgrows the cache: a candidate's load state is laid out to cost one cache line.
 //!
+//! # Coming from tower
+//!
+//! A program that balances a discovered set with tower's P2C, where the stream announces each service
+//! wrapped in its load (`PeakEwma<S>`, `PendingRequests<S>`):
+//!
+//! ```text
+//! use tower::balance::p2c::{Balance, MakeBalance};
+//! let balance = Balance::new(discover);                       // Discover<Service = PeakEwma<S>>
+//! let make = MakeBalance::new(make_discover);                 // Service<Target, Response = Balance<..>>
+//! ```
+//!
+//! is, with this crate, where the stream announces the plain services (or [`Weighted`] ones) and the
+//! balancer measures their load itself:
+//!
+//! ```text
+//! use duet_balance::{DiscoverBalancer, Strategy};
+//! let balance = DiscoverBalancer::new(discover, Strategy::P2cPeakEwma);
+//! let make = make_discover.map_response(|d| DiscoverBalancer::new(d, Strategy::P2cPeakEwma));
+//! ```
+//!
+//! No wrapper type stands for tower's `MakeBalance`: a service that makes each target's endpoint set
+//! (a `Discover`) becomes one that makes a balancer per target with [`ServiceExt::map_response`], which
+//! also configures each balancer as the target needs (weights from the stream, completion, slow start):
+//!
+//! [`ServiceExt::map_response`]: https://docs.rs/tower/latest/tower/trait.ServiceExt.html#method.map_response
+//!
+//! ```
+//! use duet_balance::{DiscoverBalancer, Strategy, Weighted};
+//! use std::convert::Infallible;
+//! use tower::{discover::Change, service_fn, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), duet_balance::BoxError> {
+//! // Makes the endpoint set of a cluster by name: its replicas, with their weights.
+//! let make_discover = service_fn(|cluster: &'static str| async move {
+//!     let replica = move |n: u32| service_fn(move |_: ()| async move { Ok::<_, Infallible>((cluster, n)) });
+//!     let changes = [(1, 3), (2, 1)].map(|(n, weight)| Ok::<_, Infallible>(Change::Insert(n, Weighted::new(replica(n), weight))));
+//!     Ok::<_, Infallible>(futures_util::stream::iter(changes))
+//! });
+//! // Makes a balancer per cluster, as tower's MakeBalance does, weights taken from the stream.
+//! let mut make_balancer = make_discover
+//!     .map_response(|discover| DiscoverBalancer::new(discover, Strategy::P2cPeakEwma).with_weights());
+//!
+//! let mut payments = make_balancer.ready().await?.call("payments").await?;
+//! let (cluster, _replica) = payments.ready().await?.call(()).await?;
+//! assert_eq!(cluster, "payments");
+//! let weights: Vec<_> = payments.balance().endpoints().map(|e| (*e.key, e.weight)).collect();
+//! assert_eq!(weights, [(1, 3), (2, 1)]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Other names: tower's `Balance` is [`Balancer`] here (the two can be imported side by side), and the
+//! load comes from a [`Strategy`], named as in duet's config, instead of a wrapper per service.
+//!
 //! # Layout
 //!
 //! One concept per module, each using only those below it:
 //!
-//! * `layer` and `discover`: [`BalanceLayer`] and [`DiscoverBalance`], ways to build and feed a
-//!   [`Balance`].
-//! * `service`: the tower side of a [`Balance`]: `poll_ready` (pick, poll the picked endpoint's
+//! * `layer` and `discover`: [`BalanceLayer`] and [`DiscoverBalancer`], ways to build and feed a
+//!   [`Balancer`].
+//! * `service`: the tower side of a [`Balancer`]: `poll_ready` (pick, poll the picked endpoint's
 //!   readiness, pass over a pending one, evict a failed one), `call`, [`tower::load::Load`].
-//! * `balancer`: [`Balance`] itself: configuration, membership calls, and the pick
-//!   ([`Balance::pick_and_claim_excluding`] and friends): which candidates are left, which policy
+//! * `balancer`: [`Balancer`] itself: configuration, membership calls, and the pick
+//!   ([`Balancer::pick_and_claim_excluding`] and friends): which candidates are left, which policy
 //!   chooses, what is counted ([`PickStats`]) and observed ([`PickEvent`]), the claim ([`LoadGuard`]).
-//! * `policy`: one selection per [`Policy`], a function of the candidates left and a draw source.
-//! * `affinity`, `maglev` and `stable_hash`: keyed picks ([`Affinity`]), the Maglev table and the
-//!   seedless hash they stand on.
+//! * `strategy` and `policy`: the [`Strategy`] names, and one selection per rule, a function of the
+//!   candidates left and a draw source.
+//! * `affinity`, `maglev`, `ring` and `stable_hash`: keyed picks ([`Affinity`]), the Maglev table,
+//!   the hash ring and the seedless hash they stand on.
 //! * `endpoints`: the endpoint set: membership, eligibility, panic mode, weights ramped by slow start;
 //!   it decides the candidates.
 //! * `candidates`: the candidates as one value, rebuilt on change, read by every pick; and what a retry
@@ -241,7 +316,7 @@
 //! * `p2c` and `alias` ([`algo`]): the two-choices rule and the weighted draw, free of any service.
 //! * `future`, `completion`, `guard`, `memory`, `load`, `clock`, `draw`, `error`: the response future,
 //!   when a request completes, the in-flight guard, which endpoint completed last
-//!   ([`Policy::P2cMemory`]), the load metrics, the time source, the random draws.
+//!   (P2C with memory), the load metrics, the time source, the random draws.
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -266,6 +341,8 @@ mod policy;
 mod affinity;
 
 mod maglev;
+
+mod ring;
 
 mod stable_hash;
 
@@ -296,31 +373,27 @@ mod weighted;
 mod error;
 
 /// The selection algorithm on its own, free of any service: what a simulator or another balancer
-/// reuses. [`Balance`] is built on these.
+/// reuses. [`Balancer`] is built on these.
 pub mod algo {
     pub use crate::alias::AliasTable;
-    pub use crate::draw::Lcg31;
     pub use crate::load::peak_ewma;
     pub use crate::maglev::Maglev;
     pub use crate::p2c::{Candidate, P2c, Selection, CLEARLY_LIGHTER, LIKE_LOADS};
+    pub use crate::ring::Ring;
     pub use crate::stable_hash::stable_hash;
 }
 
 pub use affinity::{Affinity, Walk};
-pub use balancer::{Balance, PickEvent};
+pub use balancer::{Balancer, PickEvent};
 pub use clock::{Clock, MockTime};
 pub use completion::{CompleteOnBodyEnd, StatusSet, TrackedBody};
-pub use discover::DiscoverBalance;
+pub use discover::DiscoverBalancer;
 pub use draw::{DrawSource, Draws};
-pub use endpoints::EndpointView;
-pub use error::{BoxError, NoEligibleEndpoint, NotReady};
+pub use error::{BoxError, NoEligibleEndpoint};
 pub use future::ResponseFuture;
 pub use guard::LoadGuard;
 pub use handle::{BalanceHandle, EndpointStats, PickStats};
-pub use layer::{BalanceLayer, Picked, SharedEndpoint};
-pub use load::{DefaultRtt, EndpointLoad, LoadMetric, PeakEwmaConfig, SampleAt};
-pub use policy::Policy;
-pub use service::MAX_PICKS;
+pub use layer::{BalanceLayer, Picked, SharedEndpoint, Stamp};
+pub use load::{DefaultRtt, EndpointLoad, PeakEwmaConfig, SampleAt};
 pub use strategy::{Strategy, UnknownStrategy};
-pub use tower::load::{CompleteOnResponse, TrackCompletion};
 pub use weighted::Weighted;

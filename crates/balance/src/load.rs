@@ -16,7 +16,7 @@ use std::{
 /// What "lighter" means when two candidates are compared.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum LoadMetric {
+pub(crate) enum LoadMetric {
     /// Requests this balancer has in flight to the endpoint (tower's `PendingRequests`).
     InFlight,
     /// Peak-sensitive EWMA of latency times (in flight + 1): Finagle's and Linkerd's `PeakEWMA`.
@@ -62,6 +62,17 @@ impl Default for LoadMetric {
 impl LoadMetric {
     pub(crate) fn uses_clock(&self) -> bool {
         self.latency_config().is_some()
+    }
+
+    /// Replaces the latency settings of a metric that measures latency; whether it does.
+    pub(crate) fn set_latency_config(&mut self, config: PeakEwmaConfig) -> bool {
+        match self {
+            Self::InFlight => false,
+            Self::PeakEwma(settings) | Self::InFlightThenLatency(settings) => {
+                *settings = config;
+                true
+            }
+        }
     }
 
     /// The latency settings of a metric that measures latency.
@@ -137,8 +148,24 @@ pub enum DefaultRtt {
     Fixed(Duration),
 }
 
-/// Settings of the [`LoadMetric::PeakEwma`] metric (and of the latency average of
-/// [`LoadMetric::InFlightThenLatency`], which has no peak).
+/// Latency settings: of the PeakEWMA load (`p2c_peak_ewma`, `p2c_memory_peak_ewma`,
+/// `least_peak_ewma`), and of `least_inflight`'s latency average, which has no peak. Set with
+/// [`Balancer::with_latency_config`](crate::Balancer::with_latency_config).
+///
+/// ```
+/// use duet_balance::{Balancer, DefaultRtt, PeakEwmaConfig, SampleAt, Strategy};
+/// use std::time::Duration;
+///
+/// let config = PeakEwmaConfig {
+///     decay: Duration::from_secs(5),
+///     default_rtt: DefaultRtt::Fixed(Duration::from_millis(5)), // a new endpoint's guess
+///     sample_at: SampleAt::BodyEnd,                             // latency to the body's end
+///     ..PeakEwmaConfig::default()
+/// };
+/// let mut balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cPeakEwma).with_latency_config(config);
+/// balance.insert("a", 1, ());
+/// assert_eq!(balance.endpoint_load(&"a").map(|l| l.rtt_estimate()), Some(Duration::from_millis(5)));
+/// ```
 ///
 /// The estimate jumps to any sample above it at once (peak) and otherwise moves toward new samples with
 /// weight `w = exp(-Δt/τ)`: `ewma = ewma·w + rtt·(1 - w)`, Δt being the time since the last sample. While
@@ -255,6 +282,21 @@ fn nanos(ns: f64) -> Duration {
 /// Shared (by `Arc`) between the balancer and the guards of requests in flight, which may complete on
 /// other threads; all fields are atomics. Each balancer has its own: nothing here is shared between
 /// duet's workers. A control plane may hold the `Arc` to read it for metrics.
+///
+/// ```
+/// use duet_balance::{Balancer, Strategy};
+/// use std::time::Duration;
+///
+/// let mut balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cPeakEwma);
+/// balance.insert("a", 1, ());
+/// let load = balance.endpoint_load(&"a").cloned().ok_or("no endpoint a")?;
+/// assert!(load.is_eligible() && !load.is_measured());
+/// assert_eq!((load.in_flight(), load.picks()), (0, 0));
+/// // Before any answer, a cold pool's estimate: 30 ms. Debug prints durations and counts as such.
+/// assert_eq!(load.rtt_estimate(), Duration::from_millis(30));
+/// assert!(format!("{load:?}").contains("rtt_estimate: 30ms"));
+/// # Ok::<(), duet_balance::BoxError>(())
+/// ```
 // Field order is layout: what a pick reads of a candidate (counts, estimate, stamp, decay: 32 bytes)
 // comes first, right after the `Arc`'s two counters, so that a candidate costs one cache line (two when
 // the allocation straddles a line) instead of reads spread over the whole 128 bytes, which matters once
@@ -360,7 +402,7 @@ impl EndpointLoad {
     }
 
     /// Whether the balancer may pick this endpoint (healthy, not ejected; see
-    /// [`Balance::set_eligible`](crate::Balance::set_eligible)).
+    /// [`Balancer::set_eligible`](crate::Balancer::set_eligible)).
     pub fn is_eligible(&self) -> bool {
         self.eligible.load(Relaxed)
     }
@@ -569,6 +611,17 @@ impl EndpointLoad {
 
 /// The PeakEWMA arithmetic on plain numbers (any time unit, used consistently), shared by the balancer
 /// and by simulations that run on virtual time.
+///
+/// ```
+/// use duet_balance::algo::peak_ewma;
+///
+/// let tau = 10.0;
+/// assert_eq!(peak_ewma::update(20.0, 50.0, 1.0, tau), 50.0, "a peak replaces the estimate");
+/// let lower = peak_ewma::update(50.0, 20.0, 10.0, tau); // one τ later: w = 1/e
+/// assert!((lower - (50.0 / std::f64::consts::E + 20.0 * (1.0 - 1.0 / std::f64::consts::E))).abs() < 1e-9);
+/// assert_eq!(peak_ewma::project(50.0, 100.0, tau, 1), 50.0, "no decay with a request in flight");
+/// assert_eq!(peak_ewma::load(50.0, 2), 150.0, "estimate × (in flight + 1)");
+/// ```
 pub mod peak_ewma {
     /// The estimate after a sample `rtt` taken `elapsed` after the previous one: a higher sample replaces
     /// it (peak); otherwise `ewma·w + rtt·(1 − w)` with `w = exp(−elapsed/τ)`.

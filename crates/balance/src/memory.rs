@@ -1,4 +1,4 @@
-//! The memory of [`Policy::P2cMemory`](crate::Policy::P2cMemory): the last two endpoints a request of
+//! The memory of P2C with memory (`Policy::P2cMemory`): the last two endpoints a request of
 //! this balancer completed on, written by the requests' guards and taken by the next pick.
 
 use std::sync::{

@@ -49,6 +49,20 @@ pub const CLEARLY_LIGHTER: f64 = 0.5;
 /// * `n >= 2`: two distinct indices from two draws, `i = d1 % n`, `j = d2 % (n - 1)`, `j += 1 if j >= i`;
 ///   exactly two load reads; the lighter wins (loads are ordered with [`f64::total_cmp`], so a NaN
 ///   cannot bias the choice); equal loads are settled by a third draw used as a fair coin.
+///
+/// ```
+/// use duet_balance::algo::P2c;
+///
+/// let loads = [5.0, 1.0, 3.0, 8.0];
+/// let mut p2c = P2c::with_seed(7);
+/// let selection = p2c.select(loads.len(), |i| loads[i])?;
+/// let [a, b] = selection.candidates.ok_or("two drawn")?;
+/// assert_ne!(a.index, b.index);
+/// let lighter = if a.load < b.load { a.index } else { b.index };
+/// assert_eq!(selection.chosen, lighter);
+/// assert!(!selection.tie);
+/// # Ok::<(), duet_balance::BoxError>(())
+/// ```
 #[derive(Debug)]
 pub struct P2c {
     draws: Draws,
@@ -129,7 +143,7 @@ impl P2c {
     ///
     /// Memory here means Mitzenmacher, Prabhakar and Shah's *Load balancing with memory* (2002): some of
     /// the candidates are not fresh samples but good bets kept from before, at no extra load read. What to
-    /// remember is the caller's choice; [`Policy::P2cMemory`](crate::Policy::P2cMemory) remembers the
+    /// remember is the caller's choice; [`Strategy::P2cMemoryInflight`](crate::Strategy::P2cMemoryInflight) remembers the
     /// last two endpoints that a request completed on, each of which has just freed a request slot.
     #[inline]
     pub fn select_with_memory(

@@ -8,14 +8,14 @@ use crate::{
 };
 use std::cmp::Ordering;
 
-/// How a [`Balance`](crate::Balance) chooses among its eligible endpoints.
+/// How a [`Balancer`](crate::Balancer) chooses among its eligible endpoints.
 ///
 /// One half of a choice whose other half is the [`LoadMetric`](crate::LoadMetric): the pairs duet's
 /// config names (`p2c_peak_ewma`, `least_inflight`...) are the [`Strategy`](crate::Strategy)s, which
 /// also say which pairs are advised against and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum Policy {
+pub(crate) enum Policy {
     /// Power of two choices on the configured [`LoadMetric`](crate::LoadMetric). The product.
     #[default]
     P2c,

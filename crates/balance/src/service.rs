@@ -3,7 +3,7 @@
 //! balancer is a [`Load`], so balancers nest.
 
 use crate::{
-    balancer::{Balance, Reserved},
+    balancer::{Balancer, Reserved},
     error::{BoxError, NoEligibleEndpoint, NotReady},
     future::ResponseFuture,
     guard::LoadGuard,
@@ -16,9 +16,9 @@ use tower::load::{Load, TrackCompletion};
 use tower_service::Service;
 
 /// Picks one `poll_ready` makes before it waits on an endpoint that is not ready.
-pub const MAX_PICKS: u32 = 3;
+pub(crate) const MAX_PICKS: u32 = 3;
 
-impl<K, S, C> Balance<K, S, C>
+impl<K, S, C> Balancer<K, S, C>
 where
     K: Hash + Eq + Clone,
 {
@@ -69,7 +69,7 @@ where
     }
 
     /// Picks an endpoint not in `exclude` and polls its service's readiness. One that is not ready is
-    /// passed over for another pick among the rest (up to [`MAX_PICKS`] picks per call, after which, or
+    /// passed over for another pick among the rest (up to three picks per call, after which, or
     /// when no other candidate is left, the last one's readiness is awaited: its waker is registered).
     /// One whose readiness fails is evicted ([`PickStats::evicted`](crate::PickStats::evicted)) and
     /// another is picked. With nothing eligible it is ready, and `call` fails with
@@ -128,7 +128,7 @@ where
     }
 }
 
-impl<K, S, C, Req> Service<Req> for Balance<K, S, C>
+impl<K, S, C, Req> Service<Req> for Balancer<K, S, C>
 where
     K: Hash + Eq + Clone,
     S: Service<Req>,
@@ -139,8 +139,8 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S::Future, C>;
 
-    /// See [`Balance::poll_ready_excluding`] with nothing excluded: a pending endpoint is passed over
-    /// for another pick (up to [`MAX_PICKS`]), a failed one evicted.
+    /// See [`Balancer::poll_ready_excluding`] with nothing excluded: a pending endpoint is passed over
+    /// for another pick (up to three), a failed one evicted.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.poll_pick::<Req>(cx, &[])
     }
@@ -168,13 +168,13 @@ where
 
 /// The balancer's load, so that a balancer can be an endpoint of another (zones of clusters): the mean
 /// over its eligible endpoints of the load it compares them on (weighted as in a pick, or their own
-/// [`Balance::with_service_load`]), `f64::INFINITY` when none is eligible.
+/// [`Balancer::with_service_load`]), `f64::INFINITY` when none is eligible.
 ///
 /// The mean, because a request sent to this balancer lands on one of two randomly drawn endpoints, not on
 /// its least loaded one: the minimum would make a pool with one idle endpoint look idle however busy the
 /// rest are. Not the sum, which would make a large pool look busier than a small one at the same load
 /// per endpoint. Reading it costs O(n).
-impl<K, S, C> Load for Balance<K, S, C> {
+impl<K, S, C> Load for Balancer<K, S, C> {
     type Metric = f64;
 
     fn load(&self) -> f64 {

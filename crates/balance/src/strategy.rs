@@ -1,5 +1,5 @@
-//! The policies by the names duet's config gives them: each a [`Policy`] with the [`LoadMetric`] it
-//! is meant for.
+//! The balancing strategies by the names duet's config gives them: each a selection policy paired
+//! with the load metric it is meant for.
 
 use crate::{
     load::{LoadMetric, PeakEwmaConfig},
@@ -7,56 +7,71 @@ use crate::{
 };
 use std::{error::Error, fmt, str::FromStr};
 
-/// A balancing strategy by the name duet's config uses (`policy: p2c_peak_ewma`): the selection
-/// [`Policy`] and the [`LoadMetric`] it compares, paired as they are meant to be. Build a balancer
-/// from one with [`Balance::from_strategy`](crate::Balance::from_strategy).
+/// How a balancer chooses, by the name duet's config uses (`policy: p2c_peak_ewma`): which endpoints
+/// are compared and on what load. The one choice a [`Balancer`](crate::Balancer) is built with
+/// ([`Balancer::new`](crate::Balancer::new)); the latency settings of the strategies that measure
+/// latency are [`Balancer::with_latency_config`](crate::Balancer::with_latency_config)'s.
 ///
-/// [`Policy`] and [`LoadMetric`] remain the parts, for what no name covers (a PeakEWMA with another
-/// τ, say), but some of their pairs are advised against, and no name gives them:
+/// Each name pairs a selection rule with the load it is meant to compare. Pairs advised against have
+/// no name, and so cannot be built:
 ///
-/// * a baseline ([`Policy::RoundRobin`], [`Policy::Random`]) with a latency metric: the metric is
-///   never compared, yet every request pays its clock reads;
-/// * [`Policy::LeastLoaded`] with [`LoadMetric::InFlight`]: equal counts, the common case for a worker
-///   that carries a share of the traffic, are left to a draw; ordering them by latency
-///   ([`LoadMetric::InFlightThenLatency`], `least_inflight`) cut duet-sim's mean time in system by
-///   31% in the 32-worker herd setup;
-/// * [`LoadMetric::InFlightThenLatency`] under P2C: made for the full scan, where counts tie often;
-///   two samples rarely tie and then read as [`LoadMetric::InFlight`] with extra clock reads.
+/// * a baseline (`round_robin`, `random`) with a latency metric: the metric is never compared, yet
+///   every request would pay its clock reads;
+/// * a full scan on plain in-flight counts: equal counts, the common case for a worker that carries a
+///   share of the traffic, would be left to a draw; `least_inflight` orders them by latency, which cut
+///   duet-sim's mean time in system by 31% in the 32-worker herd setup;
+/// * P2C on in-flight counts ordered by latency: made for the full scan, where counts tie often; two
+///   samples rarely tie, and it then reads as `p2c_inflight` with extra clock reads.
 ///
 /// ```
-/// use duet_balance::{Balance, Policy, Strategy};
+/// use duet_balance::{Balancer, Strategy};
 ///
 /// let strategy: Strategy = "least_inflight".parse()?;
-/// assert_eq!(strategy.policy(), Policy::LeastLoaded);
-/// let balance: Balance<&str, ()> = Balance::from_strategy(strategy);
-/// assert_eq!(balance.metric(), &strategy.metric());
+/// assert_eq!(strategy, Strategy::LeastInflight);
+/// let balance: Balancer<&str, ()> = Balancer::new(strategy);
+/// assert_eq!(balance.strategy().name(), "least_inflight");
 /// assert!("least_conn".parse::<Strategy>().is_err());
 /// # Ok::<(), duet_balance::UnknownStrategy>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Strategy {
-    /// `p2c_inflight`: power of two choices on requests in flight.
+    /// `p2c_inflight`: power of two choices on requests in flight (tower's `PendingRequests`).
     P2cInflight,
-    /// `p2c_peak_ewma`: power of two choices on PeakEWMA latency × (in flight + 1). The default.
+    /// `p2c_peak_ewma`: power of two choices on PeakEWMA latency × (in flight + 1), Finagle's and
+    /// Linkerd's load. The default.
     #[default]
     P2cPeakEwma,
-    /// `p2c_memory_inflight`: P2C with memory ([`Policy::P2cMemory`]) on requests in flight.
+    /// `p2c_memory_inflight`: power of two choices with memory (Mitzenmacher, Prabhakar and Shah,
+    /// *Load balancing with memory*, 2002) on requests in flight: the endpoints this balancer's requests
+    /// completed on since its last pick (the last two; each has just freed a request slot) take the place
+    /// of fresh random candidates. Still two load reads per pick; plain P2C with differing weights, on a
+    /// retry, or with nothing remembered. Opt-in: for backends with a few request slots each, run near
+    /// saturation.
     P2cMemoryInflight,
     /// `p2c_memory_peak_ewma`: P2C with memory on PeakEWMA.
     P2cMemoryPeakEwma,
-    /// `least_inflight`: a full scan ([`Policy::LeastLoaded`]) of requests in flight, equal counts
-    /// ordered by a plain latency average ([`LoadMetric::InFlightThenLatency`]).
+    /// `least_inflight`: a full scan, **every** eligible endpoint's load read on every pick (nginx's
+    /// `least_conn`, HAProxy's `leastconn`): the fewest requests in flight (÷ weight) wins, and equal
+    /// counts go to the lower plain latency average (drawn by weight when weights differ). Opt-in, and the
+    /// exception to two load reads per pick; see the crate docs' "Full scan".
     LeastInflight,
-    /// `least_peak_ewma`: a full scan of PeakEWMA loads.
+    /// `least_peak_ewma`: a full scan of PeakEWMA loads (the same exception).
     LeastPeakEwma,
-    /// `round_robin`: each endpoint in turn, by weight (a baseline).
+    /// `round_robin`: each endpoint in turn, by weight (smooth weighted round robin; a baseline).
     RoundRobin,
     /// `random`: uniformly, or by weight, at random (a baseline).
     Random,
 }
 
 /// A name that is not a [`Strategy`]'s; its message lists the names there are.
+///
+/// ```
+/// use duet_balance::Strategy;
+///
+/// let error = "least_conn".parse::<Strategy>().err().map(|e| e.to_string()).unwrap_or_default();
+/// assert!(error.starts_with("unknown balancing strategy \"least_conn\": use one of p2c_inflight, "));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownStrategy {
     name: String,
@@ -92,7 +107,7 @@ impl Strategy {
     }
 
     /// How it chooses.
-    pub fn policy(self) -> Policy {
+    pub(crate) fn policy(self) -> Policy {
         match self {
             Self::P2cInflight | Self::P2cPeakEwma => Policy::P2c,
             Self::P2cMemoryInflight | Self::P2cMemoryPeakEwma => Policy::P2cMemory,
@@ -103,7 +118,7 @@ impl Strategy {
     }
 
     /// What it compares, with the default latency settings.
-    pub fn metric(self) -> LoadMetric {
+    pub(crate) fn metric(self) -> LoadMetric {
         match self {
             Self::P2cInflight | Self::P2cMemoryInflight | Self::RoundRobin | Self::Random => {
                 LoadMetric::InFlight

@@ -11,7 +11,7 @@ use tower_service::Service;
 /// times the requests of one of weight 1), as a [`Discover`](tower::discover::Discover) stream announces
 /// it: `Change::Insert(key, Weighted::new(service, 3))`.
 ///
-/// [`DiscoverBalance::with_weights`](crate::DiscoverBalance::with_weights) makes a balancer take each
+/// [`DiscoverBalancer::with_weights`](crate::DiscoverBalancer::with_weights) makes a balancer take each
 /// inserted endpoint's weight from it. Inserting a key again with another weight changes the weight
 /// and keeps the endpoint's load state (in flight, latency estimate, picks): no need to remove it
 /// first. Weight 0 takes the endpoint out of rotation.
@@ -78,7 +78,7 @@ where
     }
 }
 
-/// The inner service's load, for [`Balance::with_service_load`](crate::Balance::with_service_load).
+/// The inner service's load, for [`Balancer::with_service_load`](crate::Balancer::with_service_load).
 impl<S: Load> Load for Weighted<S> {
     type Metric = S::Metric;
 

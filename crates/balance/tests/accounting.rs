@@ -1,7 +1,7 @@
 //! The in-flight count moves up once per request and back down exactly once, whatever ends the request.
 
 use bytes::Bytes;
-use duet_balance::{Balance, CompleteOnBodyEnd, LoadMetric, NoEligibleEndpoint};
+use duet_balance::{Balancer, CompleteOnBodyEnd, NoEligibleEndpoint, Strategy};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
@@ -55,7 +55,7 @@ enum Ending {
     InnerError,
 }
 
-fn ending() -> impl Strategy<Value = Ending> {
+fn ending() -> impl proptest::strategy::Strategy<Value = Ending> {
     prop_oneof![
         Just(Ending::BodyEnd),
         Just(Ending::BodyError),
@@ -90,13 +90,13 @@ fn backend() -> impl Service<
     })
 }
 
-fn in_flight<K: std::hash::Hash + Eq + Clone, S, C>(balance: &Balance<K, S, C>) -> u64 {
+fn in_flight<K: std::hash::Hash + Eq + Clone, S, C>(balance: &Balancer<K, S, C>) -> u64 {
     balance.endpoints().map(|e| e.load.in_flight()).sum()
 }
 
 /// Runs one request to completion along `ending` and checks the count went 0 → 1 → 0.
-async fn run(ending: Ending, frames: usize, metric: LoadMetric) {
-    let mut balance = Balance::new(metric).with_completion(CompleteOnBodyEnd::default());
+async fn run(ending: Ending, frames: usize, metric: Strategy) {
+    let mut balance = Balancer::new(metric).with_completion(CompleteOnBodyEnd::default());
     balance.insert("a", 1, backend());
     balance.insert("b", 1, backend());
     let svc = balance.ready().await.expect("ready");
@@ -156,8 +156,8 @@ async fn every_ending_releases_exactly_once() {
         Ending::InnerError,
     ] {
         for frames in [0, 1, 3] {
-            run(ending, frames, LoadMetric::InFlight).await;
-            run(ending, frames, LoadMetric::default()).await;
+            run(ending, frames, Strategy::P2cInflight).await;
+            run(ending, frames, Strategy::P2cPeakEwma).await;
         }
     }
 }
@@ -173,7 +173,7 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         rt.block_on(async {
-            let mut balance = Balance::new(LoadMetric::InFlight).with_completion(CompleteOnBodyEnd::default());
+            let mut balance = Balancer::new(Strategy::P2cInflight).with_completion(CompleteOnBodyEnd::default());
             balance.insert("only", 1, backend());
             let waker = std::task::Waker::noop();
             let mut cx = Context::from_waker(waker);
@@ -212,7 +212,7 @@ proptest! {
 
 #[tokio::test]
 async fn an_empty_pool_answers_no_eligible_endpoint() {
-    let mut balance: Balance<&str, _> = Balance::new(LoadMetric::InFlight);
+    let mut balance: Balancer<&str, _> = Balancer::new(Strategy::P2cInflight);
     let svc = balance
         .ready()
         .await
@@ -242,7 +242,7 @@ async fn an_empty_pool_answers_no_eligible_endpoint() {
 
 #[test]
 fn pick_and_claim_excluding_never_picks_an_excluded_key_and_claims_the_winner() {
-    let mut balance: Balance<&str, ()> = Balance::with_seed(LoadMetric::InFlight, 7);
+    let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 7);
     for key in ["a", "b", "c", "d"] {
         balance.insert(key, 1, ());
     }
@@ -290,7 +290,7 @@ fn pick_and_claim_excluding_never_picks_an_excluded_key_and_claims_the_winner() 
 
 #[test]
 fn set_eligible_reports_the_previous_flag_which_metrics_read_through_the_load() {
-    let mut balance: Balance<&str, ()> = Balance::with_seed(LoadMetric::InFlight, 1);
+    let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
     balance.insert("a", 1, ());
     let load = balance.endpoint_load(&"a").expect("a").clone();
     assert!(load.is_eligible());

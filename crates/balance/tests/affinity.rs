@@ -1,11 +1,11 @@
 //! Keyed picks: consistent hashing (Maglev) with bounded loads, the walk past a full home, retries,
 //! and agreement between balancers that share nothing.
 
-use duet_balance::{algo::stable_hash, Affinity, Balance, LoadGuard, LoadMetric, Walk};
+use duet_balance::{algo::stable_hash, Affinity, Balancer, LoadGuard, Strategy, Walk};
 use std::collections::HashMap;
 
-fn balancer(names: &[u32], affinity: Affinity) -> Balance<u32, ()> {
-    let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(affinity);
+fn balancer(names: &[u32], affinity: Affinity) -> Balancer<u32, ()> {
+    let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(affinity);
     for &name in names {
         balance.insert(name, 1, ());
     }
@@ -13,7 +13,7 @@ fn balancer(names: &[u32], affinity: Affinity) -> Balance<u32, ()> {
 }
 
 /// Where each of `keys` goes from an idle balancer.
-fn homes(balance: &mut Balance<u32, ()>, keys: u64) -> Vec<u32> {
+fn homes(balance: &mut Balancer<u32, ()>, keys: u64) -> Vec<u32> {
     (0..keys)
         .map(|k| balance.pick_for(Some(stable_hash(&k))).copied())
         .collect::<Result<_, _>>()
@@ -72,7 +72,7 @@ fn an_ineligible_endpoint_moves_only_its_keys_and_a_removed_one_little_more() {
 
 #[test]
 fn keys_split_by_weight() {
-    let mut balance = Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+    let mut balance = Balancer::new(Strategy::P2cInflight).with_affinity(Affinity::maglev());
     balance.insert(1u32, 3, ());
     balance.insert(2u32, 1, ());
     let served = homes(&mut balance, 40_000);
@@ -82,7 +82,7 @@ fn keys_split_by_weight() {
 
 /// Claims `n` requests for `key` and keeps them in flight.
 fn claim(
-    balance: &mut Balance<u32, ()>,
+    balance: &mut Balancer<u32, ()>,
     key: u64,
     n: usize,
     held: &mut Vec<LoadGuard>,
@@ -97,7 +97,7 @@ fn claim(
         .collect()
 }
 
-fn in_flight(balance: &Balance<u32, ()>) -> HashMap<u32, u64> {
+fn in_flight(balance: &Balancer<u32, ()>) -> HashMap<u32, u64> {
     balance
         .endpoints()
         .map(|e| (*e.key, e.load.in_flight()))
@@ -182,7 +182,7 @@ fn a_pick_without_a_key_is_the_policy_s() {
         2,
         "a keyed pick compares nothing by P2C"
     );
-    let mut empty: Balance<u32, ()> =
-        Balance::new(LoadMetric::InFlight).with_affinity(Affinity::maglev());
+    let mut empty: Balancer<u32, ()> =
+        Balancer::new(Strategy::P2cInflight).with_affinity(Affinity::maglev());
     assert!(empty.pick_for(Some(1)).is_err());
 }

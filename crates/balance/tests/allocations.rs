@@ -2,7 +2,7 @@
 //!
 //! Kept alone in its own test binary: the allocator counts every thread of the process.
 
-use duet_balance::{Balance, LoadMetric};
+use duet_balance::{Balancer, Strategy};
 use duet_testbed::alloc::{allocations, CountingAllocator};
 use std::{
     convert::Infallible,
@@ -14,8 +14,8 @@ use tower::{service_fn, Service};
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
-fn allocations_per_request(metric: LoadMetric, n: usize) -> u64 {
-    let mut balance = Balance::with_seed(metric, 1);
+fn allocations_per_request(metric: Strategy, n: usize) -> u64 {
+    let mut balance = Balancer::with_seed(metric, 1);
     for k in 0..n {
         balance.insert(
             k,
@@ -25,7 +25,7 @@ fn allocations_per_request(metric: LoadMetric, n: usize) -> u64 {
     }
     let waker = std::task::Waker::noop();
     let mut cx = Context::from_waker(waker);
-    let mut one_request = |balance: &mut Balance<usize, _>| {
+    let mut one_request = |balance: &mut Balancer<usize, _>| {
         assert!(matches!(balance.poll_ready(&mut cx), Poll::Ready(Ok(()))));
         let mut future = std::pin::pin!(balance.call(1));
         assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(1))));
@@ -46,12 +46,12 @@ fn allocations_per_request(metric: LoadMetric, n: usize) -> u64 {
 fn pick_and_complete_allocate_nothing() {
     for n in [1, 2, 16, 4096] {
         assert_eq!(
-            allocations_per_request(LoadMetric::InFlight, n),
+            allocations_per_request(Strategy::P2cInflight, n),
             0,
             "in-flight, n = {n}"
         );
         assert_eq!(
-            allocations_per_request(LoadMetric::default(), n),
+            allocations_per_request(Strategy::P2cPeakEwma, n),
             0,
             "PeakEWMA, n = {n}"
         );

@@ -1,7 +1,7 @@
 //! A cold cluster (issue #43, item 5): PeakEWMA ranks endpoints by latency from their first answers,
 //! not after the 30 ms start estimate has faded (τ = 10 s).
 
-use duet_balance::{Balance, Clock, DefaultRtt, LoadMetric, PeakEwmaConfig};
+use duet_balance::{Balancer, Clock, DefaultRtt, PeakEwmaConfig, Strategy};
 use std::{convert::Infallible, time::Duration};
 use tokio::task::JoinSet;
 use tower::{service_fn, util::BoxService, Service, ServiceExt};
@@ -16,11 +16,13 @@ fn sleepy(key: &'static str, ms: u64) -> Endpoint {
     }))
 }
 
-type Sleepy = Balance<&'static str, Endpoint>;
+type Sleepy = Balancer<&'static str, Endpoint>;
 
 /// A fresh balancer over endpoints of 2, 2 and 20 ms, all at the default start estimate.
-fn cold(metric: LoadMetric, seed: u64) -> Sleepy {
-    let mut balance = Balance::with_seed(metric, seed).with_clock(Clock::tokio());
+fn cold(config: PeakEwmaConfig, seed: u64) -> Sleepy {
+    let mut balance = Balancer::with_seed(Strategy::P2cPeakEwma, seed)
+        .with_latency_config(config)
+        .with_clock(Clock::tokio());
     for (key, ms) in [("a", 2), ("b", 2), ("slow", 20)] {
         balance.insert(key, 1, sleepy(key, ms));
     }
@@ -55,7 +57,7 @@ fn estimate(balance: &Sleepy, key: &'static str) -> Duration {
 #[tokio::test(start_paused = true)]
 async fn a_cold_cluster_ranks_by_latency_within_its_first_answers() {
     for seed in 1..=5 {
-        let mut balance = cold(LoadMetric::default(), seed);
+        let mut balance = cold(PeakEwmaConfig::default(), seed);
         let first = run(&mut balance, 40, 8).await;
         let (a, b, slow) = (
             estimate(&balance, "a"),
@@ -82,7 +84,7 @@ async fn a_cold_cluster_ranks_by_latency_within_its_first_answers() {
 #[tokio::test(start_paused = true)]
 async fn one_request_at_a_time_the_slow_endpoint_is_left_after_its_first_answer() {
     for seed in 1..=5 {
-        let mut balance = cold(LoadMetric::default(), seed);
+        let mut balance = cold(PeakEwmaConfig::default(), seed);
         let slow = run(&mut balance, 600, 1).await;
         // Each endpoint answers once before it is measured; after that, the 20 ms one only loses.
         assert!(slow <= 2, "seed {seed}: slow served {slow} of 600");
@@ -91,11 +93,11 @@ async fn one_request_at_a_time_the_slow_endpoint_is_left_after_its_first_answer(
 
 #[tokio::test(start_paused = true)]
 async fn a_fixed_start_estimate_is_replaced_by_the_first_sample_too() {
-    let metric = LoadMetric::PeakEwma(PeakEwmaConfig {
+    let config = PeakEwmaConfig {
         default_rtt: DefaultRtt::Fixed(Duration::from_millis(50)),
         ..PeakEwmaConfig::default()
-    });
-    let mut balance = cold(metric, 3);
+    };
+    let mut balance = cold(config, 3);
     let _ = run(&mut balance, 40, 8).await;
     let slow = estimate(&balance, "slow");
     assert!(
@@ -107,7 +109,7 @@ async fn a_fixed_start_estimate_is_replaced_by_the_first_sample_too() {
 
 #[tokio::test(start_paused = true)]
 async fn a_newcomer_in_a_warm_pool_starts_at_the_measured_median_and_keeps_the_peak_rule() {
-    let mut balance = cold(LoadMetric::default(), 4);
+    let mut balance = cold(PeakEwmaConfig::default(), 4);
     let _ = run(&mut balance, 40, 8).await;
     // Measured: a, b at 2 ms, slow at 20 ms; the median is a measured 2 ms, not the 30 ms default.
     balance.insert("newcomer", 1, sleepy("newcomer", 1));
@@ -147,7 +149,7 @@ fn pooled(key: &'static str) -> Endpoint {
 async fn an_endpoint_yet_to_answer_is_tried_once_the_pool_answers_faster_than_its_first_answer() {
     for seed in 1..=5 {
         let mut balance =
-            Balance::with_seed(LoadMetric::default(), seed).with_clock(Clock::tokio());
+            Balancer::with_seed(Strategy::P2cPeakEwma, seed).with_clock(Clock::tokio());
         for key in ["a", "b"] {
             balance.insert(key, 1, pooled(key));
         }

@@ -1,7 +1,7 @@
 //! Weights carried through discovery: `Change::Insert` of a `Weighted` service sets the endpoint's
 //! weight, and inserting the key again with another weight changes it without resetting its load state.
 
-use duet_balance::{Balance, DiscoverBalance, LoadMetric, Weighted};
+use duet_balance::{Balancer, DiscoverBalancer, Strategy, Weighted};
 use std::{convert::Infallible, future::Ready, sync::Arc};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tower::{discover::Change, service_fn, util::ServiceFn, Service, ServiceExt};
@@ -32,7 +32,7 @@ async fn weights_from_discovery_hold_and_an_update_moves_the_share_keeping_load_
     let (announce, mut announced) = unbounded_channel();
     let stream = futures_util::stream::poll_fn(move |cx| announced.poll_recv(cx));
     let mut balance =
-        DiscoverBalance::from_balance(stream, Balance::with_seed(LoadMetric::InFlight, 7))
+        DiscoverBalancer::from_balance(stream, Balancer::with_seed(Strategy::P2cInflight, 7))
             .with_weights();
     let send = |change| {
         let sent: &Announce = &announce;
@@ -44,7 +44,7 @@ async fn weights_from_discovery_hold_and_an_update_moves_the_share_keeping_load_
     let share = share_of_a(&mut balance, 8000).await;
     assert!((share - 0.75).abs() < 0.03, "3:1 gave {share}");
 
-    let load = |balance: &DiscoverBalance<_, _>, key| {
+    let load = |balance: &DiscoverBalancer<_, _>, key| {
         balance
             .balance()
             .endpoints()
@@ -79,7 +79,7 @@ async fn without_with_weights_an_insert_has_weight_one_and_a_reinsert_keeps_its_
         Ok::<_, Infallible>(Change::Insert("a", Weighted::new(backend("a"), 3))),
         Ok(Change::Insert("b", Weighted::new(backend("b"), 5))),
     ]);
-    let mut balance = DiscoverBalance::new(stream, LoadMetric::InFlight);
+    let mut balance = DiscoverBalancer::new(stream, Strategy::P2cInflight);
     let handle = balance.handle();
     handle.set_weight("a", 2);
     let _ = share_of_a(&mut balance, 1).await;

@@ -1,8 +1,8 @@
 //! A `BalanceHandle` reads a balancer's counters and endpoints and sets weights and eligibility while
-//! the balancer sits in a `tower::buffer::Buffer` shared by 8 tasks, for `Balance` and
-//! `DiscoverBalance` alike.
+//! the balancer sits in a `tower::buffer::Buffer` shared by 8 tasks, for `Balancer` and
+//! `DiscoverBalancer` alike.
 
-use duet_balance::{Balance, BalanceHandle, DiscoverBalance, LoadMetric, Policy};
+use duet_balance::{BalanceHandle, Balancer, DiscoverBalancer, Strategy};
 use futures_util::StreamExt;
 use std::{collections::HashMap, convert::Infallible, time::Duration};
 use tower::{buffer::Buffer, discover::Change, service_fn, util::BoxService, Service, ServiceExt};
@@ -122,8 +122,8 @@ async fn check_handle(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_reads_and_steers_a_balance_shared_by_eight_tasks_through_a_buffer() {
-    for policy in [Policy::P2c, Policy::P2cMemory] {
-        let mut balance = Balance::with_seed(LoadMetric::InFlight, 3).with_policy(policy);
+    for strategy in [Strategy::P2cInflight, Strategy::P2cMemoryInflight] {
+        let mut balance = Balancer::with_seed(strategy, 3);
         for name in NAMES {
             balance.insert(name, 1, backend(name));
         }
@@ -140,7 +140,7 @@ async fn a_handle_reads_and_steers_a_discover_balance_shared_by_eight_tasks_thro
     )
     .chain(futures_util::stream::pending());
     let balance =
-        DiscoverBalance::from_balance(stream, Balance::with_seed(LoadMetric::default(), 5));
+        DiscoverBalancer::from_balance(stream, Balancer::with_seed(Strategy::P2cPeakEwma, 5));
     let handle = balance.handle();
     let buffer = Buffer::new(balance, 64);
     check_handle(buffer, handle).await;
@@ -148,7 +148,7 @@ async fn a_handle_reads_and_steers_a_discover_balance_shared_by_eight_tasks_thro
 
 #[test]
 fn a_balancer_without_a_handle_publishes_nothing_and_a_late_handle_sees_everything() {
-    let mut balance: Balance<&str, ()> = Balance::with_seed(LoadMetric::InFlight, 1);
+    let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::P2cInflight, 1);
     for name in NAMES {
         balance.insert(name, 2, ());
     }

@@ -1,7 +1,7 @@
-//! `Policy::P2cMemory`: the endpoints requests completed on since the last pick (the last two) are the
-//! next pick's candidates, once; exactly two load reads per pick either way.
+//! `p2c_memory_inflight` (P2C with memory): the endpoints requests completed on since the last pick
+//! (the last two) are the next pick's candidates, once; exactly two load reads per pick either way.
 
-use duet_balance::{Balance, Draws, LoadMetric, Policy};
+use duet_balance::{Balancer, Draws, Strategy};
 use std::{
     convert::Infallible,
     sync::{Arc, Mutex},
@@ -15,15 +15,14 @@ type Events = Arc<Mutex<Vec<([u32; 2], u32)>>>;
 fn scripted(
     draws: Vec<u64>,
 ) -> (
-    Balance<u32, impl tower::Service<u32, Response = u32, Error = Infallible>>,
+    Balancer<u32, impl tower::Service<u32, Response = u32, Error = Infallible>>,
     Events,
 ) {
     let mut draws = draws.into_iter();
     let source = move || draws.next().expect("the test scripted every draw");
     let events: Events = Arc::default();
     let seen = events.clone();
-    let mut balance = Balance::with_draws(LoadMetric::InFlight, Draws::from_source(source))
-        .with_policy(Policy::P2cMemory)
+    let mut balance = Balancer::with_draws(Strategy::P2cMemoryInflight, Draws::from_source(source))
         .with_observer(move |event| {
             let keys = [*event.candidates[0].0, *event.candidates[1].0];
             seen.lock().expect("lock").push((keys, *event.chosen));

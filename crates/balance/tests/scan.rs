@@ -1,14 +1,16 @@
-//! `Policy::LeastLoaded`, the opt-in full scan: every eligible endpoint's load read once per pick, the
+//! `least_inflight`, the opt-in full scan: every eligible endpoint's load read once per pick, the
 //! minimum wins, equal minimums settled by exactly one draw (in proportion to weight), none otherwise;
-//! eligibility and a retry's exclusions decided before anything is read.
+//! eligibility and a retry's exclusions decided before anything is read. On a clock that stands still
+//! every latency average is the same, so equal counts are exact ties; `latency` below moves the clock.
 
-use duet_balance::{Balance, Draws, LoadGuard, LoadMetric, NoEligibleEndpoint, Policy};
+use duet_balance::{Balancer, Clock, Draws, LoadGuard, NoEligibleEndpoint, Strategy};
 use std::{
     convert::Infallible,
     sync::{
         atomic::{AtomicUsize, Ordering::Relaxed},
         Arc,
     },
+    time::Duration,
 };
 use tower::service_fn;
 
@@ -35,12 +37,18 @@ fn script(draws: Vec<u64>) -> (Draws, Arc<AtomicUsize>) {
     (Draws::from_source(source), taken)
 }
 
-/// A full-scan balancer over `weights.len()` endpoints keyed 0.. (in-flight metric) drawing `draws` in
-/// order, and how many draws it has taken.
-fn scripted(draws: Vec<u64>, weights: &[u32]) -> (Balance<u32, Endpoint>, Arc<AtomicUsize>) {
+/// A clock that stands still, a second after its start.
+fn still() -> Clock {
+    let (clock, time) = Clock::mock();
+    time.advance(Duration::from_secs(1));
+    clock
+}
+
+/// A full-scan balancer over `weights.len()` endpoints keyed 0.. (on a clock that stands still) drawing
+/// `draws` in order, and how many draws it has taken.
+fn scripted(draws: Vec<u64>, weights: &[u32]) -> (Balancer<u32, Endpoint>, Arc<AtomicUsize>) {
     let (draws, taken) = script(draws);
-    let mut balance =
-        Balance::with_draws(LoadMetric::InFlight, draws).with_policy(Policy::LeastLoaded);
+    let mut balance = Balancer::with_draws(Strategy::LeastInflight, draws).with_clock(still());
     for (key, &weight) in (0u32..).zip(weights) {
         balance.insert(key, weight, endpoint());
     }
@@ -48,7 +56,7 @@ fn scripted(draws: Vec<u64>, weights: &[u32]) -> (Balance<u32, Endpoint>, Arc<At
 }
 
 /// Claims `key` `times` times (a pick made for it: every other endpoint excluded).
-fn hold(balance: &mut Balance<u32, Endpoint>, key: u32, times: usize) -> Vec<LoadGuard> {
+fn hold(balance: &mut Balancer<u32, Endpoint>, key: u32, times: usize) -> Vec<LoadGuard> {
     let others: Vec<u32> = (0..balance.len() as u32).filter(|&k| k != key).collect();
     (0..times)
         .map(|_| {
@@ -101,8 +109,7 @@ fn a_tie_takes_exactly_one_draw_which_decides_among_the_minimums() {
 #[test]
 fn a_seeded_balancer_settles_ties_the_same_way_every_time() {
     let picks = |seed| {
-        let mut balance =
-            Balance::with_seed(LoadMetric::InFlight, seed).with_policy(Policy::LeastLoaded);
+        let mut balance = Balancer::with_seed(Strategy::LeastInflight, seed).with_clock(still());
         for key in 0..6u32 {
             balance.insert(key, 1, endpoint());
         }
@@ -168,19 +175,15 @@ fn loads_are_divided_by_weight_and_ties_drawn_by_weight() {
 /// `least_inflight`'s metric: equal counts ordered by each endpoint's latency average.
 mod latency_order {
     use super::*;
-    use duet_balance::{Clock, MockTime, PeakEwmaConfig};
-    use std::time::Duration;
+    use duet_balance::MockTime;
 
-    /// A full scan under `InFlightThenLatency` on a mock clock over `n` endpoints drawing `draws` in
+    /// A full scan under `least_inflight` on a mock clock over `n` endpoints drawing `draws` in
     /// order, how many draws it has taken, and the clock's hand.
-    fn balancer(n: u32, draws: Vec<u64>) -> (Balance<u32, Endpoint>, Arc<AtomicUsize>, MockTime) {
+    fn balancer(n: u32, draws: Vec<u64>) -> (Balancer<u32, Endpoint>, Arc<AtomicUsize>, MockTime) {
         let (clock, time) = Clock::mock();
         time.advance(Duration::from_secs(1));
         let (draws, taken) = script(draws);
-        let metric = LoadMetric::InFlightThenLatency(PeakEwmaConfig::default());
-        let mut balance = Balance::with_draws(metric, draws)
-            .with_policy(Policy::LeastLoaded)
-            .with_clock(clock);
+        let mut balance = Balancer::with_draws(Strategy::LeastInflight, draws).with_clock(clock);
         for key in 0..n {
             balance.insert(key, 1, endpoint());
         }

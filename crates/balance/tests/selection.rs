@@ -1,7 +1,7 @@
-//! Selection as a `Balance` makes it: read counts, draws, weights, ties, membership, PeakEWMA defaults.
+//! Selection as a `Balancer` makes it: read counts, draws, weights, ties, membership, PeakEWMA defaults.
 
 use duet_balance::{
-    Balance, Clock, CompleteOnBodyEnd, DefaultRtt, Draws, LoadMetric, PeakEwmaConfig, Policy,
+    Balancer, Clock, CompleteOnBodyEnd, DefaultRtt, Draws, PeakEwmaConfig, Strategy,
 };
 use std::{
     collections::HashMap,
@@ -36,12 +36,12 @@ fn named(
 }
 
 /// Sends one request and waits for its answer.
-async fn serve_one<K, S, C>(balance: &mut Balance<K, S, C>) -> C::Output
+async fn serve_one<K, S, C>(balance: &mut Balancer<K, S, C>) -> C::Output
 where
     K: std::hash::Hash + Eq + Clone,
     S: Service<u32>,
     S::Error: Into<duet_balance::BoxError>,
-    C: duet_balance::TrackCompletion<duet_balance::LoadGuard, S::Response>,
+    C: tower::load::TrackCompletion<duet_balance::LoadGuard, S::Response>,
 {
     balance
         .ready()
@@ -53,7 +53,7 @@ where
 }
 
 /// Sends `n` sequential requests and returns the answers.
-async fn answers<S>(balance: &mut Balance<u32, S>, n: usize) -> Vec<u32>
+async fn answers<S>(balance: &mut Balancer<u32, S>, n: usize) -> Vec<u32>
 where
     S: Service<u32, Response = u32, Error = Infallible>,
 {
@@ -75,7 +75,7 @@ where
 #[tokio::test]
 async fn each_pick_reads_exactly_two_loads() {
     for n in [2usize, 3, 64, 4096] {
-        let mut balance = Balance::with_seed(LoadMetric::default(), 1);
+        let mut balance = Balancer::with_seed(Strategy::P2cPeakEwma, 1);
         for k in 0..n {
             balance.insert(k, 1, echo());
         }
@@ -90,8 +90,8 @@ async fn each_pick_reads_exactly_two_loads() {
 
 #[tokio::test]
 async fn one_endpoint_consumes_no_draw() {
-    let mut balance = Balance::with_draws(
-        LoadMetric::InFlight,
+    let mut balance = Balancer::with_draws(
+        Strategy::P2cInflight,
         Draws::from_source(|| -> u64 { panic!("a pool of one must not draw") }),
     );
     balance.insert("solo", 1, echo());
@@ -124,7 +124,7 @@ async fn the_lighter_endpoint_wins_and_is_counted_before_the_call() {
             std::future::pending::<Result<u32, Infallible>>()
         })
     };
-    let mut balance = Balance::with_draws(LoadMetric::InFlight, Draws::from_source(source));
+    let mut balance = Balancer::with_draws(Strategy::P2cInflight, Draws::from_source(source));
     balance.insert("a", 1, make("a"));
     balance.insert("b", 1, make("b"));
     // First pick: both 0, tie, coin 0 → a. Second: a has 1, b has 0 → b, no coin drawn.
@@ -145,7 +145,7 @@ async fn the_lighter_endpoint_wins_and_is_counted_before_the_call() {
 
 #[tokio::test]
 async fn weights_10_1_1_at_equal_load_get_their_weight_share() {
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 42);
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 42);
     balance.insert("heavy", 10, echo());
     balance.insert("light1", 1, echo());
     balance.insert("light2", 1, echo());
@@ -179,7 +179,7 @@ async fn weights_10_1_1_at_equal_load_get_their_weight_share() {
 
 #[tokio::test]
 async fn weighted_comparison_divides_load_by_weight() {
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 3);
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 3);
     let hold = || service_fn(|_: u32| std::future::pending::<Result<u32, Infallible>>());
     balance.insert("big", 4, hold());
     balance.insert("small", 1, hold());
@@ -203,7 +203,7 @@ async fn weighted_comparison_divides_load_by_weight() {
 #[tokio::test]
 async fn balancers_without_a_seed_break_ties_differently() {
     let sequence = || async {
-        let mut balance = Balance::new(LoadMetric::InFlight);
+        let mut balance = Balancer::new(Strategy::P2cInflight);
         for k in 0..8u32 {
             balance.insert(k, 1, named(k));
         }
@@ -215,7 +215,7 @@ async fn balancers_without_a_seed_break_ties_differently() {
 #[tokio::test]
 async fn membership_updates_keep_state_and_removed_guards_complete() {
     let hold = || service_fn(|_: u32| std::future::pending::<Result<u32, Infallible>>());
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 5);
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 5);
     balance.insert("a", 1, hold());
     balance.insert("b", 1, hold());
     let mut held = Vec::new();
@@ -263,7 +263,7 @@ async fn membership_updates_keep_state_and_removed_guards_complete() {
 
 #[tokio::test]
 async fn weight_zero_is_ineligible() {
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 5);
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 5);
     balance.insert("a", 0, echo());
     assert_eq!(balance.eligible_len(), 0);
     assert!(balance.pick().is_err());
@@ -273,8 +273,8 @@ async fn weight_zero_is_ineligible() {
 
 #[tokio::test(start_paused = true)]
 async fn a_new_endpoint_starts_at_the_pool_median() {
-    let metric = LoadMetric::PeakEwma(PeakEwmaConfig::default());
-    let mut balance = Balance::with_seed(metric, 1).with_clock(Clock::tokio());
+    let metric = Strategy::P2cPeakEwma;
+    let mut balance = Balancer::with_seed(metric, 1).with_clock(Clock::tokio());
     let sleepy = |ms: u64| {
         service_fn(move |_: u32| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -326,14 +326,12 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
         "median of the measured {estimates:?}"
     );
 
-    let mut fixed = Balance::<&str, _>::with_seed(
-        LoadMetric::PeakEwma(PeakEwmaConfig {
+    let mut fixed = Balancer::<&str, _>::with_seed(Strategy::P2cPeakEwma, 1)
+        .with_latency_config(PeakEwmaConfig {
             default_rtt: DefaultRtt::Fixed(Duration::from_millis(7)),
             ..PeakEwmaConfig::default()
-        }),
-        1,
-    )
-    .with_clock(Clock::tokio());
+        })
+        .with_clock(Clock::tokio());
     fixed.insert("x", 1, sleepy(0));
     assert_eq!(
         fixed.endpoint_load(&"x").map(|l| l.rtt_estimate()),
@@ -343,7 +341,7 @@ async fn a_new_endpoint_starts_at_the_pool_median() {
 
 #[tokio::test(start_paused = true)]
 async fn a_penalised_status_records_the_penalty() {
-    let mut balance = Balance::with_seed(LoadMetric::default(), 1)
+    let mut balance = Balancer::with_seed(Strategy::P2cPeakEwma, 1)
         .with_clock(Clock::tokio())
         .with_completion(CompleteOnBodyEnd::default());
     let status = |code: u16| {
@@ -380,7 +378,7 @@ async fn the_observer_sees_both_candidates() {
     let events = Arc::new(AtomicU64::new(0));
     let ties = Arc::new(AtomicU64::new(0));
     let (e, t) = (events.clone(), ties.clone());
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 8).with_observer(move |event| {
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 8).with_observer(move |event| {
         e.fetch_add(1, Ordering::Relaxed);
         assert_ne!(event.candidates[0].0, event.candidates[1].0);
         assert!(event.chosen == event.candidates[0].0 || event.chosen == event.candidates[1].0);
@@ -405,7 +403,7 @@ async fn the_observer_sees_both_candidates() {
 
 #[tokio::test]
 async fn round_robin_baseline_takes_turns() {
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 1).with_policy(Policy::RoundRobin);
+    let mut balance = Balancer::with_seed(Strategy::RoundRobin, 1);
     for k in 0..3u32 {
         balance.insert(k, 1, named(k));
     }
@@ -418,7 +416,7 @@ async fn round_robin_baseline_takes_turns() {
 
 #[tokio::test]
 async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 4).with_panic_threshold(0.5);
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 4).with_panic_threshold(0.5);
     for k in 0..4u32 {
         balance.insert(k, 1, named(k));
     }
@@ -449,7 +447,7 @@ async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
     // None eligible: still served (a balancer without a panic threshold would answer NoEligibleEndpoint).
     balance.set_eligible(&3, false);
     assert!(balance.ready().await.expect("ready").call(0).await.is_ok());
-    let mut strict = Balance::with_seed(LoadMetric::InFlight, 4);
+    let mut strict = Balancer::with_seed(Strategy::P2cInflight, 4);
     strict.insert(0u32, 1, echo());
     strict.set_eligible(&0, false);
     assert!(strict.ready().await.expect("ready").call(0).await.is_err());
@@ -457,7 +455,7 @@ async fn panic_mode_balances_over_all_when_too_few_are_eligible() {
 
 #[tokio::test]
 async fn a_retry_never_picks_an_excluded_endpoint() {
-    let mut balance = Balance::with_seed(LoadMetric::InFlight, 6);
+    let mut balance = Balancer::with_seed(Strategy::P2cInflight, 6);
     for k in 0..3u32 {
         balance.insert(k, 1, named(k));
     }
@@ -493,7 +491,7 @@ async fn a_retry_never_picks_an_excluded_endpoint() {
 
 #[tokio::test(start_paused = true)]
 async fn a_readmitted_endpoint_restarts_at_the_median_estimate() {
-    let mut balance = Balance::with_seed(LoadMetric::default(), 12).with_clock(Clock::tokio());
+    let mut balance = Balancer::with_seed(Strategy::P2cPeakEwma, 12).with_clock(Clock::tokio());
     let sleepy = |ms: u64| {
         service_fn(move |_: u32| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -534,7 +532,7 @@ async fn a_readmitted_endpoint_restarts_at_the_median_estimate() {
 #[tokio::test(start_paused = true)]
 async fn slow_start_ramps_a_readmitted_share_up_gradually() {
     let mut balance =
-        Balance::with_seed(LoadMetric::InFlight, 12).with_slow_start(Duration::from_secs(10));
+        Balancer::with_seed(Strategy::P2cInflight, 12).with_slow_start(Duration::from_secs(10));
     for k in 0..4u32 {
         balance.insert(k, 1, echo());
     }
@@ -569,20 +567,18 @@ async fn slow_start_ramps_a_readmitted_share_up_gradually() {
 
 #[tokio::test(start_paused = true)]
 async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_completes() {
-    let mut balance = Balance::<&str, _>::with_seed(
-        LoadMetric::PeakEwma(PeakEwmaConfig {
+    let mut balance = Balancer::<&str, _>::with_seed(Strategy::P2cPeakEwma, 7)
+        .with_latency_config(PeakEwmaConfig {
             default_rtt: DefaultRtt::Fixed(Duration::from_millis(10)),
             ..PeakEwmaConfig::default()
-        }),
-        7,
-    )
-    .with_clock(Clock::tokio());
+        })
+        .with_clock(Clock::tokio());
     balance.insert("stalled", 1, echo());
     balance.insert("healthy", 1, echo());
     // One request outstanding on each, as at any moment under steady load; the healthy one's is recent.
     // The other one's weight is 0 for the claim: a pick of it, dropped at once, would record its
     // first sample, which replaces the start estimate.
-    let claim = |balance: &mut Balance<&str, _>, wanted: &'static str| {
+    let claim = |balance: &mut Balancer<&str, _>, wanted: &'static str| {
         let other = if wanted == "stalled" {
             "healthy"
         } else {
@@ -617,7 +613,7 @@ async fn an_endpoint_that_stalls_loses_its_picks_before_any_of_its_requests_comp
 #[tokio::test(start_paused = true)]
 async fn a_retry_during_slow_start_uses_the_ramped_weights() {
     let mut balance =
-        Balance::with_seed(LoadMetric::InFlight, 21).with_slow_start(Duration::from_secs(10));
+        Balancer::with_seed(Strategy::P2cInflight, 21).with_slow_start(Duration::from_secs(10));
     for k in 0..3u32 {
         balance.insert(k, 1, named(k));
     }

@@ -2,7 +2,7 @@
 //! share (w / Σw, ± 0.05) whether requests come one at a time or 16 at once; and a slow endpoint stays
 //! out under PeakEWMA whatever its weight. Virtual time: each request takes its endpoint's latency.
 
-use duet_balance::{Balance, Clock, LoadGuard, LoadMetric, PeakEwmaConfig, Policy};
+use duet_balance::{Balancer, Clock, LoadGuard, Strategy};
 use std::{cmp::Reverse, collections::BinaryHeap, time::Duration};
 use tokio::time::Instant;
 
@@ -23,16 +23,14 @@ impl Jitter {
 
 /// Each endpoint's share of `requests` requests, `concurrency` at a time.
 async fn shares(
-    policy: Policy,
-    metric: LoadMetric,
+    strategy: Strategy,
     weights: &[u32],
     latencies: &[Duration],
     concurrency: usize,
     requests: usize,
 ) -> Vec<f64> {
-    let mut balance: Balance<usize, ()> = Balance::with_seed(metric, 11)
-        .with_policy(policy)
-        .with_clock(Clock::tokio());
+    let mut balance: Balancer<usize, ()> =
+        Balancer::with_seed(strategy, 11).with_clock(Clock::tokio());
     for (key, &weight) in weights.iter().enumerate() {
         balance.insert(key, weight, ());
     }
@@ -41,7 +39,7 @@ async fn shares(
     // Requests in flight, earliest completion first.
     let mut in_flight: BinaryHeap<Reverse<(Instant, usize)>> = BinaryHeap::new();
     let mut guards: Vec<Option<LoadGuard>> = Vec::new();
-    let mut pick = |balance: &mut Balance<usize, ()>, guards: &mut Vec<Option<LoadGuard>>| {
+    let mut pick = |balance: &mut Balancer<usize, ()>, guards: &mut Vec<Option<LoadGuard>>| {
         let (key, (), guard) = balance.pick_and_claim().expect("an endpoint");
         let key = *key;
         served[key] += 1;
@@ -66,16 +64,12 @@ async fn shares(
     served.iter().map(|&s| s as f64 / total as f64).collect()
 }
 
-fn policies() -> [(&'static str, Policy, LoadMetric); 4] {
+fn policies() -> [Strategy; 4] {
     [
-        ("round_robin", Policy::RoundRobin, LoadMetric::InFlight),
-        ("random", Policy::Random, LoadMetric::InFlight),
-        ("p2c_inflight", Policy::P2c, LoadMetric::InFlight),
-        (
-            "p2c_peak_ewma",
-            Policy::P2c,
-            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
-        ),
+        Strategy::RoundRobin,
+        Strategy::Random,
+        Strategy::P2cInflight,
+        Strategy::P2cPeakEwma,
     ]
 }
 
@@ -85,17 +79,9 @@ async fn equal_endpoints_get_their_weight_share_under_every_policy() {
     for weights in [&[3u32, 1][..], &[10, 1, 1][..]] {
         let total: u32 = weights.iter().sum();
         let latencies = vec![latency; weights.len()];
-        for (name, policy, metric) in policies() {
+        for name in policies() {
             for concurrency in [1, 16] {
-                let got = shares(
-                    policy,
-                    metric.clone(),
-                    weights,
-                    &latencies,
-                    concurrency,
-                    4000,
-                )
-                .await;
+                let got = shares(name, weights, &latencies, concurrency, 4000).await;
                 for (share, &weight) in got.iter().zip(weights) {
                     let expected = f64::from(weight) / f64::from(total);
                     assert!(
@@ -116,8 +102,7 @@ async fn a_slow_endpoint_stays_out_under_peak_ewma_whatever_its_weight() {
     // stays under a tenth.
     for concurrency in [1, 4, 8] {
         let got = shares(
-            Policy::P2c,
-            LoadMetric::PeakEwma(PeakEwmaConfig::default()),
+            Strategy::P2cPeakEwma,
             &[3, 1],
             &latencies,
             concurrency,
@@ -133,8 +118,7 @@ async fn a_slow_endpoint_stays_out_under_peak_ewma_whatever_its_weight() {
 
 #[test]
 fn smooth_weighted_round_robin_interleaves() {
-    let mut balance: Balance<&str, ()> =
-        Balance::with_seed(LoadMetric::InFlight, 1).with_policy(Policy::RoundRobin);
+    let mut balance: Balancer<&str, ()> = Balancer::with_seed(Strategy::RoundRobin, 1);
     balance.insert("a", 3, ());
     balance.insert("b", 1, ());
     let turns: String = (0..12)
@@ -149,11 +133,11 @@ fn smooth_weighted_round_robin_interleaves() {
 /// endpoint of weight 2 tried give 1/8, 3/8 and 4/8 under every policy, and never the tried one.
 #[test]
 fn a_retry_gets_the_weight_shares_of_the_endpoints_left() {
-    for (name, policy, metric) in policies() {
-        if !matches!(metric, LoadMetric::InFlight) {
+    for name in policies() {
+        if name == Strategy::P2cPeakEwma {
             continue;
         }
-        let mut balance = Balance::with_seed(metric, 5).with_policy(policy);
+        let mut balance = Balancer::with_seed(name, 5);
         for (key, weight) in [(0u32, 1), (1, 2), (2, 3), (3, 4)] {
             balance.insert(
                 key,

@@ -51,11 +51,11 @@ pub use error::{ConfigError, ConfigErrors};
 pub use filter::hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, ClientAuth, ClientLimits, Cluster, Config,
-    HashKey, HashPolicy, HashWalk, HeaderEdits, HeaderMatch, HealthCheck, HostPattern, Http2Limits,
-    Http2Windows, Limits, Listener, ListenerTls, Location, OutlierDetection, PathMatch,
-    PathRewrite, Pattern, PatternError, Policy, ProxyProtocol, Redirect, RedirectPath, Retries,
-    Rewrite, Route, Shutdown, Timeouts, TlsFiles, TlsVersion, Underscores, UpstreamProtocol,
-    UpstreamTls, ValueMatch, WeightedCluster, Workers,
+    HashAlgorithm, HashKey, HashPolicy, HashWalk, HeaderEdits, HeaderMatch, HealthCheck,
+    HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location,
+    OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, ProxyProtocol,
+    Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, TlsVersion,
+    Underscores, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

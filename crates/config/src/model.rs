@@ -779,6 +779,8 @@ pub struct HashPolicy {
     pub bound: f64,
     /// Where a key goes past a full home.
     pub walk: HashWalk,
+    /// The table a key's home is read from.
+    pub algorithm: HashAlgorithm,
 }
 
 /// The request's affinity key.
@@ -794,6 +796,18 @@ pub enum HashKey {
     ClientIp,
     /// `path`: the request path, without the query.
     Path,
+}
+
+/// The table a key's home is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashAlgorithm {
+    /// `maglev`: a Maglev table of 65,537 entries; keys spread evenly, a few keys of other backends
+    /// move when one leaves or joins.
+    #[default]
+    Maglev,
+    /// `ring`: a hash ring of 1,024 points per backend; only the keys of a backend that leaves or joins
+    /// move, its share within a few percent.
+    Ring,
 }
 
 /// Where a key goes when its home backend is over the bound.

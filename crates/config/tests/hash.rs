@@ -1,7 +1,7 @@
 //! A cluster's `policy: hash` and its `hash:`: read as written, defaults where left out, each mistake
 //! located.
 
-use duet_config::{parse, HashKey, HashPolicy, HashWalk, Policy};
+use duet_config::{parse, HashAlgorithm, HashKey, HashPolicy, HashWalk, Policy};
 
 mod support;
 use support::{errors, with_routes};
@@ -17,7 +17,7 @@ fn clusters(clusters: &str) -> String {
 fn hash_settings_are_read_with_defaults() {
     let yaml = clusters(
         "  - { name: web, policy: hash, hash: { key: \"header:X-User\", bound: 1.5, walk: next }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
-         - { name: b, policy: hash, hash: { key: client_ip, algorithm: maglev }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
+         - { name: b, policy: hash, hash: { key: client_ip, algorithm: ring }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
          - { name: c, policy: hash, hash: { key: \"cookie:sid\" }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
          - { name: d, policy: hash, hash: { key: \"query:u\" }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
          - { name: e, policy: hash, hash: { key: path }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
@@ -25,12 +25,24 @@ fn hash_settings_are_read_with_defaults() {
     );
     let config = parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
     let hashes: Vec<Option<HashPolicy>> = config.clusters.iter().map(|c| c.hash.clone()).collect();
-    let with = |key, bound, walk| Some(HashPolicy { key, bound, walk });
+    let with = |key, bound, walk| {
+        Some(HashPolicy {
+            key,
+            bound,
+            walk,
+            algorithm: HashAlgorithm::Maglev,
+        })
+    };
     assert_eq!(
         hashes,
         [
             with(HashKey::Header("x-user".into()), 1.5, HashWalk::Next),
-            with(HashKey::ClientIp, 1.25, HashWalk::P2c),
+            Some(HashPolicy {
+                key: HashKey::ClientIp,
+                bound: 1.25,
+                walk: HashWalk::P2c,
+                algorithm: HashAlgorithm::Ring,
+            }),
             with(HashKey::Cookie("sid".into()), 1.25, HashWalk::P2c),
             with(HashKey::Query("u".into()), 1.25, HashWalk::P2c),
             with(HashKey::Path, 1.25, HashWalk::P2c),
@@ -44,7 +56,7 @@ fn hash_settings_are_read_with_defaults() {
 #[test]
 fn a_bad_key_bound_walk_or_algorithm_is_located() {
     let found = errors(&clusters(
-        "  - { name: web, policy: hash, hash: { key: \"header:\", bound: 0.9, walk: far, algorithm: ring }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
+        "  - { name: web, policy: hash, hash: { key: \"header:\", bound: 0.9, walk: far, algorithm: rendezvous }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
          - { name: b, policy: hash, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
          - { name: c, hash: { key: path }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
          - { name: d, policy: hash, hash: { key: ip }, backends: [ { address: 127.0.0.1:9001 } ] }",
@@ -53,7 +65,7 @@ fn a_bad_key_bound_walk_or_algorithm_is_located() {
         "bad.yaml:4:45: clusters[0].hash.key: `header:` is not a hash key",
         "bad.yaml:4:63: clusters[0].hash.bound: `0.9` is not a load bound",
         "bad.yaml:4:74: clusters[0].hash.walk: `far` is not a walk: expected `p2c` or `next`",
-        "bad.yaml:4:90: clusters[0].hash.algorithm: `ring` is not a hash algorithm: expected `maglev`",
+        "bad.yaml:4:90: clusters[0].hash.algorithm: `rendezvous` is not a hash algorithm: expected `maglev` or `ring`",
         "bad.yaml:5:24: clusters[1].policy: `policy: hash` needs a `hash:` mapping",
         "bad.yaml:6:22: clusters[2].hash: `hash:` is read only with `policy: hash`",
         "bad.yaml:7:43: clusters[3].hash.key: `ip` is not a hash key",

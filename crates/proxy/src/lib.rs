@@ -29,7 +29,7 @@
 //!   it owns its load guard, latency sample, outlier verdict and access-log record, and settles them
 //!   exactly once when the response body ([`ProxyBody`]) ends, fails (a backend that dies mid-body
 //!   counts as an outlier failure) or is dropped.
-//! - **`backend/`**: a cluster as one worker sees it: its [`duet_balance::Balance`], pooled client
+//! - **`backend/`**: a cluster as one worker sees it: its [`duet_balance::Balancer`], pooled client
 //!   (plain, or TLS with the cluster's `tls:`: `backend/connect.rs` is the seam), outlier ejection and
 //!   request bodies. Nothing is shared with another worker.
 //! - **`telemetry/`**: metric cells and their Prometheus text, the status page, the access log.

@@ -1,14 +1,16 @@
 //! Consistent hashing with bounded loads, driven through duet-balance's own keyed picks
-//! ([`Balance::pick_and_claim_for`]): how many keys move when a backend leaves or joins, and, with
+//! ([`Balancer::pick_and_claim_for`]): how many keys move when a backend leaves or joins, and, with
 //! Zipf-distributed keys, how busy the busiest backend gets and how many requests leave their key's home.
 //!
 //! ```
-//! let moved = duet_sim::affinity::moved(10, 20_000, 65_537);
+//! use duet_balance::Affinity;
+//!
+//! let moved = duet_sim::affinity::moved(10, 20_000, Affinity::maglev());
 //! assert!(moved.leave <= 1.1 / 10.0 && moved.join <= 1.1 / 11.0);
 //! ```
 
 use crate::random::Random;
-use duet_balance::{algo::stable_hash, Affinity, Balance, LoadGuard, LoadMetric, Walk};
+use duet_balance::{algo::stable_hash, Affinity, Balancer, LoadGuard, Strategy, Walk};
 use serde::Serialize;
 
 /// Shares of keys whose backend changed.
@@ -22,12 +24,12 @@ pub struct Moved {
     pub join: f64,
 }
 
-/// Keys moved when one of `n` backends leaves, and when one joins, over `keys` keys, with a Maglev
-/// table of `table_size` entries (a prime).
-pub fn moved(n: u32, keys: u64, table_size: u32) -> Moved {
+/// Keys moved when one of `n` backends leaves, and when one joins, over `keys` keys, with the table
+/// `affinity` builds (a Maglev table or a hash ring).
+pub fn moved(n: u32, keys: u64, affinity: Affinity) -> Moved {
     let homes = |members: &[u32]| -> Vec<Option<u32>> {
-        let mut balance: Balance<u32, ()> = Balance::new(LoadMetric::InFlight)
-            .with_affinity(Affinity::maglev().with_table_size(table_size));
+        let mut balance: Balancer<u32, ()> =
+            Balancer::new(Strategy::P2cInflight).with_affinity(affinity);
         for &m in members {
             balance.insert(m, 1, ());
         }
@@ -52,6 +54,8 @@ pub fn moved(n: u32, keys: u64, table_size: u32) -> Moved {
 /// One run of Zipf-keyed requests, `in_flight` at a time, through a keyed balancer.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct ZipfReport {
+    /// `maglev` or `ring`.
+    pub table: &'static str,
     /// `next`, `p2c` or `unbounded`.
     pub walk: &'static str,
     /// The most requests any backend had in flight, over the mean (`in_flight / n`), at worst.
@@ -64,22 +68,18 @@ pub struct ZipfReport {
 
 /// `requests` Zipf(`s`)-keyed requests over `keys` keys, with `in_flight` of them held at once (a
 /// random one completes before each new one: memoryless service times), through a balancer of `n`
-/// backends with bound `c` and `walk` (`None`: unbounded). Deterministic for `seed`.
+/// backends keyed by `affinity` (its table, bound and walk). Deterministic for `seed`.
 pub fn zipf(
     n: u32,
     keys: usize,
     s: f64,
     in_flight: usize,
     requests: usize,
-    bound: Option<(f64, Walk)>,
+    affinity: Affinity,
     seed: u64,
 ) -> ZipfReport {
-    let affinity = match bound {
-        Some((c, walk)) => Affinity::maglev().with_bound(c).with_walk(walk),
-        None => Affinity::maglev().unbounded(),
-    };
-    let mut balance: Balance<u32, ()> =
-        Balance::with_seed(LoadMetric::InFlight, seed).with_affinity(affinity);
+    let mut balance: Balancer<u32, ()> =
+        Balancer::with_seed(Strategy::P2cInflight, seed).with_affinity(affinity);
     for m in 0..n {
         balance.insert(m, 1, ());
     }
@@ -112,10 +112,11 @@ pub fn zipf(
     }
     let stats = balance.stats();
     ZipfReport {
-        walk: match bound {
-            None => "unbounded",
-            Some((_, Walk::Next)) => "next",
-            Some(_) => "p2c",
+        table: affinity.algorithm(),
+        walk: match (affinity.bound(), affinity.walk()) {
+            (None, _) => "unbounded",
+            (Some(_), Walk::Next) => "next",
+            (Some(_), _) => "p2c",
         },
         max_over_mean: worst,
         mean_max_over_mean: sum / measured.max(1) as f64,

@@ -3,7 +3,7 @@
 use crate::{
     checker::Checker,
     field::Field,
-    model::{HashKey, HashPolicy, HashWalk, Policy},
+    model::{HashAlgorithm, HashKey, HashPolicy, HashWalk, Policy},
     raw::{RawCluster, RawHash, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -42,17 +42,11 @@ pub(super) fn hash(
 }
 
 fn settings(checker: &mut Checker, raw: &RawHash, field: &Field) -> HashPolicy {
-    if let Some(algorithm) = &raw.algorithm {
-        let text = algorithm.value.0.trim();
-        if text != "maglev" {
-            let message = format!("`{text}` is not a hash algorithm: expected `maglev`");
-            checker.reject(algorithm, field.key("algorithm"), message);
-        }
-    }
     HashPolicy {
         key: key(checker, &raw.key, &field.key("key")).unwrap_or(HashKey::Path),
         bound: bound(checker, raw.bound.as_ref(), &field.key("bound")),
         walk: walk(checker, raw.walk.as_ref(), &field.key("walk")),
+        algorithm: algorithm(checker, raw.algorithm.as_ref(), &field.key("algorithm")),
     }
 }
 
@@ -93,6 +87,25 @@ fn bound(checker: &mut Checker, value: Option<&Spanned<Scalar>>, field: &Field) 
             );
             checker.reject(value, field, message);
             1.25
+        }
+    }
+}
+
+fn algorithm(
+    checker: &mut Checker,
+    value: Option<&Spanned<Scalar>>,
+    field: &Field,
+) -> HashAlgorithm {
+    let Some(value) = value else {
+        return HashAlgorithm::default();
+    };
+    match value.value.0.trim() {
+        "maglev" => HashAlgorithm::Maglev,
+        "ring" => HashAlgorithm::Ring,
+        text => {
+            let message = format!("`{text}` is not a hash algorithm: expected `maglev` or `ring`");
+            checker.reject(value, field, message);
+            HashAlgorithm::default()
         }
     }
 }

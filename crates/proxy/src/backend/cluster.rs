@@ -16,8 +16,10 @@ use crate::{
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
     view::{Endpoint, HealthView, ResolvedNames},
 };
-use duet_balance::{Affinity, Balance, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy, Walk};
-use duet_config::{HashKey, HashPolicy, HashWalk, Policy, Timeouts, UpstreamProtocol};
+use duet_balance::{Affinity, Balancer, LoadGuard, NoEligibleEndpoint, StatusSet, Strategy, Walk};
+use duet_config::{
+    HashAlgorithm, HashKey, HashPolicy, HashWalk, Policy, Timeouts, UpstreamProtocol,
+};
 use http::{uri::Authority, StatusCode};
 use rustc_hash::FxBuildHasher;
 use std::{
@@ -93,7 +95,7 @@ fn connector(
 }
 
 /// The balancer of one cluster in one worker, keyed by backend address.
-pub type ClusterBalance = Balance<SocketAddr, Upstream>;
+pub type ClusterBalance = Balancer<SocketAddr, Upstream>;
 
 /// What the balancer holds for each backend: its address as the request target's authority, built
 /// once rather than per request, and this worker's metric cells for it, so a pick finds them without
@@ -449,7 +451,7 @@ impl Cluster {
 }
 
 fn new_balance(policy: Policy, hash: Option<&HashPolicy>) -> ClusterBalance {
-    let balance = Balance::from_strategy(strategy(policy));
+    let balance = Balancer::new(strategy(policy));
     match hash {
         Some(hash) => balance.with_affinity(affinity(hash)),
         None => balance,
@@ -462,7 +464,11 @@ fn affinity(hash: &HashPolicy) -> Affinity {
         HashWalk::Next => Walk::Next,
         HashWalk::P2c => Walk::P2c,
     };
-    Affinity::maglev().with_bound(hash.bound).with_walk(walk)
+    let table = match hash.algorithm {
+        HashAlgorithm::Maglev => Affinity::maglev(),
+        HashAlgorithm::Ring => Affinity::ring(),
+    };
+    table.with_bound(hash.bound).with_walk(walk)
 }
 
 /// The balancing crate's strategy of the same name as the config's policy (a test checks the names).
@@ -584,13 +590,17 @@ mod tests {
 
     #[test]
     fn a_hash_cluster_sends_a_key_home_and_its_retry_to_the_next_candidate() {
+        sends_a_key_home(", hash: { key: 'header:x-user', walk: next }");
+        sends_a_key_home(", hash: { key: 'header:x-user', walk: next, algorithm: ring }");
+    }
+
+    fn sends_a_key_home(settings: &str) {
         let backends = [
             "127.0.0.1:9",
             "127.0.0.1:10",
             "127.0.0.1:11",
             "127.0.0.1:12",
         ];
-        let settings = ", hash: { key: 'header:x-user', walk: next }";
         let cluster = with_policy(&backends, "hash", settings);
         let debug = cluster.with_balance(|b| format!("{b:?}"));
         assert!(

@@ -532,7 +532,7 @@ impl Registry {
 pub(crate) mod fixture {
     use super::*;
     use duet_balance::{
-        Balance, Clock, DefaultRtt, LoadGuard, LoadMetric, MockTime, PeakEwmaConfig,
+        Balancer, Clock, DefaultRtt, LoadGuard, MockTime, PeakEwmaConfig, Strategy,
     };
     use std::time::Duration;
 
@@ -540,17 +540,19 @@ pub(crate) mod fixture {
     pub(crate) struct Load {
         load: Arc<EndpointLoad>,
         _in_flight: Vec<LoadGuard>,
-        _balance: Balance<u8, ()>,
+        _balance: Balancer<u8, ()>,
         _time: MockTime,
     }
 
     fn load(rtt_micros: u64, picks: usize, in_flight: usize, eligible: bool) -> Load {
         let (clock, time) = Clock::mock();
-        let metric = LoadMetric::PeakEwma(PeakEwmaConfig {
+        let config = PeakEwmaConfig {
             default_rtt: DefaultRtt::Fixed(Duration::from_micros(rtt_micros)),
             ..PeakEwmaConfig::default()
-        });
-        let mut balance: Balance<u8, ()> = Balance::with_seed(metric, 7).with_clock(clock);
+        };
+        let mut balance: Balancer<u8, ()> = Balancer::with_seed(Strategy::P2cPeakEwma, 7)
+            .with_latency_config(config)
+            .with_clock(clock);
         balance.insert(0, 1, ());
         let mut held = Vec::new();
         for pick in 0..picks {
