@@ -28,6 +28,7 @@ mod layering;
 mod lifecycle;
 mod mirror;
 mod proxy_protocol;
+mod proxy_protocol_out;
 mod limits;
 mod readme;
 mod reload;

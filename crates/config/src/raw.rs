@@ -305,6 +305,8 @@ pub(crate) struct RawCluster {
     pub(crate) http2: Option<Spanned<RawHttp2Windows>>,
     #[serde(default)]
     pub(crate) hash: Option<Spanned<RawHash>>,
+    #[serde(default)]
+    pub(crate) send_proxy_protocol: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

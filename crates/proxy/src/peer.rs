@@ -19,6 +19,17 @@ pub struct Client {
     pub listener: usize,
 }
 
+/// [`original_client`] as a socket address, for a PROXY header: the peer's own (its port too), or the
+/// address a trusted proxy forwarded, with port 0 (`X-Forwarded-For` names no port).
+pub(crate) fn original_client_address(headers: &HeaderMap, client: Client) -> SocketAddr {
+    let ip = original_client(headers, client);
+    if ip == client.address.ip() {
+        client.address
+    } else {
+        SocketAddr::new(ip, 0)
+    }
+}
+
 /// The client as the first trusted proxy saw it: the last `X-Forwarded-For` entry when the peer is
 /// trusted (nginx's `real_ip_header X-Forwarded-For` without recursion), the peer otherwise. The
 /// one address the access log names and every per-client decision (`allow:`, `rate_limit:`) is
