@@ -38,6 +38,7 @@ mod routing;
 mod shaping;
 mod streaming;
 mod tls;
+mod tls_ocsp;
 mod tls_rotation;
 mod tls_sni;
 mod upstream_tls;

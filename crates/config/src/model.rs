@@ -201,6 +201,9 @@ pub struct TlsFiles {
     pub cert_at: Location,
     /// Where `key` is written in the file.
     pub key_at: Location,
+    /// A DER OCSP response to staple (`ocsp:`, listener certificates only), refreshed by an outside
+    /// tool; with where it is written.
+    pub ocsp: Option<(std::path::PathBuf, Location)>,
 }
 
 /// A routing rule.

@@ -1,4 +1,4 @@
-//! Certificate rotation without a signal: the listeners' certificate, key and CA files are read once
+//! Certificate rotation without a signal: the listeners' certificate, key, OCSP and CA files are read once
 //! a [`ROTATION_EVERY`] and, when their content changed, every listener's acceptor is built again and
 //! handed to the workers. Content, not modification times or inotify, is what is compared, as
 //! `--watch` does for the config: a Kubernetes Secret is updated by swapping a symlink, which an
@@ -134,6 +134,9 @@ fn files(config: &Config) -> Vec<PathBuf> {
         for files in &tls.certificates {
             paths.push(files.cert.clone());
             paths.push(files.key.clone());
+            if let Some((ocsp, _)) = &files.ocsp {
+                paths.push(ocsp.clone());
+            }
         }
         if let Some(auth) = &tls.client_auth {
             paths.push(auth.ca.clone());
