@@ -47,3 +47,31 @@ pub(crate) fn original_client(headers: &HeaderMap, client: Client) -> IpAddr {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(client.address.ip())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_a_proxy_header_names_is_the_peer_s_unless_a_trusted_proxy_forwarded_one() {
+        let peer: SocketAddr = "10.0.0.5:40000".parse().expect("address");
+        let client = |trusted| Client {
+            address: peer,
+            tls: false,
+            trusted,
+            listener: 0,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            "203.0.113.7, 198.51.100.2".parse().expect("value"),
+        );
+        assert_eq!(original_client_address(&headers, client(false)), peer);
+        let forwarded: SocketAddr = "198.51.100.2:0".parse().expect("address");
+        assert_eq!(original_client_address(&headers, client(true)), forwarded);
+        assert_eq!(
+            original_client_address(&HeaderMap::new(), client(true)),
+            peer
+        );
+    }
+}
