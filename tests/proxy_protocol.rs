@@ -14,8 +14,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// HAProxy in TCP mode, killed when dropped.
-struct Haproxy {
+/// HAProxy, killed when dropped.
+pub(crate) struct Haproxy {
     child: Child,
     _dir: TempDir,
 }
@@ -27,7 +27,7 @@ impl Drop for Haproxy {
     }
 }
 
-fn haproxy_present() -> bool {
+pub(crate) fn haproxy_present() -> bool {
     let found = Command::new("haproxy")
         .arg("-v")
         .output()
@@ -42,14 +42,13 @@ fn haproxy_present() -> bool {
     found
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("address").port()
 }
 
 /// HAProxy with one TCP frontend per `(port, server option)`, each to `duet`.
 fn start_haproxy(duet: SocketAddr, frontends: &[(u16, &str)]) -> Haproxy {
-    let dir = TempDir::new();
     let mut config = String::from(
         "global\n    nbthread 1\ndefaults\n    mode tcp\n    timeout connect 2s\n    \
          timeout client 10s\n    timeout server 10s\n",
@@ -60,6 +59,15 @@ fn start_haproxy(duet: SocketAddr, frontends: &[(u16, &str)]) -> Haproxy {
              backend duet{i}\n    server duet {duet} {option}\n"
         ));
     }
+    run_haproxy(
+        &config,
+        &frontends.iter().map(|(port, _)| *port).collect::<Vec<_>>(),
+    )
+}
+
+/// HAProxy on `config`, once it listens on every one of `ports`.
+pub(crate) fn run_haproxy(config: &str, ports: &[u16]) -> Haproxy {
+    let dir = TempDir::new();
     let path = dir.0.join("haproxy.cfg");
     std::fs::write(&path, config).expect("haproxy config");
     let child = Command::new("haproxy")
@@ -71,7 +79,7 @@ fn start_haproxy(duet: SocketAddr, frontends: &[(u16, &str)]) -> Haproxy {
         .expect("haproxy starts");
     let haproxy = Haproxy { child, _dir: dir };
     let deadline = Instant::now() + Duration::from_secs(10);
-    for (port, _) in frontends {
+    for port in ports {
         while TcpStream::connect(("127.0.0.1", *port)).is_err() {
             assert!(
                 Instant::now() < deadline,
@@ -84,7 +92,7 @@ fn start_haproxy(duet: SocketAddr, frontends: &[(u16, &str)]) -> Haproxy {
 }
 
 /// A request from `source` (an IP of the loopback network) to `to`: what came back before the close.
-fn request_from(source: &str, to: SocketAddr, request: &[u8]) -> String {
+pub(crate) fn request_from(source: &str, to: SocketAddr, request: &[u8]) -> String {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
     let from: SocketAddr = format!("{source}:0").parse().expect("source");
     socket.bind(&from.into()).expect("bind the source");

@@ -132,3 +132,87 @@ async fn swapped_files_are_served_within_2s_with_no_failed_request_and_a_broken_
     let metrics = duet.log_lines().join("\n");
     assert!(metrics.contains("do not load"), "the broken swap is logged");
 }
+
+/// A self-signed `localhost` certificate expiring at midnight UTC of `year-month-day`: PEM, key
+/// PEM, DER.
+fn expiring(year: i32, month: u8, day: u8) -> (String, String, Vec<u8>) {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("names");
+    params.not_after = rcgen::date_time_ymd(year, month, day);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("certificate");
+    (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_expiry_gauge_and_the_handshakes_name_the_listener_and_follow_a_rotation() {
+    let dir = TempDir::new();
+    let (cert0, key0, der0) = expiring(2031, 1, 2);
+    let (cert1, key1, der1) = expiring(2032, 3, 4);
+    swap_in(&dir.0, "v0", &cert0, &key0);
+    std::os::unix::fs::symlink("..data/cert.pem", dir.0.join("cert.pem")).expect("link");
+    std::os::unix::fs::symlink("..data/key.pem", dir.0.join("key.pem")).expect("link");
+    let backend = Backend::start(BackendOptions::named("app")).expect("backend");
+    let yaml = format!(
+        "workers: 1\nadmin: {{ address: 127.0.0.1:0 }}\nlisteners:\n  - address: 127.0.0.1:0\n  \
+         - name: edge\n    address: 127.0.0.1:0\n    tls: {{ cert: cert.pem, key: key.pem }}\n\
+         routes: [ {{ cluster: app }} ]\nclusters:\n  - name: app\n    backends: [ {{ address: {} }} ]\n",
+        backend.address()
+    );
+    std::fs::write(dir.0.join("duet.yaml"), yaml).expect("config");
+    let duet = Duet::start_at(&dir.0.join("duet.yaml"));
+    let tls_address = duet
+        .log_lines()
+        .iter()
+        .find_map(|l| {
+            l.split("listening on https://")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the TLS listener's address");
+    let mut roots = rustls::RootCertStore::empty();
+    for der in [&der0, &der1] {
+        roots.add(der.clone().into()).expect("root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let client = TlsConnector::from(Arc::new(config));
+    assert_eq!(one(tls_address, &client).await, Ok(der0.clone()));
+    let gauge = |metrics: &str| -> Vec<String> {
+        let name = "duet_tls_certificate_expiry_timestamp_seconds{";
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .map(str::to_owned)
+            .collect()
+    };
+    let metrics = crate::admin::get(duet.admin_address(), "/metrics");
+    let certificate = dir.0.join("cert.pem").display().to_string();
+    let line = |at: u64| {
+        format!(
+            "duet_tls_certificate_expiry_timestamp_seconds{{listener=\"edge\",\
+             certificate=\"{certificate}\",names=\"localhost\"}} {at}"
+        )
+    };
+    assert_eq!(gauge(&metrics), [line(1_925_078_400)], "{metrics}");
+    // Only the TLS listener has handshake series, under its name.
+    let handshakes =
+        "duet_tls_handshakes_total{worker=\"0\",listener=\"edge\",result=\"success\"} 1";
+    assert!(metrics.contains(handshakes), "{metrics}");
+    assert_eq!(metrics.matches("duet_tls_handshakes_total{").count(), 8);
+
+    swap_in(&dir.0, "v1", &cert1, &key1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while one(tls_address, &client).await != Ok(der1.clone()) {
+        assert!(Instant::now() < deadline, "the new certificate is served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = crate::admin::get(duet.admin_address(), "/metrics");
+    assert_eq!(gauge(&metrics), [line(1_961_971_200)], "{metrics}");
+}

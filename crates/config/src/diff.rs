@@ -322,6 +322,14 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             new.protocol.name()
         ));
     }
+    if old.send_proxy_protocol != new.send_proxy_protocol {
+        let name = |c: &Cluster| c.send_proxy_protocol.map_or("off", |v| v.name());
+        changes.push(format!(
+            "~ {prefix}: send_proxy_protocol {} -> {}",
+            name(old),
+            name(new)
+        ));
+    }
     backends(changes, &prefix, old, new);
     let timeouts = format!("{prefix}.timeouts");
     changed!(

@@ -54,8 +54,9 @@ pub use model::{
     HashAlgorithm, HashKey, HashPolicy, HashWalk, HeaderEdits, HeaderMatch, HealthCheck,
     HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, ProxyProtocol,
-    Redirect, RedirectPath, Retries, Rewrite, Route, Shutdown, Timeouts, TlsFiles, TlsVersion,
-    Underscores, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster, Workers,
+    Redirect, RedirectPath, Retries, Rewrite, Route, SendProxyProtocol, Shutdown, Timeouts,
+    TlsFiles, TlsVersion, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch,
+    WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

@@ -201,6 +201,9 @@ pub struct TlsFiles {
     pub cert_at: Location,
     /// Where `key` is written in the file.
     pub key_at: Location,
+    /// A DER OCSP response to staple (`ocsp:`, listener certificates only), refreshed by an outside
+    /// tool; with where it is written.
+    pub ocsp: Option<(std::path::PathBuf, Location)>,
 }
 
 /// A routing rule.
@@ -730,6 +733,26 @@ impl UpstreamProtocol {
     }
 }
 
+/// `send_proxy_protocol:` of a cluster: the PROXY protocol header each new connection to its backends
+/// starts with, naming the client the connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendProxyProtocol {
+    /// The text header (`PROXY TCP4 ...\r\n`).
+    V1,
+    /// The binary header.
+    V2,
+}
+
+impl SendProxyProtocol {
+    /// The name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+        }
+    }
+}
+
 /// A group of interchangeable backends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
@@ -767,6 +790,9 @@ pub struct Cluster {
     pub http2: Http2Windows,
     /// `hash:`, the affinity of `policy: hash` (`Some` exactly then).
     pub hash: Option<HashPolicy>,
+    /// `send_proxy_protocol:`, the PROXY header each new connection to a backend starts with
+    /// (HTTP/1.1 clusters only); `None` sends none.
+    pub send_proxy_protocol: Option<SendProxyProtocol>,
 }
 
 /// `hash:` of a `policy: hash` cluster: what keys a request, and how a key's load is bounded.

@@ -67,6 +67,8 @@ pub(crate) struct RawTls {
     #[serde(default)]
     pub(crate) key: Option<Spanned<Scalar>>,
     #[serde(default)]
+    pub(crate) ocsp: Option<Spanned<Scalar>>,
+    #[serde(default)]
     pub(crate) certificates: Option<Spanned<Vec<RawCertificate>>>,
     #[serde(default)]
     pub(crate) default: Option<Spanned<Scalar>>,
@@ -89,6 +91,8 @@ pub(crate) struct RawClientAuth {
 pub(crate) struct RawCertificate {
     pub(crate) cert: Spanned<Scalar>,
     pub(crate) key: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) ocsp: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -305,6 +309,8 @@ pub(crate) struct RawCluster {
     pub(crate) http2: Option<Spanned<RawHttp2Windows>>,
     #[serde(default)]
     pub(crate) hash: Option<Spanned<RawHash>>,
+    #[serde(default)]
+    pub(crate) send_proxy_protocol: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

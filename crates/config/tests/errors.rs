@@ -1,8 +1,8 @@
 //! Config errors name the file, line, column, field and what was expected; semantic ones come all at once.
 
 use duet_config::{
-    parse, Action, HostPattern, Http2Limits, Http2Windows, PathMatch, Policy, Underscores,
-    UpstreamProtocol, Workers,
+    parse, Action, HostPattern, Http2Limits, Http2Windows, PathMatch, Policy, SendProxyProtocol,
+    Underscores, UpstreamProtocol, Workers,
 };
 use std::time::Duration;
 
@@ -136,6 +136,49 @@ fn a_cluster_speaks_http1_to_its_backends_unless_it_says_h2() {
         ),
         "{}",
         errors[0]
+    );
+}
+
+#[test]
+fn a_cluster_sends_a_proxy_header_of_v1_or_v2_and_only_over_http1() {
+    let config = parse(VALID, "valid.yaml").expect("valid");
+    assert_eq!(config.clusters[1].send_proxy_protocol, None);
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    send_proxy_protocol: v2",
+    );
+    let config = parse(&yaml, "valid.yaml").expect("valid");
+    assert_eq!(
+        config.clusters[1].send_proxy_protocol,
+        Some(SendProxyProtocol::V2)
+    );
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    send_proxy_protocol: any",
+    );
+    let found = errors(&yaml);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:16:26: clusters[1].send_proxy_protocol: `any` is not a PROXY protocol \
+             version to send: expected v1 or v2"
+        ),
+        "{}",
+        found[0]
+    );
+    let yaml = VALID.replace(
+        "policy: round_robin",
+        "policy: round_robin\n    protocol: h2\n    send_proxy_protocol: v1",
+    );
+    let found = errors(&yaml);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:17:26: clusters[1].send_proxy_protocol: a PROXY header names one client, \
+             but an HTTP/2 connection carries many clients' requests"
+        ),
+        "{}",
+        found[0]
     );
 }
 

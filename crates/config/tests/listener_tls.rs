@@ -94,3 +94,32 @@ fn proxy_protocol_is_a_version_read_only_from_trusted_proxies() {
         ]
     );
 }
+
+#[test]
+fn an_ocsp_response_belongs_to_one_certificate() {
+    let yaml = with_listener(
+        "listeners:\n  \
+         - address: 127.0.0.1:0\n    \
+           tls: { certificates: [ { cert: /c/a.pem, key: /c/a.key, ocsp: /c/a.der }, { cert: /c/b.pem, key: /c/b.key } ] }\n  \
+         - { address: 127.0.0.1:1, tls: { cert: /c/one.pem, key: /c/one.key, ocsp: /c/one.der } }",
+    );
+    let config = parse(&yaml, "ok.yaml").expect("valid");
+    let ocsp = |listener: usize, certificate: usize| {
+        let tls = config.listeners[listener].tls.as_ref().expect("tls");
+        (tls.certificates[certificate].ocsp.as_ref()).map(|(path, _)| path.display().to_string())
+    };
+    assert_eq!(ocsp(0, 0).as_deref(), Some("/c/a.der"));
+    assert_eq!(ocsp(0, 1), None);
+    assert_eq!(ocsp(1, 0).as_deref(), Some("/c/one.der"));
+
+    let found = errors(&with_listener(
+        "listeners:\n  \
+         - { address: 127.0.0.1:0, tls: { ocsp: a.der, certificates: [ { cert: a.pem, key: a.key } ] } }",
+    ));
+    let first_lines: Vec<&str> = found.iter().filter_map(|e| e.lines().next()).collect();
+    assert_eq!(
+        first_lines,
+        ["bad.yaml:2:42: listeners[0].tls.ocsp: an `ocsp` response belongs to one certificate, and \
+          there is no `cert` here"]
+    );
+}

@@ -28,7 +28,7 @@ pub struct Server {
 }
 
 /// The TLS acceptor of each listener (`None` for plain HTTP), with its certificate files read now.
-fn tls_acceptors(config: &Config) -> io::Result<Vec<Option<TlsAcceptor>>> {
+fn tls_acceptors(config: &Config) -> io::Result<crate::tls::rotation::Built> {
     crate::tls::rotation::build(config).map_err(io::Error::from)
 }
 
@@ -49,7 +49,7 @@ fn check_upstream_tls(config: &Config) -> io::Result<()> {
 /// hung mount), so `duet run` does it on a thread of its own, never on the one that waits for SIGTERM.
 pub(crate) struct Reload {
     config: Config,
-    tls: Result<Vec<Option<TlsAcceptor>>, String>,
+    tls: Result<crate::tls::rotation::Built, String>,
 }
 
 impl Reload {
@@ -127,9 +127,9 @@ impl Server {
         let workers = worker_count(config.workers);
         check_upstream_tls(&config)?;
         let seen = crate::tls::rotation::fingerprint_of(&config);
-        let acceptors = tls_acceptors(&config)?;
+        let built = tls_acceptors(&config)?;
         let (addresses, per_worker) = bind_listeners(&config, workers)?;
-        let (tls, tls_rx) = watch::channel(Arc::new(acceptors));
+        let (tls, tls_rx) = watch::channel(Arc::new(built.acceptors));
         // The admin listener is bound here too, so a port conflict fails the start, not a thread later.
         let admin_listener = config.admin.map(bind_admin).transpose()?;
         let admin = admin_listener
@@ -138,6 +138,7 @@ impl Server {
             .transpose()?;
         let registry = Registry::new();
         registry.expect_workers(workers);
+        registry.note_certificates(built.certificates);
         let names = discovery::resolve(
             &config,
             &Default::default(),
@@ -221,7 +222,7 @@ impl Server {
         if worker_count(config.workers) != self.workers.len() {
             return Err("the worker count changed: restart duet to apply it".into());
         }
-        let acceptors = reload.tls?;
+        let built = reload.tls?;
         // Diffed against the running listeners as bound: port 0 resolved is no change.
         let mut running = (*current).clone();
         let bound = running.listeners.iter_mut().zip(&self.addresses);
@@ -231,7 +232,8 @@ impl Server {
             }
         }
         let changes = duet_config::diff(&running, &config);
-        self.tls.send_replace(Arc::new(acceptors));
+        self.tls.send_replace(Arc::new(built.acceptors));
+        self.registry.note_certificates(built.certificates);
         self.config.send_replace(Arc::new(config));
         Ok(changes)
     }

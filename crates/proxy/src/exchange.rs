@@ -14,6 +14,7 @@ use http::{request::Parts, HeaderMap, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::{
     cell::{Cell, RefCell},
+    net::SocketAddr,
     rc::Rc,
     sync::{atomic::Ordering::Relaxed, Arc},
     time::Duration,
@@ -34,6 +35,9 @@ pub(crate) struct Prepared {
     lent: Option<HeaderCopy>,
     /// The hash of the request's affinity key under `policy: hash`, if it has one.
     pub(crate) affinity: Option<u64>,
+    /// The client a PROXY header names, when the cluster sends one: its connections are pooled per
+    /// client.
+    pub(crate) client: Option<SocketAddr>,
 }
 
 impl Prepared {
@@ -44,6 +48,7 @@ impl Prepared {
             upgrade,
             lent: None,
             affinity: None,
+            client: None,
         }
     }
 

@@ -109,7 +109,7 @@ pub(crate) async fn send(
         // pool's future without the transport's around it: one layer less per attempt.
         let unanswered = match cluster.client() {
             Transport::Http1(client) => {
-                let response = pin!(client.send(backend, request, sent));
+                let response = pin!(client.send((backend, prepared.client), request, sent));
                 match head_deadline(cluster, response, upload, sent).await {
                     Ok(Ok((response, lease))) => {
                         completion.lend(Hold::Lease(lease));
@@ -120,7 +120,7 @@ pub(crate) async fn send(
                 }
             }
             transport => {
-                let response = pin!(transport.send(backend, request, sent));
+                let response = pin!(transport.send((backend, prepared.client), request, sent));
                 match head_deadline(cluster, response, upload, sent).await {
                     Ok(Ok((response, hold))) => {
                         completion.lend(hold);

@@ -83,11 +83,10 @@ impl WorkerProxy {
         names: &ResolvedNames,
         registry: Option<(usize, Registry)>,
     ) -> Self {
-        let counters = registry
-            .as_ref()
-            .map_or_else(Default::default, |(index, registry)| {
-                registry.worker(*index)
-            });
+        let counters = registry.as_ref().map_or_else(
+            || Arc::new(WorkerCounters::for_listeners(&config.listeners)),
+            |(index, registry)| registry.worker(*index, &config.listeners),
+        );
         let readiness = registry
             .as_ref()
             .map_or_else(Default::default, |(_, r)| r.readiness_flags());

@@ -100,7 +100,9 @@ pub use peer::Client;
 pub use stage::route::lookup as route_lookup;
 pub use stage::route_index::RouteIndex;
 pub use telemetry::access_log::set_access_log_sink;
-pub use telemetry::metrics::{config_hash, DiscoveryCounters, Registry};
+pub use telemetry::metrics::{
+    config_hash, listener_label, CertificateExpiry, DiscoveryCounters, Registry,
+};
 pub use telemetry::status::{
     BackendStatus, ClusterShare, ClusterStatus, ConfigStatus, RouteStatus, Status, StatusWindow,
     Totals,

@@ -19,6 +19,17 @@ pub struct Client {
     pub listener: usize,
 }
 
+/// [`original_client`] as a socket address, for a PROXY header: the peer's own (its port too), or the
+/// address a trusted proxy forwarded, with port 0 (`X-Forwarded-For` names no port).
+pub(crate) fn original_client_address(headers: &HeaderMap, client: Client) -> SocketAddr {
+    let ip = original_client(headers, client);
+    if ip == client.address.ip() {
+        client.address
+    } else {
+        SocketAddr::new(ip, 0)
+    }
+}
+
 /// The client as the first trusted proxy saw it: the last `X-Forwarded-For` entry when the peer is
 /// trusted (nginx's `real_ip_header X-Forwarded-For` without recursion), the peer otherwise. The
 /// one address the access log names and every per-client decision (`allow:`, `rate_limit:`) is
@@ -35,4 +46,32 @@ pub(crate) fn original_client(headers: &HeaderMap, client: Client) -> IpAddr {
         .and_then(|v| v.rsplit(',').next())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(client.address.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_a_proxy_header_names_is_the_peer_s_unless_a_trusted_proxy_forwarded_one() {
+        let peer: SocketAddr = "10.0.0.5:40000".parse().expect("address");
+        let client = |trusted| Client {
+            address: peer,
+            tls: false,
+            trusted,
+            listener: 0,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            "203.0.113.7, 198.51.100.2".parse().expect("value"),
+        );
+        assert_eq!(original_client_address(&headers, client(false)), peer);
+        let forwarded: SocketAddr = "198.51.100.2:0".parse().expect("address");
+        assert_eq!(original_client_address(&headers, client(true)), forwarded);
+        assert_eq!(
+            original_client_address(&HeaderMap::new(), client(true)),
+            peer
+        );
+    }
 }

@@ -5,7 +5,9 @@ use crate::{
     checker::Checker,
     error::did_you_mean,
     field::Field,
-    model::{Backend, BackendAddress, Cluster, Http2Windows, Policy, UpstreamProtocol},
+    model::{
+        Backend, BackendAddress, Cluster, Http2Windows, Policy, SendProxyProtocol, UpstreamProtocol,
+    },
     raw::{RawBackend, RawCluster, Scalar},
 };
 use serde_saphyr::Spanned;
@@ -61,6 +63,10 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
     let protocol = upstream_protocol(checker, c.protocol.as_ref(), &field.key("protocol"));
     let http2 = http2(checker, c, field, protocol);
     let policy = policy(checker, c.policy.as_ref(), &field.key("policy"));
+    let send_proxy_protocol = c
+        .send_proxy_protocol
+        .as_ref()
+        .and_then(|value| send_proxy_protocol(checker, value, field, protocol));
     Cluster {
         name,
         hash: hash::hash(checker, c, field, policy),
@@ -89,7 +95,34 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         penalty_statuses,
         tls,
         http2,
+        send_proxy_protocol,
     }
+}
+
+/// `v1` or `v2`, on an HTTP/1.1 cluster: an HTTP/2 connection carries many clients' streams, and a
+/// PROXY header names one.
+fn send_proxy_protocol(
+    checker: &mut Checker,
+    value: &Spanned<Scalar>,
+    cluster: &Field,
+    protocol: UpstreamProtocol,
+) -> Option<SendProxyProtocol> {
+    let field = cluster.key("send_proxy_protocol");
+    let text = value.value.0.trim();
+    let all = [SendProxyProtocol::V1, SendProxyProtocol::V2];
+    let Some(version) = all.into_iter().find(|v| v.name() == text) else {
+        let message =
+            format!("`{text}` is not a PROXY protocol version to send: expected v1 or v2");
+        checker.reject(value, &field, message);
+        return None;
+    };
+    if protocol == UpstreamProtocol::H2 {
+        let message = "a PROXY header names one client, but an HTTP/2 connection carries many \
+                       clients' requests";
+        let e = checker.error(value, &field, message);
+        checker.push(e.hint("use `protocol: http1` for backends that read the PROXY protocol"));
+    }
+    Some(version)
 }
 
 /// The windows of a `protocol: h2` cluster's connections; `http2:` on any other cluster would set

@@ -79,21 +79,28 @@ fn certificates(
     field: &Field,
 ) -> Option<Vec<TlsFiles>> {
     let tls = &raw.value;
-    let files = |checker: &Checker, cert: &Spanned<Scalar>, key: &Spanned<Scalar>| {
+    let files = |checker: &Checker, cert, key, ocsp: &Option<Spanned<Scalar>>| {
         let ((cert, cert_at), (key, key_at)) = (checker.path(cert), checker.path(key));
+        let ocsp = ocsp.as_ref().map(|ocsp| checker.path(ocsp));
         TlsFiles {
             cert,
             key,
             cert_at,
             key_at,
+            ocsp,
         }
     };
+    if let (Some(ocsp), None) = (&tls.ocsp, &tls.cert) {
+        let message = "an `ocsp` response belongs to one certificate, and there is no `cert` here";
+        let e = checker.error(ocsp, field.key("ocsp"), message);
+        checker.push(e.hint("write it in its certificate's entry: `- { cert, key, ocsp }`"));
+    }
     match (&tls.cert, &tls.key, &tls.certificates) {
-        (Some(cert), Some(key), None) => Some(vec![files(checker, cert, key)]),
+        (Some(cert), Some(key), None) => Some(vec![files(checker, cert, key, &tls.ocsp)]),
         (None, None, Some(list)) if !list.value.is_empty() => Some(
             list.value
                 .iter()
-                .map(|c| files(checker, &c.cert, &c.key))
+                .map(|c| files(checker, &c.cert, &c.key, &c.ocsp))
                 .collect(),
         ),
         (None, None, Some(list)) => {

@@ -73,6 +73,7 @@ fn client_files(checker: &mut Checker, tls: &RawUpstreamTls, field: &Field) -> O
                 key,
                 cert_at,
                 key_at,
+                ocsp: None,
             })
         }
         (Some(cert), None) => {

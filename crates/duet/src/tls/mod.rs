@@ -35,8 +35,8 @@ pub(crate) fn load(tls: &ListenerTls) -> Result<Vec<Loaded>, TlsError> {
         .collect()
 }
 
-/// Builds the acceptor for a listener's certificates, reading them now.
-pub(crate) fn acceptor(tls: &ListenerTls) -> Result<TlsAcceptor, TlsError> {
+/// Builds the acceptor for a listener's certificates, reading them now; with what it read of them.
+pub(crate) fn acceptor(tls: &ListenerTls) -> Result<(TlsAcceptor, Vec<Loaded>), TlsError> {
     let loaded = load(tls)?;
     let resolver = sni::SniResolver::new(&loaded, tls.default)
         .ok_or_else(|| TlsError::at_tls(tls, "no certificate".to_owned()))?;
@@ -55,7 +55,7 @@ pub(crate) fn acceptor(tls: &ListenerTls) -> Result<TlsAcceptor, TlsError> {
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     // HTTP/2 first: a client offering both gets it (served by `duet_proxy`'s h2 path after ALPN).
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    Ok((TlsAcceptor::from(Arc::new(config)), loaded))
 }
 
 /// Verifies client certificates against `auth.ca`; `optional` lets a client without one through.

@@ -1,4 +1,4 @@
-//! Certificate rotation without a signal: the listeners' certificate, key and CA files are read once
+//! Certificate rotation without a signal: the listeners' certificate, key, OCSP and CA files are read once
 //! a [`ROTATION_EVERY`] and, when their content changed, every listener's acceptor is built again and
 //! handed to the workers. Content, not modification times or inotify, is what is compared, as
 //! `--watch` does for the config: a Kubernetes Secret is updated by swapping a symlink, which an
@@ -7,7 +7,7 @@
 //! logged and counted once per content, and the next change is tried again.
 
 use duet_config::Config;
-use duet_proxy::Registry;
+use duet_proxy::{CertificateExpiry, Registry};
 use std::{
     io::Read,
     path::{Path, PathBuf},
@@ -74,7 +74,8 @@ fn run(rotation: Rotation) {
         seen = now;
         match build(&current) {
             Ok(built) => {
-                acceptors.send_replace(Arc::new(built));
+                acceptors.send_replace(Arc::new(built.acceptors));
+                registry.note_certificates(built.certificates);
                 registry.note_certificate_rotation(true);
                 tracing::info!("listener certificate files changed: new handshakes use them");
             }
@@ -89,13 +90,36 @@ fn run(rotation: Rotation) {
     }
 }
 
+/// Every listener's acceptor, and the certificates they serve.
+#[derive(Default)]
+pub(crate) struct Built {
+    /// By listener, in config order (`None`: plain).
+    pub(crate) acceptors: Vec<Option<TlsAcceptor>>,
+    /// What `duet_tls_certificate_expiry_timestamp_seconds` says of them.
+    pub(crate) certificates: Vec<CertificateExpiry>,
+}
+
 /// Every listener's acceptor, from the files as they are now.
-pub(crate) fn build(config: &Config) -> Result<Vec<Option<TlsAcceptor>>, super::TlsError> {
-    config
-        .listeners
-        .iter()
-        .map(|listener| listener.tls.as_ref().map(super::acceptor).transpose())
-        .collect()
+pub(crate) fn build(config: &Config) -> Result<Built, super::TlsError> {
+    let mut built = Built::default();
+    for listener in &config.listeners {
+        let Some(tls) = &listener.tls else {
+            built.acceptors.push(None);
+            continue;
+        };
+        let (acceptor, loaded) = super::acceptor(tls)?;
+        let label = duet_proxy::listener_label(listener);
+        built
+            .certificates
+            .extend(loaded.iter().map(|certificate| CertificateExpiry {
+                listener: label.clone(),
+                certificate: certificate.files.cert.display().to_string(),
+                names: certificate.names.join(","),
+                not_after: certificate.not_after,
+            }));
+        built.acceptors.push(Some(acceptor));
+    }
+    Ok(built)
 }
 
 /// The content of every file `config`'s listeners read for TLS, hashed.
@@ -110,6 +134,9 @@ fn files(config: &Config) -> Vec<PathBuf> {
         for files in &tls.certificates {
             paths.push(files.cert.clone());
             paths.push(files.key.clone());
+            if let Some((ocsp, _)) = &files.ocsp {
+                paths.push(ocsp.clone());
+            }
         }
         if let Some(auth) = &tls.client_auth {
             paths.push(auth.ca.clone());

@@ -75,10 +75,12 @@ fn connector(
     kept: Option<&Connector>,
     counters: &Arc<ClusterCounters>,
 ) -> Option<Connector> {
+    let sends = config.send_proxy_protocol;
+    let kept = kept.filter(|connector| connector.proxy_protocol() == sends);
     let Some(settings) = &config.tls else {
         return match kept {
             Some(connector) if !connector.is_tls() => None,
-            _ => Some(Connector::default()),
+            _ => Some(Connector::default().sending_proxy_protocol(sends)),
         };
     };
     let loaded = tls::load(settings).map(Arc::new).map_err(|e| e.to_string());
@@ -91,7 +93,7 @@ fn connector(
         // Checked before the reload reached the workers: only a file changed since then gets here.
         tracing::error!(cluster = %config.name, "backend TLS not set up, every connection fails: {why}");
     }
-    Some(Connector::tls(loaded, counters.clone()))
+    Some(Connector::tls(loaded, counters.clone()).sending_proxy_protocol(sends))
 }
 
 /// The balancer of one cluster in one worker, keyed by backend address.
@@ -341,6 +343,14 @@ impl Cluster {
     /// The worker's client toward this cluster's backends.
     pub(crate) fn client(&self) -> &Transport {
         &self.client
+    }
+
+    /// Whether its connections start with a PROXY header, so each belongs to one client.
+    pub(crate) fn sends_proxy_protocol(&self) -> bool {
+        match &self.client {
+            Transport::Http1(client) => client.connector().proxy_protocol().is_some(),
+            Transport::H2(_) => false,
+        }
     }
 
     /// How long an attempt may wait for its response head, once its request is sent.

@@ -1,10 +1,15 @@
 //! The seam between a TCP connection to a backend and the HTTP client on it: plain, or TLS when the
 //! cluster has `tls:` (the ALPN list is the caller's, so an HTTP/2 client can ask for `h2` over the same
 //! configuration). A TLS cluster never falls back to plain text: a handshake that fails fails the
-//! attempt, blamed on the backend.
+//! attempt, blamed on the backend. With `send_proxy_protocol:` the connection starts with a PROXY
+//! header naming its client, before TLS.
 
-use crate::{backend::tls::LoadedTls, telemetry::metrics::ClusterCounters, view::ResolvedNames};
-use duet_config::BackendAddress;
+use crate::{
+    backend::{proxy_header, tls::LoadedTls},
+    telemetry::metrics::ClusterCounters,
+    view::ResolvedNames,
+};
+use duet_config::{BackendAddress, SendProxyProtocol};
 use rustc_hash::FxBuildHasher;
 use rustls::pki_types::ServerName;
 use std::{
@@ -19,7 +24,7 @@ use std::{
     time::Duration,
 };
 use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
+    io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf},
     net::TcpStream,
     time::Instant,
 };
@@ -32,11 +37,12 @@ pub(crate) const HTTP_1_1: &[&[u8]] = &[b"http/1.1"];
 /// preface to a server that chose HTTP/1.1, or nothing, only fails later and less clearly.
 pub(crate) const H2: &[&[u8]] = &[b"h2"];
 
-/// How a cluster's connections are made: plain (the default), or TLS. Cheap to clone; the pool and
-/// its cluster share one.
+/// How a cluster's connections are made: plain (the default), or TLS; with or without a PROXY header
+/// first. Cheap to clone; the pool and its cluster share one.
 #[derive(Clone, Default)]
 pub(crate) struct Connector {
     tls: Option<Rc<TlsTarget>>,
+    proxy_protocol: Option<SendProxyProtocol>,
 }
 
 struct TlsTarget {
@@ -60,7 +66,21 @@ impl Connector {
                 names: RefCell::default(),
                 counters,
             })),
+            proxy_protocol: None,
         }
+    }
+
+    /// This connector, sending `version`'s PROXY header first on every connection (`None`: none).
+    pub(crate) fn sending_proxy_protocol(self, version: Option<SendProxyProtocol>) -> Self {
+        Self {
+            proxy_protocol: version,
+            ..self
+        }
+    }
+
+    /// The PROXY header its connections start with, if any.
+    pub(crate) fn proxy_protocol(&self) -> Option<SendProxyProtocol> {
+        self.proxy_protocol
     }
 
     /// Whether connections are TLS.
@@ -90,6 +110,29 @@ impl Connector {
                 names.entry(*address).or_insert_with(|| name.clone());
             }
         }
+    }
+
+    /// Starts `stream` to `backend` with the PROXY header naming `client`, if the cluster sends one,
+    /// within `limit`.
+    pub(crate) async fn introduce(
+        &self,
+        stream: &mut TcpStream,
+        backend: SocketAddr,
+        client: Option<SocketAddr>,
+        limit: Duration,
+    ) -> io::Result<()> {
+        let Some(version) = self.proxy_protocol else {
+            return Ok(());
+        };
+        let header = proxy_header::header(version, client, backend);
+        tokio::time::timeout(limit, stream.write_all(&header))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("PROXY header not sent within {limit:?}"),
+                )
+            })?
     }
 
     /// `stream` to `backend` as the cluster speaks to it: as it is, or after a TLS handshake offering

@@ -203,7 +203,13 @@ impl H2Client {
 
     /// A new connection to `backend`, its preface and settings exchanged and its task spawned.
     async fn connect(&self, backend: SocketAddr) -> Result<Shared, UpstreamError> {
-        let io = dial(&self.pool.connector, backend, H2, self.pool.connect_timeout).await?;
+        let io = dial(
+            &self.pool.connector,
+            (backend, None),
+            H2,
+            self.pool.connect_timeout,
+        )
+        .await?;
         let (sender, connection) = self
             .pool
             .handshake

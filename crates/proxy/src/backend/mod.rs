@@ -10,6 +10,7 @@ pub(crate) mod transport;
 pub(crate) mod h2_pool;
 pub(crate) mod pool;
 pub(crate) mod connect;
+pub(crate) mod proxy_header;
 pub(crate) mod early_answer;
 pub(crate) mod tls;
 pub(crate) mod request_body;

@@ -8,6 +8,11 @@
 //! the top of the stack next time (the warmest socket, LIFO). A response that ends any other way drops
 //! its lease and with it the connection. Idle connections are closed after `timeouts.idle` by one
 //! sweeper task per pool, alive only while something is pooled.
+//!
+//! A cluster with `send_proxy_protocol:` starts each connection with a header naming one client, so
+//! its connections are pooled per client address as well as per backend ([`Key`]): a connection is
+//! only ever reused for the client its header named, as Envoy's pools keyed by the downstream address
+//! and HAProxy's private connections do.
 
 use crate::backend::{
     connect::{Connector, UpstreamIo, HTTP_1_1},
@@ -33,19 +38,23 @@ use std::{
 };
 use tokio::{net::TcpStream, time::Instant};
 
-/// A new connection to `backend`, for an HTTP/1.1 or an h2 pool: TCP within `limit` (no Nagle), then the
-/// cluster's TLS offering `alpn`, if it has TLS.
+/// A new connection to `backend`, for an HTTP/1.1 or an h2 pool: TCP within `limit` (no Nagle), the
+/// cluster's PROXY header naming `client` if it sends one, then its TLS offering `alpn`, if it has TLS.
 pub(crate) async fn dial(
     connector: &Connector,
-    backend: SocketAddr,
+    (backend, client): (SocketAddr, Option<SocketAddr>),
     alpn: &[&[u8]],
     limit: Duration,
 ) -> Result<UpstreamIo, UpstreamError> {
-    let stream = tokio::time::timeout(limit, TcpStream::connect(backend))
+    let mut stream = tokio::time::timeout(limit, TcpStream::connect(backend))
         .await
         .map_err(|_| UpstreamError::ConnectTimeout(limit))?
         .map_err(UpstreamError::Connect)?;
     let _ = stream.set_nodelay(true);
+    connector
+        .introduce(&mut stream, backend, client, limit)
+        .await
+        .map_err(UpstreamError::Connect)?;
     connector
         .connect(stream, backend, alpn, limit)
         .await
@@ -65,8 +74,12 @@ pub struct UpstreamClient {
     pool: Rc<Pool>,
 }
 
+/// Which pooled connections a request may take: to its backend and, when the cluster sends PROXY
+/// headers, made for its client (always `None` otherwise).
+pub(crate) type Key = (SocketAddr, Option<SocketAddr>);
+
 struct Pool {
-    idle: RefCell<HashMap<SocketAddr, VecDeque<Idle>, FxBuildHasher>>,
+    idle: RefCell<HashMap<Key, VecDeque<Idle>, FxBuildHasher>>,
     connect_timeout: Duration,
     idle_timeout: Duration,
     handshake: http1::Builder,
@@ -122,7 +135,7 @@ pub(crate) fn upstream_client_over(timeouts: &Timeouts, connector: Connector) ->
 /// One connection, lent for one request.
 pub(crate) struct Lease {
     sender: SendRequest<UpstreamBody>,
-    backend: SocketAddr,
+    key: Key,
     pool: Weak<Pool>,
 }
 
@@ -130,7 +143,7 @@ impl Lease {
     /// The response ended cleanly (at `now`): the connection can take the next request.
     pub(crate) fn release(self, now: Instant) {
         if let Some(pool) = self.pool.upgrade() {
-            pool.put(self.backend, self.sender, now);
+            pool.put(self.key, self.sender, now);
         }
     }
 }
@@ -211,20 +224,21 @@ impl UpstreamError {
 }
 
 impl UpstreamClient {
-    /// Sends `request` (origin-form target, `Host` set) to `backend` on a pooled connection, or a new one
-    /// when none is ready. The lease goes back with [`Lease::release`] once the response has ended.
-    /// `now` is the attempt's start: the clock reading that says which pooled connections have been
-    /// idle too long (one reading per attempt, not one more per request).
+    /// Sends `request` (origin-form target, `Host` set) to `key`'s backend on a pooled connection, or a
+    /// new one when none is ready (its PROXY header, if the cluster sends one, naming `key`'s client).
+    /// The lease goes back with [`Lease::release`] once the response has ended. `now` is the attempt's
+    /// start: the clock reading that says which pooled connections have been idle too long (one
+    /// reading per attempt, not one more per request).
     pub(crate) async fn send(
         &self,
-        backend: SocketAddr,
+        key: Key,
         mut request: Request<UpstreamBody>,
         now: Instant,
     ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
-        while let Some(mut sender) = self.pool.take(backend, now) {
+        while let Some(mut sender) = self.pool.take(key, now) {
             // Pinned where built: hyper's future holds the request, copied once more if moved.
             match pin!(sender.try_send_request(request)).await {
-                Ok(response) => return Ok((response, self.lease(backend, sender))),
+                Ok(response) => return Ok((response, self.lease(key, sender))),
                 Err(mut failed) => match failed.take_message() {
                     // Closed before the request went out: nothing was sent, try the next one.
                     Some(unsent) => request = unsent,
@@ -239,7 +253,7 @@ impl UpstreamClient {
         }
         // Connecting is the rare path (a burst, or a pool emptied by the backend) and its futures are
         // large: boxed, so every request's future, which holds this one, stays small and cheap to move.
-        let mut sender = Box::pin(self.connect(backend)).await?;
+        let mut sender = Box::pin(self.connect(key)).await?;
         let response = sender
             .send_request(request)
             .await
@@ -247,17 +261,15 @@ impl UpstreamClient {
                 error,
                 reused: false,
             })?;
-        Ok((response, self.lease(backend, sender)))
+        Ok((response, self.lease(key, sender)))
     }
 
-    /// A new connection to `backend`, its handshake done and its connection task spawned.
-    async fn connect(
-        &self,
-        backend: SocketAddr,
-    ) -> Result<SendRequest<UpstreamBody>, UpstreamError> {
+    /// A new connection to `key`'s backend, its handshake done and its connection task spawned.
+    async fn connect(&self, key: Key) -> Result<SendRequest<UpstreamBody>, UpstreamError> {
+        let backend = key.0;
         let io = dial(
             &self.pool.connector,
-            backend,
+            key,
             HTTP_1_1,
             self.pool.connect_timeout,
         )
@@ -280,10 +292,10 @@ impl UpstreamClient {
         Ok(sender)
     }
 
-    fn lease(&self, backend: SocketAddr, sender: SendRequest<UpstreamBody>) -> Lease {
+    fn lease(&self, key: Key, sender: SendRequest<UpstreamBody>) -> Lease {
         Lease {
             sender,
-            backend,
+            key,
             pool: Rc::downgrade(&self.pool),
         }
     }
@@ -300,12 +312,12 @@ impl UpstreamClient {
 }
 
 impl Pool {
-    /// The most recently pooled connection to `backend` that can take a request at `now`. Closed and
+    /// The most recently pooled connection for `key` that can take a request at `now`. Closed and
     /// expired ones are dropped; one still finishing its last response (its connection task has not
     /// caught up with the body's end yet) stays for later.
-    fn take(&self, backend: SocketAddr, now: Instant) -> Option<SendRequest<UpstreamBody>> {
+    fn take(&self, key: Key, now: Instant) -> Option<SendRequest<UpstreamBody>> {
         let mut idle = self.idle.borrow_mut();
-        let stack = idle.get_mut(&backend)?;
+        let stack = idle.get_mut(&key)?;
         let mut busy = None;
         let mut found = None;
         while let Some(entry) = stack.pop_back() {
@@ -323,18 +335,18 @@ impl Pool {
             stack.push_back(entry);
         }
         if stack.is_empty() {
-            idle.remove(&backend);
+            idle.remove(&key);
         }
         found
     }
 
-    fn put(self: Rc<Self>, backend: SocketAddr, sender: SendRequest<UpstreamBody>, now: Instant) {
+    fn put(self: Rc<Self>, key: Key, sender: SendRequest<UpstreamBody>, now: Instant) {
         if sender.is_closed() {
             return;
         }
         {
             let mut idle = self.idle.borrow_mut();
-            let stack = idle.entry(backend).or_default();
+            let stack = idle.entry(key).or_default();
             if stack.len() >= MAX_IDLE_PER_BACKEND {
                 stack.pop_front();
             }

@@ -1,7 +1,9 @@
 //! Health checks through a cluster's own kind of client: its protocol (HTTP/1.1, or HTTP/2 for a
 //! `protocol: h2` cluster, whose backends may speak nothing else), TLS with the cluster's `tls:` when
 //! it has one (the same CA, name and client certificate as its traffic; ALPN `h2` for an h2 cluster),
-//! connections kept between checks.
+//! connections kept between checks. A cluster that sends the PROXY protocol starts its checks'
+//! connections with a header too, naming no client (`LOCAL`, `UNKNOWN`), as HAProxy's
+//! `check-send-proxy` does: a backend that requires the header would refuse them otherwise.
 
 use crate::{
     backend::{
@@ -46,7 +48,8 @@ pub fn health_client(
             connector.name_backends(cluster, names);
             connector
         }
-    };
+    }
+    .sending_proxy_protocol(cluster.send_proxy_protocol);
     HealthClient(match cluster.protocol {
         UpstreamProtocol::Http1 => Transport::Http1(upstream_client_over(&timeouts, connector)),
         UpstreamProtocol::H2 => Transport::H2(h2_client_over(&timeouts, cluster.http2, connector)),
@@ -64,7 +67,7 @@ impl HealthClient {
         }
         let (response, hold) = self
             .0
-            .send(backend, request, Instant::now())
+            .send((backend, None), request, Instant::now())
             .await
             .map_err(|e| match std::error::Error::source(&e) {
                 Some(cause) => format!("{e}: {cause}"),

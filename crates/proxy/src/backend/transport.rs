@@ -4,7 +4,7 @@
 
 use crate::backend::{
     h2_pool::{H2Client, StreamSlot},
-    pool::{Lease, UpstreamClient, UpstreamError},
+    pool::{Key, Lease, UpstreamClient, UpstreamError},
     request_body::UpstreamBody,
 };
 use http::{header, uri::Authority, HeaderValue, Request, Response, Uri, Version};
@@ -30,21 +30,22 @@ pub(crate) enum Hold {
 }
 
 impl Transport {
-    /// Sends `request`, built for HTTP/1.1 (origin-form target, `Host` set), in this protocol, for an
-    /// attempt that started at `now`.
+    /// Sends `request`, built for HTTP/1.1 (origin-form target, `Host` set), in this protocol, to
+    /// `key`'s backend (for its client, over HTTP/1.1), for an attempt that started at `now`.
     pub(crate) async fn send(
         &self,
-        backend: SocketAddr,
+        key: Key,
         request: Request<UpstreamBody>,
         now: Instant,
     ) -> Result<(Response<Incoming>, Hold), UpstreamError> {
         match self {
             Self::Http1(client) => {
                 // Pinned where built: awaited by value, the future (about a kilobyte) would be copied.
-                let (response, lease) = pin!(client.send(backend, request, now)).await?;
+                let (response, lease) = pin!(client.send(key, request, now)).await?;
                 Ok((response, Hold::Lease(lease)))
             }
             Self::H2(client) => {
+                let backend = key.0;
                 let request = for_h2(request, backend, client.connector().is_tls());
                 let (response, slot) = client.send(backend, request).await?;
                 Ok((response, Hold::Stream(slot)))

@@ -228,7 +228,7 @@ impl Connections {
         let counters = &self.shared().counters;
         match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(stream)) => {
-                counters.tls_handshake("success");
+                counters.tls_handshake(client.listener, "success");
                 let client = Client {
                     tls: true,
                     ..client
@@ -245,11 +245,11 @@ impl Connections {
                 }
             }
             Ok(Err(error)) => {
-                counters.tls_handshake(handshake_failure(&error));
+                counters.tls_handshake(client.listener, handshake_failure(&error));
                 tracing::debug!(target: "duet::conn", %peer, "TLS handshake failed: {error}")
             }
             Err(_) => {
-                counters.tls_handshake("timeout");
+                counters.tls_handshake(client.listener, "timeout");
                 tracing::debug!(target: "duet::conn", %peer, "TLS handshake timed out")
             }
         }

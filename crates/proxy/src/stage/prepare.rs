@@ -9,7 +9,7 @@ use crate::{
     exchange::{BufferHold, ConnectionState, Prepared, Upgrade, WorkerBuffered, WorkerBuffers},
     filter::RouteFilters,
     headers::{self, TrailerScrub},
-    peer::Client,
+    peer::{original_client_address, Client},
 };
 use duet_config::Route;
 use http::{header, HeaderValue, Request};
@@ -55,6 +55,9 @@ pub(crate) fn prepare(
         // The host routed on is the host the backend sees (RFC 9112 §3.2.2); otherwise Host already is.
         request_headers.insert(header::HOST, host.clone());
     }
+    // Read before the forwarding fields change: the client a PROXY header names.
+    let named =
+        (cluster.sends_proxy_protocol()).then(|| original_client_address(request_headers, client));
     headers::add_forwarding(
         request_headers,
         client.address.ip(),
@@ -86,7 +89,7 @@ pub(crate) fn prepare(
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
             let mut prepared = Prepared::new(parts, BodySource::Empty, upgrade);
-            prepared.affinity = affinity;
+            (prepared.affinity, prepared.client) = (affinity, named);
             let trailer = seldom.trailer;
             return Ok(Preparing::Unread(Unread {
                 prepared,
@@ -100,7 +103,7 @@ pub(crate) fn prepare(
         drop_trailer(&mut parts.headers);
     }
     let mut prepared = Prepared::new(parts, source, upgrade);
-    prepared.affinity = affinity;
+    (prepared.affinity, prepared.client) = (affinity, named);
     Ok(Preparing::Ready(prepared))
 }
 

@@ -209,8 +209,40 @@ pub(crate) struct WorkerCounters {
     /// Client addresses forgotten with their connection allowance spent, the listener's
     /// `limits.max_clients` reached.
     pub(crate) clients_forgotten: AtomicU64,
-    /// Client TLS handshakes by result, in the order of [`HANDSHAKE_RESULTS`].
-    pub(crate) tls_handshakes: [AtomicU64; HANDSHAKE_RESULTS.len()],
+    /// Client TLS handshakes of each listener (by its index in the config), by result.
+    pub(crate) tls_handshakes: Box<[ListenerHandshakes]>,
+}
+
+/// Client TLS handshakes on one listener, by result, in the order of [`HANDSHAKE_RESULTS`].
+#[derive(Debug)]
+pub(crate) struct ListenerHandshakes {
+    /// The `listener` label ([`listener_label`]).
+    pub(crate) listener: Box<str>,
+    /// Whether the listener terminated TLS when the worker started: a plain one is left out of the
+    /// exposition until it counts a handshake (a reload gave it `tls:`).
+    pub(crate) tls: bool,
+    pub(crate) results: [AtomicU64; HANDSHAKE_RESULTS.len()],
+}
+
+/// How a listener is named in the metrics: its `name`, else its address as configured.
+pub fn listener_label(listener: &duet_config::Listener) -> String {
+    listener
+        .name
+        .clone()
+        .unwrap_or_else(|| listener.address.to_string())
+}
+
+/// One listener certificate's expiry, as `duet_tls_certificate_expiry_timestamp_seconds` exports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateExpiry {
+    /// The listener ([`listener_label`]).
+    pub listener: String,
+    /// The certificate file, as the config names it.
+    pub certificate: String,
+    /// The DNS names it covers, comma-separated.
+    pub names: String,
+    /// Its leaf's `notAfter`, in seconds since the Unix epoch.
+    pub not_after: i64,
 }
 
 /// The `result` label of `duet_tls_handshakes_total`: how a client's TLS handshake ended.
@@ -226,14 +258,32 @@ pub(crate) const HANDSHAKE_RESULTS: [&str; 8] = [
 ];
 
 impl WorkerCounters {
-    /// A client's TLS handshake ended with `result` (one of [`HANDSHAKE_RESULTS`]; any other counts
-    /// as `other`).
-    pub(crate) fn tls_handshake(&self, result: &str) {
+    /// A worker's counters, with a handshake table for each of `listeners`.
+    pub(crate) fn for_listeners(listeners: &[duet_config::Listener]) -> Self {
+        let tls_handshakes = listeners
+            .iter()
+            .map(|listener| ListenerHandshakes {
+                listener: listener_label(listener).into(),
+                tls: listener.tls.is_some(),
+                results: Default::default(),
+            })
+            .collect();
+        Self {
+            tls_handshakes,
+            ..Self::default()
+        }
+    }
+
+    /// A client's TLS handshake on listener `listener` (its index) ended with `result` (one of
+    /// [`HANDSHAKE_RESULTS`]; any other counts as `other`).
+    pub(crate) fn tls_handshake(&self, listener: usize, result: &str) {
         let index = HANDSHAKE_RESULTS
             .iter()
             .position(|r| *r == result)
             .unwrap_or(HANDSHAKE_RESULTS.len() - 1);
-        self.tls_handshakes[index].fetch_add(1, Relaxed);
+        if let Some(counts) = self.tls_handshakes.get(listener) {
+            counts.results[index].fetch_add(1, Relaxed);
+        }
     }
 }
 
@@ -363,6 +413,8 @@ pub(crate) struct ProcessState {
     pub(crate) last_applied_bits: AtomicU64,
     /// FNV-1a of the configuration file's bytes as last applied: compare it with the file you meant.
     pub(crate) config_hash: AtomicU64,
+    /// The listeners' certificates as last loaded (start, reload, rotation).
+    pub(crate) certificates: Mutex<Vec<CertificateExpiry>>,
     /// Reads the process's resources at a scrape (fixed in tests).
     pub(crate) resources: fn() -> Option<ProcessStats>,
 }
@@ -378,6 +430,7 @@ impl Default for ProcessState {
             last_reload_ok: std::sync::atomic::AtomicBool::new(true),
             last_applied_bits: AtomicU64::new(now.to_bits()),
             config_hash: AtomicU64::new(0),
+            certificates: Mutex::default(),
             resources: process_stats::read,
         }
     }
@@ -470,6 +523,16 @@ impl Registry {
         self.process.certificate_rotations[index].fetch_add(1, Relaxed);
     }
 
+    /// Records the listeners' certificates now served (at start, and whenever they are loaded
+    /// again), replacing those recorded before.
+    pub fn note_certificates(&self, certificates: Vec<CertificateExpiry>) {
+        *self
+            .process
+            .certificates
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = certificates;
+    }
+
     /// Marks duet as draining: no longer ready for new traffic.
     pub fn set_draining(&self) {
         self.readiness.draining.store(true, Relaxed);
@@ -492,12 +555,21 @@ impl Registry {
         Ok(())
     }
 
-    pub(crate) fn worker(&self, worker: usize) -> Arc<WorkerCounters> {
+    /// `worker`'s counters, made for `listeners` if it has none yet.
+    pub(crate) fn worker(
+        &self,
+        worker: usize,
+        listeners: &[duet_config::Listener],
+    ) -> Arc<WorkerCounters> {
         let mut workers = self
             .workers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        workers.entry(worker).or_default().counters.clone()
+        let entry = workers.entry(worker).or_insert_with(|| WorkerEntry {
+            counters: Arc::new(WorkerCounters::for_listeners(listeners)),
+            ..WorkerEntry::default()
+        });
+        entry.counters.clone()
     }
 
     /// `worker`'s cells (after a start or a reload), with the families its filters' counters
@@ -723,10 +795,24 @@ pub(crate) mod fixture {
                 last_reload_ok: std::sync::atomic::AtomicBool::new(false),
                 last_applied_bits: AtomicU64::new(1_700_000_100.5_f64.to_bits()),
                 config_hash: AtomicU64::new(config_hash(b"clusters: []\n")),
+                certificates: Mutex::new(vec![CertificateExpiry {
+                    listener: "public".to_owned(),
+                    certificate: "certs/shop.pem".to_owned(),
+                    names: "shop.example,*.shop.example".to_owned(),
+                    not_after: 1_767_225_600,
+                }]),
                 resources: fixed_resources,
             }),
             ..Registry::default()
         };
+        let listeners = duet_config::parse(
+            "listeners:\n  - address: 127.0.0.1:8080\n  - name: public\n    address: 0.0.0.0:8443\n    \
+             tls: { cert: shop.pem, key: shop.key }\nroutes: [ { cluster: app } ]\n\
+             clusters: [ { name: app, backends: [ { address: 127.0.0.1:1 } ] } ]\n",
+            "fixture.yaml",
+        )
+        .expect("listeners")
+        .listeners;
         add(&registry.discovery().unresolved, 1);
         add(&registry.discovery().failures, 3);
         let loads = vec![
@@ -740,8 +826,13 @@ pub(crate) mod fixture {
         ];
         let workers: &[usize] = if reloading { &[1, 0, 2] } else { &[1, 0] };
         for &worker in workers {
-            let counters = registry.worker(worker);
+            let counters = registry.worker(worker, &listeners);
             let seed = worker as u64 + 1;
+            for (i, result) in HANDSHAKE_RESULTS.iter().enumerate() {
+                for _ in 0..(seed + i as u64) % 3 {
+                    counters.tls_handshake(1, result);
+                }
+            }
             for (i, cell) in [
                 &counters.connections,
                 &counters.no_route,
@@ -911,6 +1002,6 @@ mod golden_tests {
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 54, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 55, "{plain}");
     }
 }

@@ -17,8 +17,8 @@ use crate::{
     telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
         BackendCell, BackendStats, ClusterCells, ClusterCounters, CounterFamily, DiscoveryCounters,
-        ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters, WorkerEntry,
-        HANDSHAKE_RESULTS,
+        ListenerHandshakes, ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters,
+        WorkerEntry, HANDSHAKE_RESULTS,
     },
     telemetry::process_stats::ProcessStats,
 };
@@ -55,6 +55,10 @@ enum Read {
     Info(&'static str, fn(&Scrape<'_>) -> String),
     /// Each worker's (`worker`).
     Worker(fn(&WorkerCounters, usize) -> Value),
+    /// Each worker's TLS listeners' (`worker`, `listener`).
+    Listener(fn(&ListenerHandshakes, usize) -> Value),
+    /// Each listener certificate's `notAfter` (`listener`, `certificate`, `names`).
+    Certificates,
     /// Each worker's clusters' (`worker`, `cluster`).
     Cluster(fn(&ClusterCounters, usize) -> Value),
     /// Each worker's backends' (`worker`, `cluster`, `backend`).
@@ -168,9 +172,12 @@ const FAMILIES: &[Family] = &[
         "Requests answered 503 because their worker held limits.max_buffered_bytes of request bodies already.",
         Read::Worker(|w, _| count(&w.buffer_refused))),
     Family::new("duet_tls_handshakes_total", COUNTER,
-        "Client TLS handshakes on the listeners, by result: success, or why it failed (timeout: not done within limits.header_read_timeout; closed: the client went away; malformed: not TLS; incompatible: no version or cipher in common; no_client_certificate and bad_client_certificate: client_auth refused it).",
-        Read::Worker(|w, i| w.tls_handshakes.get(i).map_or(Value::Count(0), count)))
+        "Client TLS handshakes by listener (its name, else its address as configured) and result: success, or why it failed (timeout: not done within limits.header_read_timeout; closed: the client went away; malformed: not TLS; incompatible: no version or cipher in common; no_client_certificate and bad_client_certificate: client_auth refused it).",
+        Read::Listener(|l, i| l.results.get(i).map_or(Value::Count(0), count)))
         .by("result", &HANDSHAKE_RESULTS),
+    Family::new("duet_tls_certificate_expiry_timestamp_seconds", GAUGE,
+        "When each listener certificate's leaf expires (its notAfter), in seconds since the Unix epoch; names are its DNS names. Updated when the files are read again (reload, rotation).",
+        Read::Certificates),
     Family::new("duet_rejected_requests_total", COUNTER,
         "Requests refused before routing, by reason.",
         Read::Worker(|w, i| nth(&[&w.no_route, &w.uri_too_long, &w.head_too_large, &w.malformed, &w.header_timeout], i)))
@@ -422,7 +429,12 @@ impl Family {
                     .backends()
                     .map(|(_, c, b)| (Labels::backend(&c.name, b.address), cell(&b.stats))),
             ),
-            Read::Worker(_) | Read::Cluster(_) | Read::RouteCounters(_) | Read::Backend(_)
+            Read::Certificates => write_certificates(out, name, scrape),
+            Read::Worker(_)
+            | Read::Listener(_)
+            | Read::Cluster(_)
+            | Read::RouteCounters(_)
+            | Read::Backend(_)
                 if aggregate =>
             {
                 let mut sums = WorkerSums::default();
@@ -457,6 +469,18 @@ impl Family {
             Read::Worker(read) => {
                 for (w, entry) in scrape.workers {
                     self.series(Labels::worker(*w), |i| read(&entry.counters, i), emit);
+                }
+            }
+            Read::Listener(read) => {
+                for (w, entry) in scrape.workers {
+                    for listener in entry.counters.tls_handshakes.iter() {
+                        let counted = || listener.results.iter().any(|c| c.load(Relaxed) > 0);
+                        if !listener.tls && !counted() {
+                            continue;
+                        }
+                        let labels = Labels::worker(*w).with_listener(&listener.listener);
+                        self.series(labels, |i| read(listener, i), emit);
+                    }
                 }
             }
             Read::Cluster(read) => {
@@ -498,6 +522,7 @@ impl Family {
             | Read::RouteCodes
             | Read::Attempts
             | Read::BackendLatency(_)
+            | Read::Certificates
             | Read::Filters => {}
         }
     }
@@ -567,6 +592,25 @@ fn write_codes(out: &mut String, name: &str, scrape: &Scrape<'_>) {
     }
 }
 
+/// Each listener certificate's expiry, as last loaded.
+fn write_certificates(out: &mut String, name: &str, scrape: &Scrape<'_>) {
+    let certificates = scrape
+        .process
+        .certificates
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for certificate in certificates.iter() {
+        out.push_str(name);
+        out.push_str("{listener=\"");
+        escape_into(out, &certificate.listener);
+        out.push_str("\",certificate=\"");
+        escape_into(out, &certificate.certificate);
+        out.push_str("\",names=\"");
+        escape_into(out, &certificate.names);
+        let _ = writeln!(out, "\"}} {}", certificate.not_after);
+    }
+}
+
 /// A family's samples with the `worker` label summed away, in the order each series first appeared.
 #[derive(Default)]
 struct WorkerSums<'a> {
@@ -627,6 +671,7 @@ impl fmt::Display for Value {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Labels<'a> {
     worker: Option<usize>,
+    listener: Option<&'a str>,
     cluster: Option<&'a str>,
     route: Option<&'a str>,
     backend: Option<SocketAddr>,
@@ -654,6 +699,13 @@ impl<'a> Labels<'a> {
 
     fn backend(cluster: &'a str, backend: SocketAddr) -> Self {
         Self::default().with_backend(cluster, backend)
+    }
+
+    fn with_listener(self, listener: &'a str) -> Self {
+        Self {
+            listener: Some(listener),
+            ..self
+        }
     }
 
     fn with_cluster(self, cluster: &'a str) -> Self {
@@ -693,7 +745,11 @@ impl<'a> Labels<'a> {
             open(out, "worker");
             let _ = write!(out, "{worker}\"");
         }
-        for (name, value) in [("cluster", self.cluster), ("route", self.route)] {
+        for (name, value) in [
+            ("listener", self.listener),
+            ("cluster", self.cluster),
+            ("route", self.route),
+        ] {
             if let Some(value) = value {
                 open(out, name);
                 escape_into(out, value);
