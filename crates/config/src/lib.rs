@@ -55,8 +55,8 @@ pub use model::{
     HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, ProxyProtocol,
     Redirect, RedirectPath, Retries, Rewrite, Route, SendProxyProtocol, Shutdown, Timeouts,
-    TlsFiles, TlsVersion, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch,
-    WeightedCluster, Workers,
+    TlsFiles, TlsVersion, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster,
+    Workers,
 };
 
 use error::did_you_mean;

@@ -20,7 +20,6 @@
 //! a `429` (and often a `503`) speaks of one client's quota, and one client could otherwise take
 //! backends out of rotation for everyone (Envoy never ejects on a 429 either).
 
-use crate::{grpc, headers::may_hold};
 use crate::{
     backend::cluster::Cluster,
     backend::transport::Hold,
@@ -30,6 +29,7 @@ use crate::{
     telemetry::done::{self, Done, Observer},
     telemetry::metrics::{BackendStats, RouteTimings},
 };
+use crate::{grpc, headers::may_hold};
 use duet_balance::LoadGuard;
 use http::{response::Parts, HeaderMap, HeaderName, StatusCode};
 use std::{
