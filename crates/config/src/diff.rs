@@ -104,6 +104,16 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         new.shutdown,
         [drain_timeout, drain_delay]
     );
+    if old.tracing != new.tracing {
+        let show = |t: &Option<crate::model::Tracing>| {
+            t.as_ref().map_or("off".to_owned(), |t| t.to_string())
+        };
+        changes.push(format!(
+            "~ tracing: {} -> {}",
+            show(&old.tracing),
+            show(&new.tracing)
+        ));
+    }
     changes.list
 }
 

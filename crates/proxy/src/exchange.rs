@@ -7,7 +7,7 @@ use crate::{
     backend::request_body::BodySource,
     error::ProxyError,
     header_copy::HeaderCopy,
-    telemetry::{access_log::AccessLog, metrics::WorkerCounters},
+    telemetry::{access_log::AccessLog, metrics::WorkerCounters, trace::RequestTrace},
     tunnel::PendingTunnel,
 };
 use http::{request::Parts, HeaderMap, HeaderValue, Response};
@@ -34,6 +34,8 @@ pub(crate) struct Prepared {
     lent: Option<HeaderCopy>,
     /// The hash of the request's affinity key under `policy: hash`, if it has one.
     pub(crate) affinity: Option<u64>,
+    /// The request's trace, if it is traced: each attempt starts a span of it.
+    pub(crate) trace: Option<Rc<RequestTrace>>,
 }
 
 impl Prepared {
@@ -44,6 +46,7 @@ impl Prepared {
             upgrade,
             lent: None,
             affinity: None,
+            trace: None,
         }
     }
 
