@@ -39,4 +39,5 @@ mod streaming;
 mod tls;
 mod tls_rotation;
 mod tls_sni;
+mod traces;
 mod upstream_tls;

@@ -52,8 +52,7 @@ impl Export {
     /// its exporter thread.
     pub(crate) fn queue(&self, settings: &Tracing) -> SpanQueue {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((same, sender)) = current.as_ref().filter(|(s, _)| s == settings) {
-            let _ = same;
+        if let Some((_, sender)) = current.as_ref().filter(|(now, _)| now == settings) {
             return self.queue_of(sender.clone());
         }
         let (sender, receiver) = mpsc::sync_channel(settings.queue);
