@@ -104,9 +104,15 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         new.shutdown,
         [drain_timeout, drain_delay]
     );
+    tracing(&mut changes, old, new);
+    changes.list
+}
+
+/// `tracing:` as a whole: on, off, or its settings.
+fn tracing(changes: &mut Changes, old: &Config, new: &Config) {
     if old.tracing != new.tracing {
         let show = |t: &Option<crate::model::Tracing>| {
-            t.as_ref().map_or("off".to_owned(), |t| t.to_string())
+            t.as_ref().map_or("off".to_owned(), ToString::to_string)
         };
         changes.push(format!(
             "~ tracing: {} -> {}",
@@ -114,7 +120,6 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             show(&new.tracing)
         ));
     }
-    changes.list
 }
 
 /// Listeners are matched by address: adding or removing one takes a restart, their settings do not.

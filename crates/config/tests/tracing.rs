@@ -61,3 +61,18 @@ fn https_a_bad_share_an_empty_queue_and_an_unknown_key_are_located() {
         "{missing:#?}"
     );
 }
+
+#[test]
+fn a_reload_s_diff_shows_tracing_turned_on_and_changed() {
+    let off = parse(BASE, "old.yaml").expect("valid");
+    let on = format!("{BASE}tracing: {{ otlp: http://127.0.0.1:4318, sample: 5% }}\n");
+    let on = parse(&on, "new.yaml").expect("valid");
+    let lines: Vec<String> = duet_config::diff(&off, &on)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        lines,
+        ["~ tracing: off -> otlp http://127.0.0.1:4318/v1/traces, sample 5%, queue 2048, service_name duet"]
+    );
+}

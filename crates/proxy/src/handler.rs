@@ -233,7 +233,7 @@ impl WorkerProxy {
         let trace = table.trace(&request, &client, routed.route, &mut log);
         let shaping = state.filters.shaping(&request, grpc);
         let (pages, filters) = ((grpc, shaping.pages), &state.filters);
-        let paged = |response| respond::with_error_page(response, filters, shaping.pages);
+        let paged = |r| traced(&trace, respond::with_error_page(r, filters, shaping.pages));
         if let Some(answer) = request_phase(state, &routed, &request, client, &mut log, pages) {
             return Ok(traced(&trace, answer));
         }
@@ -252,12 +252,7 @@ impl WorkerProxy {
         let parts = (route, &**filters, trailers, state.body_limit);
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
-        let refuse = |e: &ProxyError, log| {
-            traced(
-                &trace,
-                paged(refused(cluster, client, e, log, grpc, closes)),
-            )
-        };
+        let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
         // A body read in full holds its share of the buffering budgets until the request is done.
         let (mut prepared, _buffering) =
             match prepare::prepare(request, cluster, parts, routed.host, client) {
