@@ -304,7 +304,7 @@ impl Drop for Settlement {
         }
         self.settle(now);
         if let Some(span) = self.span.take() {
-            span.end(self.status, self.ended);
+            span.end(self.status, self.ended, &self.stats.address_text);
         }
         // The request is done once every verdict is in; timed with the clock reading the pool took,
         // rather than a reading of its own.

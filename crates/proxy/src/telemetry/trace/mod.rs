@@ -245,16 +245,19 @@ pub(crate) struct AttemptSpan {
 
 impl AttemptSpan {
     /// The attempt settled: `status` is its response's (if one came), `ended` how it ended
-    /// (`None`: dropped unfinished).
-    pub(crate) fn end(self, status: Option<StatusCode>, ended: Option<Ending>) {
+    /// (`None`: dropped unfinished); `backend_text` is its backend's address already written.
+    pub(crate) fn end(self, status: Option<StatusCode>, ended: Option<Ending>, backend_text: &str) {
         let trace = &self.trace;
         trace.in_flight.set(trace.in_flight.get().saturating_sub(1));
         let (outcome, failed) = outcome(status, ended);
         let mut attributes = vec![
             ("http.request.method", Value::Text(trace.method.clone())),
-            ("server.address", Value::Text(self.backend.ip().to_string())),
+            (
+                "server.address",
+                Value::Text(host_of(backend_text).to_owned()),
+            ),
             ("server.port", Value::Int(i64::from(self.backend.port()))),
-            ("duet.backend", Value::Text(self.backend.to_string())),
+            ("duet.backend", Value::Text(backend_text.to_owned())),
             ("duet.attempt", Value::Int(i64::from(self.attempt))),
             ("duet.hedged", Value::Bool(self.hedged)),
             ("duet.outcome", Value::Text(outcome.to_owned())),
@@ -308,6 +311,12 @@ fn outcome(status: Option<StatusCode>, ended: Option<Ending>) -> (&'static str, 
     }
 }
 
+/// The address of `IP:PORT` (`[IP]:PORT` for IPv6) without its port and brackets.
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 fn text(value: Option<&HeaderValue>) -> Option<String> {
     value.and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
@@ -325,4 +334,31 @@ fn now_nanos() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_s_server_address_is_its_backend_s_without_the_port() {
+        assert_eq!(host_of("127.0.0.1:9001"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:9001"), "::1");
+    }
+
+    #[test]
+    fn an_attempt_dropped_before_its_head_was_cancelled_and_after_it_the_client_went_away() {
+        let ok = Some(StatusCode::OK);
+        assert_eq!(outcome(None, None), ("cancelled", false));
+        assert_eq!(outcome(ok, None), ("client_gone", false));
+        assert_eq!(outcome(ok, Some(Ending::Complete)), ("complete", false));
+        let failed = Some(Ending::NoResponse(Blame::Backend));
+        assert_eq!(outcome(None, failed), ("backend_error", true));
+        let local = Some(Ending::NoResponse(Blame::Local));
+        assert_eq!(outcome(None, local), ("local_error", true));
+        assert_eq!(
+            outcome(ok, Some(Ending::BodyTimeout)),
+            ("backend_read_timeout", true)
+        );
+    }
 }

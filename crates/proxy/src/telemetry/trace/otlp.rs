@@ -51,8 +51,16 @@ const FIXED32: u8 = 5;
 
 /// The `ExportTraceServiceRequest` of `spans`, under one resource named `service`.
 pub(crate) fn encode(spans: &[Span], service: &str) -> Vec<u8> {
-    let mut resource_spans = Vec::new();
-    message(&mut resource_spans, 1, |resource| {
+    let mut request = Vec::with_capacity(256 + spans.len() * 512);
+    message(&mut request, 1, |resource_spans| {
+        encode_resource_spans(resource_spans, spans, service);
+    });
+    request
+}
+
+/// A `ResourceSpans`' fields: the resource, and one scope's spans.
+fn encode_resource_spans(resource_spans: &mut Vec<u8>, spans: &[Span], service: &str) {
+    message(resource_spans, 1, |resource| {
         key_value(
             resource,
             1,
@@ -62,7 +70,7 @@ pub(crate) fn encode(spans: &[Span], service: &str) -> Vec<u8> {
         let version = Value::Text(env!("CARGO_PKG_VERSION").to_owned());
         key_value(resource, 1, "service.version", &version);
     });
-    message(&mut resource_spans, 2, |scope_spans| {
+    message(resource_spans, 2, |scope_spans| {
         message(scope_spans, 1, |scope| {
             text(scope, 1, "duet");
             text(scope, 2, env!("CARGO_PKG_VERSION"));
@@ -71,9 +79,6 @@ pub(crate) fn encode(spans: &[Span], service: &str) -> Vec<u8> {
             message(scope_spans, 2, |out| encode_span(out, span));
         }
     });
-    let mut request = Vec::with_capacity(resource_spans.len() + 8);
-    bytes(&mut request, 1, &resource_spans);
-    request
 }
 
 fn encode_span(out: &mut Vec<u8>, span: &Span) {
@@ -130,11 +135,23 @@ fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
     });
 }
 
-/// A nested message as field `field`: written aside, then as length-delimited bytes.
+/// A nested message as field `field`, written in place after one byte kept for its length: a
+/// message under 128 bytes (an attribute) needs no more; a longer one (a span, the batch) moves
+/// over for the bytes its length takes. No buffer of its own: writing each nested message aside
+/// cost more than the rest of a traced request.
 fn message(out: &mut Vec<u8>, field: u32, write: impl FnOnce(&mut Vec<u8>)) {
-    let mut inner = Vec::new();
-    write(&mut inner);
-    bytes(out, field, &inner);
+    tag(out, field, BYTES);
+    let at = out.len();
+    out.push(0);
+    write(out);
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+        return;
+    }
+    let mut prefix = Vec::with_capacity(10);
+    varint(&mut prefix, len as u64);
+    out.splice(at..=at, prefix);
 }
 
 fn text(out: &mut Vec<u8>, field: u32, value: &str) {
@@ -174,6 +191,20 @@ mod tests {
         out.clear();
         varint(&mut out, -1i64 as u64);
         assert_eq!(out.len(), 10, "a negative int64 takes ten bytes");
+    }
+
+    #[test]
+    fn a_nested_message_of_any_length_is_prefixed_by_its_length() {
+        for len in [0, 1, 127, 128, 300, 20_000] {
+            let mut out = vec![7];
+            message(&mut out, 2, |inner| {
+                inner.extend(std::iter::repeat_n(9, len))
+            });
+            let mut expected = vec![7, 0x12];
+            varint(&mut expected, len as u64);
+            expected.extend(std::iter::repeat_n(9, len));
+            assert_eq!(out, expected, "{len} bytes");
+        }
     }
 
     #[test]
