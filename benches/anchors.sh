@@ -11,7 +11,9 @@
 #            hyper 1.x and nothing else (crates/proxy/examples/bare_hyper.rs: round robin, no header
 #            rules, limits, retries, metrics or log): what hyper and the kernel cost before duet adds anything
 # DUET_POLICY and DUET_ATTEMPTS change duet's policy (default p2c_peak_ewma) and attempts (default 3),
-# to count what a feature costs (benches/instructions.sh: DUET_ATTEMPTS=1 DUET_POLICY=p2c_inflight ...).
+# to count what a feature costs (benches/instructions.sh: DUET_ATTEMPTS=1 DUET_POLICY=p2c_inflight ...);
+# DUET_TRACING, a YAML flow mapping, adds duet's `tracing:` (DUET_TRACING="{ otlp: http://127.0.0.1:4318,
+# sample: 1% }": what traces cost at 1% sampling, a collector listening there).
 # OFFSET moves every port (proxies and default backends) by that much, so two measurements can run at once.
 OFFSET=${OFFSET:-0}
 LAUNCH=${LAUNCH:-taskset -c 0}
@@ -40,6 +42,9 @@ clusters:
     backends: [ $duet_backends ]
     retries: { attempts: ${DUET_ATTEMPTS:-3}, budget_percent: 20%, min_retries_per_second: 10 }
 YAML
+  if [ -n "${DUET_TRACING:-}" ]; then
+    echo "tracing: $DUET_TRACING" >>"$WORK/duet.yaml"
+  fi
   mkdir -p "$WORK/nginx/logs"
   local nginx_log="access_log off;"
   [ "$log" = on ] && nginx_log="access_log $WORK/nginx/logs/access.log;"

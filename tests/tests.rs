@@ -41,4 +41,5 @@ mod tls;
 mod tls_ocsp;
 mod tls_rotation;
 mod tls_sni;
+mod traces;
 mod upstream_tls;

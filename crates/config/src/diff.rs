@@ -104,7 +104,22 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         new.shutdown,
         [drain_timeout, drain_delay]
     );
+    tracing(&mut changes, old, new);
     changes.list
+}
+
+/// `tracing:` as a whole: on, off, or its settings.
+fn tracing(changes: &mut Changes, old: &Config, new: &Config) {
+    if old.tracing != new.tracing {
+        let show = |t: &Option<crate::model::Tracing>| {
+            t.as_ref().map_or("off".to_owned(), ToString::to_string)
+        };
+        changes.push(format!(
+            "~ tracing: {} -> {}",
+            show(&old.tracing),
+            show(&new.tracing)
+        ));
+    }
 }
 
 /// Listeners are matched by address: adding or removing one takes a restart, their settings do not.

@@ -52,11 +52,11 @@ pub use filter::hedge::{Hedge, HedgeAfter};
 pub use model::{
     http_method, Action, Backend, BackendAddress, ClientAuth, ClientLimits, Cluster, Config,
     HashAlgorithm, HashKey, HashPolicy, HashWalk, HeaderEdits, HeaderMatch, HealthCheck,
-    HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location,
+    HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location, OtlpEndpoint,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, ProxyProtocol,
     Redirect, RedirectPath, Retries, Rewrite, Route, SendProxyProtocol, Shutdown, Timeouts,
-    TlsFiles, TlsVersion, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch, WeightedCluster,
-    Workers,
+    TlsFiles, TlsVersion, Tracing, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch,
+    WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

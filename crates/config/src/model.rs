@@ -22,6 +22,8 @@ pub struct Config {
     /// The admin listener (`/metrics`, `/status`, `/healthz`, `/ready`); off when `None`. Keep it on
     /// loopback or a private network: it shows the whole topology.
     pub admin: Option<SocketAddr>,
+    /// OpenTelemetry traces (`tracing:`); off when `None`.
+    pub tracing: Option<Tracing>,
 }
 
 /// `workers: auto | N`.
@@ -1183,6 +1185,65 @@ impl Default for Shutdown {
         Self {
             drain_timeout: Duration::from_secs(30),
             drain_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// `tracing:`: OpenTelemetry traces of the requests, exported with OTLP over HTTP (protobuf).
+///
+/// Sampling is parent-based: a request whose `traceparent` says its trace is sampled joins it, one
+/// whose parent is not sampled is not traced, and one without a parent starts a trace for a share
+/// `sample` of requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tracing {
+    /// Where spans are sent (`otlp: http://127.0.0.1:4318`).
+    pub otlp: OtlpEndpoint,
+    /// The share of requests without a parent that start a trace, from 0.0 to 1.0 (`sample: 1%`).
+    pub sample: f64,
+    /// The most finished spans waiting to be sent; past it spans are dropped and counted.
+    pub queue: usize,
+    /// The `service.name` the spans are exported under.
+    pub service_name: String,
+}
+
+impl Tracing {
+    /// The default share of requests without a parent that start a trace: 1%.
+    pub const DEFAULT_SAMPLE: f64 = 0.01;
+    /// The default queue of finished spans.
+    pub const DEFAULT_QUEUE: usize = 2048;
+}
+
+impl std::fmt::Display for Tracing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "otlp {}, sample {}%, queue {}, service_name {}",
+            self.otlp,
+            self.sample * 100.0,
+            self.queue,
+            self.service_name
+        )
+    }
+}
+
+/// An OTLP/HTTP collector's address: `http://HOST:PORT/PATH`, the path `/v1/traces` when the URL
+/// names none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpEndpoint {
+    /// The host name or IP address, as written (IPv6 without brackets).
+    pub host: String,
+    /// The port (4318, OTLP/HTTP's, when the URL names none).
+    pub port: u16,
+    /// The request target spans are posted to.
+    pub path: String,
+}
+
+impl std::fmt::Display for OtlpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "http://[{}]:{}{}", self.host, self.port, self.path)
+        } else {
+            write!(f, "http://{}:{}{}", self.host, self.port, self.path)
         }
     }
 }

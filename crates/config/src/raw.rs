@@ -24,6 +24,21 @@ pub(crate) struct RawConfig {
     pub(crate) shutdown: Option<RawShutdown>,
     #[serde(default)]
     pub(crate) admin: Option<RawAdmin>,
+    #[serde(default)]
+    pub(crate) tracing: Option<Spanned<RawTracing>>,
+}
+
+/// `tracing:`: OpenTelemetry traces exported with OTLP.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawTracing {
+    #[serde(default)]
+    pub(crate) otlp: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) sample: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) queue: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) service_name: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -598,6 +613,7 @@ static CONFIG: Shape = Shape {
         ("limits", &LIMITS),
         ("shutdown", &leaf::<RawShutdown>()),
         ("admin", &leaf::<RawAdmin>()),
+        ("tracing", &leaf::<RawTracing>()),
     ],
     filters: false,
 };

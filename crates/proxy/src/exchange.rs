@@ -7,7 +7,7 @@ use crate::{
     backend::request_body::BodySource,
     error::ProxyError,
     header_copy::HeaderCopy,
-    telemetry::{access_log::AccessLog, metrics::WorkerCounters},
+    telemetry::{access_log::AccessLog, metrics::WorkerCounters, trace::RequestTrace},
     tunnel::PendingTunnel,
 };
 use http::{request::Parts, HeaderMap, HeaderValue, Response};
@@ -38,6 +38,8 @@ pub(crate) struct Prepared {
     /// The client a PROXY header names, when the cluster sends one: its connections are pooled per
     /// client.
     pub(crate) client: Option<SocketAddr>,
+    /// The request's trace, if it is traced: each attempt starts a span of it.
+    pub(crate) trace: Option<Rc<RequestTrace>>,
 }
 
 impl Prepared {
@@ -49,6 +51,7 @@ impl Prepared {
             lent: None,
             affinity: None,
             client: None,
+            trace: None,
         }
     }
 

@@ -10,6 +10,7 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     outcome::{Blame, Failure},
+    telemetry::trace::TRACEPARENT,
     telemetry::upload::Upload,
 };
 use duet_balance::LoadGuard;
@@ -94,6 +95,8 @@ pub(crate) async fn send(
     mut headers: Option<HeaderMap>,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
     let mut completion = Completion::new(guard, cluster.clone(), backend, stats);
+    // A traced request's attempt is a span of its own, which the backend hears of as its parent.
+    let traceparent = (prepared.trace.as_ref()).map(|trace| completion.trace(trace, backend));
     let resendable = resendable(prepared);
     let h2 = matches!(cluster.client(), Transport::H2(_));
     let mut resends = 0;
@@ -101,7 +104,10 @@ pub(crate) async fn send(
     // deadline take this reading rather than one each.
     let mut sent = completion.started();
     let error = loop {
-        let headers = headers.take().unwrap_or_else(|| prepared.attempt_headers());
+        let mut headers = headers.take().unwrap_or_else(|| prepared.attempt_headers());
+        if let Some(traceparent) = &traceparent {
+            headers.insert(TRACEPARENT, traceparent.clone());
+        }
         let request = upstream_request(&prepared.parts, &authority, body, headers);
         let upload = prepared.source.upload().cloned();
         // Each future is pinned where it is built: moved into the deadline by value, it (over a

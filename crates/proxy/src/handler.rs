@@ -22,9 +22,10 @@ use crate::{
     telemetry::done::{self, Done},
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
+    telemetry::trace::{Export, RequestTrace, Tracer},
     view::{HealthView, ResolvedNames},
 };
-use duet_config::{Config, Underscores};
+use duet_config::{Config, Route, Underscores};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use std::{
@@ -45,6 +46,8 @@ pub struct WorkerProxy {
     registry: Option<(usize, Registry)>,
     readiness: Arc<Readiness>,
     ids: RequestIds,
+    /// The process's trace exporters (or this worker's own, without a registry).
+    traces: Arc<Export>,
 }
 
 struct Table {
@@ -56,6 +59,8 @@ struct Table {
     index: RouteIndex,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
+    /// The config's `tracing:`, if it has one.
+    tracer: Option<Tracer>,
 }
 
 const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
@@ -91,7 +96,8 @@ impl WorkerProxy {
             .as_ref()
             .map_or_else(Default::default, |(_, r)| r.readiness_flags());
         let health = SharedHealth::default();
-        let table = Table::new(config, names, None, &health);
+        let traces = (registry.as_ref()).map_or_else(Default::default, |(_, r)| r.trace_export());
+        let table = Table::new(config, names, None, (&health, &traces));
         let proxy = Self {
             table: RefCell::new(Rc::new(table)),
             health,
@@ -99,6 +105,7 @@ impl WorkerProxy {
             registry,
             readiness,
             ids: RequestIds::new(),
+            traces,
         };
         proxy.publish_cells();
         proxy
@@ -138,7 +145,7 @@ impl WorkerProxy {
     /// on the table they started with.
     pub fn reload(&self, config: Arc<Config>, names: &ResolvedNames) {
         let old = self.table.borrow().clone();
-        let table = Table::new(config, names, Some(&old), &self.health);
+        let table = Table::new(config, names, Some(&old), (&self.health, &self.traces));
         for cluster in &table.clusters {
             cluster.resume();
         }
@@ -222,23 +229,24 @@ impl WorkerProxy {
             Err(error) => return Ok(self.unrouted(&error, log, grpc)),
         };
         let state = &table.routes[routed.index];
+        let trace = table.trace(&request, &client, routed.route, &mut log);
         let shaping = state.filters.shaping(&request, grpc);
         let (pages, filters) = ((grpc, shaping.pages), &state.filters);
-        let paged = |response| respond::with_error_page(response, filters, shaping.pages);
+        let paged = |r| traced(&trace, respond::with_error_page(r, filters, shaping.pages));
         if let Some(answer) = request_phase(state, &routed, &request, client, &mut log, pages) {
-            return Ok(answer);
+            return Ok(traced(&trace, answer));
         }
         if filters.admits() {
             let decided = pin!(state.filters.admit(&mut request, &client, &mut log)).await;
             if let Some(answer) = answered(state, decided, &mut log, pages) {
-                return Ok(answer);
+                return Ok(traced(&trace, answer));
             }
         }
         let Some((index, timings)) = state.pick() else {
-            return Ok(self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc));
+            return Ok(traced(&trace, self.no_route(log, grpc)));
         };
         let cluster = &table.clusters[index];
-        (log.iter_mut()).for_each(|log| log.routed(&cluster.name, &timings.route));
+        routed_to(&mut log, trace.as_deref(), &cluster.name, &timings.route);
         let (route, trailers) = (routed.route, state.trailers(dropped));
         let parts = (route, &**filters, trailers, state.body_limit);
         // A body refused is left unread, and the connection closes after the answer.
@@ -257,6 +265,7 @@ impl WorkerProxy {
                 Err(e) => return Ok(refuse(&e, log)),
             };
         filters.on_prepared(&prepared);
+        prepared.trace = trace.clone();
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
         let outcome = pin!(sent).await;
@@ -272,14 +281,27 @@ impl WorkerProxy {
         if unanswered {
             unanswered_done(timings, filters, started, response.status());
         }
-        if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
-            self.http1_fields(&table, connection, response.headers_mut(), grpc);
-        }
-        Ok(response)
+        self.connection_fields(&table, connection, &mut response, (http2, grpc));
+        Ok(traced(&trace, response))
     }
 }
 
 impl WorkerProxy {
+    /// The fields of `response` that speak of its connection: only an HTTP/1.1 response has them
+    /// (`http2`: HTTP/2 has none, its connection says GOAWAY when it closes), and a `101` keeps
+    /// its own.
+    fn connection_fields(
+        &self,
+        table: &Table,
+        connection: &ConnectionState,
+        response: &mut Response<ProxyBody>,
+        (http2, grpc): (bool, bool),
+    ) {
+        if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
+            self.http1_fields(table, connection, response.headers_mut(), grpc);
+        }
+    }
+
     /// The fields only an HTTP/1.1 response has: whether the connection stays open, and the trailers
     /// a gRPC response will end with.
     fn http1_fields(
@@ -333,6 +355,11 @@ impl WorkerProxy {
         }
     }
 
+    /// The answer to a request whose route has no cluster to send it to.
+    fn no_route(&self, log: Option<Box<AccessLog>>, grpc: bool) -> Response<ProxyBody> {
+        self.unrouted(&ProxyError::new(ErrorKind::NoRoute), log, grpc)
+    }
+
     /// The answer to a request refused before routing, counted by why.
     fn unrouted(
         &self,
@@ -368,6 +395,22 @@ impl Table {
         )
     }
 
+    /// The trace of `request` on `route`, if this table's `tracing:` traces it; its access-log
+    /// record then names it.
+    fn trace(
+        &self,
+        request: &Request<Incoming>,
+        client: &Client,
+        route: &Route,
+        log: &mut Option<Box<AccessLog>>,
+    ) -> Option<Rc<RequestTrace>> {
+        let trace = self.tracer.as_ref()?.start(request, client, &route.name)?;
+        if let Some(log) = log.as_mut() {
+            log.trace = Some(trace.ids());
+        }
+        Some(trace)
+    }
+
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
     fn trust(&self, client: Client) -> Client {
@@ -382,7 +425,7 @@ impl Table {
         config: Arc<Config>,
         names: &ResolvedNames,
         previous: Option<&Table>,
-        health: &SharedHealth,
+        (health, traces): (&SharedHealth, &Export),
     ) -> Self {
         let index = RouteIndex::new(&config.routes);
         let old_clusters = previous.map_or(&[][..], |old| &old.clusters[..]);
@@ -420,12 +463,14 @@ impl Table {
             config.limits.keepalive_timeout.as_secs()
         ))
         .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=75"));
+        let tracer = (config.tracing.as_ref()).map(|tracing| Tracer::new(tracing, traces));
         Self {
             config,
             clusters,
             routes,
             index,
             keep_alive,
+            tracer,
         }
     }
 
@@ -433,6 +478,29 @@ impl Table {
     fn route_named(&self, name: &str) -> Option<&RouteState> {
         let at = self.config.routes.iter().position(|r| r.name == name)?;
         self.routes.get(at)
+    }
+}
+
+/// `response`, the status of which the request's trace, if it is traced, notes as sent.
+fn traced(trace: &Option<Rc<RequestTrace>>, response: Response<ProxyBody>) -> Response<ProxyBody> {
+    if let Some(trace) = trace {
+        trace.respond(response.status());
+    }
+    response
+}
+
+/// The request's route picked `cluster`: its access-log record and its trace (if any) name it.
+fn routed_to(
+    log: &mut Option<Box<AccessLog>>,
+    trace: Option<&RequestTrace>,
+    cluster: &Arc<str>,
+    route: &Arc<str>,
+) {
+    if let Some(log) = log.as_mut() {
+        log.routed(cluster, route);
+    }
+    if let Some(trace) = trace {
+        trace.routed(cluster);
     }
 }
 

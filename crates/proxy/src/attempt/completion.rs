@@ -28,6 +28,7 @@ use crate::{
     telemetry::access_log::AccessLog,
     telemetry::done::{self, Done, Observer},
     telemetry::metrics::{BackendStats, RouteTimings},
+    telemetry::trace::{AttemptSpan, RequestTrace},
 };
 use crate::{grpc, headers::may_hold};
 use duet_balance::LoadGuard;
@@ -73,6 +74,8 @@ pub(crate) struct Settlement {
     /// The response goes to no client (a mirror's copy, read and dropped): its bytes are not counted as
     /// passed to clients.
     dropped_response: bool,
+    /// The attempt's span, when its request is traced.
+    span: Option<AttemptSpan>,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
 }
@@ -128,6 +131,7 @@ impl Completion {
             lease: None,
             upgraded: false,
             dropped_response: false,
+            span: None,
             guard,
         };
         Self(ManuallyDrop::new(spare::boxed(
@@ -140,6 +144,18 @@ impl Completion {
     /// counted as passed to clients (`duet_response_body_bytes_total`).
     pub(crate) fn drop_response(&mut self) {
         self.dropped_response = true;
+    }
+
+    /// The attempt to `backend` of a traced request: it starts a span of `trace`, which it ends
+    /// when it settles. Returns the `traceparent` the attempt sends.
+    pub(crate) fn trace(
+        &mut self,
+        trace: &Rc<RequestTrace>,
+        backend: SocketAddr,
+    ) -> http::HeaderValue {
+        let (span, traceparent) = trace.attempt(backend);
+        self.span = Some(span);
+        traceparent
     }
 
     /// The response arrived on `lease`'s connection (or stream).
@@ -297,6 +313,9 @@ impl Drop for Settlement {
             }
         }
         self.settle(now);
+        if let Some(span) = self.span.take() {
+            span.end(self.status, self.ended, &self.stats.address_text);
+        }
         // The request is done once every verdict is in; timed with the clock reading the pool took,
         // rather than a reading of its own.
         if let Some((started, timings)) = &self.request {

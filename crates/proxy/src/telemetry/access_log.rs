@@ -3,6 +3,7 @@
 use crate::{
     peer::{original_client, Client},
     spare::{self, SpareBoxes},
+    telemetry::trace::{push_hex, SpanId, TraceId},
     telemetry::upload::Received,
 };
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, Version};
@@ -58,6 +59,8 @@ pub(crate) struct AccessLog {
     /// A gRPC call's status (its trailers, a trailers-only head, or duet's own error); the field is
     /// written only when there is one.
     pub(crate) grpc_status: Option<u8>,
+    /// The request's trace and duet's span of it, when the request is traced.
+    pub(crate) trace: Option<(TraceId, SpanId)>,
     /// Whether [`AccessLog::finish`] wrote the line (otherwise dropping the record writes it).
     written: bool,
 }
@@ -104,6 +107,7 @@ impl AccessLog {
             received: Received::Known(0),
             outcome: "client_gone",
             grpc_status: None,
+            trace: None,
             written: false,
         };
         Some(spare::boxed(&SPARE_RECORDS, record))
@@ -242,6 +246,8 @@ impl AccessLog {
             grpc_status = %OrDash(self.grpc_status),
             user_agent = %ClientText::quoted(self.user_agent.as_ref().map(HeaderValue::as_bytes)),
             request_id = %ClientText::bare(Some(self.request_id.as_bytes())),
+            trace_id = self.trace.map(|(t, s)| trace_ids(&t, &s)[..32].to_owned()),
+            span_id = self.trace.map(|(t, s)| trace_ids(&t, &s)[32..].to_owned()),
         );
     }
 }
@@ -383,11 +389,25 @@ impl AccessLog {
             Some(&self.request_id),
             ClientText::bare,
         );
+        if let Some((trace_id, span_id)) = &self.trace {
+            let ids = trace_ids(trace_id, span_id);
+            let (trace_id, span_id) = ids.split_at(32);
+            fields.text(name!("trace_id"), trace_id);
+            fields.text(name!("span_id"), span_id);
+        }
         if JSON {
             line.put(b",\"target\":\"duet::access\"}");
         }
         line.byte(b'\n');
     }
+}
+
+/// A trace's id and a span's, in lowercase hex, one after the other (32 and 16 digits).
+fn trace_ids(trace_id: &TraceId, span_id: &SpanId) -> String {
+    let mut ids = Vec::with_capacity(48);
+    push_hex(&mut ids, trace_id);
+    push_hex(&mut ids, span_id);
+    String::from_utf8(ids).unwrap_or_default()
 }
 
 /// The clock's reading for the line's timestamp (since the Unix epoch), its duration and response-head
@@ -1205,6 +1225,7 @@ mod tests {
             received: Received::Known(0),
             outcome: "complete",
             grpc_status: Some(14),
+            trace: None,
             // Never written on drop.
             written: true,
         }

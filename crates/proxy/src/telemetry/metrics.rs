@@ -11,6 +11,7 @@ use crate::{
     telemetry::histogram::{AttemptCounts, Histogram},
     telemetry::process_stats::{self, ProcessStats},
     telemetry::route_cells::RouteCells,
+    telemetry::trace,
 };
 use duet_balance::EndpointLoad;
 use std::{
@@ -417,6 +418,8 @@ pub(crate) struct ProcessState {
     pub(crate) certificates: Mutex<Vec<CertificateExpiry>>,
     /// Reads the process's resources at a scrape (fixed in tests).
     pub(crate) resources: fn() -> Option<ProcessStats>,
+    /// The trace exporters and what they count.
+    pub(crate) traces: Arc<trace::Export>,
 }
 
 impl Default for ProcessState {
@@ -432,6 +435,7 @@ impl Default for ProcessState {
             config_hash: AtomicU64::new(0),
             certificates: Mutex::default(),
             resources: process_stats::read,
+            traces: Arc::default(),
         }
     }
 }
@@ -479,6 +483,11 @@ impl Registry {
         self.readiness
             .expected_workers
             .store(workers as u64, Relaxed);
+    }
+
+    /// The process's trace exporters, which every worker's tracer sends through.
+    pub(crate) fn trace_export(&self) -> Arc<trace::Export> {
+        self.process.traces.clone()
     }
 
     pub(crate) fn readiness_flags(&self) -> Arc<Readiness> {
@@ -802,6 +811,7 @@ pub(crate) mod fixture {
                     not_after: 1_767_225_600,
                 }]),
                 resources: fixed_resources,
+                traces: Arc::default(),
             }),
             ..Registry::default()
         };
@@ -813,6 +823,10 @@ pub(crate) mod fixture {
         )
         .expect("listeners")
         .listeners;
+        let traces = &registry.process.traces.counters;
+        add(&traces.exported, 40);
+        add(&traces.dropped[0], 2);
+        add(&traces.dropped[1], 5);
         add(&registry.discovery().unresolved, 1);
         add(&registry.discovery().failures, 3);
         let loads = vec![
@@ -999,9 +1013,12 @@ mod golden_tests {
                 "duet_config_info",
                 "duet_dns_unresolved_names",
                 "duet_dns_resolution_failures_total",
+                "duet_trace_spans_exported_total",
+                "duet_trace_spans_dropped_total",
+                "duet_trace_spans_dropped_total",
             ]
         );
         // Every family but the filters' (which come with the workers' cells).
-        assert_eq!(plain.matches("# TYPE ").count(), 55, "{plain}");
+        assert_eq!(plain.matches("# TYPE ").count(), 57, "{plain}");
     }
 }

@@ -21,6 +21,7 @@ use crate::{
         WorkerEntry, HANDSHAKE_RESULTS,
     },
     telemetry::process_stats::ProcessStats,
+    telemetry::trace::DROP_REASONS,
 };
 use std::{
     borrow::{Borrow, Cow},
@@ -195,6 +196,13 @@ const FAMILIES: &[Family] = &[
     Family::new("duet_dns_resolution_failures_total", COUNTER,
         "Backend host name lookups that failed.",
         Read::Process(|s, _| count(&s.discovery.failures))),
+    Family::new("duet_trace_spans_exported_total", COUNTER,
+        "Trace spans the OTLP collector (tracing.otlp) accepted.",
+        Read::Process(|s, _| count(&s.process.traces.counters.exported))),
+    Family::new("duet_trace_spans_dropped_total", COUNTER,
+        "Trace spans dropped, by reason: queue_full (tracing.queue spans were waiting already: never waited for) or export_failed (the collector did not take their batch).",
+        Read::Process(|s, i| nth(&s.process.traces.counters.dropped, i)))
+        .by("reason", &DROP_REASONS),
     Family::new("duet_responses_total", COUNTER,
         "Responses sent to clients, by cluster and status class.",
         Read::Cluster(|c, i| nth(&c.responses, i)))

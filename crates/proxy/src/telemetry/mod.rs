@@ -17,3 +17,5 @@ pub(crate) mod route_cells;
 pub(crate) mod histogram;
 
 pub(crate) mod process_stats;
+
+pub(crate) mod trace;
