@@ -22,6 +22,8 @@ pub struct Config {
     /// The admin listener (`/metrics`, `/status`, `/healthz`, `/ready`); off when `None`. Keep it on
     /// loopback or a private network: it shows the whole topology.
     pub admin: Option<SocketAddr>,
+    /// What each access-log line holds.
+    pub access_log: crate::access_log::AccessLog,
 }
 
 /// `workers: auto | N`.

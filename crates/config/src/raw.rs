@@ -24,6 +24,19 @@ pub(crate) struct RawConfig {
     pub(crate) shutdown: Option<RawShutdown>,
     #[serde(default)]
     pub(crate) admin: Option<RawAdmin>,
+    #[serde(default)]
+    pub(crate) access_log: Option<RawAccessLog>,
+}
+
+/// `access_log: { format, fields, sample_success }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawAccessLog {
+    #[serde(default)]
+    pub(crate) format: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) fields: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    #[serde(default)]
+    pub(crate) sample_success: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -592,6 +605,7 @@ static CONFIG: Shape = Shape {
         ("limits", &LIMITS),
         ("shutdown", &leaf::<RawShutdown>()),
         ("admin", &leaf::<RawAdmin>()),
+        ("access_log", &leaf::<RawAccessLog>()),
     ],
     filters: false,
 };

@@ -18,7 +18,7 @@ use crate::{
     stage::retry,
     stage::route,
     stage::route_index::RouteIndex,
-    telemetry::access_log::AccessLog,
+    telemetry::access_log::{AccessLog, LineFormat},
     telemetry::done::{self, Done},
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
@@ -56,6 +56,8 @@ struct Table {
     index: RouteIndex,
     /// `Keep-Alive: timeout=N`, telling clients when duet closes an idle connection.
     keep_alive: http::HeaderValue,
+    /// What the access log's lines hold (`access_log:`).
+    log_format: Rc<LineFormat>,
 }
 
 const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
@@ -214,7 +216,7 @@ impl WorkerProxy {
         let client = table.trust(client);
         let dropped = self.drop_underscored(&table, client.listener, request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
-        let mut log = AccessLog::start(&request, started, client, request_id);
+        let mut log = table.log(&request, started, client, request_id, connection);
         if request.uri().path() == "*" {
             return Ok(respond::asterisk(&request, log));
         }
@@ -369,6 +371,20 @@ impl Table {
         )
     }
 
+    /// The access-log record of `request` (from `client` on `connection`), its line as this table's
+    /// config says; `None` when the access log is off.
+    fn log<B>(
+        &self,
+        request: &Request<B>,
+        started: Instant,
+        client: Client,
+        request_id: http::HeaderValue,
+        connection: &ConnectionState,
+    ) -> Option<Box<AccessLog>> {
+        let (format, tls) = (&self.log_format, connection.tls.as_ref());
+        AccessLog::start(request, started, client, request_id, format, tls)
+    }
+
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
     fn trust(&self, client: Client) -> Client {
@@ -421,12 +437,14 @@ impl Table {
             config.limits.keepalive_timeout.as_secs()
         ))
         .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=75"));
+        let log_format = Rc::new(LineFormat::new(&config.access_log));
         Self {
             config,
             clusters,
             routes,
             index,
             keep_alive,
+            log_format,
         }
     }
 

@@ -8,6 +8,7 @@ mod listeners;
 mod client_limits;
 mod routes;
 mod settings;
+mod access_log;
 
 mod cluster_settings;
 mod listener_tls;
@@ -44,6 +45,7 @@ pub(crate) fn check(
     let limits = settings::limits(&mut checker, raw.limits.as_ref());
     let shutdown = settings::shutdown(&mut checker, raw.shutdown.as_ref());
     let admin = listeners::admin(&mut checker, raw.admin.as_ref(), &listeners);
+    let access_log = access_log::access_log(&mut checker, raw.access_log.as_ref());
     let config = Config {
         workers,
         listeners,
@@ -52,6 +54,7 @@ pub(crate) fn check(
         limits,
         shutdown,
         admin,
+        access_log,
     };
     (config, checker.errors)
 }
