@@ -3,7 +3,7 @@
 use duet_config::{parse, LogField, LogFormat};
 
 mod support;
-use support::{errors, BASE};
+use support::{errors, with_routes, BASE};
 
 #[test]
 fn the_default_is_today_s_line_and_a_chosen_list_keeps_its_order() {
@@ -76,8 +76,7 @@ fn an_unknown_or_repeated_field_a_bad_format_and_a_bad_sample_are_located() {
 
 #[test]
 fn a_forward_auth_user_header_must_be_one_of_its_response_headers() {
-    let base = BASE.replace(
-        "routes: [ { cluster: web } ]",
+    let base = with_routes(
         "routes: [ { cluster: web, auth: { forward: { cluster: web, response_headers: [x-user], \
          user_header: USER } } } ]",
     );

@@ -85,6 +85,8 @@ pub(crate) struct LineFormat {
     fields: Box<[LogField]>,
     /// A successful request's line is written when a 32-bit draw is below this; `None`: always.
     keep_below: Option<u64>,
+    /// Whether `fields` is the default line ([`AccessLog::write_default_fields`]).
+    default_fields: bool,
     wants_referer: bool,
     wants_user: bool,
     wants_tls: bool,
@@ -97,7 +99,8 @@ impl LineFormat {
         Self {
             json: settings.format.map(|format| format == LogFormat::Json),
             fields: settings.fields.clone().into_boxed_slice(),
-            keep_below: (ratio < 1.0).then(|| (ratio * 4_294_967_296.0) as u64),
+            keep_below: (ratio < 1.0).then_some((ratio * 4_294_967_296.0) as u64),
+            default_fields: settings.fields == LogField::DEFAULT,
             wants_referer: has(LogField::Referer),
             wants_user: has(LogField::User),
             wants_tls: has(LogField::TlsVersion) || has(LogField::Sni),
@@ -380,6 +383,25 @@ pub fn set_access_log_sink(
     .is_ok()
 }
 
+/// The default line (most logs' line) as one call per field with the field a constant, each inlined
+/// to its own writer: no dispatch per field, as when the line's fields were fixed. The order is
+/// `LogField::DEFAULT`'s (a test holds them equal).
+macro_rules! default_fields {
+    ($($field:ident),* $(,)?) => {
+        /// The fields of the default line, in the order [`AccessLog::write_default_fields`] writes them.
+        #[cfg(test)]
+        const DEFAULT_FIELDS: &'static [LogField] = &[$(LogField::$field),*];
+
+        fn write_default_fields<const JSON: bool, O: Out>(
+            &self,
+            fields: &mut Fields<'_, JSON, O>,
+            values: LineValues<'_>,
+        ) {
+            $(self.write_field(fields, LogField::$field, values);)*
+        }
+    };
+}
+
 impl AccessLog {
     /// The line, written field by field without the formatting machinery (a line per request is the
     /// default, and `write!` per field cost more than the rest of the request's handling in duet).
@@ -419,13 +441,23 @@ impl AccessLog {
     fn write_line<const JSON: bool, O: Out>(&self, line: &mut O, values: LineValues<'_>) {
         push_timestamp::<JSON, O>(line, values.0);
         let mut fields = Fields::<JSON, O> { line };
-        for field in &self.layout.fields {
-            self.write_field(&mut fields, *field, values);
+        if self.layout.default_fields {
+            self.write_default_fields(&mut fields, values);
+        } else {
+            for field in &self.layout.fields {
+                self.write_field(&mut fields, *field, values);
+            }
         }
         if JSON {
             line.put(b",\"target\":\"duet::access\"}");
         }
         line.byte(b'\n');
+    }
+
+    default_fields! {
+        Client, Method, Host, Path, Protocol, Status, Cluster, Route, Backend, Tried, Attempts,
+        Hedged, DurationMs, UpstreamHeadMs, Bytes, BytesReceived, Outcome, GrpcStatus, UserAgent,
+        RequestId,
     }
 
     /// One field: what the request asked for and who asked (the answer's fields are
@@ -1523,6 +1555,29 @@ mod tests {
         assert_eq!(parsed["referer"], "https://shop.example/a b");
         assert_eq!(parsed["connect_ms"], 0.457);
         assert_eq!(parsed["sni"], "shop.example");
+    }
+
+    #[test]
+    fn the_default_line_s_unrolled_fields_are_the_default_list_and_a_listed_default_is_the_same_line(
+    ) {
+        assert_eq!(AccessLog::DEFAULT_FIELDS, LogField::DEFAULT);
+        let mut log = record(10);
+        let default = line_with(&mut log, LogField::DEFAULT, true);
+        assert!(log.layout.default_fields);
+        // The same list, walked field by field.
+        let settings = LogSettings::default();
+        let mut walked = LineFormat::new(&settings);
+        walked.default_fields = false;
+        log.layout = Rc::new(walked);
+        let mut line = Vec::new();
+        let values = (
+            Duration::from_micros(1_700_000_000_123_456),
+            2.5,
+            None,
+            None,
+        );
+        log.format(&mut line, true, values);
+        assert_eq!(String::from_utf8(line).expect("text"), default);
     }
 
     #[test]
