@@ -3,6 +3,7 @@
 
 mod support;
 
+mod access_log;
 mod admin;
 mod affinity;
 mod auth;

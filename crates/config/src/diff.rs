@@ -105,6 +105,13 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         [drain_timeout, drain_delay]
     );
     tracing(&mut changes, old, new);
+    if old.access_log != new.access_log {
+        changes.push(format!(
+            "~ access_log: {} -> {}",
+            access_log(&old.access_log),
+            access_log(&new.access_log)
+        ));
+    }
     changes.list
 }
 
@@ -120,6 +127,17 @@ fn tracing(changes: &mut Changes, old: &Config, new: &Config) {
             show(&new.tracing)
         ));
     }
+}
+
+/// `access_log:` in a line: its format, fields and sample.
+fn access_log(log: &crate::access_log::AccessLog) -> String {
+    let fields: Vec<&str> = log.fields.iter().map(|f| f.name()).collect();
+    format!(
+        "format {}, fields [{}], sample_success {}%",
+        log.format.map_or("--log-format", |f| f.name()),
+        fields.join(", "),
+        log.sample_success * 100.0
+    )
 }
 
 /// Listeners are matched by address: adding or removing one takes a restart, their settings do not.

@@ -37,6 +37,7 @@
 mod check;
 mod diff;
 mod model;
+mod access_log;
 pub mod filter;
 mod checker;
 mod field;
@@ -45,6 +46,7 @@ mod error;
 mod raw;
 mod units;
 
+pub use access_log::{AccessLog, LogField, LogFormat};
 pub use check::shadowing::{shadowed_routes, Shadowed};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};

@@ -24,6 +24,8 @@ pub struct Config {
     pub admin: Option<SocketAddr>,
     /// OpenTelemetry traces (`tracing:`); off when `None`.
     pub tracing: Option<Tracing>,
+    /// What each access-log line holds.
+    pub access_log: crate::access_log::AccessLog,
 }
 
 /// `workers: auto | N`.

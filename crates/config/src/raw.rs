@@ -26,6 +26,7 @@ pub(crate) struct RawConfig {
     pub(crate) admin: Option<RawAdmin>,
     #[serde(default)]
     pub(crate) tracing: Option<Spanned<RawTracing>>,
+    pub(crate) access_log: Option<RawAccessLog>,
 }
 
 /// `tracing:`: OpenTelemetry traces exported with OTLP.
@@ -39,6 +40,17 @@ pub(crate) struct RawTracing {
     pub(crate) queue: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) service_name: Option<Spanned<Scalar>>,
+}
+
+/// `access_log: { format, fields, sample_success }`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawAccessLog {
+    #[serde(default)]
+    pub(crate) format: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) fields: Option<Spanned<Vec<Spanned<Scalar>>>>,
+    #[serde(default)]
+    pub(crate) sample_success: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -614,6 +626,7 @@ static CONFIG: Shape = Shape {
         ("shutdown", &leaf::<RawShutdown>()),
         ("admin", &leaf::<RawAdmin>()),
         ("tracing", &leaf::<RawTracing>()),
+        ("access_log", &leaf::<RawAccessLog>()),
     ],
     filters: false,
 };

@@ -200,3 +200,25 @@ fn http2_windows_show_field_by_field() {
         ]
     );
 }
+
+#[test]
+fn an_access_log_change_shows_its_format_fields_and_sample() {
+    let new =
+        format!("{OLD}access_log: {{ format: json, fields: [status, sni], sample_success: 5% }}\n");
+    let (old, new) = (
+        parse(OLD, "old.yaml").expect("old"),
+        parse(&new, "new.yaml").expect("new"),
+    );
+    let lines: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("~ access_log: format --log-format, fields [client, method, host, "),
+        "{lines:#?}"
+    );
+    assert!(
+        lines[0].ends_with(
+            "request_id], sample_success 100% -> format json, fields [status, sni], sample_success 5%"
+        ),
+        "{lines:#?}"
+    );
+}

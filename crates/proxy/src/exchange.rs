@@ -7,6 +7,7 @@ use crate::{
     backend::request_body::BodySource,
     error::ProxyError,
     header_copy::HeaderCopy,
+    peer::TlsSession,
     telemetry::{access_log::AccessLog, metrics::WorkerCounters, trace::RequestTrace},
     tunnel::PendingTunnel,
 };
@@ -112,6 +113,8 @@ pub(crate) struct ConnectionState {
     /// What the connection's bodies read in full (`buffer_request`, or small enough to replay) may
     /// hold at once.
     pub(crate) buffering: BufferBudget,
+    /// What its TLS handshake negotiated (for the access log); `None` over plain TCP.
+    pub(crate) tls: Option<TlsSession>,
 }
 
 /// The bytes a connection's bodies read in full may hold at once: as much as the largest one its

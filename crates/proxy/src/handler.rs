@@ -18,7 +18,7 @@ use crate::{
     stage::retry,
     stage::route,
     stage::route_index::RouteIndex,
-    telemetry::access_log::AccessLog,
+    telemetry::access_log::{AccessLog, LineFormat},
     telemetry::done::{self, Done},
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
@@ -61,6 +61,8 @@ struct Table {
     keep_alive: http::HeaderValue,
     /// The config's `tracing:`, if it has one.
     tracer: Option<Tracer>,
+    /// What the access log's lines hold (`access_log:`).
+    log_format: Rc<LineFormat>,
 }
 
 const KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
@@ -220,7 +222,7 @@ impl WorkerProxy {
         let client = table.trust(client);
         let dropped = self.drop_underscored(&table, client.listener, request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
-        let mut log = AccessLog::start(&request, started, client, request_id);
+        let mut log = table.log(&request, started, client, request_id, connection);
         if request.uri().path() == "*" {
             return Ok(respond::asterisk(&request, log));
         }
@@ -411,6 +413,20 @@ impl Table {
         Some(trace)
     }
 
+    /// The access-log record of `request` (from `client` on `connection`), its line as this table's
+    /// config says; `None` when the access log is off.
+    fn log<B>(
+        &self,
+        request: &Request<B>,
+        started: Instant,
+        client: Client,
+        request_id: http::HeaderValue,
+        connection: &ConnectionState,
+    ) -> Option<Box<AccessLog>> {
+        let (format, tls) = (&self.log_format, connection.tls.as_ref());
+        AccessLog::start(request, started, client, request_id, format, tls)
+    }
+
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
     /// granted) the trust since the connection was accepted.
     fn trust(&self, client: Client) -> Client {
@@ -464,6 +480,7 @@ impl Table {
         ))
         .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=75"));
         let tracer = (config.tracing.as_ref()).map(|tracing| Tracer::new(tracing, traces));
+        let log_format = Rc::new(LineFormat::new(&config.access_log));
         Self {
             config,
             clusters,
@@ -471,6 +488,7 @@ impl Table {
             index,
             keep_alive,
             tracer,
+            log_format,
         }
     }
 

@@ -96,7 +96,7 @@ pub use conn::{
 pub use error::{ErrorKind, ProxyError};
 pub use filter::AuthCheck;
 pub use handler::WorkerProxy;
-pub use peer::Client;
+pub use peer::{Client, TlsSession};
 pub use stage::route::lookup as route_lookup;
 pub use stage::route_index::RouteIndex;
 pub use telemetry::access_log::set_access_log_sink;

@@ -48,6 +48,16 @@ pub(crate) fn original_client(headers: &HeaderMap, client: Client) -> IpAddr {
         .unwrap_or(client.address.ip())
 }
 
+/// What a TLS client connection negotiated, read once when its handshake is done and shared by its
+/// requests (the access log's `tls_version` and `sni`). Plain connections have none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSession {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The server name the client asked for, if it sent one.
+    pub sni: Option<std::sync::Arc<str>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ mod client_limits;
 mod routes;
 mod settings;
 mod tracing;
+mod access_log;
 
 mod cluster_settings;
 mod listener_tls;
@@ -46,6 +47,7 @@ pub(crate) fn check(
     let shutdown = settings::shutdown(&mut checker, raw.shutdown.as_ref());
     let admin = listeners::admin(&mut checker, raw.admin.as_ref(), &listeners);
     let tracing = tracing::tracing(&mut checker, raw.tracing.as_ref());
+    let access_log = access_log::access_log(&mut checker, raw.access_log.as_ref());
     let config = Config {
         workers,
         listeners,
@@ -55,6 +57,7 @@ pub(crate) fn check(
         shutdown,
         admin,
         tracing,
+        access_log,
     };
     (config, checker.errors)
 }

@@ -191,6 +191,9 @@ impl Completion {
         self.stats.header_time.observe(head_time);
         if let Some(log) = log.as_mut() {
             log.upstream_head_ms = Some(head_time.as_secs_f64() * 1000.0);
+            if let Some(Hold::Lease(lease)) = &self.lease {
+                log.connect_ms = lease.connected_in().map(|t| t.as_secs_f64() * 1000.0);
+            }
         }
         self.log = log;
     }

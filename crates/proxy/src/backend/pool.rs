@@ -137,9 +137,17 @@ pub(crate) struct Lease {
     sender: SendRequest<UpstreamBody>,
     key: Key,
     pool: Weak<Pool>,
+    /// How long the connection took to open, if it was opened for this request (not pooled).
+    connected_in: Option<Duration>,
 }
 
 impl Lease {
+    /// How long the connection took to open (TCP, TLS and hyper's handshake), when it was opened for
+    /// this request; `None` for a pooled one.
+    pub(crate) fn connected_in(&self) -> Option<Duration> {
+        self.connected_in
+    }
+
     /// The response ended cleanly (at `now`): the connection can take the next request.
     pub(crate) fn release(self, now: Instant) {
         if let Some(pool) = self.pool.upgrade() {
@@ -238,7 +246,7 @@ impl UpstreamClient {
         while let Some(mut sender) = self.pool.take(key, now) {
             // Pinned where built: hyper's future holds the request, copied once more if moved.
             match pin!(sender.try_send_request(request)).await {
-                Ok(response) => return Ok((response, self.lease(key, sender))),
+                Ok(response) => return Ok((response, self.lease(key, sender, None))),
                 Err(mut failed) => match failed.take_message() {
                     // Closed before the request went out: nothing was sent, try the next one.
                     Some(unsent) => request = unsent,
@@ -253,7 +261,9 @@ impl UpstreamClient {
         }
         // Connecting is the rare path (a burst, or a pool emptied by the backend) and its futures are
         // large: boxed, so every request's future, which holds this one, stays small and cheap to move.
+        let connecting = Instant::now();
         let mut sender = Box::pin(self.connect(key)).await?;
+        let connected_in = Some(connecting.elapsed());
         let response = sender
             .send_request(request)
             .await
@@ -261,7 +271,7 @@ impl UpstreamClient {
                 error,
                 reused: false,
             })?;
-        Ok((response, self.lease(key, sender)))
+        Ok((response, self.lease(key, sender, connected_in)))
     }
 
     /// A new connection to `key`'s backend, its handshake done and its connection task spawned.
@@ -292,11 +302,17 @@ impl UpstreamClient {
         Ok(sender)
     }
 
-    fn lease(&self, key: Key, sender: SendRequest<UpstreamBody>) -> Lease {
+    fn lease(
+        &self,
+        key: Key,
+        sender: SendRequest<UpstreamBody>,
+        connected_in: Option<Duration>,
+    ) -> Lease {
         Lease {
             sender,
             key,
             pool: Rc::downgrade(&self.pool),
+            connected_in,
         }
     }
 

@@ -123,7 +123,10 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     } = connection;
     let _held = (active, permit);
     let limits = shared.proxy().limits();
-    let state = Rc::new(ConnectionState::default());
+    let state = Rc::new(ConnectionState {
+        tls: io.io.tls_session(),
+        ..ConnectionState::default()
+    });
     let open = Rc::new(Cell::new(0usize));
     let watch = Rc::new(StreamWatch::new(
         limits.send_timeout,

@@ -1,7 +1,7 @@
 //! Wrappers around a client connection's IO: bytes already read put back in front, and a bound on how
 //! long a write may make no progress.
 
-use crate::{conn::head_timer::HeadClock, stall::Stall};
+use crate::{conn::head_timer::HeadClock, peer::TlsSession, stall::Stall};
 use bytes::Bytes;
 use http::HeaderValue;
 use std::{
@@ -29,6 +29,11 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Send + Unpin + Sized + 'static {
     fn client_certificate(&self) -> Option<HeaderValue> {
         None
     }
+
+    /// What the TLS handshake negotiated; `None` over plain TCP.
+    fn tls_session(&self) -> Option<TlsSession> {
+        None
+    }
 }
 
 impl ClientIo for TcpStream {
@@ -43,6 +48,21 @@ impl<IO: AsyncRead + AsyncWrite + Send + Unpin + 'static> ClientIo
     fn client_certificate(&self) -> Option<HeaderValue> {
         let leaf = self.get_ref().1.peer_certificates()?.first()?;
         crate::client_cert::value(leaf)
+    }
+
+    fn tls_session(&self) -> Option<TlsSession> {
+        use tokio_rustls::rustls::ProtocolVersion;
+        let session = self.get_ref().1;
+        let version = match session.protocol_version()? {
+            ProtocolVersion::TLSv1_3 => "TLSv1.3",
+            ProtocolVersion::TLSv1_2 => "TLSv1.2",
+            // rustls negotiates nothing older.
+            _ => "TLS",
+        };
+        Some(TlsSession {
+            version,
+            sni: session.server_name().map(std::sync::Arc::from),
+        })
     }
 }
 

@@ -184,6 +184,7 @@ async fn hyper_turn<IO: ClientIo>(
     } = *connection;
     let state = Rc::new(ConnectionState {
         requests: Cell::new(requests),
+        tls: io.io.tls_session(),
         ..ConnectionState::default()
     });
     let head = Rc::new(HeadClock::new(limits.header_read_timeout));

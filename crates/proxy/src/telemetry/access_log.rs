@@ -1,11 +1,13 @@
 //! The access-log record of one request, written once when its response is finished.
 
 use crate::{
-    peer::{original_client, Client},
+    peer::{original_client, Client, TlsSession},
     spare::{self, SpareBoxes},
     telemetry::trace::{push_hex, SpanId, TraceId},
     telemetry::upload::Received,
 };
+use duet_balance::Draws;
+use duet_config::{AccessLog as LogSettings, LogField, LogFormat};
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, Version};
 use std::{
     borrow::Cow,
@@ -13,6 +15,7 @@ use std::{
     fmt,
     mem::MaybeUninit,
     net::{IpAddr, SocketAddr},
+    rc::Rc,
     sync::{Arc, OnceLock},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -61,18 +64,86 @@ pub(crate) struct AccessLog {
     pub(crate) grpc_status: Option<u8>,
     /// The request's trace and duet's span of it, when the request is traced.
     pub(crate) trace: Option<(TraceId, SpanId)>,
+    /// The answering attempt's time to open its connection, when it opened one (not pooled).
+    pub(crate) connect_ms: Option<f64>,
+    /// The `Referer`, when the line has that field.
+    referer: Option<HeaderValue>,
+    /// The user a route's `auth:` let in, when the line has that field ([`AccessLog::wants_user`]).
+    pub(crate) user: Option<HeaderValue>,
+    /// What the client's TLS connection negotiated, when the line has a field of it.
+    tls: Option<TlsSession>,
+    /// The line's fields and sample, as the config in force when the request arrived says.
+    layout: Rc<LineFormat>,
     /// Whether [`AccessLog::finish`] wrote the line (otherwise dropping the record writes it).
     written: bool,
 }
 
+/// What an access-log line holds, built once per config (`access_log:`): the fields in their order,
+/// each written by its own arm of [`AccessLog::write_field`] (no name is looked up per request), what
+/// a record must capture for them, and the share of successful requests whose lines are written.
+#[derive(Debug)]
+pub(crate) struct LineFormat {
+    /// `Some(true)` for JSON; `None`: the sink's (`--log-format`).
+    json: Option<bool>,
+    fields: Box<[LogField]>,
+    /// A successful request's line is written when a 32-bit draw is below this; `None`: always.
+    keep_below: Option<u64>,
+    /// Whether `fields` is the default line ([`AccessLog::write_default_fields`]).
+    default_fields: bool,
+    wants_referer: bool,
+    wants_user: bool,
+    wants_tls: bool,
+}
+
+impl LineFormat {
+    pub(crate) fn new(settings: &LogSettings) -> Self {
+        let has = |field| settings.fields.contains(&field);
+        let ratio = settings.sample_success.clamp(0.0, 1.0);
+        Self {
+            json: settings.format.map(|format| format == LogFormat::Json),
+            fields: settings.fields.clone().into_boxed_slice(),
+            keep_below: (ratio < 1.0).then_some((ratio * 4_294_967_296.0) as u64),
+            default_fields: settings.fields == LogField::DEFAULT,
+            wants_referer: has(LogField::Referer),
+            wants_user: has(LogField::User),
+            wants_tls: has(LogField::TlsVersion) || has(LogField::Sni),
+        }
+    }
+
+    /// Whether `record`'s line is written: always for a request that failed, for a successful one
+    /// (below 400, ended cleanly, no gRPC error) as `sample_success` says.
+    fn keeps(&self, record: &AccessLog) -> bool {
+        let Some(below) = self.keep_below else {
+            return true;
+        };
+        if !record.succeeded() {
+            return true;
+        }
+        below > 0 && SAMPLE_DRAWS.with_borrow_mut(|draws| draws.next_draw() >> 32) < below
+    }
+}
+
+impl Default for LineFormat {
+    fn default() -> Self {
+        Self::new(&LogSettings::default())
+    }
+}
+
+thread_local! {
+    /// Each worker's draws for `sample_success`.
+    static SAMPLE_DRAWS: RefCell<Draws> = RefCell::new(Draws::from_os());
+}
+
 impl AccessLog {
-    /// A record for `request` from `client`, if the access log is enabled (target `duet::access` at
-    /// info).
+    /// A record for `request` from `client` (on a connection that negotiated `tls`, if it is TLS),
+    /// its line as `format` says, if the access log is enabled (target `duet::access` at info).
     pub(crate) fn start<B>(
         request: &Request<B>,
         started: Instant,
         client: Client,
         request_id: HeaderValue,
+        format: &Rc<LineFormat>,
+        tls: Option<&TlsSession>,
     ) -> Option<Box<Self>> {
         let enabled = match SINK.get() {
             Some(sink) => sink.enabled,
@@ -83,8 +154,12 @@ impl AccessLog {
         }
         let (host, user_agent) = host_and_user_agent(request.headers());
         let host = routed_host(request.uri()).or(host);
+        let referer = (format.wants_referer)
+            .then(|| request.headers().get(header::REFERER).cloned())
+            .flatten();
+        let tls = tls.filter(|_| format.wants_tls).cloned();
         // Boxed: the record travels with the request through every stage and into the response body,
-        // and a pointer moves where 336 bytes would be copied at each step. In a box a finished
+        // and a pointer moves where several hundred bytes would be copied at each step. In a box a finished
         // record left behind, when there is one.
         let record = Self {
             method: request.method().clone(),
@@ -108,9 +183,30 @@ impl AccessLog {
             outcome: "client_gone",
             grpc_status: None,
             trace: None,
+            connect_ms: None,
+            referer,
+            user: None,
+            tls,
+            layout: format.clone(),
             written: false,
         };
         Some(spare::boxed(&SPARE_RECORDS, record))
+    }
+
+    /// Whether the line has the `user` field: the auth filters tell the record the user only then.
+    pub(crate) fn wants_user(&self) -> bool {
+        self.layout.wants_user
+    }
+
+    /// Whether the request succeeded, for `sample_success`: a status below 400, a response that ended
+    /// cleanly, and no gRPC error.
+    fn succeeded(&self) -> bool {
+        self.status.as_u16() < 400
+            && !matches!(
+                self.outcome,
+                "client_gone" | "backend_error" | "backend_read_timeout"
+            )
+            && matches!(self.grpc_status, None | Some(0))
     }
 }
 
@@ -204,6 +300,9 @@ impl AccessLog {
     }
 
     fn write(&self, duration: Duration, backend_text: Option<&str>) {
+        if !self.layout.keeps(self) {
+            return;
+        }
         // Milliseconds with microsecond precision, as numbers (in JSON too).
         let millis = |ms: f64| round(ms * 1000.0) / 1000.0;
         let duration_ms = millis(duration.as_secs_f64() * 1000.0);
@@ -216,7 +315,7 @@ impl AccessLog {
                     .unwrap_or_default();
                 self.format(
                     line,
-                    sink.json,
+                    self.layout.json.unwrap_or(sink.json),
                     (now, duration_ms, upstream_head_ms, backend_text),
                 )
             });
@@ -290,6 +389,25 @@ pub fn set_access_log_sink(
     .is_ok()
 }
 
+/// The default line (most logs' line) as one call per field with the field a constant, each inlined
+/// to its own writer: no dispatch per field, as when the line's fields were fixed. The order is
+/// `LogField::DEFAULT`'s (a test holds them equal).
+macro_rules! default_fields {
+    ($($field:ident),* $(,)?) => {
+        /// The fields of the default line, in the order [`AccessLog::write_default_fields`] writes them.
+        #[cfg(test)]
+        const DEFAULT_FIELDS: &'static [LogField] = &[$(LogField::$field),*];
+
+        fn write_default_fields<const JSON: bool, O: Out>(
+            &self,
+            fields: &mut Fields<'_, JSON, O>,
+            values: LineValues<'_>,
+        ) {
+            $(self.write_field(fields, LogField::$field, values);)*
+        }
+    };
+}
+
 impl AccessLog {
     /// The line, written field by field without the formatting machinery (a line per request is the
     /// default, and `write!` per field cost more than the rest of the request's handling in duet).
@@ -326,69 +444,17 @@ impl AccessLog {
         }
     }
 
-    fn write_line<const JSON: bool, O: Out>(
-        &self,
-        line: &mut O,
-        (now, duration_ms, upstream_head_ms, backend_text): LineValues<'_>,
-    ) {
-        push_timestamp::<JSON, O>(line, now);
+    fn write_line<const JSON: bool, O: Out>(&self, line: &mut O, values: LineValues<'_>) {
+        push_timestamp::<JSON, O>(line, values.0);
         let mut fields = Fields::<JSON, O> { line };
-        fields.address(name!("client"), |line| push_ip(line, self.client));
-        fields.text(name!("method"), self.method.as_str());
-        fields.client_text(name!("host"), self.host.as_ref(), ClientText::bare);
-        let path = loggable_path(self.target.path());
-        fields.client_text(name!("path"), Some(&*path), ClientText::bare);
-        fields.text(name!("protocol"), protocol(self.version));
-        fields.status(name!("status"), self.status);
-        fields.text(name!("cluster"), self.cluster.as_deref().unwrap_or("-"));
-        match self.route.as_deref() {
-            Some(route) => fields.text(name!("route"), route),
-            None => fields.null(name!("route")),
-        }
-        match (self.backend, backend_text) {
-            (Some(_), Some(text)) => {
-                fields.address(name!("backend"), |line| line.put(text.as_bytes()))
-            }
-            (Some(backend), None) => {
-                fields.address(name!("backend"), |line| push_socket(line, backend))
-            }
-            (None, _) => fields.text(name!("backend"), "-"),
-        }
-        if self.tried.is_empty() {
-            fields.text(name!("tried"), "-");
+        if self.layout.default_fields {
+            self.write_default_fields(&mut fields, values);
         } else {
-            fields.address(name!("tried"), |line| {
-                for (i, backend) in self.tried.iter().enumerate() {
-                    if i > 0 {
-                        line.byte(b',');
-                    }
-                    push_socket(line, *backend);
-                }
-            });
+            for field in &self.layout.fields {
+                self.write_field(&mut fields, *field, values);
+            }
         }
-        fields.number(name!("attempts"), u64::from(self.attempts));
-        fields.text(name!("hedged"), self.raced);
-        fields.millis(name!("duration_ms"), duration_ms);
-        match upstream_head_ms {
-            Some(ms) => fields.millis(name!("upstream_head_ms"), ms),
-            None => fields.null(name!("upstream_head_ms")),
-        }
-        fields.number(name!("bytes"), self.bytes);
-        fields.number(name!("bytes_received"), self.received.bytes());
-        fields.text(name!("outcome"), self.outcome);
-        if let Some(code) = self.grpc_status {
-            fields.number(name!("grpc_status"), u64::from(code));
-        }
-        fields.client_text(
-            name!("user_agent"),
-            self.user_agent.as_ref(),
-            ClientText::quoted,
-        );
-        fields.client_text(
-            name!("request_id"),
-            Some(&self.request_id),
-            ClientText::bare,
-        );
+        // A traced request's ids, whatever the field list: they tie its line to its trace.
         if let Some((trace_id, span_id)) = &self.trace {
             let ids = trace_ids(trace_id, span_id);
             let (trace_id, span_id) = ids.split_at(32);
@@ -399,6 +465,133 @@ impl AccessLog {
             line.put(b",\"target\":\"duet::access\"}");
         }
         line.byte(b'\n');
+    }
+
+    default_fields! {
+        Client, Method, Host, Path, Protocol, Status, Cluster, Route, Backend, Tried, Attempts,
+        Hedged, DurationMs, UpstreamHeadMs, Bytes, BytesReceived, Outcome, GrpcStatus, UserAgent,
+        RequestId,
+    }
+
+    /// One field: what the request asked for and who asked (the answer's fields are
+    /// [`AccessLog::write_answer_field`]'s).
+    #[inline(always)]
+    fn write_field<const JSON: bool, O: Out>(
+        &self,
+        fields: &mut Fields<'_, JSON, O>,
+        field: LogField,
+        values: LineValues<'_>,
+    ) {
+        match field {
+            LogField::Client => fields.address(name!("client"), |line| push_ip(line, self.client)),
+            LogField::Method => fields.text(name!("method"), self.method.as_str()),
+            LogField::Host => {
+                fields.client_text(name!("host"), self.host.as_ref(), ClientText::bare)
+            }
+            LogField::Path => {
+                let path = loggable_path(self.target.path());
+                fields.client_text(name!("path"), Some(&*path), ClientText::bare);
+            }
+            LogField::Query => {
+                let query = self.target.query().map(loggable_path);
+                fields.client_text(name!("query"), query.as_deref(), ClientText::bare);
+            }
+            LogField::Protocol => fields.text(name!("protocol"), protocol(self.version)),
+            LogField::UserAgent => {
+                let agent = self.user_agent.as_ref();
+                fields.client_text(name!("user_agent"), agent, ClientText::quoted);
+            }
+            LogField::Referer => {
+                let referer = self.referer.as_ref();
+                fields.client_text(name!("referer"), referer, ClientText::quoted);
+            }
+            LogField::RequestId => {
+                let id = Some(&self.request_id);
+                fields.client_text(name!("request_id"), id, ClientText::bare);
+            }
+            LogField::User => {
+                fields.client_text(name!("user"), self.user.as_ref(), ClientText::bare)
+            }
+            LogField::TlsVersion => {
+                let version = self.tls.as_ref().map(|tls| tls.version);
+                fields.maybe_text(name!("tls_version"), version);
+            }
+            LogField::Sni => {
+                let sni = self.tls.as_ref().and_then(|tls| tls.sni.as_deref());
+                fields.client_text(name!("sni"), sni, ClientText::bare);
+            }
+            _ => self.write_answer_field(fields, field, values),
+        }
+    }
+
+    /// One field of where the request went and how it was answered.
+    #[inline(always)]
+    fn write_answer_field<const JSON: bool, O: Out>(
+        &self,
+        fields: &mut Fields<'_, JSON, O>,
+        field: LogField,
+        (_, duration_ms, upstream_head_ms, backend_text): LineValues<'_>,
+    ) {
+        match field {
+            LogField::Status => fields.status(name!("status"), self.status),
+            LogField::Cluster => fields.maybe_text(name!("cluster"), self.cluster.as_deref()),
+            LogField::Route => match self.route.as_deref() {
+                Some(route) => fields.text(name!("route"), route),
+                None => fields.null(name!("route")),
+            },
+            LogField::Backend => match (self.backend, backend_text) {
+                (Some(_), Some(text)) => {
+                    fields.address(name!("backend"), |line| line.put(text.as_bytes()))
+                }
+                (Some(backend), None) => {
+                    fields.address(name!("backend"), |line| push_socket(line, backend))
+                }
+                (None, _) => fields.maybe_text(name!("backend"), None),
+            },
+            LogField::Tried => self.write_tried(fields),
+            LogField::Attempts => fields.number(name!("attempts"), u64::from(self.attempts)),
+            LogField::Hedged => {
+                let raced = Some(self.raced).filter(|raced| *raced != "-");
+                fields.maybe_text(name!("hedged"), raced);
+            }
+            LogField::DurationMs => fields.millis(name!("duration_ms"), duration_ms),
+            LogField::UpstreamHeadMs => match upstream_head_ms {
+                Some(ms) => fields.millis(name!("upstream_head_ms"), ms),
+                None => fields.null(name!("upstream_head_ms")),
+            },
+            LogField::ConnectMs => match self.connect_ms {
+                Some(ms) => fields.millis(name!("connect_ms"), ms),
+                None => fields.null(name!("connect_ms")),
+            },
+            LogField::Bytes => fields.number(name!("bytes"), self.bytes),
+            LogField::BytesReceived => {
+                fields.number(name!("bytes_received"), self.received.bytes())
+            }
+            LogField::Outcome => fields.text(name!("outcome"), self.outcome),
+            LogField::GrpcStatus => {
+                if let Some(code) = self.grpc_status {
+                    fields.number(name!("grpc_status"), u64::from(code));
+                }
+            }
+            // The request's own fields are `write_field`'s.
+            _ => {}
+        }
+    }
+
+    /// `tried`: the backends tried before the one that answered, comma-separated.
+    #[inline(always)]
+    fn write_tried<const JSON: bool, O: Out>(&self, fields: &mut Fields<'_, JSON, O>) {
+        if self.tried.is_empty() {
+            return fields.maybe_text(name!("tried"), None);
+        }
+        fields.address(name!("tried"), |line| {
+            for (i, backend) in self.tried.iter().enumerate() {
+                if i > 0 {
+                    line.byte(b',');
+                }
+                push_socket(line, *backend);
+            }
+        });
     }
 }
 
@@ -624,8 +817,21 @@ impl<const JSON: bool, O: Out> Fields<'_, JSON, O> {
         }
     }
 
-    /// What a client sent: in JSON a string as [`Fields::text`] writes it (`-` when absent or not
-    /// visible ASCII), in text as `form` writes it.
+    /// A string, or when there is none `-` in text and `null` in JSON.
+    #[inline(always)]
+    fn maybe_text(&mut self, name: Name, value: Option<&str>) {
+        match value {
+            Some(value) => self.text(name, value),
+            None if JSON => {
+                self.name(name);
+                self.line.put(b"null");
+            }
+            None => self.text(name, "-"),
+        }
+    }
+
+    /// What a client sent: in JSON a string as [`Fields::text`] writes it (`-` when not visible
+    /// ASCII, `null` when absent), in text as `form` writes it.
     #[inline(always)]
     fn client_text<'v, V: ClientValue + ?Sized + 'v>(
         &mut self,
@@ -634,7 +840,10 @@ impl<const JSON: bool, O: Out> Fields<'_, JSON, O> {
         form: fn(Option<&'v [u8]>) -> ClientText<'v>,
     ) {
         if JSON {
-            self.text(name, value.and_then(ClientValue::as_text).unwrap_or("-"));
+            match value {
+                Some(value) => self.text(name, value.as_text().unwrap_or("-")),
+                None => self.maybe_text(name, None),
+            }
         } else {
             self.name(name);
             form(value.map(ClientValue::as_bytes)).push(self.line);
@@ -1226,6 +1435,11 @@ mod tests {
             outcome: "complete",
             grpc_status: Some(14),
             trace: None,
+            connect_ms: None,
+            referer: None,
+            user: None,
+            tls: None,
+            layout: Rc::new(LineFormat::default()),
             // Never written on drop.
             written: true,
         }
@@ -1282,7 +1496,7 @@ mod tests {
         assert!(text.contains(" duration_ms=2.5 bytes=1234 "), "{text}");
         let json = line(&log, true);
         assert!(
-            json.contains(r#""cluster":"api","route":null,"backend":"-""#),
+            json.contains(r#""cluster":"api","route":null,"backend":null"#),
             "{json}"
         );
         assert!(
@@ -1300,6 +1514,134 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(" upstream_head_ms=1.25 "), "{text}");
+    }
+
+    /// `log`'s line with `fields`, in JSON or text, at a fixed time.
+    fn line_with(log: &mut AccessLog, fields: &[LogField], json: bool) -> String {
+        let settings = LogSettings {
+            fields: fields.to_vec(),
+            ..LogSettings::default()
+        };
+        log.layout = Rc::new(LineFormat::new(&settings));
+        let values = (
+            Duration::from_micros(1_700_000_000_123_456),
+            2.5,
+            None,
+            None,
+        );
+        let mut line = Vec::new();
+        log.format(&mut line, json, values);
+        String::from_utf8(line).expect("text")
+    }
+
+    #[test]
+    fn a_chosen_field_list_is_written_in_its_order_and_absent_values_are_null_in_json() {
+        use LogField::*;
+        let fields = [
+            Status, Query, Referer, User, TlsVersion, Sni, ConnectMs, Hedged, Tried, Host,
+        ];
+        let mut log = record(10);
+        (log.host, log.tried) = (None, Vec::new());
+        log.target = Uri::from_static("/api/x");
+        assert_eq!(
+            line_with(&mut log, &fields, false),
+            "2023-11-14T22:13:20.123456Z  INFO duet::access: status=404 query=- referer=\"-\" \
+             user=- tls_version=- sni=- hedged=- tried=- host=-\n"
+        );
+        assert_eq!(
+            line_with(&mut log, &fields, true),
+            "{\"timestamp\":\"2023-11-14T22:13:20.123456Z\",\"level\":\"INFO\",\"status\":404,\
+             \"query\":null,\"referer\":null,\"user\":null,\"tls_version\":null,\"sni\":null,\
+             \"connect_ms\":null,\"hedged\":null,\"tried\":null,\"host\":null,\
+             \"target\":\"duet::access\"}\n"
+        );
+        log.target = Uri::from_static("/api/x?token=a%20b&q=1");
+        log.referer = Some(HeaderValue::from_static("https://shop.example/a b"));
+        log.user = Some(HeaderValue::from_static("alice"));
+        log.tls = Some(TlsSession {
+            version: "TLSv1.3",
+            sni: Some(Arc::from("shop.example")),
+        });
+        (log.connect_ms, log.raced) = (Some(0.4567), "hedge");
+        log.tried = vec!["127.0.0.1:9002".parse().expect("address")];
+        assert_eq!(
+            line_with(&mut log, &fields, false),
+            "2023-11-14T22:13:20.123456Z  INFO duet::access: status=404 \
+             query=token=a%20b&q=1 referer=\"https://shop.example/a b\" \
+             user=alice tls_version=TLSv1.3 sni=shop.example connect_ms=0.457 hedged=hedge \
+             tried=127.0.0.1:9002 host=-\n"
+        );
+        let json = line_with(&mut log, &fields, true);
+        let parsed: serde_json::Value = serde_json::from_str(&json).expect("one JSON object");
+        assert_eq!(parsed["query"], "token=a%20b&q=1");
+        assert_eq!(parsed["referer"], "https://shop.example/a b");
+        assert_eq!(parsed["connect_ms"], 0.457);
+        assert_eq!(parsed["sni"], "shop.example");
+    }
+
+    #[test]
+    fn the_default_line_s_unrolled_fields_are_the_default_list_and_a_listed_default_is_the_same_line(
+    ) {
+        assert_eq!(AccessLog::DEFAULT_FIELDS, LogField::DEFAULT);
+        let mut log = record(10);
+        let default = line_with(&mut log, LogField::DEFAULT, true);
+        assert!(log.layout.default_fields);
+        // The same list, walked field by field.
+        let settings = LogSettings::default();
+        let mut walked = LineFormat::new(&settings);
+        walked.default_fields = false;
+        log.layout = Rc::new(walked);
+        let mut line = Vec::new();
+        let values = (
+            Duration::from_micros(1_700_000_000_123_456),
+            2.5,
+            None,
+            None,
+        );
+        log.format(&mut line, true, values);
+        assert_eq!(String::from_utf8(line).expect("text"), default);
+    }
+
+    #[test]
+    fn the_default_field_list_is_the_line_written_before_it_could_be_chosen() {
+        let mut log = record(10);
+        let text = line_with(&mut log, LogField::DEFAULT, false);
+        assert_eq!(
+            text,
+            "2023-11-14T22:13:20.123456Z  INFO duet::access: client=10.1.2.3 method=GET \
+             host=example.com path=/api/x protocol=HTTP/1.1 status=404 cluster=api route=api-v1 \
+             backend=127.0.0.1:9001 tried=127.0.0.1:9002 attempts=2 hedged=- duration_ms=2.5 \
+             bytes=1234 bytes_received=0 outcome=complete grpc_status=14 \
+             user_agent=\"a \\x22b\\x22a \\x22b\\x22\" request_id=0123456789abcdef0123456789abcdef\n"
+        );
+    }
+
+    #[test]
+    fn sampling_drops_only_successes_and_keeps_every_error() {
+        let format = |percent: f64| {
+            LineFormat::new(&LogSettings {
+                sample_success: percent / 100.0,
+                ..LogSettings::default()
+            })
+        };
+        let mut log = record(10);
+        (log.status, log.grpc_status) = (StatusCode::OK, None);
+        let kept =
+            |format: &LineFormat, log: &AccessLog| (0..1000).filter(|_| format.keeps(log)).count();
+        assert_eq!(kept(&format(0.0), &log), 0);
+        assert_eq!(kept(&format(100.0), &log), 1000);
+        let tenth = kept(&format(10.0), &log);
+        assert!((50..=150).contains(&tenth), "{tenth} of 1000 at 10%");
+        for (status, outcome, grpc) in [
+            (StatusCode::NOT_FOUND, "no_route", None),
+            (StatusCode::BAD_GATEWAY, "connect_failed", None),
+            (StatusCode::OK, "client_gone", None),
+            (StatusCode::OK, "backend_error", None),
+            (StatusCode::OK, "complete", Some(14)),
+        ] {
+            (log.status, log.outcome, log.grpc_status) = (status, outcome, grpc);
+            assert_eq!(kept(&format(0.0), &log), 1000, "{status} {outcome}");
+        }
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct Forward {
     pub timeout: Duration,
     /// What a timeout or an unreachable auth service means.
     pub on_error: OnError,
+    /// The response field (one of `response_headers`) that names the user, for the access log's
+    /// `user`.
+    pub user_header: Option<String>,
 }
 
 /// The subrequest's method.
@@ -65,6 +68,8 @@ pub(super) struct RawForward {
     timeout: Option<Spanned<Scalar>>,
     #[serde(default)]
     on_error: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    user_header: Option<Spanned<Scalar>>,
 }
 
 /// `timeout` when left out.
@@ -126,6 +131,7 @@ pub(super) fn check(
         "refuse every request",
         None,
     );
+    let user_header = user_header(checker, written, field, response_headers.as_deref());
     let (cluster, cluster_name) = cluster?;
     (checker.errors.len() == errors).then_some(Forward {
         cluster,
@@ -136,7 +142,30 @@ pub(super) fn check(
         response_headers: response_headers?,
         timeout,
         on_error,
+        user_header,
     })
+}
+
+/// `user_header`: one of the `response_headers` (lowercase).
+fn user_header(
+    checker: &mut Checker,
+    written: &RawForward,
+    field: &Field,
+    response_headers: Option<&[String]>,
+) -> Option<String> {
+    let raw = written.user_header.as_ref()?;
+    let name = raw.value.0.trim().to_ascii_lowercase();
+    let listed = response_headers.unwrap_or_default();
+    if !listed.contains(&name) {
+        let message = format!(
+            "`{name}` is not one of `response_headers` ({}): the user is read from a field the \
+             auth service's answer hands on",
+            listed.join(", ")
+        );
+        checker.reject(raw, field.key("user_header"), message);
+        return None;
+    }
+    Some(name)
 }
 
 /// The auth cluster, by name.

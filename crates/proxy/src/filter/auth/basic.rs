@@ -72,16 +72,22 @@ impl BasicAuth {
 
     /// Lets the request through (its `Authorization` removed unless the route forwards it, its user
     /// set if the route names a field), or the challenge of the 401.
-    pub(super) fn admit(&self, headers: &mut HeaderMap) -> Result<(), HeaderValue> {
+    /// Lets a request with a known user's right password through (its fields edited: the
+    /// `Authorization` removed unless forwarded, the user set), and says who it is; refuses anyone
+    /// else with the challenge.
+    pub(super) fn admit(
+        &self,
+        headers: &mut HeaderMap,
+    ) -> Result<Option<HeaderValue>, HeaderValue> {
         let user = self.verify(headers).ok_or_else(|| self.challenge.clone())?;
         let user = HeaderValue::from_str(user).ok();
         if !self.forward_authorization {
             headers.remove(header::AUTHORIZATION);
         }
-        if let (Some(name), Some(user)) = (&self.user_header, user) {
-            headers.insert(name.clone(), user);
+        if let (Some(name), Some(user)) = (&self.user_header, &user) {
+            headers.insert(name.clone(), user.clone());
         }
-        Ok(())
+        Ok(user)
     }
 
     /// The user whose credentials the request carries, if they are right.

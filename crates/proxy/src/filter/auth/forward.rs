@@ -83,6 +83,12 @@ impl ForwardAuth {
             match said {
                 Some(Said::Yes(fields)) => {
                     counts.add(ALLOWED);
+                    let user = self.settings.user_header.as_deref();
+                    if let (Some(log), Some(name)) = (log.as_mut(), user) {
+                        if log.wants_user() {
+                            log.user = fields.get(name).cloned();
+                        }
+                    }
                     Ok(fields)
                 }
                 Some(Said::No(answer)) => {

@@ -57,7 +57,13 @@ impl JwtAuth {
 
     /// Lets the request through (its `Authorization` removed unless the route forwards it, the
     /// listed claims set as fields), or the challenge of the 401.
-    pub(super) fn admit(&self, headers: &mut HeaderMap) -> Result<(), HeaderValue> {
+    /// Lets a request with a valid token through (its claims copied onto it), and says who it is
+    /// (its `sub`) when `want_user`; refuses anyone else with the challenge.
+    pub(super) fn admit(
+        &self,
+        headers: &mut HeaderMap,
+        want_user: bool,
+    ) -> Result<Option<HeaderValue>, HeaderValue> {
         let invalid = || HeaderValue::from_static("Bearer error=\"invalid_token\"");
         let Some(token) = self.token(headers) else {
             // RFC 6750 §3.1: no error code for a request without credentials; an `Authorization`
@@ -82,7 +88,11 @@ impl JwtAuth {
                 headers.insert(name.clone(), value);
             }
         }
-        Ok(())
+        let subject = || match claims.get("sub") {
+            Some(Value::String(sub)) => HeaderValue::from_str(sub).ok(),
+            _ => None,
+        };
+        Ok(want_user.then(subject).flatten())
     }
 
     /// The token, from `Authorization: Bearer` or else the route's cookie.

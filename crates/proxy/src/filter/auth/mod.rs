@@ -105,16 +105,20 @@ impl Phases for Auth {
         for name in &self.identity {
             request.headers_mut().remove(name);
         }
+        let want_user = log.as_ref().is_some_and(|log| log.wants_user());
         let decided = match &self.way {
             Way::Basic(basic) => basic.admit(request.headers_mut()),
-            Way::Jwt(jwt) => jwt.admit(request.headers_mut()),
+            Way::Jwt(jwt) => jwt.admit(request.headers_mut(), want_user),
             Way::Forward(forward) => {
                 return Admit::Later(Box::pin(forward.admit(request, log, &self.counts)))
             }
         };
         match decided {
-            Ok(()) => {
+            Ok(user) => {
                 self.counts.add(ALLOWED);
+                if let Some(log) = log.as_mut().filter(|_| want_user) {
+                    log.user = user;
+                }
                 Admit::Now(Decision::Continue)
             }
             Err(challenge) => {
@@ -179,7 +183,7 @@ impl AuthCheck {
     pub fn admits(&self, headers: &mut HeaderMap) -> bool {
         match &self.0 {
             Way::Basic(basic) => basic.admit(headers).is_ok(),
-            Way::Jwt(jwt) => jwt.admit(headers).is_ok(),
+            Way::Jwt(jwt) => jwt.admit(headers, false).is_ok(),
             Way::Forward(_) => false,
         }
     }
