@@ -395,7 +395,10 @@ pub fn set_access_log_sink(
 macro_rules! default_fields {
     ($($field:ident),* $(,)?) => {
         /// The fields of the default line, in the order [`AccessLog::write_default_fields`] writes them.
-        #[cfg(test)]
+        #[cfg_attr(
+            not(test),
+            expect(dead_code, reason = "a test holds it equal to `LogField::DEFAULT`")
+        )]
         const DEFAULT_FIELDS: &'static [LogField] = &[$(LogField::$field),*];
 
         fn write_default_fields<const JSON: bool, O: Out>(
