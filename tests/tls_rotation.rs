@@ -4,7 +4,7 @@
 //! certificate, a broken key, another certificate): none fails, each good certificate is served
 //! within 2 s of its swap, and the broken one keeps the certificate in use.
 
-use crate::support::{Duet, TempDir};
+use crate::support::{self, Duet, TempDir};
 use duet_testbed::{Backend, BackendOptions};
 use std::{
     path::Path,
@@ -160,18 +160,23 @@ async fn the_expiry_gauge_and_the_handshakes_name_the_listener_and_follow_a_rota
     );
     std::fs::write(dir.0.join("duet.yaml"), yaml).expect("config");
     let duet = Duet::start_at(&dir.0.join("duet.yaml"));
-    let tls_address = duet
-        .log_lines()
-        .iter()
-        .find_map(|l| {
+    // `Duet` waits for the first listener's line; the TLS listener's may come a moment later.
+    let tls_line = || -> Option<std::net::SocketAddr> {
+        duet.log_lines().iter().find_map(|l| {
             l.split("listening on https://")
                 .nth(1)?
-                .split(' ')
+                .split([' ', '"'])
                 .next()?
                 .parse()
                 .ok()
         })
-        .expect("the TLS listener's address");
+    };
+    assert!(
+        support::eventually(std::time::Duration::from_secs(5), || tls_line().is_some()),
+        "{:#?}",
+        duet.log_lines()
+    );
+    let tls_address = tls_line().expect("the TLS listener's address");
     let mut roots = rustls::RootCertStore::empty();
     for der in [&der0, &der1] {
         roots.add(der.clone().into()).expect("root");

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""How many files a feature reaches into (issue #42's measure of the filter shape): the files of
+crates/proxy/src and crates/duet/src whose code, with comments, string literals and #[cfg(test)]
+modules left out, names WORD (case-insensitive).
+
+    python3 benches/feature_files.py hedg        (prints the files, then their count)
+"""
+import os, re, sys
+word = sys.argv[1].lower()
+root = sys.argv[2] if len(sys.argv) > 2 else "."
+def strip(text):
+    # drop #[cfg(test)] mod ... { ... } blocks (brace matched)
+    out, i = [], 0
+    while True:
+        m = re.search(r"#\[cfg\(test\)\]\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{", text[i:])
+        if not m:
+            out.append(text[i:]); break
+        start = i + m.start(); out.append(text[i:start])
+        depth, j = 0, i + m.end() - 1
+        while j < len(text):
+            if text[j] == "{": depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0: break
+            j += 1
+        i = j + 1
+    text = "".join(out)
+    text = re.sub(r"b?'(\\.|[^'\\\n])'", "' '", text)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
+    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    return text
+hits = []
+for base in ("crates/proxy/src", "crates/duet/src"):
+    for dp, _, fs in os.walk(os.path.join(root, base)):
+        for f in fs:
+            if not f.endswith(".rs") or f in ("tests.rs",) or f.endswith("_tests.rs"): continue
+            p = os.path.join(dp, f)
+            if "/tests/" in p: continue
+            if word in strip(open(p).read()).lower():
+                hits.append(os.path.relpath(p, root))
+for h in sorted(hits): print(h)
+print(len(hits), "files")
