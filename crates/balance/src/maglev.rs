@@ -113,16 +113,12 @@ impl Maglev {
     /// other, so a key's second choice is spread over all the others, and when a member leaves, its
     /// keys go to their own next candidates rather than all to one neighbour.
     pub fn walk(&self, key_hash: u64) -> impl Iterator<Item = u32> + '_ {
-        let mut seen = vec![false; self.members];
         let start = if self.is_empty() {
             0
         } else {
             self.entry_of(key_hash)
         };
-        let len = self.entries.len();
-        (0..len)
-            .map(move |step| self.entries[(start + step) % len])
-            .filter(move |&m| !std::mem::replace(&mut seen[m as usize], true))
+        each_member_once(&self.entries, self.members, start)
     }
 
     /// The member of entry `at` (any value: taken modulo the size). For a walk that keeps its own
@@ -143,6 +139,20 @@ impl Maglev {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
+}
+
+/// The members of a table's `entries` from `start` on (wrapping), each once: a key's walk over
+/// Maglev's table or the ring's points, `members` of them in all.
+pub(crate) fn each_member_once(
+    entries: &[u32],
+    members: usize,
+    start: usize,
+) -> impl Iterator<Item = u32> + '_ {
+    let mut seen = vec![false; members];
+    let len = entries.len();
+    (0..len)
+        .map(move |step| entries[(start + step) % len])
+        .filter(move |&m| !std::mem::replace(&mut seen[m as usize], true))
 }
 
 #[cfg(test)]

@@ -114,16 +114,12 @@ impl Ring {
     /// The members in the order a key tries them: its home, then the member of each following point
     /// (wrapping), each member once.
     pub fn walk(&self, key_hash: u64) -> impl Iterator<Item = u32> + '_ {
-        let mut seen = vec![false; self.members];
         let start = if self.is_empty() {
             0
         } else {
             self.entry_of(key_hash)
         };
-        let len = self.owners.len();
-        (0..len)
-            .map(move |step| self.owners[(start + step) % len])
-            .filter(move |&m| !std::mem::replace(&mut seen[m as usize], true))
+        crate::maglev::each_member_once(&self.owners, self.members, start)
     }
 
     /// The member of point `at` (any value: taken modulo the number of points).
