@@ -344,6 +344,8 @@ mod maglev;
 
 mod ring;
 
+mod member_walk;
+
 mod stable_hash;
 
 mod endpoints;

@@ -118,7 +118,7 @@ impl Maglev {
         } else {
             self.entry_of(key_hash)
         };
-        each_member_once(&self.entries, self.members, start)
+        crate::member_walk::each_member_once(&self.entries, self.members, start)
     }
 
     /// The member of entry `at` (any value: taken modulo the size). For a walk that keeps its own
@@ -139,20 +139,6 @@ impl Maglev {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
-}
-
-/// The members of a table's `entries` from `start` on (wrapping), each once: a key's walk over
-/// Maglev's table or the ring's points, `members` of them in all.
-pub(crate) fn each_member_once(
-    entries: &[u32],
-    members: usize,
-    start: usize,
-) -> impl Iterator<Item = u32> + '_ {
-    let mut seen = vec![false; members];
-    let len = entries.len();
-    (0..len)
-        .map(move |step| entries[(start + step) % len])
-        .filter(move |&m| !std::mem::replace(&mut seen[m as usize], true))
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ impl Ring {
         } else {
             self.entry_of(key_hash)
         };
-        crate::maglev::each_member_once(&self.owners, self.members, start)
+        crate::member_walk::each_member_once(&self.owners, self.members, start)
     }
 
     /// The member of point `at` (any value: taken modulo the number of points).
