@@ -40,6 +40,7 @@ mod shaping;
 mod streaming;
 mod tls;
 mod tls_ocsp;
+mod tls_resumption;
 mod tls_rotation;
 mod tls_sni;
 mod traces;

@@ -159,6 +159,9 @@ pub struct ListenerTls {
     pub min_version: TlsVersion,
     /// Client certificates asked for, verified against a CA; `None`: not asked for.
     pub client_auth: Option<ClientAuth>,
+    /// Whether sessions resume from tickets duet encrypts under keys it rotates (`true`, the default),
+    /// rather than from each acceptor's own session cache only.
+    pub session_tickets: bool,
     /// Where the `tls` block is written.
     pub at: Location,
 }

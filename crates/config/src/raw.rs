@@ -103,6 +103,8 @@ pub(crate) struct RawTls {
     pub(crate) min_version: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) client_auth: Option<Spanned<RawClientAuth>>,
+    #[serde(default)]
+    pub(crate) session_tickets: Option<Spanned<Scalar>>,
 }
 
 /// `tls.client_auth: { ca, mode }`.

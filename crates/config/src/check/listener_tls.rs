@@ -60,11 +60,17 @@ pub(super) fn listener_tls(
             required,
         }
     });
+    let session_tickets = checker.boolean(
+        tls.session_tickets.as_ref(),
+        &field.key("session_tickets"),
+        true,
+    );
     Some(ListenerTls {
         certificates,
         default,
         min_version,
         client_auth,
+        session_tickets,
         at: Location {
             line: raw.referenced.line(),
             column: raw.referenced.column(),

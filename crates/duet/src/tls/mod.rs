@@ -4,6 +4,8 @@
 
 pub(crate) mod rotation;
 
+mod tickets;
+
 mod sni;
 mod warnings;
 mod certificate;
@@ -36,7 +38,12 @@ pub(crate) fn load(tls: &ListenerTls) -> Result<Vec<Loaded>, TlsError> {
 }
 
 /// Builds the acceptor for a listener's certificates, reading them now; with what it read of them.
-pub(crate) fn acceptor(tls: &ListenerTls) -> Result<(TlsAcceptor, Vec<Loaded>), TlsError> {
+/// `resumable`: the listener's sessions resume from tickets under its keys ([`tickets`]); `None`: only
+/// from the acceptor's own session cache (`session_tickets: false`).
+pub(crate) fn acceptor(
+    tls: &ListenerTls,
+    resumable: Option<&tickets::Resumable>,
+) -> Result<(TlsAcceptor, Vec<Loaded>), TlsError> {
     let loaded = load(tls)?;
     let resolver = sni::SniResolver::new(&loaded, tls.default)
         .ok_or_else(|| TlsError::at_tls(tls, "no certificate".to_owned()))?;
@@ -53,6 +60,10 @@ pub(crate) fn acceptor(tls: &ListenerTls) -> Result<(TlsAcceptor, Vec<Loaded>), 
         Some(auth) => builder.with_client_cert_verifier(client_verifier(auth, provider)?),
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    if let Some(resumable) = resumable {
+        config.ticketer = tickets::ticketer(resumable)
+            .map_err(|e| TlsError::at_tls(tls, format!("session ticket keys: {e}")))?;
+    }
     // HTTP/2 first: a client offering both gets it (served by `duet_proxy`'s h2 path after ALPN).
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok((TlsAcceptor::from(Arc::new(config)), loaded))

@@ -102,13 +102,18 @@ pub(crate) struct Built {
 /// Every listener's acceptor, from the files as they are now.
 pub(crate) fn build(config: &Config) -> Result<Built, super::TlsError> {
     let mut built = Built::default();
+    let mut resumable = Vec::new();
     for listener in &config.listeners {
         let Some(tls) = &listener.tls else {
             built.acceptors.push(None);
             continue;
         };
-        let (acceptor, loaded) = super::acceptor(tls)?;
         let label = duet_proxy::listener_label(listener);
+        let tickets = tls
+            .session_tickets
+            .then(|| super::tickets::Resumable::of(label.clone(), tls));
+        let (acceptor, loaded) = super::acceptor(tls, tickets.as_ref())?;
+        resumable.extend(tickets);
         built
             .certificates
             .extend(loaded.iter().map(|certificate| CertificateExpiry {
@@ -119,6 +124,7 @@ pub(crate) fn build(config: &Config) -> Result<Built, super::TlsError> {
             }));
         built.acceptors.push(Some(acceptor));
     }
+    super::tickets::keep_only(&resumable);
     Ok(built)
 }
 
