@@ -49,6 +49,9 @@ pub(crate) struct Loaded {
     pub(crate) names: Vec<String>,
     /// When the leaf expires, in seconds since the Unix epoch.
     pub(crate) not_after: i64,
+    /// When the stapled OCSP response goes stale (the earliest `nextUpdate` in it), in seconds since
+    /// the Unix epoch; `None` without a response, or with one that names no `nextUpdate`.
+    pub(crate) ocsp_next_update: Option<i64>,
 }
 
 /// Reads `files`: a PEM chain (leaf first) and the private key that fits its leaf.
@@ -94,67 +97,23 @@ pub(crate) fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Loaded
             files.key.display()
         ))
     })?;
+    let mut ocsp_next_update = None;
     if let Some((path, at)) = &files.ocsp {
-        key.ocsp = Some(ocsp_response(path).map_err(|message| TlsError {
+        let response = super::ocsp::response(path).map_err(|message| TlsError {
             field: "ocsp".to_owned(),
             at: *at,
             message: format!("{}: {message}", path.display()),
-        })?);
+        })?;
+        ocsp_next_update = super::ocsp::next_update(&response);
+        key.ocsp = Some(response);
     }
     Ok(Loaded {
         files: files.clone(),
         key: Arc::new(key),
         names,
         not_after,
+        ocsp_next_update,
     })
-}
-
-/// The most of an OCSP response read (they are a few KiB).
-const MAX_OCSP: u64 = 64 * 1024;
-
-/// A DER OCSP response (RFC 6960 §4.2.1) to staple, as an outside tool (`openssl ocsp`, certbot, a
-/// cron job) wrote it: refused unless its status is `successful`, since a `tryLater` or cut-off
-/// file stapled would make strict clients fail every handshake. Its signature and freshness are the
-/// client's to check.
-fn ocsp_response(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_OCSP + 1).read_to_end(&mut bytes))
-        .map_err(|e| format!("cannot read the OCSP response: {e}"))?;
-    if bytes.len() as u64 > MAX_OCSP {
-        return Err(format!("an OCSP response over {MAX_OCSP} bytes"));
-    }
-    match ocsp_status(&bytes) {
-        Some(0) => Ok(bytes),
-        Some(status) => Err(format!(
-            "an OCSP response with status {status}, not successful (0)"
-        )),
-        None => Err("not a DER OCSP response".to_owned()),
-    }
-}
-
-/// The `responseStatus` of a DER `OCSPResponse`: `SEQUENCE { ENUMERATED, [0] ... }`, whose
-/// length (short or long form) covers the rest of the bytes.
-fn ocsp_status(bytes: &[u8]) -> Option<u8> {
-    let (&tag, rest) = bytes.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (length, rest) = match first {
-        0..=0x7f => (usize::from(first), rest),
-        0x81..=0x84 => {
-            let count = usize::from(first & 0x7f);
-            let (digits, rest) = rest.split_at_checked(count)?;
-            let length = digits
-                .iter()
-                .fold(0usize, |n, &d| (n << 8) | usize::from(d));
-            (length, rest)
-        }
-        _ => return None,
-    };
-    match (tag, rest) {
-        (0x30, [0x0a, 0x01, status, ..]) if rest.len() == length => Some(*status),
-        _ => None,
-    }
 }
 
 /// The leaf's DNS names and expiry.
@@ -182,28 +141,4 @@ fn describe(leaf: &CertificateDer<'_>) -> Result<(Vec<String>, i64), String> {
         }
     }
     Ok((names, parsed.validity().not_after.timestamp()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ocsp_status;
-
-    #[test]
-    fn an_ocsp_response_s_status_is_read_from_its_der_and_anything_else_is_refused() {
-        // `successful`, with (made-up) response bytes after it; short and long length forms.
-        assert_eq!(
-            ocsp_status(&[0x30, 0x05, 0x0a, 0x01, 0x00, 0xa0, 0x00]),
-            Some(0)
-        );
-        let mut long = vec![0x30, 0x82, 0x01, 0x03, 0x0a, 0x01, 0x00, 0xa0, 0x81, 0xfc];
-        long.extend([0u8; 0xfd]);
-        assert_eq!(ocsp_status(&long), Some(0));
-        // `tryLater` (3), as a responder answers when it cannot.
-        assert_eq!(ocsp_status(&[0x30, 0x03, 0x0a, 0x01, 0x03]), Some(3));
-        // Cut short, not a SEQUENCE, empty, PEM.
-        assert_eq!(ocsp_status(&long[..100]), None);
-        assert_eq!(ocsp_status(&[0x31, 0x03, 0x0a, 0x01, 0x00]), None);
-        assert_eq!(ocsp_status(&[]), None);
-        assert_eq!(ocsp_status(b"-----BEGIN"), None);
-    }
 }

@@ -9,6 +9,7 @@ mod tickets;
 mod sni;
 mod warnings;
 mod certificate;
+mod ocsp;
 
 pub(crate) use certificate::TlsError;
 pub(crate) use warnings::warnings;

@@ -1,6 +1,7 @@
 //! What `duet check` says of a listener's certificates that is not an error (duet serves them as
 //! written): a name two of them cover (the first listed gets it), one with no DNS name (served only as
-//! the default), one expired, one expiring within [`EXPIRY_WARNING`].
+//! the default), one expired, one expiring within [`EXPIRY_WARNING`], and a stapled OCSP response
+//! past its `nextUpdate`.
 
 use super::certificate::Loaded;
 use std::{path::Path, time::Duration};
@@ -16,6 +17,8 @@ pub(crate) struct Facts<'a> {
     pub(crate) names: &'a [String],
     /// Seconds since the Unix epoch.
     pub(crate) not_after: i64,
+    /// The stapled OCSP response's file and its `nextUpdate` (seconds since the Unix epoch).
+    pub(crate) ocsp: Option<(&'a Path, i64)>,
 }
 
 /// Each warning with the index of the certificate it is about, at `now` (seconds since the epoch).
@@ -26,6 +29,12 @@ pub(crate) fn warnings(loaded: &[Loaded], now: i64) -> Vec<(usize, String)> {
             cert: &l.files.cert,
             names: &l.names,
             not_after: l.not_after,
+            ocsp: l
+                .files
+                .ocsp
+                .as_ref()
+                .zip(l.ocsp_next_update)
+                .map(|((path, _), next)| (path.as_path(), next)),
         })
         .collect();
     of_facts(&facts, now)
@@ -52,6 +61,17 @@ fn of_facts(facts: &[Facts<'_>], now: i64) -> Vec<(usize, String)> {
             found.push((
                 i,
                 format!("{file}: no DNS name in the certificate: served only as the default"),
+            ));
+        }
+        if let Some((ocsp, next_update)) = certificate.ocsp.filter(|&(_, next)| next <= now) {
+            let hours = now.saturating_sub(next_update) / 3_600;
+            found.push((
+                i,
+                format!(
+                    "{}: the OCSP response went stale {hours} hours ago (its nextUpdate): clients \
+                     that check it refuse the certificate; whatever refreshes the file has stopped",
+                    ocsp.display()
+                ),
             ));
         }
         let left = certificate.not_after.saturating_sub(now);
@@ -82,12 +102,13 @@ mod tests {
     const DAY: i64 = 86_400;
 
     #[test]
-    fn names_twice_no_names_expired_and_expiring_are_each_said_once() {
+    fn names_twice_no_names_expired_expiring_and_stale_ocsp_are_each_said_once() {
         let (a, b, c) = (
             PathBuf::from("a.pem"),
             PathBuf::from("b.pem"),
             PathBuf::from("c.pem"),
         );
+        let ocsp = PathBuf::from("a.ocsp.der");
         let a_names = ["shop.test".to_owned(), "*.apps.test".to_owned()];
         let b_names = ["*.apps.test".to_owned(), "api.test".to_owned()];
         let now = 1_000 * DAY;
@@ -96,22 +117,26 @@ mod tests {
                 cert: &a,
                 names: &a_names,
                 not_after: now + 90 * DAY,
+                ocsp: Some((&ocsp, now - 3 * 3_600)),
             },
             Facts {
                 cert: &b,
                 names: &b_names,
                 not_after: now - 3 * DAY,
+                ocsp: Some((&ocsp, now + DAY)),
             },
             Facts {
                 cert: &c,
                 names: &[],
                 not_after: now + 5 * DAY,
+                ocsp: None,
             },
         ];
         let found = of_facts(&facts, now);
         assert_eq!(
             found,
             [
+                (0, "a.ocsp.der: the OCSP response went stale 3 hours ago (its nextUpdate): clients that check it refuse the certificate; whatever refreshes the file has stopped".to_owned()),
                 (1, "b.pem: `*.apps.test` is covered by a.pem too, which is listed first and gets it".to_owned()),
                 (1, "b.pem: expired 3 days ago: clients refuse it".to_owned()),
                 (2, "c.pem: no DNS name in the certificate: served only as the default".to_owned()),
@@ -121,14 +146,15 @@ mod tests {
     }
 
     #[test]
-    fn fifteen_days_left_is_no_warning() {
-        let a = PathBuf::from("a.pem");
+    fn fifteen_days_left_and_a_fresh_ocsp_response_are_no_warning() {
+        let (a, ocsp) = (PathBuf::from("a.pem"), PathBuf::from("a.ocsp.der"));
         let names = ["a.test".to_owned()];
         let now = 1_000 * DAY;
         let facts = [Facts {
             cert: &a,
             names: &names,
             not_after: now + 15 * DAY,
+            ocsp: Some((&ocsp, now + 1)),
         }];
         assert!(of_facts(&facts, now).is_empty());
     }
