@@ -8,8 +8,9 @@
 //! duet whenever their content changes ([`Auth::watched_file`], [`Auth::with_file_text`]).
 
 mod basic;
-mod forward;
 mod jwt;
+
+mod forward;
 
 use super::{RouteContext, Section};
 use crate::{

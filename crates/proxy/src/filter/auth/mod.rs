@@ -15,8 +15,9 @@
 
 mod basic;
 mod forward;
-mod jwks_fetch;
 mod jwt;
+
+mod jwks_fetch;
 
 use crate::{
     error::{ErrorKind, ProxyError},
