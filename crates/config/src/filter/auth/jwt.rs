@@ -99,7 +99,7 @@ pub(super) struct RawJwt {
 #[derive(Debug)]
 enum RawJwks {
     File(Scalar),
-    Fetched(RawJwksSource),
+    Fetched(Box<RawJwksSource>),
 }
 
 /// `jwks: { cluster, path, refresh }`.
@@ -139,7 +139,7 @@ impl<'de> Deserialize<'de> for RawJwks {
             }
             fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawJwks, A::Error> {
                 let source = RawJwksSource::deserialize(de::value::MapAccessDeserializer::new(map));
-                source.map(RawJwks::Fetched)
+                source.map(|s| RawJwks::Fetched(Box::new(s)))
             }
         }
         deserializer.deserialize_any(Visitor)
