@@ -4,7 +4,7 @@
 
 use crate::{
     admin,
-    support::{Duet, TempDir},
+    support::{eventually, Duet, TempDir},
 };
 use duet_testbed::{raw::read_until_closed, Backend, BackendOptions};
 use std::{
@@ -145,6 +145,49 @@ fn basic_auth_takes_htpasswd_users_strips_credentials_and_forged_identity_and_co
         (3.0, 4.0, 0.0),
         "{metrics}"
     );
+}
+
+#[test]
+fn an_htpasswd_file_rewritten_applies_without_a_signal_and_a_broken_one_keeps_the_users() {
+    let dir = TempDir::new();
+    let file = dir.0.join("users.htpasswd");
+    htpasswd(&file, "-B", "ann", "s3cret");
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let routes = format!(
+        "  - name: admin\n    cluster: web\n    auth: {{ basic: {{ users: '{}' }} }}",
+        file.display()
+    );
+    let duet = Duet::start(&config(&routes, backend.address(), None));
+    let answer = |user: &str, password: &str| {
+        let response = get(duet.address, "/", &basic(user, password));
+        status(&response).to_owned()
+    };
+    assert_eq!(answer("cy", "n3w"), "401");
+    htpasswd(&file, "-B", "cy", "n3w");
+    let limit = Duration::from_secs(10);
+    assert!(
+        eventually(limit, || answer("cy", "n3w") == "200"),
+        "the new user is taken without SIGHUP"
+    );
+    assert_eq!(answer("ann", "s3cret"), "200");
+
+    let users = std::fs::read_to_string(&file).expect("read");
+    std::fs::write(&file, format!("{users}dee\n")).expect("write");
+    let refused = || {
+        (duet.log_lines().iter())
+            .any(|l| l.contains("auth file changed but does not load") && l.contains("line 3"))
+    };
+    assert!(eventually(limit, refused), "{:?}", duet.log_lines());
+    assert_eq!(answer("cy", "n3w"), "200", "the users in use stay");
+    assert_eq!(answer("ann", "s3cret"), "200");
+
+    std::fs::write(&file, "").expect("empty");
+    htpasswd(&file, "-B", "cy", "n3w");
+    assert!(
+        eventually(limit, || answer("ann", "s3cret") == "401"),
+        "a later good file is taken: ann is gone"
+    );
+    assert_eq!(answer("cy", "n3w"), "200");
 }
 
 /// A JWT for `claims`, signed with the fixture key `kid` in its algorithm.
@@ -426,4 +469,113 @@ fn forward_auth_lets_2xx_through_with_its_fields_returns_other_answers_and_times
         (1.0, 2.0, 1.0),
         "{metrics}"
     );
+}
+
+/// A key server on loopback: `GET /jwks` answers what `served` holds now (an empty string: 500),
+/// one request per connection; it counts the requests.
+fn key_server() -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::Mutex<String>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    let served = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (text, fetches) = (served.clone(), count.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(256) {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && head.len() < 16_384 {
+                match stream.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            if !head.starts_with(b"GET /jwks ") {
+                continue;
+            }
+            fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = text.lock().map(|t| t.clone()).unwrap_or_default();
+            let status = if body.is_empty() {
+                "500 Oops"
+            } else {
+                "200 OK"
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (address, served, count)
+}
+
+/// The fixture JWKS with only the keys `kids`.
+fn jwks_of(kids: &[&str]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/auth/jwks.json");
+    let text = std::fs::read_to_string(path).expect("fixture");
+    let mut set: serde_json::Value = serde_json::from_str(&text).expect("json");
+    if let Some(keys) = set["keys"].as_array_mut() {
+        keys.retain(|k| kids.iter().any(|kid| k["kid"] == *kid));
+    }
+    set.to_string()
+}
+
+#[test]
+fn a_jwks_fetched_through_a_cluster_follows_rotation_rate_limits_unknown_kids_and_survives_a_failed_fetch(
+) {
+    let backend = Backend::start(BackendOptions::named("web")).expect("backend");
+    let (idp, served, fetches) = key_server();
+    *served.lock().expect("lock") = jwks_of(&["ec1"]);
+    let routes = "  - name: api\n    cluster: web\n    auth: { jwt: { jwks: { cluster: authz, path: /jwks, refresh: 2s } } }";
+    let duet = Duet::start(&config(routes, backend.address(), Some(idp)));
+    let t = now();
+    let claims = serde_json::json!({"sub": "ann", "exp": t + 300});
+    let answer = |kid: &str| {
+        let fields = format!("Authorization: Bearer {}\r\n", token(kid, &claims));
+        status(&get(duet.address, "/", &fields)).to_owned()
+    };
+    let fetched = || fetches.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        answer("ec1"),
+        "200",
+        "the first request waits for the first fetch"
+    );
+    assert_eq!(fetched(), 1);
+    assert_eq!(
+        answer("ed1"),
+        "401",
+        "an unknown kid: fetched again, still unknown"
+    );
+    assert_eq!(fetched(), 2);
+    assert_eq!(answer("ed1"), "401");
+    assert_eq!(
+        fetched(),
+        2,
+        "no second fetch for an unknown kid within 10 s"
+    );
+
+    *served.lock().expect("lock") = jwks_of(&["ed1"]);
+    let limit = Duration::from_secs(10);
+    assert!(
+        eventually(limit, || answer("ed1") == "200"),
+        "the rotated key is fetched once `refresh` has passed"
+    );
+    assert_eq!(answer("ec1"), "401", "the key taken out is gone");
+    assert!(fetched() <= 4, "{} fetches", fetched());
+
+    served.lock().expect("lock").clear();
+    let before = fetched();
+    assert!(eventually(limit, || {
+        answer("ed1");
+        fetched() > before
+    }));
+    let failed = || (duet.log_lines().iter()).any(|l| l.contains("cannot fetch the keys"));
+    assert!(eventually(limit, failed), "{:?}", duet.log_lines());
+    assert_eq!(answer("ed1"), "200", "a failed fetch keeps the keys in use");
 }

@@ -1,7 +1,10 @@
 //! A route's `auth:`: its files read at check, and each mistake located, in the config and in the
 //! file it names.
 
-use duet_config::{filter::auth::Auth, parse};
+use duet_config::{
+    filter::auth::{Auth, Jwks},
+    parse,
+};
 
 mod support;
 use support::{errors, with_routes};
@@ -39,7 +42,11 @@ fn the_three_ways_load_with_their_files_and_defaults() {
     let Auth::Jwt(jwt) = auth(1) else {
         panic!("jwt")
     };
-    assert_eq!(jwt.key_count, 3);
+    assert!(
+        matches!(jwt.jwks, Jwks::File { key_count: 3, .. }),
+        "{:?}",
+        jwt.jwks
+    );
     assert_eq!(
         jwt.claims_to_headers,
         [("sub".to_owned(), "x-user".to_owned())]
@@ -99,4 +106,53 @@ fn a_missing_file_a_weak_htpasswd_line_a_bad_jwks_and_a_wrong_cluster_are_locate
         found.iter().any(|e| e.contains("did you mean `web`?")),
         "{found:#?}"
     );
+}
+
+#[test]
+fn a_fetched_jwks_names_a_cluster_and_a_refresh_above_zero() {
+    let yaml = with_routes(
+        "routes:\n  \
+         - { match: { path_prefix: /a }, cluster: web, auth: { jwt: { jwks: { cluster: web } } } }\n  \
+         - { match: { path_prefix: /b }, cluster: web, auth: { jwt: { jwks: { cluster: web, path: /keys, refresh: 30s } } } }",
+    );
+    let config = parse(&yaml, "ok.yaml").expect("valid");
+    let source = |i: usize| match &config.routes[i].filters.auth {
+        Some(Auth::Jwt(jwt)) => match &jwt.jwks {
+            Jwks::Fetched(source) => source.clone(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let a = source(0);
+    assert_eq!(
+        (
+            a.cluster_name.as_str(),
+            a.path.as_str(),
+            a.refresh.as_secs()
+        ),
+        ("web", "/.well-known/jwks.json", 300)
+    );
+    let b = source(1);
+    assert_eq!((b.path.as_str(), b.refresh.as_secs()), ("/keys", 30));
+
+    let found = errors(&with_routes(
+        "routes:\n  \
+         - { match: { path_prefix: /a }, cluster: web, auth: { jwt: { jwks: { cluster: idp } } } }\n  \
+         - { match: { path_prefix: /b }, cluster: web, auth: { jwt: { jwks: { cluster: web, refresh: 0s } } } }\n  \
+         - { match: { path_prefix: /c }, cluster: web, auth: { jwt: { jwks: { cluster: web, path: keys } } } }\n  \
+         - { match: { path_prefix: /d }, cluster: web, auth: { jwt: { jwks: { path: /keys } } } }\n  \
+         - { cluster: web, auth: { jwt: { jwks: { cluster: web, refesh: 1m } } } }",
+    ));
+    let expected = [
+        "bad.yaml:3:",
+        "routes[0].auth.jwt.jwks.cluster: no cluster named `idp`",
+        "bad.yaml:4:",
+        "routes[1].auth.jwt.jwks.refresh: `0s` would fetch the keys without pause",
+        "routes[2].auth.jwt.jwks.path: `keys` is not a path",
+        "routes[3].auth.jwt.jwks: no `cluster`",
+        "refesh",
+    ];
+    for part in expected {
+        assert!(found.iter().any(|e| e.contains(part)), "{part}\n{found:#?}");
+    }
 }

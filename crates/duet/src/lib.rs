@@ -17,6 +17,7 @@ mod probe;
 
 pub mod server;
 
+mod auth_files;
 mod control;
 mod listener;
 mod tls;

@@ -20,11 +20,15 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     admin_shutdown: watch::Sender<bool>,
     registry: Registry,
-    config: watch::Sender<Arc<Config>>,
+    /// The running configuration; the auth files thread hands it on again when an htpasswd or JWKS
+    /// file changes.
+    config: Arc<watch::Sender<Arc<Config>>>,
     /// Each listener's TLS acceptor, replaced on reload and when the certificate files change.
     tls: Arc<watch::Sender<Arc<Vec<Option<TlsAcceptor>>>>>,
     /// The thread that rebuilds the acceptors when certificate files change (`tls::rotation`).
     rotation: thread::JoinHandle<()>,
+    /// The thread that reads htpasswd and JWKS files again when they change (`auth_files`).
+    auth_files: thread::JoinHandle<()>,
 }
 
 /// The TLS acceptor of each listener (`None` for plain HTTP), with its certificate files read now.
@@ -171,6 +175,11 @@ impl Server {
             registry: registry.clone(),
             seen,
         })?;
+        let config_tx = Arc::new(config_tx);
+        let auth_files = crate::auth_files::spawn(crate::auth_files::AuthFiles {
+            config: config_tx.clone(),
+            shutdown: shutdown_rx.clone(),
+        })?;
         let handles = spawn_workers(per_worker, || worker::Channels {
             shutdown: shutdown_rx.clone(),
             health: health_rx.clone(),
@@ -192,6 +201,7 @@ impl Server {
             config: config_tx,
             tls,
             rotation,
+            auth_files,
         })
     }
 
@@ -289,6 +299,9 @@ impl Server {
         }
         if self.rotation.join().is_err() {
             result = Err(io::Error::other("the certificate rotation thread panicked"));
+        }
+        if self.auth_files.join().is_err() {
+            result = Err(io::Error::other("the auth files thread panicked"));
         }
         let _ = self.admin_shutdown.send(true);
         match self.control.join() {

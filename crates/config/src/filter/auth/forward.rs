@@ -175,9 +175,30 @@ fn cluster(
     field: &Field,
     clusters: &[String],
 ) -> Option<(usize, String)> {
-    let Some(written) = &raw.value.cluster else {
+    let hint = "name the cluster of the auth service: `cluster: authz`";
+    named_cluster(
+        checker,
+        raw,
+        raw.value.cluster.as_ref(),
+        field,
+        clusters,
+        hint,
+    )
+}
+
+/// The cluster `written` names (an index into `config.clusters`, and its name), or `None` after
+/// recording that it is missing (at `raw`, with `hint`) or unknown.
+pub(super) fn named_cluster<T>(
+    checker: &mut Checker,
+    raw: &Spanned<T>,
+    written: Option<&Spanned<Scalar>>,
+    field: &Field,
+    clusters: &[String],
+    hint: &str,
+) -> Option<(usize, String)> {
+    let Some(written) = written else {
         let e = checker.error(raw, field, "no `cluster`");
-        checker.push(e.hint("name the cluster of the auth service: `cluster: authz`"));
+        checker.push(e.hint(hint));
         return None;
     };
     let name = written.value.0.trim();

@@ -1,27 +1,29 @@
 //! `auth: { jwt: { jwks, issuer, audiences, leeway, cookie, claims_to_headers,
-//! forward_authorization } }`: a bearer token signed by one of the public keys of a JWKS file.
+//! forward_authorization } }`: a bearer token signed by one of the public keys of a JWKS, a file
+//! or `{ cluster, path, refresh }` fetched from the issuer through a cluster of the config.
 
-use super::read_file;
-use crate::{checker::Checker, field::Field, raw::Pairs, raw::Scalar};
+use super::{forward::named_cluster, read_file};
+use crate::{
+    checker::Checker,
+    field::Field,
+    raw::{Pairs, Scalar},
+};
 use jsonwebtoken::{
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm},
     Algorithm, DecodingKey,
 };
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
-use std::{path::PathBuf, time::Duration};
+use std::{fmt, path::PathBuf, time::Duration};
 
 /// `jwt:`: the route takes requests carrying a token signed by a key of the JWKS, within its
 /// `exp`/`nbf`, from the issuer and for one of the audiences; the others get 401 and
 /// `WWW-Authenticate: Bearer error="invalid_token"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Jwt {
-    /// The JWKS file, as resolved from the config's folder.
-    pub jwks_file: PathBuf,
-    /// Its text as read when the config was checked (every key in it usable).
-    pub jwks: String,
-    /// How many keys it holds.
-    pub key_count: usize,
+    /// Where the keys come from.
+    pub jwks: Jwks,
     /// The `iss` a token must carry; any when `None`.
     pub issuer: Option<String>,
     /// The `aud` values of which a token must carry one; any when empty.
@@ -36,6 +38,36 @@ pub struct Jwt {
     pub forward_authorization: bool,
 }
 
+/// Where a route's keys come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Jwks {
+    /// `jwks: keys.json`: a file, read again whenever its content changes.
+    File {
+        /// The file, as resolved from the config's folder.
+        path: PathBuf,
+        /// Its text as read (every key in it usable).
+        text: String,
+        /// How many keys it holds.
+        key_count: usize,
+    },
+    /// `jwks: { cluster, path, refresh }`: fetched from the issuer.
+    Fetched(JwksSource),
+}
+
+/// A JWKS fetched with `GET path` through a cluster of the config (its balancer, health, metrics),
+/// every `refresh` and for a `kid` the keys lack (at most once per 10 s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwksSource {
+    /// The issuer's cluster, as an index into `config.clusters`.
+    pub cluster: usize,
+    /// Its name.
+    pub cluster_name: String,
+    /// The path (and query) fetched.
+    pub path: String,
+    /// How long fetched keys are used before they are fetched again.
+    pub refresh: Duration,
+}
+
 /// Where a route's token is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {
@@ -48,7 +80,7 @@ pub enum TokenSource {
 #[derive(Debug, Deserialize)]
 pub(super) struct RawJwt {
     #[serde(default)]
-    jwks: Option<Spanned<Scalar>>,
+    jwks: Option<Spanned<RawJwks>>,
     #[serde(default)]
     issuer: Option<Spanned<Scalar>>,
     #[serde(default)]
@@ -63,11 +95,67 @@ pub(super) struct RawJwt {
     forward_authorization: Option<Spanned<Scalar>>,
 }
 
+/// `jwks:` as written: a file, or where to fetch it.
+#[derive(Debug)]
+enum RawJwks {
+    File(Scalar),
+    Fetched(Box<RawJwksSource>),
+}
+
+/// `jwks: { cluster, path, refresh }`.
+#[derive(Debug, Deserialize)]
+pub(super) struct RawJwksSource {
+    #[serde(default)]
+    cluster: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    path: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    refresh: Option<Spanned<Scalar>>,
+}
+
+impl<'de> Deserialize<'de> for RawJwks {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = RawJwks;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JWKS file, or { cluster, path, refresh }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawJwks, E> {
+                Ok(RawJwks::File(Scalar(v.to_owned())))
+            }
+            // A file name YAML reads as another scalar (`1`, `yes`) is still a name, as `Scalar` takes it.
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawJwks, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawJwks, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawJwks, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawJwks, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawJwks, A::Error> {
+                let source = RawJwksSource::deserialize(de::value::MapAccessDeserializer::new(map));
+                source.map(|s| RawJwks::Fetched(Box::new(s)))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
 /// `leeway` when left out: a minute, as most JWT libraries.
 const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 
 /// The route's JWT auth, or `None` after recording why it is refused.
-pub(super) fn check(checker: &mut Checker, raw: &Spanned<RawJwt>, field: &Field) -> Option<Jwt> {
+pub(super) fn check(
+    checker: &mut Checker,
+    raw: &Spanned<RawJwt>,
+    field: &Field,
+    clusters: &[String],
+) -> Option<Jwt> {
     let written = &raw.value;
     let Some(jwks) = &written.jwks else {
         let e = checker.error(raw, field, "no `jwks`");
@@ -95,28 +183,95 @@ pub(super) fn check(checker: &mut Checker, raw: &Spanned<RawJwt>, field: &Field)
         Some(name) => TokenSource::BearerOrCookie(name),
         None => TokenSource::Bearer,
     };
-    let (jwks_file, jwks_text) = read_file(checker, jwks, &field.key("jwks"), "JWKS file")?;
-    let key_count = match keys(&jwks_text) {
-        Ok(count) => count,
-        Err(message) => {
-            let message = format!("{}: {message}", jwks_file.display());
-            let e = checker.error(jwks, field.key("jwks"), message);
-            checker.push(e.hint(
-                "a JWKS is `{\"keys\": [...]}` of public RSA, EC (P-256, P-384) or Ed25519 keys",
-            ));
-            return None;
+    let jwks = match &jwks.value {
+        RawJwks::File(name) => {
+            let name = Spanned::new(name.clone(), jwks.referenced, jwks.defined);
+            jwks_file(checker, &name, &field.key("jwks"))?
         }
+        RawJwks::Fetched(source) => Jwks::Fetched(jwks_source(
+            checker,
+            jwks,
+            source,
+            &field.key("jwks"),
+            clusters,
+        )?),
     };
     (checker.errors.len() == errors).then_some(Jwt {
-        jwks_file,
-        jwks: jwks_text,
-        key_count,
+        jwks,
         issuer: text(&written.issuer),
         audiences,
         leeway,
         source,
         claims_to_headers,
         forward_authorization,
+    })
+}
+
+/// `jwks: keys.json`: the file's keys, or `None` after recording why they cannot be used.
+fn jwks_file(checker: &mut Checker, name: &Spanned<Scalar>, field: &Field) -> Option<Jwks> {
+    let (path, text) = read_file(checker, name, field, "JWKS file")?;
+    match keys(&text) {
+        Ok(key_count) => Some(Jwks::File {
+            path,
+            text,
+            key_count,
+        }),
+        Err(message) => {
+            let message = format!("{}: {message}", path.display());
+            let e = checker.error(name, field, message);
+            checker.push(e.hint(
+                "a JWKS is `{\"keys\": [...]}` of public RSA, EC (P-256, P-384) or Ed25519 keys",
+            ));
+            None
+        }
+    }
+}
+
+/// `path` when left out: where OpenID Connect providers commonly serve their keys.
+const DEFAULT_JWKS_PATH: &str = "/.well-known/jwks.json";
+/// `refresh` when left out.
+const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
+
+/// `jwks: { cluster, path, refresh }`, or `None` after recording what is wrong.
+fn jwks_source(
+    checker: &mut Checker,
+    raw: &Spanned<RawJwks>,
+    written: &RawJwksSource,
+    field: &Field,
+    clusters: &[String],
+) -> Option<JwksSource> {
+    let errors = checker.errors.len();
+    let hint = "name the cluster of the issuer's key server: `cluster: idp`";
+    let cluster = named_cluster(
+        checker,
+        raw,
+        written.cluster.as_ref(),
+        field,
+        clusters,
+        hint,
+    );
+    let path = (written.path.as_ref()).map_or(DEFAULT_JWKS_PATH.to_owned(), |p| {
+        p.value.0.trim().to_owned()
+    });
+    if let Some(p) = (written.path.as_ref())
+        .filter(|_| !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        let message = format!("`{path}` is not a path: expected one starting with `/`");
+        checker.reject(p, field.key("path"), message);
+    }
+    let refresh = checker.timeout(
+        written.refresh.as_ref(),
+        &field.key("refresh"),
+        DEFAULT_REFRESH,
+        "fetch the keys without pause",
+        None,
+    );
+    let (cluster, cluster_name) = cluster?;
+    (checker.errors.len() == errors).then_some(JwksSource {
+        cluster,
+        cluster_name,
+        path,
+        refresh,
     })
 }
 

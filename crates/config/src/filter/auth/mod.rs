@@ -4,11 +4,13 @@
 //!
 //! The files a route names (the htpasswd file, the JWKS) are read here, when the config is checked,
 //! so that a missing file or a bad line is refused with the config's line and column and the file's
-//! own line, by `duet check` as by a reload; a reload reads them again.
+//! own line, by `duet check` as by a reload; a reload reads them again, and so does the running
+//! duet whenever their content changes ([`Auth::watched_file`], [`Auth::with_file_text`]).
 
 mod basic;
-mod forward;
 mod jwt;
+
+mod forward;
 
 use super::{RouteContext, Section};
 use crate::{
@@ -18,11 +20,14 @@ use crate::{
 };
 use serde::Deserialize;
 use serde_saphyr::Spanned;
-use std::{fmt, path::PathBuf};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
 
 pub use basic::{Basic, HashKind, User};
 pub use forward::{Forward, ForwardMethod, OnError};
-pub use jwt::{algorithm as jwk_algorithm, Jwt, TokenSource};
+pub use jwt::{algorithm as jwk_algorithm, Jwks, JwksSource, Jwt, TokenSource};
 
 /// `auth:` on a route: how its requests prove who sent them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +57,48 @@ impl Auth {
     }
 }
 
+impl Auth {
+    /// The file the route's users or keys are read from, if any: the running duet reads it again
+    /// whenever its content changes.
+    pub fn watched_file(&self) -> Option<&Path> {
+        match self {
+            Self::Basic(basic) => Some(&basic.file),
+            Self::Jwt(jwt) => match &jwt.jwks {
+                Jwks::File { path, .. } => Some(path),
+                Jwks::Fetched(_) => None,
+            },
+            Self::Forward(_) => None,
+        }
+    }
+
+    /// These settings with the users or keys of `text`, the watched file's new content; or what is
+    /// wrong with it (with the file's own line), the settings in use staying.
+    pub fn with_file_text(&self, text: &str) -> Result<Self, String> {
+        let mut changed = self.clone();
+        match &mut changed {
+            Self::Basic(basic) => {
+                basic.users = basic::parse_htpasswd(text).map_err(|(line, message, hint)| {
+                    format!("{} line {line}: {message} ({hint})", basic.file.display())
+                })?;
+            }
+            Self::Jwt(jwt) => {
+                if let Jwks::File {
+                    path,
+                    text: held,
+                    key_count,
+                } = &mut jwt.jwks
+                {
+                    *key_count = jwt::keys(text)
+                        .map_err(|message| format!("{}: {message}", path.display()))?;
+                    text.clone_into(held);
+                }
+            }
+            Self::Forward(_) => {}
+        }
+        Ok(changed)
+    }
+}
+
 impl fmt::Display for Auth {
     /// As `duet check` shows it: `basic admin.htpasswd (3 users) realm "admin"`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -63,7 +110,16 @@ impl fmt::Display for Auth {
                 b.users.len(),
                 b.realm
             ),
-            Self::Jwt(j) => write!(f, "jwt {} ({} keys)", j.jwks_file.display(), j.key_count),
+            Self::Jwt(j) => match &j.jwks {
+                Jwks::File {
+                    path, key_count, ..
+                } => write!(f, "jwt {} ({key_count} keys)", path.display()),
+                Jwks::Fetched(source) => write!(
+                    f,
+                    "jwt {}{} every {:?}",
+                    source.cluster_name, source.path, source.refresh
+                ),
+            },
             Self::Forward(fw) => write!(f, "forward {}{}", fw.cluster_name, fw.path),
         }
     }
@@ -87,11 +143,16 @@ pub(crate) struct Keys {
     auth: Option<Spanned<RawAuth>>,
 }
 
+static JWT: Shape = Shape::new(
+    crate::raw::fields_of::<jwt::RawJwt>,
+    &[("jwks", &leaf::<jwt::RawJwksSource>())],
+);
+
 static AUTH: Shape = Shape::new(
     crate::raw::fields_of::<RawAuth>,
     &[
         ("basic", &leaf::<basic::RawBasic>()),
-        ("jwt", &leaf::<jwt::RawJwt>()),
+        ("jwt", &JWT),
         ("forward", &leaf::<forward::RawForward>()),
     ],
 );
@@ -136,14 +197,14 @@ fn check(checker: &mut Checker, raw: &Spanned<RawAuth>, route: &RouteContext<'_>
         return basic::check(checker, b, &field.key("basic")).map(Auth::Basic);
     }
     if let Some(j) = &written.jwt {
-        return jwt::check(checker, j, &field.key("jwt")).map(Auth::Jwt);
+        return jwt::check(checker, j, &field.key("jwt"), route.clusters).map(Auth::Jwt);
     }
     let f = written.forward.as_ref()?;
     forward::check(checker, f, &field.key("forward"), route.clusters).map(Auth::Forward)
 }
 
 /// The most of an htpasswd or JWKS file duet reads: far past any real one.
-const MAX_FILE_BYTES: u64 = 4 << 20;
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// The text of the file `value` names (relative to the config's folder), or `None` after recording
 /// why it cannot be read.

@@ -4,22 +4,29 @@
 //! entry names (or its type's usual one), and a token whose `alg` differs is refused; `none` and
 //! HMAC are never among them, so a token signed with HS256 and the public key as its secret fails.
 //! The key is the one the token's `kid` names; a token without `kid` is tried against a key of its
-//! `alg` only when there is exactly one. A `kid` the keys lack makes the worker read the JWKS file
-//! again, at most once per [`REFRESH_EVERY`] (keys are rotated by adding one to the file first).
+//! `alg` only when there is exactly one.
+//!
+//! A JWKS file is read again by the process whenever its content changes (the route is rebuilt
+//! with its new keys). A JWKS fetched from the issuer ([`JwksFetch`]) is fetched by each worker
+//! when its route first takes a request, again in the background once `refresh` has passed, and
+//! for a `kid` the keys lack at most once per [`REFRESH_EVERY`], the request waiting for that
+//! fetch; a fetch that fails keeps the keys in use (logged). Keys are rotated by publishing the
+//! new one first.
 
-use super::credentials;
-use duet_config::filter::auth::{jwk_algorithm, Jwt, TokenSource};
+use super::{credentials, jwks_fetch::JwksFetch, jwks_fetch::FETCH_TIMEOUT};
+use crate::filter::phase::Build;
+use duet_config::filter::auth::{jwk_algorithm, Jwks, Jwt, TokenSource};
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 use jsonwebtoken::{decode, decode_header, jwk::JwkSet, Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 use std::{
     cell::{Cell, RefCell},
-    path::PathBuf,
     rc::Rc,
     time::{Duration, Instant},
 };
+use tokio::sync::Notify;
 
-/// The least time between two reads of the JWKS file for an unknown `kid`.
+/// The least time between two fetches for an unknown `kid`.
 const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// One key of the JWKS, with its validation (its algorithm, the route's `iss`, `aud`, leeway).
@@ -31,53 +38,133 @@ struct Key {
 }
 
 pub(crate) struct JwtAuth {
-    settings: Jwt,
-    keys: RefCell<Rc<Vec<Key>>>,
-    refreshed: Cell<Option<Instant>>,
+    keys: Rc<KeyStore>,
     claims: Vec<(String, HeaderName)>,
 }
 
+/// A route's keys in one worker, shared with the fetch under way.
+struct KeyStore {
+    settings: Jwt,
+    keys: RefCell<Rc<Vec<Key>>>,
+    /// Where the keys are fetched; `None` for a file.
+    fetch: Option<JwksFetch>,
+    /// When the last fetch started.
+    fetched: Cell<Option<Instant>>,
+    /// When the last fetch for an unknown `kid` started.
+    asked: Cell<Option<Instant>>,
+    fetching: Cell<bool>,
+    /// The text of the last JWKS fetched, handed on to the route rebuilt by a reload.
+    last_text: RefCell<Option<Rc<str>>>,
+    /// Wakes the requests waiting for the fetch under way.
+    done: Notify,
+}
+
+/// What a token's check found.
+pub(super) enum Checked {
+    /// Let through (its claims set on the request), with its `sub` when the log wants it.
+    Admitted(Option<HeaderValue>),
+    /// Refused with this `WWW-Authenticate` value.
+    Refused(HeaderValue),
+    /// Its `kid` is not among the keys, which are being fetched: this token, checked again then.
+    AfterFetch(String),
+}
+
+/// Why a token is not taken.
+enum Unverified {
+    Invalid,
+    UnknownKey,
+}
+
 impl JwtAuth {
-    /// The route's keys; `previous` (the same route's filter before a reload) hands on when it
-    /// last read the file.
-    pub(super) fn new(settings: &Jwt, previous: Option<&JwtAuth>) -> Option<Self> {
-        let keys = keys(&settings.jwks, settings)?;
+    /// The route's keys: a file's, or (fetched) the same route's before a reload, until the next
+    /// fetch. `None` if the file's keys are unusable or the cluster is missing.
+    pub(super) fn new(
+        settings: &Jwt,
+        build: Option<&Build<'_>>,
+        previous: Option<&JwtAuth>,
+    ) -> Option<Self> {
+        let (keys, fetch, last_text) = match &settings.jwks {
+            Jwks::File { text, .. } => (keys(text, settings)?, None, None),
+            Jwks::Fetched(source) => {
+                let cluster = build?.clusters.get(source.cluster)?.clone();
+                let fetch = JwksFetch::new(cluster, &source.path, source.refresh)?;
+                let same = previous.filter(|p| p.keys.settings.jwks == settings.jwks);
+                let last_text = same.and_then(|p| p.keys.last_text.borrow().clone());
+                let kept = last_text.as_deref().and_then(|text| keys(text, settings));
+                (kept.unwrap_or_default(), Some(fetch), last_text)
+            }
+        };
         let claims = (settings.claims_to_headers.iter())
             .filter_map(|(claim, name)| {
                 Some((claim.clone(), HeaderName::from_bytes(name.as_bytes()).ok()?))
             })
             .collect();
         Some(Self {
-            settings: settings.clone(),
-            keys: RefCell::new(Rc::new(keys)),
-            refreshed: Cell::new(previous.and_then(|p| p.refreshed.get())),
+            keys: Rc::new(KeyStore {
+                settings: settings.clone(),
+                keys: RefCell::new(Rc::new(keys)),
+                fetch,
+                fetched: Cell::new(None),
+                asked: Cell::new(None),
+                fetching: Cell::new(false),
+                last_text: RefCell::new(last_text),
+                done: Notify::new(),
+            }),
             claims,
         })
     }
 
-    /// Lets the request through (its `Authorization` removed unless the route forwards it, the
-    /// listed claims set as fields), or the challenge of the 401.
-    /// Lets a request with a valid token through (its claims copied onto it), and says who it is
-    /// (its `sub`) when `want_user`; refuses anyone else with the challenge.
-    pub(super) fn admit(
-        &self,
-        headers: &mut HeaderMap,
-        want_user: bool,
-    ) -> Result<Option<HeaderValue>, HeaderValue> {
-        let invalid = || HeaderValue::from_static("Bearer error=\"invalid_token\"");
+    /// Lets a request with a valid token through (its claims copied onto it, its `Authorization`
+    /// removed unless the route forwards it), and says who it is (its `sub`) when `want_user`;
+    /// refuses anyone else with the challenge. A token whose key is being fetched waits for it.
+    pub(super) fn admit(&self, headers: &mut HeaderMap, want_user: bool) -> Checked {
+        let store = &self.keys;
+        store.refresh_if_due();
         let Some(token) = self.token(headers) else {
             // RFC 6750 §3.1: no error code for a request without credentials; an `Authorization`
             // that is not a readable bearer token (too long, another scheme) is an invalid one.
-            return Err(if headers.contains_key(header::AUTHORIZATION) {
+            return Checked::Refused(if headers.contains_key(header::AUTHORIZATION) {
                 invalid()
             } else {
                 HeaderValue::from_static("Bearer")
             });
         };
-        let claims = self.verify(&token).ok_or_else(invalid)?;
-        if !self.settings.forward_authorization {
+        if !store.settings.forward_authorization {
             headers.remove(header::AUTHORIZATION);
         }
+        match store.verify(&token) {
+            Ok(claims) => {
+                headers.extend(self.claim_fields(&claims));
+                Checked::Admitted(want_user.then(|| subject(&claims)).flatten())
+            }
+            Err(Unverified::UnknownKey) if store.fetch_for_unknown_key() => {
+                Checked::AfterFetch(token)
+            }
+            Err(_) => Checked::Refused(invalid()),
+        }
+    }
+
+    /// [`admit`](Self::admit) again once the fetch under way has ended: the claims' fields to set
+    /// and the `sub`, or the challenge.
+    pub(super) async fn admit_after_fetch(
+        &self,
+        token: &str,
+        want_user: bool,
+    ) -> Result<(HeaderMap, Option<HeaderValue>), HeaderValue> {
+        let store = &self.keys;
+        let done = store.done.notified();
+        if store.fetching.get() {
+            // A fetch that hangs ends at its own timeout; this one is a bound on top of it.
+            let _ = tokio::time::timeout(FETCH_TIMEOUT * 2, done).await;
+        }
+        let claims = store.verify(token).map_err(|_| invalid())?;
+        let user = want_user.then(|| subject(&claims)).flatten();
+        Ok((self.claim_fields(&claims), user))
+    }
+
+    /// The fields `claims_to_headers` names, from the token's claims.
+    fn claim_fields(&self, claims: &Map<String, Value>) -> HeaderMap {
+        let mut fields = HeaderMap::new();
         for (claim, name) in &self.claims {
             let text = match claims.get(claim) {
                 Some(Value::String(s)) => s.clone(),
@@ -85,14 +172,10 @@ impl JwtAuth {
                 _ => continue,
             };
             if let Ok(value) = HeaderValue::from_str(&text) {
-                headers.insert(name.clone(), value);
+                fields.insert(name.clone(), value);
             }
         }
-        let subject = || match claims.get("sub") {
-            Some(Value::String(sub)) => HeaderValue::from_str(sub).ok(),
-            _ => None,
-        };
-        Ok(want_user.then(subject).flatten())
+        fields
     }
 
     /// The token, from `Authorization: Bearer` or else the route's cookie.
@@ -100,7 +183,7 @@ impl JwtAuth {
         if let Some(token) = credentials(headers, "bearer") {
             return Some(token.trim().to_owned());
         }
-        let TokenSource::BearerOrCookie(name) = &self.settings.source else {
+        let TokenSource::BearerOrCookie(name) = &self.keys.settings.source else {
             return None;
         };
         (headers.get_all(header::COOKIE).iter())
@@ -112,70 +195,116 @@ impl JwtAuth {
                 (k == name).then(|| v.to_owned())
             })
     }
+}
 
+impl KeyStore {
     /// The token's claims, if it is valid.
-    fn verify(&self, token: &str) -> Option<Map<String, Value>> {
+    fn verify(&self, token: &str) -> Result<Map<String, Value>, Unverified> {
         if token.len() > super::MAX_CREDENTIAL {
-            return None;
+            return Err(Unverified::Invalid);
         }
-        let head = decode_header(token).ok()?;
-        let mut keys = self.keys.borrow().clone();
-        if let Some(kid) = &head.kid {
-            if !keys.iter().any(|k| k.kid.as_ref() == Some(kid)) {
-                keys = self.refresh()?;
-            }
-        }
+        let head = decode_header(token).map_err(|_| Unverified::Invalid)?;
+        let keys = self.keys.borrow().clone();
         let key = match &head.kid {
-            Some(kid) => keys.iter().find(|k| k.kid.as_ref() == Some(kid))?,
+            Some(kid) => keys.iter().find(|k| k.kid.as_ref() == Some(kid)),
             None => {
                 let mut fitting = keys.iter().filter(|k| k.alg == head.alg);
-                let only = fitting.next()?;
-                fitting.next().is_none().then_some(only)?
+                let only = fitting.next();
+                only.filter(|_| fitting.next().is_none())
             }
         };
+        let key = key.ok_or(Unverified::UnknownKey)?;
         if key.alg != head.alg {
-            return None;
+            return Err(Unverified::Invalid);
         }
         decode::<Map<String, Value>>(token, &key.key, &key.validation)
-            .ok()
             .map(|data| data.claims)
+            .map_err(|_| Unverified::Invalid)
     }
 
-    /// The keys read again from the file, if the last read is [`REFRESH_EVERY`] old.
-    fn refresh(&self) -> Option<Rc<Vec<Key>>> {
-        let now = Instant::now();
-        if (self.refreshed.get()).is_some_and(|at| now.duration_since(at) < REFRESH_EVERY) {
-            return None;
+    /// Starts a fetch in the background if the keys were never fetched or `refresh` has passed.
+    fn refresh_if_due(self: &Rc<Self>) {
+        let Some(fetch) = &self.fetch else { return };
+        let due = (self.fetched.get()).is_none_or(|at| at.elapsed() >= fetch.refresh);
+        if due && !self.fetching.get() {
+            self.start_fetch();
         }
-        self.refreshed.set(Some(now));
-        let text = read(&self.settings.jwks_file)?;
-        let fresh = Rc::new(keys(&text, &self.settings)?);
-        *self.keys.borrow_mut() = fresh.clone();
-        Some(fresh)
+    }
+
+    /// Whether a request with an unknown `kid` waits for a fetch: the one under way, or one
+    /// started now if none was for [`REFRESH_EVERY`].
+    fn fetch_for_unknown_key(self: &Rc<Self>) -> bool {
+        if self.fetch.is_none() {
+            return false;
+        }
+        if self.fetching.get() {
+            return true;
+        }
+        if (self.asked.get()).is_some_and(|at| at.elapsed() < REFRESH_EVERY) {
+            return false;
+        }
+        self.asked.set(Some(Instant::now()));
+        self.start_fetch();
+        true
+    }
+
+    fn start_fetch(self: &Rc<Self>) {
+        self.fetching.set(true);
+        self.fetched.set(Some(Instant::now()));
+        tokio::task::spawn_local(self.clone().fetch());
+    }
+
+    /// Fetches the keys; they replace the ones in use if they are a JWKS with a usable key.
+    async fn fetch(self: Rc<Self>) {
+        let Some(fetch) = &self.fetch else { return };
+        let fetched = fetch.text().await.and_then(|text| {
+            let keys = keys(&text, &self.settings).ok_or("not a JWKS")?;
+            if keys.is_empty() {
+                return Err("no usable key".to_owned());
+            }
+            Ok((text, keys))
+        });
+        match fetched {
+            Ok((text, keys)) => {
+                *self.keys.borrow_mut() = Rc::new(keys);
+                *self.last_text.borrow_mut() = Some(text.into());
+            }
+            Err(error) => {
+                tracing::warn!("jwks: cannot fetch the keys ({error}); the keys in use stay")
+            }
+        }
+        self.fetching.set(false);
+        self.done.notify_waiters();
     }
 }
 
-/// The JWKS file's text (bounded), if it can be read.
-fn read(path: &PathBuf) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    (text.len() <= 4 << 20).then_some(text)
+fn invalid() -> HeaderValue {
+    HeaderValue::from_static("Bearer error=\"invalid_token\"")
 }
 
-/// Every key of a JWKS with its validation; `None` if the text is not a JWKS or a key is unusable.
+/// The token's `sub`, as a field value.
+fn subject(claims: &Map<String, Value>) -> Option<HeaderValue> {
+    match claims.get("sub") {
+        Some(Value::String(sub)) => HeaderValue::from_str(sub).ok(),
+        _ => None,
+    }
+}
+
+/// Every usable key of a JWKS with its validation (keys duet cannot use, an encryption key or a
+/// symmetric one, are left out); `None` if the text is not a JWKS.
 fn keys(text: &str, settings: &Jwt) -> Option<Vec<Key>> {
     let set: JwkSet = serde_json::from_str(text).ok()?;
-    (set.keys.iter())
-        .map(|jwk| {
-            let alg = jwk_algorithm(jwk).ok()?;
-            let key = DecodingKey::from_jwk(jwk).ok()?;
-            Some(Key {
-                kid: jwk.common.key_id.clone(),
-                alg,
-                key,
-                validation: validation(alg, settings),
-            })
+    let usable = (set.keys.iter()).filter_map(|jwk| {
+        let alg = jwk_algorithm(jwk).ok()?;
+        let key = DecodingKey::from_jwk(jwk).ok()?;
+        Some(Key {
+            kid: jwk.common.key_id.clone(),
+            alg,
+            key,
+            validation: validation(alg, settings),
         })
-        .collect()
+    });
+    Some(usable.collect())
 }
 
 /// The checks of every token: `exp` required, `nbf` if present, the issuer and audiences if set.

@@ -4,7 +4,8 @@
 //! - **basic** ([`basic`]): a user and password from an htpasswd file (bcrypt, SHA-crypt), each
 //!   verified credential cached per worker for a short time under a keyed hash.
 //! - **jwt** ([`jwt`]): a bearer token verified with the JWKS key its `kid` names, in the key's own
-//!   algorithm; `exp`/`nbf` with leeway, `iss`, `aud`; claims copied onto the request.
+//!   algorithm; `exp`/`nbf` with leeway, `iss`, `aud`; claims copied onto the request. The JWKS is
+//!   a file or fetched from the issuer through a cluster ([`jwks_fetch`]).
 //! - **forward** ([`forward`]): a subrequest to an auth service through its cluster's own balancer;
 //!   a 2xx lets the request through, any other answer goes back to the client.
 //!
@@ -15,6 +16,8 @@
 mod basic;
 mod forward;
 mod jwt;
+
+mod jwks_fetch;
 
 use crate::{
     error::{ErrorKind, ProxyError},
@@ -81,7 +84,9 @@ impl Phases for Auth {
             .collect();
         let way = match settings {
             auth::Auth::Basic(b) => Some(Way::Basic(basic::BasicAuth::new(b))),
-            auth::Auth::Jwt(j) => jwt::JwtAuth::new(j, previous.and_then(Self::jwt)).map(Way::Jwt),
+            auth::Auth::Jwt(j) => {
+                jwt::JwtAuth::new(j, Some(build), previous.and_then(Self::jwt)).map(Way::Jwt)
+            }
             auth::Auth::Forward(f) => forward::ForwardAuth::new(f, build).map(Way::Forward),
         };
         // The config's check took these settings, so this does not happen; if it did, the route
@@ -108,7 +113,13 @@ impl Phases for Auth {
         let want_user = log.as_ref().is_some_and(|log| log.wants_user());
         let decided = match &self.way {
             Way::Basic(basic) => basic.admit(request.headers_mut()),
-            Way::Jwt(jwt) => jwt.admit(request.headers_mut(), want_user),
+            Way::Jwt(jwt) => match jwt.admit(request.headers_mut(), want_user) {
+                jwt::Checked::Admitted(user) => Ok(user),
+                jwt::Checked::Refused(challenge) => Err(challenge),
+                jwt::Checked::AfterFetch(token) => {
+                    return Admit::Later(Box::pin(self.after_fetch(jwt, token, log, want_user)))
+                }
+            },
             Way::Forward(forward) => {
                 return Admit::Later(Box::pin(forward.admit(request, log, &self.counts)))
             }
@@ -136,6 +147,29 @@ impl Phases for Auth {
 }
 
 impl Auth {
+    /// The decision on a token whose key was being fetched, once the fetch has ended.
+    async fn after_fetch(
+        &self,
+        jwt: &jwt::JwtAuth,
+        token: String,
+        log: &mut Option<Box<AccessLog>>,
+        want_user: bool,
+    ) -> Result<HeaderMap, Decision> {
+        match jwt.admit_after_fetch(&token, want_user).await {
+            Ok((fields, user)) => {
+                self.counts.add(ALLOWED);
+                if let Some(log) = log.as_mut().filter(|_| want_user) {
+                    log.user = user;
+                }
+                Ok(fields)
+            }
+            Err(challenge) => {
+                self.counts.add(DENIED);
+                Err(unauthorized(challenge))
+            }
+        }
+    }
+
     fn jwt(&self) -> Option<&jwt::JwtAuth> {
         match &self.way {
             Way::Jwt(jwt) => Some(jwt),
@@ -170,11 +204,12 @@ fn credentials<'h>(headers: &'h HeaderMap, scheme: &str) -> Option<&'h str> {
 pub struct AuthCheck(Way);
 
 impl AuthCheck {
-    /// The check of `settings`; `None` for forward auth (a subrequest, not a check) or unusable keys.
+    /// The check of `settings`; `None` for forward auth (a subrequest, not a check), a fetched
+    /// JWKS (no cluster to fetch it through) or unusable keys.
     pub fn new(settings: &auth::Auth) -> Option<Self> {
         match settings {
             auth::Auth::Basic(b) => Some(Self(Way::Basic(basic::BasicAuth::new(b)))),
-            auth::Auth::Jwt(j) => Some(Self(Way::Jwt(jwt::JwtAuth::new(j, None)?))),
+            auth::Auth::Jwt(j) => Some(Self(Way::Jwt(jwt::JwtAuth::new(j, None, None)?))),
             auth::Auth::Forward(_) => None,
         }
     }
@@ -183,7 +218,7 @@ impl AuthCheck {
     pub fn admits(&self, headers: &mut HeaderMap) -> bool {
         match &self.0 {
             Way::Basic(basic) => basic.admit(headers).is_ok(),
-            Way::Jwt(jwt) => jwt.admit(headers, false).is_ok(),
+            Way::Jwt(jwt) => matches!(jwt.admit(headers, false), jwt::Checked::Admitted(_)),
             Way::Forward(_) => false,
         }
     }
