@@ -273,7 +273,11 @@ fn format_combined_writes_nginx_s_combined_line() {
         .expect("a bracketed time");
     let bytes = time.as_bytes();
     assert_eq!(time.len(), 26, "{time}");
-    assert_eq!((bytes[2], bytes[6], bytes[11]), (b'/', b'/', b':'), "{time}");
+    assert_eq!(
+        (bytes[2], bytes[6], bytes[11]),
+        (b'/', b'/', b':'),
+        "{time}"
+    );
     assert!(time.ends_with(" +0000"), "{time}");
     assert_eq!(
         rest,

@@ -52,6 +52,12 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
             show(new.admin)
         ));
     }
+    if old.admin_status_bucket != new.admin_status_bucket {
+        changes.restart(format!(
+            "~ admin: status_bucket {:?} -> {:?}",
+            old.admin_status_bucket, new.admin_status_bucket
+        ));
+    }
     routes(&mut changes, old, new);
     clusters(&mut changes, &old.clusters, &new.clusters);
     changed!(
