@@ -887,7 +887,7 @@ async fn each_bucket_over_time_holds_what_every_backend_and_route_did_in_it() {
                 .map(|b| b.history[bucket].expect("a point in every bucket"))
                 .collect();
             assert_eq!(points.iter().map(|p| p.picks).sum::<u64>(), picks);
-            let shares: f64 = points.iter().map(|p| p.share).sum();
+            let shares: f64 = points.iter().filter_map(|p| p.share).sum();
             assert!((shares - 1.0).abs() < 1e-9, "{points:?}");
             assert!(points
                 .iter()

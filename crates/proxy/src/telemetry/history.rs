@@ -17,8 +17,9 @@ pub(crate) const BUCKETS: usize = 30;
 pub struct BackendPoint {
     /// Times picked in the bucket.
     pub picks: u64,
-    /// Its share of its cluster's picks in the bucket (0 when the cluster had none).
-    pub share: f64,
+    /// Its share of its cluster's picks in the bucket; `null` when the cluster had none (no share
+    /// to tell).
+    pub share: Option<f64>,
     /// Requests in flight to it when the bucket closed.
     pub in_flight: u64,
     /// Upper bound of the histogram bucket holding the median of its response-head time, in ms;
@@ -123,7 +124,7 @@ mod tests {
             if i % 2 == 0 {
                 let point = BackendPoint {
                     picks: i,
-                    share: 1.0,
+                    share: Some(1.0),
                     in_flight: 0,
                     p50_ms: None,
                     p99_ms: None,

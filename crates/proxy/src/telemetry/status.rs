@@ -374,11 +374,7 @@ fn bucket_between(now: &Totals, earlier: &Totals, seconds: f64) -> Bucket {
         let millis = |q| counts.head_time.quantile_bound(q).map(|s| s * 1000.0);
         let point = BackendPoint {
             picks: counts.picks,
-            share: if picks_of_cluster == 0 {
-                0.0
-            } else {
-                counts.picks as f64 / picks_of_cluster as f64
-            },
+            share: (picks_of_cluster > 0).then(|| counts.picks as f64 / picks_of_cluster as f64),
             in_flight: counts.in_flight,
             p50_ms: millis(0.5).filter(|ms| ms.is_finite()),
             p99_ms: millis(0.99).filter(|ms| ms.is_finite()),
@@ -797,6 +793,7 @@ impl Status {
              th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){{text-align:left}}th{{background:#f4f4f4}}\
              .up{{color:#1a7f37}}.down{{color:#cf222e;font-weight:bold}}.ejected{{color:#bf8700;font-weight:bold}}\
              .meta{{color:#555}}.plots{{display:flex;flex-wrap:wrap;gap:1em;margin:-1em 0 1.5em}}\
+             .plots p{{flex-basis:100%;margin:0}}\
              .key{{margin-right:1em;white-space:nowrap}}.swatch{{display:inline-block;width:.8em;\
              height:.8em;margin-right:.3em;vertical-align:middle}}</style></head><body>\n\
              <h1>duet {}</h1>\n<p class=\"meta\">up {} · figures over the last {} · {} workers{} · \
@@ -834,7 +831,11 @@ impl Status {
                 .collect()
         };
         let plots = [
-            ("share of picks", " %", figure(|p| Some(p.share * 100.0))),
+            (
+                "share of picks",
+                " %",
+                figure(|p| p.share.map(|share| share * 100.0)),
+            ),
             ("in flight", "", figure(|p| Some(p.in_flight as f64))),
             ("p50 response head", " ms", figure(|p| p.p50_ms)),
             ("p99 response head", " ms", figure(|p| p.p99_ms)),
