@@ -32,7 +32,7 @@ pub(crate) fn svg(title: &str, unit: &str, series: &[Series<'_>], slots: usize) 
     let scale = if max > 0.0 { max } else { 1.0 };
     let step = WIDTH / slots.saturating_sub(1).max(1) as f64;
     let mut out = format!(
-        "<svg class=\"plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+        "<svg class=\"plot\" width=\"{w}\" height=\"{h}\" \
          viewBox=\"0 0 {w} {h}\" role=\"img\"><title>{t}</title>\
          <rect x=\"0\" y=\"{TOP}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" fill=\"#fafafa\" \
          stroke=\"#ddd\"/><text x=\"2\" y=\"10\" font-size=\"10\" fill=\"#555\">{t} (max {m}{u})\
