@@ -253,3 +253,36 @@ fn connect_ms_is_the_new_connection_s_and_null_on_a_pooled_one() {
     assert_eq!(entries[1]["path"], "/second");
     assert_eq!(entries[1]["connect_ms"], serde_json::Value::Null, "pooled");
 }
+
+#[test]
+fn format_combined_writes_nginx_s_combined_line() {
+    let web = backend("web");
+    let duet = Duet::start(&shop(web.address(), "{ format: combined }"));
+    let sent = "Referer: https://shop.test/cart?id=7\r\nUser-Agent: t/1 \"x\"\r\n";
+    assert_eq!(get(&duet, "/bytes/5?n=2", sent), "200");
+    let combined = |duet: &Duet| -> Vec<String> {
+        (duet.log_lines().into_iter())
+            .filter(|line| line.starts_with("127.0.0.1 - - ["))
+            .collect()
+    };
+    let lines = wait_for(1, || combined(&duet));
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    // `127.0.0.1 - - [05/Dec/2026:17:11:59 +0000] "GET ..."`: the time between the brackets.
+    let (time, rest) = lines[0]["127.0.0.1 - - [".len()..]
+        .split_once("] ")
+        .expect("a bracketed time");
+    let bytes = time.as_bytes();
+    assert_eq!(time.len(), 26, "{time}");
+    assert_eq!(
+        (bytes[2], bytes[6], bytes[11]),
+        (b'/', b'/', b':'),
+        "{time}"
+    );
+    assert!(time.ends_with(" +0000"), "{time}");
+    assert_eq!(
+        rest,
+        "\"GET /bytes/5?n=2 HTTP/1.1\" 200 5 \"https://shop.test/cart?id=7\" \"t/1 \\x22x\\x22\""
+    );
+    // No duet field line besides it.
+    assert!(access_lines(&duet).is_empty(), "{:#?}", duet.log_lines());
+}

@@ -252,8 +252,8 @@ fn the_status_page_shows_every_backend_and_the_one_taken_down() {
         .map(|b| b["picks"].as_u64().unwrap_or(0))
         .sum();
     assert_eq!(picks, 10, "{status}");
-    // Schema 2: every count a named field, no positional arrays.
-    assert_eq!(status["schema"], 2, "{status}");
+    // Schema 3 (2 with the figures over time): every count a named field, no positional arrays.
+    assert_eq!(status["schema"], 3, "{status}");
     let two_hundreds: u64 = status["clusters"][0]["backends"]
         .as_array()
         .expect("backends")

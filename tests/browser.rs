@@ -89,6 +89,45 @@ pub(crate) fn check_status_page(admin: SocketAddr, backends: &[SocketAddr], down
     eprintln!("status page screenshot: {}", shot.display());
 }
 
+/// Loads `/status` in Chromium after traffic: each cluster plot (share of picks, in flight, p50 and
+/// p99 response head) holds one series (`<path>`) per backend of `backends`, each drawn (a non-empty
+/// `d`); a screenshot goes to the test's target dir (`status-over-time.png`).
+pub(crate) fn check_status_plots(admin: SocketAddr, backends: &[SocketAddr]) {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("DUET_REQUIRE_CHROMIUM").is_none(),
+            "Chromium is required here"
+        );
+        eprintln!("status plots not loaded in a browser: install Debian's `chromium`");
+        return;
+    };
+    let url = format!("http://{admin}/status");
+    let dom = headless(browser, &["--dump-dom"], &url);
+    let svgs: Vec<&str> = dom.split("<svg").skip(1).collect();
+    assert!(svgs.len() >= 4, "the cluster's four plots: {dom}");
+    for svg in &svgs[..4] {
+        for backend in backends {
+            let series = format!("<path class=\"series\" data-series=\"{backend}\" d=\"M");
+            assert_eq!(svg.matches(&series).count(), 1, "{backend} in {svg}");
+        }
+        assert_eq!(svg.matches("<path ").count(), backends.len(), "{svg}");
+    }
+    let shot: PathBuf = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-over-time.png");
+    let _ = std::fs::remove_file(&shot);
+    headless(
+        browser,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1500,700",
+            "--hide-scrollbars",
+        ],
+        &url,
+    );
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    eprintln!("status plots screenshot: {}", shot.display());
+}
+
 /// CORS as a browser keeps it: a page of `http://page.localhost:PORT` (served by duet itself) calls
 /// `fetch` on `http://127.0.0.1:PORT/api` (another origin) with credentials, a `PUT` with an
 /// `X-Token` field (so a preflight first) and a `GET` (the page: [`CORS_PAGE`]); the same page from

@@ -5,9 +5,9 @@
 /// (stderr or `--access-log`'s file) that one tool reads, so one format and one field list serve it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AccessLog {
-    /// `text` or `json`; `None`: as `duet run --log-format` says.
+    /// `text`, `json` or `combined`; `None`: as `duet run --log-format` says.
     pub format: Option<LogFormat>,
-    /// The fields of each line, in the order written.
+    /// The fields of each line, in the order written (`combined` has its own, fixed).
     pub fields: Vec<LogField>,
     /// The share of successful requests (below 400, ended cleanly) whose lines are written, from 0
     /// to 1; every other request's line always is.
@@ -32,6 +32,10 @@ pub enum LogFormat {
     Text,
     /// One flat JSON object per line, numbers as numbers, absent values `null`.
     Json,
+    /// nginx's `combined` line, exactly (`$remote_addr - $remote_user [$time_local] "$request"
+    /// $status $body_bytes_sent "$http_referer" "$http_user_agent"`): what log tools (GoAccess,
+    /// AWStats, most SIEM parsers) read without configuration. Its fields are fixed.
+    Combined,
 }
 
 impl LogFormat {
@@ -40,6 +44,7 @@ impl LogFormat {
         match self {
             Self::Text => "text",
             Self::Json => "json",
+            Self::Combined => "combined",
         }
     }
 }

@@ -44,14 +44,7 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ));
     }
     listeners(&mut changes, &old.listeners, &new.listeners);
-    if old.admin != new.admin {
-        let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
-        changes.restart(format!(
-            "~ admin: {} -> {}",
-            show(old.admin),
-            show(new.admin)
-        ));
-    }
+    admin(&mut changes, old, new);
     routes(&mut changes, old, new);
     clusters(&mut changes, &old.clusters, &new.clusters);
     changed!(
@@ -113,6 +106,24 @@ pub fn diff(old: &Config, new: &Config) -> Vec<Change> {
         ));
     }
     changes.list
+}
+
+/// The admin listener's address and its status page's bucket: both read at start, so a restart.
+fn admin(changes: &mut Changes, old: &Config, new: &Config) {
+    if old.admin != new.admin {
+        let show = |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
+        changes.restart(format!(
+            "~ admin: {} -> {}",
+            show(old.admin),
+            show(new.admin)
+        ));
+    }
+    if old.admin_status_bucket != new.admin_status_bucket {
+        changes.restart(format!(
+            "~ admin.status_bucket: {:?} -> {:?}",
+            old.admin_status_bucket, new.admin_status_bucket
+        ));
+    }
 }
 
 /// `tracing:` as a whole: on, off, or its settings.

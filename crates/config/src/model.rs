@@ -22,6 +22,9 @@ pub struct Config {
     /// The admin listener (`/metrics`, `/status`, `/healthz`, `/ready`); off when `None`. Keep it on
     /// loopback or a private network: it shows the whole topology.
     pub admin: Option<SocketAddr>,
+    /// How long each bucket of the status page's figures over time is (`admin.status_bucket`); the
+    /// page keeps the last 30.
+    pub admin_status_bucket: std::time::Duration,
     /// OpenTelemetry traces (`tracing:`); off when `None`.
     pub tracing: Option<Tracing>,
     /// What each access-log line holds.

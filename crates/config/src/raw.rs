@@ -56,6 +56,8 @@ pub(crate) struct RawAccessLog {
 #[derive(Debug, Deserialize)]
 pub(crate) struct RawAdmin {
     pub(crate) address: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) status_bucket: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]

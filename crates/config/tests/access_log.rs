@@ -40,7 +40,7 @@ fn an_unknown_or_repeated_field_a_bad_format_and_a_bad_sample_are_located() {
     assert_eq!(found.len(), 5, "{found:#?}");
     assert!(
         found[0].starts_with(
-            "bad.yaml:7:11: access_log.format: unknown format `yaml`: expected `text` or `json`"
+            "bad.yaml:7:11: access_log.format: unknown format `yaml`: expected `text`, `json` or `combined`"
         ),
         "{found:#?}"
     );
@@ -71,6 +71,24 @@ fn an_unknown_or_repeated_field_a_bad_format_and_a_bad_sample_are_located() {
     assert!(
         empty[0].starts_with("bad.yaml:6:23: access_log.fields: no fields"),
         "{empty:#?}"
+    );
+}
+
+#[test]
+fn combined_is_a_format_whose_fields_cannot_be_chosen() {
+    let yaml = format!("{BASE}access_log: {{ format: combined, sample_success: 50% }}\n");
+    let config = parse(&yaml, "ok.yaml").expect("valid");
+    assert_eq!(config.access_log.format, Some(LogFormat::Combined));
+    assert_eq!(config.access_log.sample_success, 0.5);
+    let found = errors(&format!(
+        "{BASE}access_log: {{ format: combined, fields: [status] }}\n"
+    ));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:6:41: access_log.fields: `fields` does not apply to `format: combined`"
+        ),
+        "{found:#?}"
     );
 }
 

@@ -426,3 +426,25 @@ clusters: [ { name: web, backends: [ { address: 127.0.0.1:9001 } ] } ]
         );
     }
 }
+
+#[test]
+fn the_status_page_s_bucket_is_10s_unless_set_and_from_1s_to_10m() {
+    use std::time::Duration;
+    let config = duet_config::parse(BASE, "ok.yaml").expect("valid");
+    assert_eq!(config.admin_status_bucket, Duration::from_secs(10));
+    let yaml = format!("{BASE}admin: {{ address: 127.0.0.1:9901, status_bucket: 1s }}\n");
+    let config = duet_config::parse(&yaml, "ok.yaml").expect("valid");
+    assert_eq!(config.admin_status_bucket, Duration::from_secs(1));
+    let found = errors(&format!(
+        "{BASE}admin: {{ address: 127.0.0.1:9901, status_bucket: 500ms }}\n"
+    ));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with(
+            "bad.yaml:6:50: admin.status_bucket: `500ms` is out of range: expected a duration \
+             from 1s to 10m"
+        ),
+        "{found:#?}"
+    );
+    assert!(found[0].contains("hint: the default, `10s`"), "{found:#?}");
+}

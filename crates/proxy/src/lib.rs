@@ -100,11 +100,12 @@ pub use peer::{Client, TlsSession};
 pub use stage::route::lookup as route_lookup;
 pub use stage::route_index::RouteIndex;
 pub use telemetry::access_log::set_access_log_sink;
+pub use telemetry::history::{BackendPoint, RoutePoint};
 pub use telemetry::metrics::{
     config_hash, listener_label, CertificateExpiry, DiscoveryCounters, Registry,
 };
 pub use telemetry::status::{
-    BackendStatus, ClusterShare, ClusterStatus, ConfigStatus, RouteStatus, Status, StatusWindow,
-    Totals,
+    BackendStatus, ClusterShare, ClusterStatus, ConfigStatus, HistoryStatus, RouteStatus, Status,
+    StatusWindow, Totals,
 };
 pub use view::{Endpoint, HealthView, ResolvedNames};

@@ -855,6 +855,67 @@ async fn the_status_page_counts_over_its_window_not_since_start() {
 }
 
 #[tokio::test]
+async fn each_bucket_over_time_holds_what_every_backend_and_route_did_in_it() {
+    local(async {
+        let a = Backend::start(BackendOptions::named("a")).expect("backend");
+        let b = Backend::start(BackendOptions::named("b")).expect("backend");
+        let registry = crate::Registry::new();
+        let yaml = cluster(&[a.address(), b.address()], "round_robin", &[]);
+        let harness = Harness::start_with(&yaml, Some(registry.clone()), true).await;
+        let mut window = crate::StatusWindow::with_bucket(std::time::Duration::from_secs(1));
+        // The first close only takes the reading the first bucket starts from.
+        window.close_bucket(&registry);
+        for _ in 0..10 {
+            assert_eq!(harness.get("/").await.0, 200);
+        }
+        window.close_bucket(&registry);
+        for _ in 0..4 {
+            assert_eq!(harness.get("/").await.0, 200);
+        }
+        for _ in 0..2 {
+            assert_eq!(harness.get("/status/500").await.0, 500);
+        }
+        window.close_bucket(&registry);
+        let status = registry.status(&HealthView::default(), Some(&window));
+        assert_eq!(status.schema, 3);
+        assert_eq!(status.history.bucket_seconds, 1.0);
+        assert_eq!(status.history.bucket_ends_unix.len(), 2);
+        let backends = &status.clusters[0].backends;
+        assert_eq!(backends.len(), 2);
+        for (bucket, picks) in [(0, 10), (1, 6)] {
+            let points: Vec<_> = (backends.iter())
+                .map(|b| b.history[bucket].expect("a point in every bucket"))
+                .collect();
+            assert_eq!(points.iter().map(|p| p.picks).sum::<u64>(), picks);
+            let shares: f64 = points.iter().filter_map(|p| p.share).sum();
+            assert!((shares - 1.0).abs() < 1e-9, "{points:?}");
+            assert!(points
+                .iter()
+                .all(|p| p.in_flight == 0 && p.p50_ms.is_some()));
+            // Round robin: an even split.
+            assert_eq!(points[0].picks, picks / 2, "{points:?}");
+        }
+        let route = &status.routes[0].history;
+        assert_eq!(route.len(), 2);
+        let (first, second) = (route[0].expect("a point"), route[1].expect("a point"));
+        assert_eq!(
+            (first.responses, first.errors_5xx, first.error_ratio),
+            (10, 0, 0.0)
+        );
+        assert_eq!((second.responses, second.errors_5xx), (6, 2));
+        assert!((second.error_ratio - 2.0 / 6.0).abs() < 1e-9, "{second:?}");
+        assert!(first.requests_per_second > 0.0);
+        // The page: one line per backend in each of the cluster's plots.
+        let html = status.to_html();
+        for backend in [a.address(), b.address()] {
+            let series = format!("data-series=\"{backend}\"");
+            assert_eq!(html.matches(&series).count(), 4, "{html}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn request_body_bytes_are_counted_whether_buffered_for_replay_or_streamed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     local(async {

@@ -17,14 +17,22 @@ pub(super) fn access_log(checker: &mut Checker, raw: Option<&RawAccessLog>) -> A
         log.format = match format.value.0.trim() {
             "text" => Some(LogFormat::Text),
             "json" => Some(LogFormat::Json),
+            "combined" => Some(LogFormat::Combined),
             other => {
-                let message = format!("unknown format `{other}`: expected `text` or `json`");
+                let message =
+                    format!("unknown format `{other}`: expected `text`, `json` or `combined`");
                 checker.reject(format, field.key("format"), message);
                 None
             }
         };
     }
     if let Some(fields) = &raw.fields {
+        if log.format == Some(LogFormat::Combined) {
+            // nginx's line is fixed: a list here would be silently ignored.
+            let message = "`fields` does not apply to `format: combined`, whose fields are \
+                           nginx's, fixed: leave `fields` out, or choose `text` or `json`";
+            checker.reject(fields, field.key("fields"), message);
+        }
         log.fields = fields_of(checker, fields, &field.key("fields"));
     }
     log.sample_success = checker.percent(

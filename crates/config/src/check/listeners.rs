@@ -10,7 +10,10 @@ use crate::{
     raw::{RawAdmin, RawListener, Scalar},
 };
 use serde_saphyr::Spanned;
-use std::net::{IpAddr, SocketAddr};
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
 
 /// The listeners, each bindable and none clashing with one before it.
 pub(super) fn listeners(checker: &mut Checker, raw: &[RawListener]) -> Vec<Listener> {
@@ -191,6 +194,24 @@ pub(super) fn admin(
         checker.push(e.hint("the usual admin port is 9901"));
     }
     Some(address)
+}
+
+/// `admin.status_bucket`: from 1 s (a test's, or a close look) to 10 min (30 of them: five hours).
+pub(super) fn status_bucket(checker: &mut Checker, raw: Option<&RawAdmin>) -> Duration {
+    const DEFAULT: Duration = Duration::from_secs(10);
+    let Some(value) = raw.and_then(|a| a.status_bucket.as_ref()) else {
+        return DEFAULT;
+    };
+    let field = Field::root("admin").key("status_bucket");
+    let bucket = checker.duration(Some(value), &field, DEFAULT);
+    if (Duration::from_secs(1)..=Duration::from_secs(600)).contains(&bucket) {
+        return bucket;
+    }
+    let text = value.value.0.trim();
+    let message = format!("`{text}` is out of range: expected a duration from 1s to 10m");
+    let error = checker.error(value, field, message);
+    checker.push(error.hint("the default, `10s`, keeps the last five minutes"));
+    DEFAULT
 }
 
 /// Why `text` is not a listen address: a port past 65535 is named as such.

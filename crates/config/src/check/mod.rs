@@ -46,6 +46,7 @@ pub(crate) fn check(
     let limits = settings::limits(&mut checker, raw.limits.as_ref());
     let shutdown = settings::shutdown(&mut checker, raw.shutdown.as_ref());
     let admin = listeners::admin(&mut checker, raw.admin.as_ref(), &listeners);
+    let admin_status_bucket = listeners::status_bucket(&mut checker, raw.admin.as_ref());
     let tracing = tracing::tracing(&mut checker, raw.tracing.as_ref());
     let access_log = access_log::access_log(&mut checker, raw.access_log.as_ref());
     let config = Config {
@@ -56,6 +57,7 @@ pub(crate) fn check(
         limits,
         shutdown,
         admin,
+        admin_status_bucket,
         tracing,
         access_log,
     };

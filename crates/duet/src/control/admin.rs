@@ -53,7 +53,8 @@ impl Default for Limits {
 struct State {
     registry: Registry,
     health: watch::Receiver<Arc<HealthView>>,
-    /// The status page's last minute: a reading of the counts every few seconds.
+    /// The status page's last minute (a reading of the counts every few seconds) and its figures
+    /// over time (a bucket closed every `admin.status_bucket`).
     window: RefCell<StatusWindow>,
 }
 
@@ -135,12 +136,13 @@ pub(crate) async fn serve(
     listener: TcpListener,
     registry: Registry,
     health: watch::Receiver<Arc<HealthView>>,
+    status_bucket: Duration,
     shutdown: watch::Receiver<bool>,
 ) {
     let state = Rc::new(State {
         registry,
         health,
-        window: RefCell::new(StatusWindow::new()),
+        window: RefCell::new(StatusWindow::with_bucket(status_bucket)),
     });
     serve_with(listener, state, Limits::default(), shutdown).await;
 }
@@ -189,12 +191,18 @@ async fn serve_with(
     }
 }
 
-/// Feeds the status page's window until `shutdown`.
+/// Feeds the status page's window and closes its buckets over time until `shutdown`: the workers'
+/// counters read on the control thread, nothing asked of the workers.
 async fn take_readings(state: Rc<State>, mut shutdown: watch::Receiver<bool>) {
     let mut every = tokio::time::interval(STATUS_READING_EVERY);
+    let bucket = state.window.borrow().bucket();
+    let mut each_bucket = tokio::time::interval(bucket);
+    // A bucket late (a busy control thread) is one longer bucket, not a burst of short ones.
+    each_bucket.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = every.tick() => state.window.borrow_mut().record(&state.registry),
+            _ = each_bucket.tick() => state.window.borrow_mut().close_bucket(&state.registry),
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
     }

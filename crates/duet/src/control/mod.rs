@@ -56,6 +56,7 @@ async fn run(control: Control) -> io::Result<()> {
                 listener,
                 registry.clone(),
                 health.subscribe(),
+                config.borrow().admin_status_bucket,
                 admin_shutdown,
             )))
         }

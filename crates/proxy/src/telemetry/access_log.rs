@@ -85,6 +85,8 @@ pub(crate) struct AccessLog {
 pub(crate) struct LineFormat {
     /// `Some(true)` for JSON; `None`: the sink's (`--log-format`).
     json: Option<bool>,
+    /// nginx's `combined` line instead of duet's fields ([`AccessLog::write_combined`]).
+    combined: bool,
     fields: Box<[LogField]>,
     /// A successful request's line is written when a 32-bit draw is below this; `None`: always.
     keep_below: Option<u64>,
@@ -99,13 +101,15 @@ impl LineFormat {
     pub(crate) fn new(settings: &LogSettings) -> Self {
         let has = |field| settings.fields.contains(&field);
         let ratio = settings.sample_success.clamp(0.0, 1.0);
+        let combined = settings.format == Some(LogFormat::Combined);
         Self {
             json: settings.format.map(|format| format == LogFormat::Json),
+            combined,
             fields: settings.fields.clone().into_boxed_slice(),
             keep_below: (ratio < 1.0).then_some((ratio * 4_294_967_296.0) as u64),
             default_fields: settings.fields == LogField::DEFAULT,
-            wants_referer: has(LogField::Referer),
-            wants_user: has(LogField::User),
+            wants_referer: combined || has(LogField::Referer),
+            wants_user: combined || has(LogField::User),
             wants_tls: has(LogField::TlsVersion) || has(LogField::Sni),
         }
     }
@@ -313,12 +317,25 @@ impl AccessLog {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .unwrap_or_default();
+                if self.layout.combined {
+                    return self.write_combined(line, now);
+                }
                 self.format(
                     line,
                     self.layout.json.unwrap_or(sink.json),
                     (now, duration_ms, upstream_head_ms, backend_text),
                 )
             });
+            return;
+        }
+        if self.layout.combined {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let mut line = Vec::new();
+            self.write_combined(&mut line, now);
+            let line = String::from_utf8_lossy(&line);
+            tracing::info!(target: "duet::access", "{}", line.trim_end());
             return;
         }
         // Without a sink (duet's binary always sets one): client text is quoted as in duet's text
@@ -595,6 +612,68 @@ impl AccessLog {
                 push_socket(line, *backend);
             }
         });
+    }
+}
+
+impl AccessLog {
+    /// nginx's `combined` line, byte for byte as nginx writes it (`$remote_addr - $remote_user
+    /// [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"`), so
+    /// that the tools written for it read it unchanged. `$time_local` is UTC (`+0000`): duet reads
+    /// no time zone. `$request` is the request line as nginx rebuilds it: the target as sent, query
+    /// included (as nginx logs it), cut at 512 bytes; HTTP/2's the path, as nginx's.
+    fn write_combined(&self, line: &mut Vec<u8>, now: Duration) {
+        use std::io::Write as _;
+        let ((year, month, day), (hour, minute, second)) = civil(now.as_secs());
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let month = MONTHS[(month as usize).saturating_sub(1) % 12];
+        push_ip(line, self.client);
+        line.put(b" - ");
+        push_nginx_escaped(line, self.user.as_ref().map(HeaderValue::as_bytes));
+        let _ = write!(
+            line,
+            " [{day:02}/{month}/{year:04}:{hour:02}:{minute:02}:{second:02} +0000] \""
+        );
+        let target = match self.target.path_and_query() {
+            Some(origin) if self.version == Version::HTTP_2 || self.target.scheme().is_none() => {
+                loggable_path(origin.as_str())
+            }
+            _ => Cow::Owned(loggable_path(&self.target.to_string()).into_owned()),
+        };
+        line.put(self.method.as_str().as_bytes());
+        line.byte(b' ');
+        push_nginx_escaped(line, Some(target.as_bytes()));
+        line.byte(b' ');
+        line.put(protocol(self.version).as_bytes());
+        line.put(b"\" ");
+        push_decimal(line, u64::from(self.status.as_u16()));
+        line.byte(b' ');
+        push_decimal(line, self.bytes);
+        line.put(b" \"");
+        push_nginx_escaped(line, self.referer.as_ref().map(HeaderValue::as_bytes));
+        line.put(b"\" \"");
+        push_nginx_escaped(line, self.user_agent.as_ref().map(HeaderValue::as_bytes));
+        line.put(b"\"\n");
+    }
+}
+
+/// A value of nginx's line as nginx's default `escape` writes it: `"`, `\`, control and non-ASCII
+/// bytes as `\xHH`, so a client cannot forge a field; `-` when there is none (or it is empty).
+fn push_nginx_escaped(line: &mut Vec<u8>, value: Option<&[u8]>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let value = value.filter(|value| !value.is_empty()).unwrap_or(b"-");
+    for &byte in value {
+        if byte == b'"' || byte == b'\\' || !(0x20..0x7f).contains(&byte) {
+            line.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ]);
+        } else {
+            line.push(byte);
+        }
     }
 }
 
@@ -1446,6 +1525,40 @@ mod tests {
             // Never written on drop.
             written: true,
         }
+    }
+
+    #[test]
+    fn the_combined_line_is_nginx_s_with_its_escapes_and_dashes() {
+        let mut log = record(1);
+        let settings = LogSettings {
+            format: Some(LogFormat::Combined),
+            ..LogSettings::default()
+        };
+        log.layout = Rc::new(LineFormat::new(&settings));
+        assert!(log.layout.wants_referer && log.layout.wants_user);
+        log.user_agent = Some(HeaderValue::from_static("curl/8.5.0"));
+        log.referer = Some(HeaderValue::from_static("https://shop.example/a b"));
+        log.user = Some(HeaderValue::from_static("alice"));
+        let at = Duration::from_micros(1_700_000_000_123_456);
+        let mut line = Vec::new();
+        log.write_combined(&mut line, at);
+        assert_eq!(
+            String::from_utf8(line).expect("text"),
+            "10.1.2.3 - alice [14/Nov/2023:22:13:20 +0000] \"GET /api/x?q=1 HTTP/1.1\" 404 1234 \
+             \"https://shop.example/a b\" \"curl/8.5.0\"\n"
+        );
+        // Nothing sent: dashes; a quote or a control byte from the client escaped as nginx does.
+        (log.user, log.referer) = (None, None);
+        log.user_agent = Some(HeaderValue::from_bytes(b"x\"y\\z\t\xff").expect("value"));
+        (log.version, log.bytes) = (Version::HTTP_2, 0);
+        log.target = Uri::from_static("https://shop.example/p?a=%22");
+        let mut line = Vec::new();
+        log.write_combined(&mut line, at);
+        assert_eq!(
+            String::from_utf8(line).expect("text"),
+            "10.1.2.3 - - [14/Nov/2023:22:13:20 +0000] \"GET /p?a=%22 HTTP/2.0\" 404 0 \"-\" \
+             \"x\\x22y\\x5Cz\\x09\\xFF\"\n"
+        );
     }
 
     #[test]

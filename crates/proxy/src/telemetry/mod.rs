@@ -3,6 +3,9 @@
 
 pub(crate) mod status;
 
+pub(crate) mod history;
+pub(crate) mod plot;
+
 pub(crate) mod done;
 
 pub(crate) mod access_log;

@@ -5,9 +5,11 @@
 use crate::{
     outcome::Failure,
     telemetry::histogram::{Sum, Summed},
+    telemetry::history::{BackendPoint, Bucket, Ring, RoutePoint, BUCKETS},
     telemetry::metrics::{
         unix_seconds, BackendCell, ClusterCells, ProcessState, Registry, WorkerEntry,
     },
+    telemetry::plot::{self, escape, Series},
     telemetry::route_cells::RouteCells,
     view::HealthView,
 };
@@ -23,7 +25,8 @@ use std::{
 /// What the status page shows, summed over workers.
 #[derive(Debug, Serialize)]
 pub struct Status {
-    /// The JSON's schema: 2 since every count is a named field (1 had positional arrays:
+    /// The JSON's schema: 3 since the figures over time (`history`, and each backend's and route's
+    /// `history`); 2 made every count a named field (1 had positional arrays:
     /// `"responses": [0, 10, 0, 0, 1]`).
     pub schema: u32,
     /// duet's version.
@@ -43,6 +46,18 @@ pub struct Status {
     /// Every route, in configuration order (first match wins).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteStatus>,
+    /// The buckets the backends' and routes' `history` arrays hold a point of, oldest first.
+    pub history: HistoryStatus,
+}
+
+/// The buckets of the figures over time.
+#[derive(Debug, Serialize)]
+pub struct HistoryStatus {
+    /// How long each bucket is.
+    pub bucket_seconds: f64,
+    /// When each bucket closed (seconds since the Unix epoch), oldest first: the `history` arrays
+    /// hold one point per bucket, in this order.
+    pub bucket_ends_unix: Vec<f64>,
 }
 
 /// One route: what it matches, where it sends and what it changes.
@@ -60,6 +75,9 @@ pub struct RouteStatus {
     pub redirect: Option<String>,
     /// Its filters, as `request_headers set x-team=api rewrite path_prefix /v2`; empty without any.
     pub filters: String,
+    /// Its request rate and error ratio per bucket of `history` (`null` for a bucket before it
+    /// existed).
+    pub history: Vec<Option<RoutePoint>>,
 }
 
 /// One cluster of a route.
@@ -147,6 +165,9 @@ pub struct BackendStatus {
     pub error_rate: f64,
     /// Upper bound of the bucket holding the 99th percentile of its response-head time, in ms.
     pub p99_ms: Option<f64>,
+    /// Its share of picks, in flight and p50/p99 per bucket of `history` (`null` for a bucket before
+    /// it was in the configuration).
+    pub history: Vec<Option<BackendPoint>>,
 }
 
 /// Counts that grow, read from every worker and added up: the status page shows what they grew by
@@ -154,8 +175,8 @@ pub struct BackendStatus {
 #[derive(Debug, Clone, Default)]
 pub struct Totals {
     clusters: HashMap<String, Summed>,
-    /// Request durations by (cluster, route).
-    routes: HashMap<(String, String), Summed>,
+    /// Request durations and responses by (cluster, route).
+    routes: HashMap<(String, String), RouteTotals>,
     backends: HashMap<(String, SocketAddr), Counts>,
 }
 
@@ -168,11 +189,12 @@ impl Totals {
             for route in &cluster.routes {
                 summed.add(&route.request_duration);
                 let key = (cluster.name.clone(), route.route.to_string());
-                totals
-                    .routes
-                    .entry(key)
-                    .or_default()
-                    .add(&route.request_duration);
+                let sums = totals.routes.entry(key).or_default();
+                sums.duration.add(&route.request_duration);
+                for (code, count) in route.codes() {
+                    sums.responses += count;
+                    sums.errors_5xx += if code >= 500 { count } else { 0 };
+                }
             }
             for backend in &cluster.backends {
                 let counts = totals
@@ -186,9 +208,20 @@ impl Totals {
     }
 }
 
+/// One route's counts toward one cluster, all workers.
+#[derive(Debug, Clone, Default)]
+struct RouteTotals {
+    duration: Summed,
+    /// Responses sent to clients, and of them 5xx.
+    responses: u64,
+    errors_5xx: u64,
+}
+
 #[derive(Debug, Clone, Default)]
 struct Counts {
     picks: u64,
+    /// Requests in flight at the reading (a gauge: [`Counts::since`] keeps the newer).
+    in_flight: u64,
     responses: [u64; 5],
     failures: u64,
     tls_failures: u64,
@@ -198,6 +231,7 @@ struct Counts {
 impl Counts {
     fn add(&mut self, backend: &BackendCell) {
         self.picks += backend.load.picks();
+        self.in_flight += backend.load.in_flight();
         for (total, cell) in self.responses.iter_mut().zip(&backend.stats.responses) {
             *total += cell.load(Relaxed);
         }
@@ -229,6 +263,7 @@ impl Counts {
         }
         Counts {
             picks: self.picks.saturating_sub(earlier.picks),
+            in_flight: self.in_flight,
             responses,
             failures: self.failures.saturating_sub(earlier.failures),
             tls_failures: self.tls_failures.saturating_sub(earlier.tls_failures),
@@ -240,17 +275,47 @@ impl Counts {
 /// How far back the status page looks.
 const WINDOW: Duration = Duration::from_secs(60);
 
+/// How long a bucket of the figures over time is, unless `admin.status_bucket` says.
+pub(crate) const DEFAULT_BUCKET: Duration = Duration::from_secs(10);
+
 /// Readings of [`Totals`] over the last minute or so, so the page can show rates over it rather than
-/// since start (which after a week says nothing about now). Record one every few seconds.
-#[derive(Debug, Default)]
+/// since start (which after a week says nothing about now), and the figures over time: a bucket
+/// closed every `bucket`, the last [`BUCKETS`] kept. Record one reading every few seconds
+/// ([`StatusWindow::record`]) and close a bucket every `bucket` ([`StatusWindow::close_bucket`]).
+#[derive(Debug)]
 pub struct StatusWindow {
     readings: VecDeque<(std::time::Instant, Totals)>,
+    bucket: Duration,
+    history: Ring,
+    /// The reading the next bucket is the difference from, and when it was taken.
+    last_close: Option<(std::time::Instant, Totals)>,
+}
+
+impl Default for StatusWindow {
+    fn default() -> Self {
+        Self::with_bucket(DEFAULT_BUCKET)
+    }
 }
 
 impl StatusWindow {
     /// An empty window: until its first reading, the page shows figures since start.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty window whose buckets over time are `bucket` long.
+    pub fn with_bucket(bucket: Duration) -> Self {
+        Self {
+            readings: VecDeque::new(),
+            bucket,
+            history: Ring::default(),
+            last_close: None,
+        }
+    }
+
+    /// How long a bucket over time is: close one this often.
+    pub fn bucket(&self) -> Duration {
+        self.bucket
     }
 
     /// Takes a reading now, keeping the newest one at least a minute old and everything after it.
@@ -267,10 +332,71 @@ impl StatusWindow {
         }
     }
 
+    /// Closes a bucket of the figures over time: what every backend and route did since the last
+    /// one (the first call only takes the reading the next bucket starts from).
+    pub fn close_bucket(&mut self, registry: &Registry) {
+        let now = std::time::Instant::now();
+        let totals = registry.totals();
+        if let Some((then, earlier)) = &self.last_close {
+            let seconds = now.duration_since(*then).as_secs_f64();
+            self.history.push(bucket_between(&totals, earlier, seconds));
+        }
+        self.last_close = Some((now, totals));
+    }
+
     /// The oldest reading kept (about a minute old once the window has filled).
     fn baseline(&self) -> Option<&(std::time::Instant, Totals)> {
         self.readings.front()
     }
+}
+
+/// What grew from `earlier` to `now`, `seconds` apart, as a bucket of the figures over time.
+fn bucket_between(now: &Totals, earlier: &Totals, seconds: f64) -> Bucket {
+    let zero = Counts::default();
+    let mut bucket = Bucket {
+        end_unix: unix_seconds(),
+        ..Bucket::default()
+    };
+    let mut cluster_picks: HashMap<&str, u64> = HashMap::new();
+    let grown: Vec<_> = (now.backends.iter())
+        .map(|(key, counts)| {
+            (
+                key,
+                counts.since(earlier.backends.get(key).unwrap_or(&zero)),
+            )
+        })
+        .collect();
+    for ((cluster, _), counts) in &grown {
+        *cluster_picks.entry(cluster.as_str()).or_default() += counts.picks;
+    }
+    for (key, counts) in grown {
+        let picks_of_cluster = cluster_picks.get(key.0.as_str()).copied().unwrap_or(0);
+        let millis = |q| counts.head_time.quantile_bound(q).map(|s| s * 1000.0);
+        let point = BackendPoint {
+            picks: counts.picks,
+            share: (picks_of_cluster > 0).then(|| counts.picks as f64 / picks_of_cluster as f64),
+            in_flight: counts.in_flight,
+            p50_ms: millis(0.5).filter(|ms| ms.is_finite()),
+            p99_ms: millis(0.99).filter(|ms| ms.is_finite()),
+        };
+        bucket.backends.insert(key.clone(), point);
+    }
+    let mut routes: HashMap<&str, (u64, u64)> = HashMap::new();
+    for (key, sums) in &now.routes {
+        let then = earlier.routes.get(key);
+        let sum = routes.entry(key.1.as_str()).or_default();
+        sum.0 += sums
+            .responses
+            .saturating_sub(then.map_or(0, |t| t.responses));
+        sum.1 += sums
+            .errors_5xx
+            .saturating_sub(then.map_or(0, |t| t.errors_5xx));
+    }
+    for (route, (responses, errors)) in routes {
+        let point = RoutePoint::of(responses, errors, seconds);
+        bucket.routes.insert(route.to_owned(), point);
+    }
+    bucket
 }
 
 impl Registry {
@@ -297,6 +423,7 @@ impl Registry {
                 entries: &entries,
                 totals: &totals,
                 baseline,
+                history: window.map(|w| &w.history),
             };
             let clusters = entries.first().map_or_else(Vec::new, |first| {
                 first.clusters.iter().map(|c| view.cluster(c)).collect()
@@ -306,7 +433,7 @@ impl Registry {
             });
             let uptime = (unix_seconds() - process.started_unix_seconds).max(0.0);
             Status {
-                schema: 2,
+                schema: 3,
                 version: env!("CARGO_PKG_VERSION"),
                 uptime_seconds: uptime,
                 window_seconds: window_seconds.unwrap_or(uptime),
@@ -315,6 +442,12 @@ impl Registry {
                 config: ConfigStatus::of(process),
                 clusters,
                 routes,
+                history: HistoryStatus {
+                    bucket_seconds: window.map_or(DEFAULT_BUCKET, |w| w.bucket).as_secs_f64(),
+                    bucket_ends_unix: (window.iter())
+                        .flat_map(|w| w.history.buckets().map(|b| b.end_unix))
+                        .collect(),
+                },
             }
         })
     }
@@ -347,6 +480,8 @@ struct View<'a> {
     entries: &'a [&'a WorkerEntry],
     totals: &'a Totals,
     baseline: &'a Totals,
+    /// The figures over time, when the admin side keeps them.
+    history: Option<&'a Ring>,
 }
 
 impl View<'_> {
@@ -439,8 +574,12 @@ impl View<'_> {
         let shares = (route.clusters.iter())
             .map(|(cluster, weight)| {
                 let key = (cluster.clone(), route.name.clone());
-                let now = self.totals.routes.get(&key).unwrap_or(&empty);
-                let then = self.baseline.routes.get(&key).unwrap_or(&empty);
+                let now = self.totals.routes.get(&key).map_or(&empty, |r| &r.duration);
+                let then = self
+                    .baseline
+                    .routes
+                    .get(&key)
+                    .map_or(&empty, |r| &r.duration);
                 ClusterShare {
                     cluster: cluster.clone(),
                     weight: *weight,
@@ -455,6 +594,9 @@ impl View<'_> {
             shares,
             redirect: (!route.redirect.is_empty()).then(|| route.redirect.clone()),
             filters: route.filters.trim_start().to_owned(),
+            history: self
+                .history
+                .map_or_else(Vec::new, |ring| ring.route(&route.name)),
         }
     }
 
@@ -513,6 +655,8 @@ impl View<'_> {
             failures: counts.failures,
             error_rate: counts.error_rate(),
             p99_ms: counts.head_time.quantile_bound(0.99).map(|s| s * 1000.0),
+            history: (self.history)
+                .map_or_else(Vec::new, |ring| ring.backend(cluster, backend.address)),
         }
     }
 }
@@ -625,6 +769,7 @@ impl Status {
                 self.write_html_row(&mut out, backend);
             }
             out.push_str("</table>\n");
+            self.write_cluster_plots(&mut out, cluster);
         }
         self.write_html_routes(&mut out);
         out.push_str(
@@ -647,7 +792,10 @@ impl Status {
              th,td{{padding:.3em .7em;border-bottom:1px solid #ddd;text-align:right}}\
              th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){{text-align:left}}th{{background:#f4f4f4}}\
              .up{{color:#1a7f37}}.down{{color:#cf222e;font-weight:bold}}.ejected{{color:#bf8700;font-weight:bold}}\
-             .meta{{color:#555}}</style></head><body>\n\
+             .meta{{color:#555}}.plots{{display:flex;flex-wrap:wrap;gap:1em;margin:-1em 0 1.5em}}\
+             .plots p{{flex-basis:100%;margin:0}}\
+             .key{{margin-right:1em;white-space:nowrap}}.swatch{{display:inline-block;width:.8em;\
+             height:.8em;margin-right:.3em;vertical-align:middle}}</style></head><body>\n\
              <h1>duet {}</h1>\n<p class=\"meta\">up {} · figures over the last {} · {} workers{} · \
              configuration {} applied {} ago{} · reloads {} applied, {} refused</p>\n",
             escape(self.version),
@@ -665,6 +813,92 @@ impl Status {
             self.config.reloads_succeeded,
             self.config.reloads_failed,
         );
+    }
+
+    /// The cluster's backends over time, one plot per figure and one line per backend in each (in
+    /// the order of the table), with a key of the lines' colours.
+    fn write_cluster_plots(&self, out: &mut String, cluster: &ClusterStatus) {
+        let figure = |pick: fn(&BackendPoint) -> Option<f64>| -> Vec<Series<'_>> {
+            (cluster.backends.iter())
+                .map(|b| Series {
+                    name: &b.address,
+                    values: b
+                        .history
+                        .iter()
+                        .map(|p| p.as_ref().and_then(pick))
+                        .collect(),
+                })
+                .collect()
+        };
+        let plots = [
+            (
+                "share of picks",
+                " %",
+                figure(|p| p.share.map(|share| share * 100.0)),
+            ),
+            ("in flight", "", figure(|p| Some(p.in_flight as f64))),
+            ("p50 response head", " ms", figure(|p| p.p50_ms)),
+            ("p99 response head", " ms", figure(|p| p.p99_ms)),
+        ];
+        let names: Vec<&str> = cluster
+            .backends
+            .iter()
+            .map(|b| b.address.as_str())
+            .collect();
+        self.write_plots(out, &escape(&cluster.name), &names, plots);
+    }
+
+    /// A row of plots over the buckets of `history`, with the key of the series `names`.
+    fn write_plots<const N: usize>(
+        &self,
+        out: &mut String,
+        of: &str,
+        names: &[&str],
+        plots: [(&str, &str, Vec<Series<'_>>); N],
+    ) {
+        let _ = write!(
+            out,
+            "<div class=\"plots\" data-of=\"{of}\"><p class=\"meta\">the last {} in {} s \
+             buckets: ",
+            duration(BUCKETS as f64 * self.history.bucket_seconds),
+            self.history.bucket_seconds,
+        );
+        for (i, name) in names.iter().enumerate() {
+            let _ = write!(
+                out,
+                "<span class=\"key\"><span class=\"swatch\" style=\"background:{}\"></span>{}\
+                 </span>",
+                plot::COLOURS[i % plot::COLOURS.len()],
+                escape(name),
+            );
+        }
+        out.push_str("</p>");
+        for (title, unit, series) in &plots {
+            out.push_str(&plot::svg(title, unit, series, BUCKETS));
+        }
+        out.push_str("</div>\n");
+    }
+
+    /// The routes over time: request rate and error ratio, one line per route.
+    fn write_route_plots(&self, out: &mut String) {
+        let figure = |pick: fn(&RoutePoint) -> f64| -> Vec<Series<'_>> {
+            (self.routes.iter())
+                .filter(|r| r.redirect.is_none())
+                .map(|r| Series {
+                    name: &r.name,
+                    values: r.history.iter().map(|p| p.as_ref().map(pick)).collect(),
+                })
+                .collect()
+        };
+        let plots = [
+            ("requests", "/s", figure(|p| p.requests_per_second)),
+            ("5xx ratio", " %", figure(|p| p.error_ratio * 100.0)),
+        ];
+        let names: Vec<&str> = (self.routes.iter())
+            .filter(|r| r.redirect.is_none())
+            .map(|r| r.name.as_str())
+            .collect();
+        self.write_plots(out, "routes", &names, plots);
     }
 
     /// The routes' table, in match order: each route's matchers, where it sends (each of its clusters
@@ -702,6 +936,7 @@ impl Status {
             );
         }
         out.push_str("</table>\n");
+        self.write_route_plots(out);
     }
 
     /// One backend's row of its cluster's table.
@@ -753,22 +988,6 @@ fn duration(seconds: f64) -> String {
         120..=7199 => format!("{} min", seconds / 60),
         _ => format!("{} h", seconds / 3600),
     }
-}
-
-/// Text for HTML: a cluster's name is any YAML string.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The status page of a fixed registry (`metrics::fixture`), compared byte for byte with captures.
