@@ -37,6 +37,7 @@ mod resilience;
 mod route_filters;
 mod routing;
 mod shaping;
+mod sticky;
 mod streaming;
 mod tls;
 mod tls_ocsp;
