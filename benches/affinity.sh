@@ -4,8 +4,8 @@
 #
 #   benches/affinity.sh [SECONDS] [CONCURRENCY]        (defaults: 15, 64)
 #
-# Five loopback backends (duet-backend, each answering after 2 ms, so requests stay in flight and a
-# bound has something to bound). The client is benches/affinity_client.py: CONCURRENCY keep-alive
+# Five loopback backends (duet-backend, each answering after 2 ms, at most 8 at once: finite
+# capacity, so a backend sent more than its share queues and its queue shows in the p99). The client is benches/affinity_client.py: CONCURRENCY keep-alive
 # connections, closed loop, every request `x-user: KEY` from one seeded stream in which the key `hot`
 # takes 30% of the requests and the rest are uniform over 2,000 users. Each proxy gets the same
 # stream, one after another. Per proxy: the share of each key's requests on its home (the backend
@@ -29,7 +29,7 @@ echo "== building duet (release)"
 [ -n "${NO_BUILD:-}" ] || cargo build --release -q --bin duet --bin duet-backend
 BACKENDS=(19711 19712 19713 19714 19715)
 for port in "${BACKENDS[@]}"; do
-  target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" --delay-ms 2 >/dev/null &
+  target/release/duet-backend --listen "127.0.0.1:$port" --name "b$port" --delay-ms 2 --max-concurrency 8 >/dev/null &
 done
 
 cat >"$WORK/duet.yaml" <<YAML
