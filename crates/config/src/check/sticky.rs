@@ -29,7 +29,7 @@ pub(super) fn sticky(checker: &mut Checker, raw: &Spanned<RawSticky>, field: &Fi
             "`{name}` is not a cookie name: expected a token (letters, digits and \
              !#$%&'*+-.^_`|~), such as `duet_backend`"
         );
-        checker.reject(&sticky.cookie, &field.key("cookie"), message);
+        checker.reject(&sticky.cookie, field.key("cookie"), message);
     }
     let default_ttl = Duration::from_secs(3600);
     Sticky {
@@ -46,7 +46,7 @@ fn secret(checker: &mut Checker, sticky: &RawSticky, field: &Field) -> StickySec
         (None, None) => return StickySecret::Random,
         (Some(_), Some(file)) => {
             let message = "give the key once: `secret:` or `secret_file:`, not both";
-            checker.reject(file, &field.key("secret_file"), message);
+            checker.reject(file, field.key("secret_file"), message);
             return StickySecret::Random;
         }
         (Some(text), None) => (text, text.value.0.trim().as_bytes().to_vec()),
@@ -71,7 +71,7 @@ fn secret(checker: &mut Checker, sticky: &RawSticky, field: &Field) -> StickySec
              (32 random bytes, such as `openssl rand -base64 32`)",
             bytes.len()
         );
-        checker.reject(value, &field.key(key), message);
+        checker.reject(value, field.key(key), message);
     }
     StickySecret::Shared(bytes)
 }
