@@ -216,7 +216,7 @@ fn a_preferred_endpoint_is_claimed_while_eligible_and_counted_as_load() {
     assert_eq!(load(&balance, other), 0, "released at drop");
     // Excluded (a retry): the key's pick, never the tried one.
     // Each guard dropped at once: the home stays under its bound.
-    let mut pick = |balance: &mut Balancer<u32, ()>, prefer: u32, exclude: &[u32]| {
+    let pick = |balance: &mut Balancer<u32, ()>, prefer: u32, exclude: &[u32]| {
         (balance.pick_and_claim_preferring(Some(&prefer), key, exclude))
             .map(|(picked, _, _)| *picked)
             .unwrap_or_else(|e| panic!("{e}"))
