@@ -350,13 +350,15 @@ impl Cluster {
         (self.sticky.as_ref()).map_or(Session::Off, |sticky| sticky.session(headers))
     }
 
-    /// The `Set-Cookie` for `backend`'s answer to a request in `session`, if it needs one.
+    /// The `Set-Cookie` for `backend`'s answer to a request in `session` (`secure`: over TLS), if it
+    /// needs one.
     pub(crate) fn sticky_cookie(
         &self,
         session: Session,
         backend: SocketAddr,
+        secure: bool,
     ) -> Option<http::HeaderValue> {
-        (self.sticky.as_ref())?.set_cookie(session, backend)
+        (self.sticky.as_ref())?.set_cookie(session, backend, secure)
     }
 
     /// What `policy: hash` keys requests by, if it is the policy.

@@ -124,15 +124,22 @@ impl StickyCookies {
     }
 
     /// The `Set-Cookie` for an answer of `backend` to a request in `session`: none when the session
-    /// already names it.
-    pub(crate) fn set_cookie(&self, session: Session, backend: SocketAddr) -> Option<HeaderValue> {
+    /// already names it. `secure`: the request came over TLS, so the cookie is sent back only over
+    /// TLS (`Secure`), never in clear on the same host's plain listener.
+    pub(crate) fn set_cookie(
+        &self,
+        session: Session,
+        backend: SocketAddr,
+        secure: bool,
+    ) -> Option<HeaderValue> {
         if session == Session::Bound(backend) {
             return None;
         }
         let id = format!("{:016x}", stable_id(backend));
         let tag = hmac::sign(&self.key, &self.signed(id.as_bytes()));
         let tag = URL_SAFE_NO_PAD.encode(tag.as_ref());
-        let cookie = format!("{}={id}.{tag}{}", self.name, self.attributes);
+        let secure = if secure { "; Secure" } else { "" };
+        let cookie = format!("{}={id}.{tag}{}{secure}", self.name, self.attributes);
         HeaderValue::from_str(&cookie).ok()
     }
 
@@ -215,7 +222,7 @@ mod tests {
         let cookies = cookies("web", StickySecret::Random);
         let [a, b] = backends();
         let set = cookies
-            .set_cookie(Session::New, b)
+            .set_cookie(Session::New, b, false)
             .unwrap_or_else(|| panic!("no cookie"));
         let text = set.to_str().unwrap_or_default();
         assert!(text.starts_with("sid="), "{text}");
@@ -226,8 +233,16 @@ mod tests {
         );
         let session = cookies.session(&sent_back(&set));
         assert_eq!(session, Session::Bound(b));
-        assert_eq!(cookies.set_cookie(session, b), None);
-        assert!(cookies.set_cookie(session, a).is_some(), "moved: set again");
+        assert_eq!(cookies.set_cookie(session, b, false), None);
+        let moved = cookies.set_cookie(session, a, true);
+        let moved = moved
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(
+            moved.ends_with("; Max-Age=3600; Secure"),
+            "moved, over TLS: {moved}"
+        );
     }
 
     #[test]
@@ -235,7 +250,7 @@ mod tests {
         let cookies = cookies("web", StickySecret::Shared(b"0123456789abcdef".to_vec()));
         let [_, b] = backends();
         let set = cookies
-            .set_cookie(Session::New, b)
+            .set_cookie(Session::New, b, false)
             .unwrap_or_else(|| panic!("no cookie"));
         let good = sent_back(&set);
         let value = good

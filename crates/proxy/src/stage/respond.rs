@@ -36,7 +36,7 @@ pub(crate) fn respond(
     let fields = shaping.fields.take();
     let mut response = match outcome {
         Ok((mut response, completion)) => {
-            let cookie = cluster.sticky_cookie(session, completion.backend());
+            let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
             if let Some(cookie) = cookie {
                 response.headers_mut().append(header::SET_COOKIE, cookie);
             }
