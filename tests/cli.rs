@@ -272,3 +272,36 @@ fn check_warns_of_a_route_that_can_never_match_with_both_lines_and_exits_0() {
         "{stderr}"
     );
 }
+
+#[test]
+fn check_warns_of_a_sticky_cookie_key_drawn_per_process_and_not_of_a_shared_one() {
+    let dir = crate::support::TempDir::new();
+    std::fs::write(
+        dir.0.join("sticky.key"),
+        "0123456789abcdef0123456789abcdef\n",
+    )
+    .expect("key");
+    let cluster = |name: &str, sticky: &str| {
+        format!(
+            "  - {{ name: {name}, sticky: {sticky}, backends: [ {{ address: 127.0.0.1:9 }} ] }}\n"
+        )
+    };
+    let yaml = format!(
+        "listeners: [ {{ address: 127.0.0.1:0 }} ]\nclusters:\n{}{}routes:\n  - {{ match: {{ path_prefix: /s }}, cluster: shared }}\n  - {{ match: {{ path_prefix: / }}, cluster: random }}\n",
+        cluster("random", "{ cookie: sid }"),
+        cluster("shared", "{ cookie: sid, secret_file: sticky.key }"),
+    );
+    let path = dir.0.join("sticky.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    let (code, stdout, stderr) = duet(&["check", "--config", path.to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("sticky.yaml: ok"), "{stdout}");
+    let warnings: Vec<&str> = (stderr.lines()).filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    let expected = format!(
+        "{}:3:29: warning: clusters[0].sticky: cluster `random` signs",
+        path.display()
+    );
+    assert!(warnings[0].starts_with(&expected), "{stderr}");
+    assert!(warnings[0].contains("do not survive a restart"), "{stderr}");
+}

@@ -38,6 +38,7 @@ mod route_filters;
 mod routing;
 mod shaping;
 mod status_over_time;
+mod sticky;
 mod streaming;
 mod tls;
 mod tls_ocsp;

@@ -494,6 +494,55 @@ where
         Ok(self.claim(picked))
     }
 
+    /// Like [`pick_and_claim_for`](Self::pick_and_claim_for), but first `prefer`: the endpoint a
+    /// session is bound to (a sticky cookie names it). It is taken, and claimed like any pick, while
+    /// it is a member, eligible (healthy, not ejected: panic mode does not make it so), of non-zero
+    /// weight and not in `exclude`; otherwise the key or the policy picks as usual, so a session whose
+    /// endpoint went is moved, and a retry never goes back to the endpoint it tried. Load is not
+    /// consulted for a preferred endpoint: a session stays where its state is, as nginx's and
+    /// HAProxy's sticky sessions do.
+    ///
+    /// ```
+    /// use duet_balance::{Balancer, Strategy};
+    ///
+    /// let mut balance: Balancer<&str, ()> = Balancer::new(Strategy::P2cInflight);
+    /// for name in ["a", "b", "c"] {
+    ///     balance.insert(name, 1, ());
+    /// }
+    /// let (picked, _, _guard) = balance.pick_and_claim_preferring(Some(&"b"), None, &[])?;
+    /// assert_eq!(*picked, "b");
+    /// balance.set_eligible(&"b", false);
+    /// let (picked, _, _guard) = balance.pick_and_claim_preferring(Some(&"b"), None, &[])?;
+    /// assert_ne!(*picked, "b", "an ineligible preference is re-picked");
+    /// let (picked, _, _guard) = balance.pick_and_claim_preferring(Some(&"a"), None, &["a"])?;
+    /// assert_ne!(*picked, "a", "a retry never goes back");
+    /// # Ok::<(), duet_balance::NoEligibleEndpoint>(())
+    /// ```
+    pub fn pick_and_claim_preferring(
+        &mut self,
+        prefer: Option<&K>,
+        key: Option<u64>,
+        exclude: &[K],
+    ) -> Result<(&K, &mut S, LoadGuard), NoEligibleEndpoint> {
+        if let Some(at) = prefer.and_then(|prefer| self.preferred(prefer, exclude)) {
+            self.shared.counters.picks.add(1);
+            return Ok(self.claim((at, None)));
+        }
+        self.pick_and_claim_for(key, exclude)
+    }
+
+    /// The position of `prefer` if a pick may take it: a candidate, eligible, not excluded.
+    fn preferred(&mut self, prefer: &K, exclude: &[K]) -> Option<usize> {
+        if self.shared.has_updates() {
+            self.apply_updates();
+        }
+        self.endpoints.refresh();
+        let at = self.endpoints.position(prefer)?;
+        self.endpoints.candidates().slot(at)?;
+        let endpoint = self.endpoints.at(at);
+        (endpoint.load.is_eligible() && !exclude.contains(prefer)).then_some(at)
+    }
+
     /// Picks as [`pick_and_claim_for`](Self::pick_and_claim_for) would, without claiming: for
     /// simulations and tests.
     pub fn pick_for(&mut self, key: Option<u64>) -> Result<&K, NoEligibleEndpoint> {

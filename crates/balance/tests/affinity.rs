@@ -186,3 +186,59 @@ fn a_pick_without_a_key_is_the_policy_s() {
         Balancer::new(Strategy::P2cInflight).with_affinity(Affinity::maglev());
     assert!(empty.pick_for(Some(1)).is_err());
 }
+
+/// A sticky session's endpoint: taken while eligible and not excluded, counted as load like any pick
+/// (the key's table too), and never in panic mode when it is the ineligible one.
+#[test]
+fn a_preferred_endpoint_is_claimed_while_eligible_and_counted_as_load() {
+    let mut balance = balancer(&[1, 2, 3, 4], Affinity::maglev());
+    let key = Some(stable_hash("user-42"));
+    let load = |balance: &Balancer<u32, ()>, at: u32| {
+        balance
+            .endpoint_load(&at)
+            .map(|l| l.in_flight())
+            .unwrap_or(u64::MAX)
+    };
+    let home = balance.pick_for(key).copied().unwrap_or_default();
+    let other = if home == 1 { 2 } else { 1 };
+    let mut guards: Vec<LoadGuard> = Vec::new();
+    for i in 0..20u64 {
+        let (picked, _, guard) = (balance.pick_and_claim_preferring(Some(&other), key, &[]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            *picked, other,
+            "pick {i}: the preference beats the key and the bound"
+        );
+        guards.push(guard);
+        assert_eq!(load(&balance, other), i + 1);
+    }
+    guards.clear();
+    assert_eq!(load(&balance, other), 0, "released at drop");
+    // Excluded (a retry): the key's pick, never the tried one.
+    // Each guard dropped at once: the home stays under its bound.
+    let pick = |balance: &mut Balancer<u32, ()>, prefer: u32, exclude: &[u32]| {
+        (balance.pick_and_claim_preferring(Some(&prefer), key, exclude))
+            .map(|(picked, _, _)| *picked)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    assert_eq!(pick(&mut balance, other, &[other]), home);
+    // Ineligible, and unknown: the key's pick.
+    balance.set_eligible(&other, false);
+    assert_eq!(pick(&mut balance, other, &[]), home);
+    assert_eq!(pick(&mut balance, 99, &[]), home);
+    // Panic mode makes every endpoint a candidate again; an ineligible preference still is not taken.
+    let mut balance = balancer(&[1, 2, 3, 4], Affinity::maglev()).with_panic_threshold(0.5);
+    for at in [1, 2, 3] {
+        balance.set_eligible(&at, false);
+    }
+    // (P2C over all four may still draw it: the picks are spread, not bound to it.)
+    let bound = (0..40)
+        .filter(|_| {
+            (balance.pick_and_claim_preferring(Some(&3), None, &[]))
+                .map(|(picked, _, _)| *picked == 3)
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .count();
+    assert!(balance.is_panicking());
+    assert!(bound < 30, "{bound} of 40 on the ineligible preference");
+}

@@ -2,7 +2,8 @@
 //! a plan to read before applying it.
 
 use crate::model::{
-    http_method, Cluster, Config, HostPattern, Listener, Route, UpstreamTls, Workers,
+    http_method, Cluster, Config, HostPattern, Listener, Route, Sticky, StickySecret, UpstreamTls,
+    Workers,
 };
 use std::fmt::{self, Debug};
 
@@ -350,6 +351,29 @@ fn describe_route(config: &Config, route: &Route) -> String {
     line
 }
 
+/// `sticky:` as written, where it is written aside, and never its secret: whether the key changed
+/// says enough (cookies signed under the old one stop binding).
+fn sticky(changes: &mut Changes, prefix: &str, old: Option<&Sticky>, new: Option<&Sticky>) {
+    let shown = |sticky: Option<&Sticky>| match sticky {
+        None => "off".to_owned(),
+        Some(s) => {
+            let key = match s.secret {
+                StickySecret::Random => "random key",
+                StickySecret::Shared(_) => "shared key",
+            };
+            format!("cookie {} ttl {:?} {key}", s.cookie, s.ttl)
+        }
+    };
+    let (before, after) = (shown(old), shown(new));
+    if before != after {
+        changes.push(format!("~ {prefix}: sticky {before} -> {after}"));
+    } else if old.map(|s| &s.secret) != new.map(|s| &s.secret) {
+        changes.push(format!(
+            "~ {prefix}: sticky key changed (cookies signed under the old one are re-picked)"
+        ));
+    }
+}
+
 fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
     let prefix = format!("cluster {}", new.name);
     if old.policy != new.policy {
@@ -374,6 +398,7 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
             name(new)
         ));
     }
+    sticky(changes, &prefix, old.sticky.as_ref(), new.sticky.as_ref());
     backends(changes, &prefix, old, new);
     let timeouts = format!("{prefix}.timeouts");
     changed!(

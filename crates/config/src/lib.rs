@@ -56,9 +56,9 @@ pub use model::{
     HashAlgorithm, HashKey, HashPolicy, HashWalk, HeaderEdits, HeaderMatch, HealthCheck,
     HostPattern, Http2Limits, Http2Windows, Limits, Listener, ListenerTls, Location, OtlpEndpoint,
     OutlierDetection, PathMatch, PathRewrite, Pattern, PatternError, Policy, ProxyProtocol,
-    Redirect, RedirectPath, Retries, Rewrite, Route, SendProxyProtocol, Shutdown, Timeouts,
-    TlsFiles, TlsVersion, Tracing, Underscores, UpstreamProtocol, UpstreamTls, ValueMatch,
-    WeightedCluster, Workers,
+    Redirect, RedirectPath, Retries, Rewrite, Route, SendProxyProtocol, Shutdown, Sticky,
+    StickySecret, Timeouts, TlsFiles, TlsVersion, Tracing, Underscores, UpstreamProtocol,
+    UpstreamTls, ValueMatch, WeightedCluster, Workers,
 };
 
 use error::did_you_mean;

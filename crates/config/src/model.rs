@@ -803,6 +803,42 @@ pub struct Cluster {
     /// `send_proxy_protocol:`, the PROXY header each new connection to a backend starts with
     /// (HTTP/1.1 clusters only); `None` sends none.
     pub send_proxy_protocol: Option<SendProxyProtocol>,
+    /// `sticky:`, sessions bound to a backend by a signed cookie, under any policy; `None`: off.
+    pub sticky: Option<Sticky>,
+}
+
+/// `sticky:` of a cluster: the cookie that binds a client's session to one backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sticky {
+    /// The cookie's name.
+    pub cookie: String,
+    /// The cookie's `Max-Age` (default 1 h; 0 sends none: a session cookie, gone with the browser).
+    pub ttl: Duration,
+    /// The key the cookie is signed under.
+    pub secret: StickySecret,
+    /// Where `sticky:` is written, for `duet check`'s warning about a random key.
+    pub at: Location,
+}
+
+/// The key a sticky cookie is signed with (HMAC-SHA256).
+#[derive(Clone, PartialEq, Eq)]
+pub enum StickySecret {
+    /// None configured: a random key drawn once per process. Cookies then hold only for this
+    /// process: not across a restart, nor on another duet instance behind the same L4 balancer.
+    Random,
+    /// `secret:` or the bytes of `secret_file:` (read with the config, again on each reload): shared
+    /// by every instance given the same, so a cookie holds across restarts and instances.
+    Shared(Vec<u8>),
+}
+
+impl std::fmt::Debug for StickySecret {
+    /// Never the secret itself: a config is logged and printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Random => f.write_str("Random"),
+            Self::Shared(bytes) => write!(f, "Shared({} bytes)", bytes.len()),
+        }
+    }
 }
 
 /// `hash:` of a `policy: hash` cluster: what keys a request, and how a key's load is bounded.

@@ -341,6 +341,8 @@ pub(crate) struct RawCluster {
     #[serde(default)]
     pub(crate) hash: Option<Spanned<RawHash>>,
     #[serde(default)]
+    pub(crate) sticky: Option<Spanned<RawSticky>>,
+    #[serde(default)]
     pub(crate) send_proxy_protocol: Option<Spanned<Scalar>>,
 }
 
@@ -353,6 +355,17 @@ pub(crate) struct RawHash {
     pub(crate) bound: Option<Spanned<Scalar>>,
     #[serde(default)]
     pub(crate) walk: Option<Spanned<Scalar>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct RawSticky {
+    pub(crate) cookie: Spanned<Scalar>,
+    #[serde(default)]
+    pub(crate) ttl: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) secret: Option<Spanned<Scalar>>,
+    #[serde(default)]
+    pub(crate) secret_file: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -684,6 +697,7 @@ static CLUSTER: Shape = Shape {
         ("tls", &leaf::<RawUpstreamTls>()),
         ("http2", &leaf::<RawHttp2Windows>()),
         ("hash", &leaf::<RawHash>()),
+        ("sticky", &leaf::<RawSticky>()),
     ],
     filters: false,
 };

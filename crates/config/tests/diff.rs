@@ -222,3 +222,34 @@ fn an_access_log_change_shows_its_format_fields_and_sample() {
         "{lines:#?}"
     );
 }
+
+#[test]
+fn sticky_shows_its_cookie_and_whether_its_key_changed_never_the_key() {
+    let with = |sticky: &str| {
+        let yaml = OLD.replace(
+            "    timeouts: { connect: 1s }\n",
+            &format!("    timeouts: {{ connect: 1s }}\n    sticky: {sticky}\n"),
+        );
+        parse(&yaml, "x.yaml").expect("sticky")
+    };
+    let old = parse(OLD, "old.yaml").expect("old");
+    let random = with("{ cookie: sid }");
+    let shared = with("{ cookie: sid, ttl: 30m, secret: 0123456789abcdef }");
+    let rotated = with("{ cookie: sid, ttl: 30m, secret: fedcba9876543210 }");
+    let lines = |a, b| -> Vec<String> { diff(a, b).iter().map(ToString::to_string).collect() };
+    assert_eq!(
+        lines(&old, &random),
+        ["~ cluster api: sticky off -> cookie sid ttl 3600s random key"]
+    );
+    assert_eq!(
+        lines(&random, &shared),
+        ["~ cluster api: sticky cookie sid ttl 3600s random key -> cookie sid ttl 1800s shared key"]
+    );
+    let rotation = lines(&shared, &rotated);
+    assert_eq!(
+        rotation,
+        ["~ cluster api: sticky key changed (cookies signed under the old one are re-picked)"]
+    );
+    assert!(!format!("{rotation:?}").contains("0123"));
+    assert!(diff(&shared, &shared).is_empty());
+}

@@ -1,5 +1,5 @@
 //! A standalone loopback backend for load benchmarks:
-//! `duet-backend --listen 127.0.0.1:9001 --name a [--delay-ms 10]`. Runs until killed.
+//! `duet-backend --listen 127.0.0.1:9001 --name a [--delay-ms 10] [--max-concurrency 8]`. Runs until killed.
 
 use clap::Parser;
 use duet_testbed::{Backend, BackendOptions};
@@ -18,6 +18,10 @@ struct Cli {
     /// How long each response waits before it is sent.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     delay_ms: u64,
+    /// At most this many answers in progress at once; the rest wait their turn (a backend of finite
+    /// capacity, where sending it more than its share shows in latency).
+    #[arg(long, value_name = "N")]
+    max_concurrency: Option<usize>,
 }
 
 fn main() {
@@ -26,6 +30,7 @@ fn main() {
     options.record_requests = false;
     options.address = cli.listen;
     options.delay = Duration::from_millis(cli.delay_ms);
+    options.max_concurrency = cli.max_concurrency;
     match Backend::start(options) {
         Ok(backend) => {
             println!("listening on {}", backend.address());

@@ -5,6 +5,7 @@
 use crate::{
     attempt::completion::Completion,
     backend::request_body::BodySource,
+    backend::sticky::Session,
     error::ProxyError,
     header_copy::HeaderCopy,
     peer::TlsSession,
@@ -36,6 +37,8 @@ pub(crate) struct Prepared {
     lent: Option<HeaderCopy>,
     /// The hash of the request's affinity key under `policy: hash`, if it has one.
     pub(crate) affinity: Option<u64>,
+    /// The request's sticky session, under `sticky:`.
+    pub(crate) session: Session,
     /// The client a PROXY header names, when the cluster sends one: its connections are pooled per
     /// client.
     pub(crate) client: Option<SocketAddr>,
@@ -51,6 +54,7 @@ impl Prepared {
             upgrade,
             lent: None,
             affinity: None,
+            session: Session::Off,
             client: None,
             trace: None,
         }

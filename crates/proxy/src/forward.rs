@@ -64,7 +64,7 @@ pub(crate) fn begin(
     let Some(body) = prepared.source.attempt() else {
         return Err(ProxyError::new(ErrorKind::BadGateway));
     };
-    let Ok(picked) = cluster.pick(tried, prepared.affinity) else {
+    let Ok(picked) = cluster.pick(tried, (prepared.affinity, prepared.session)) else {
         return Err(ProxyError::new(ErrorKind::NoEligibleBackend));
     };
     // A request that may meet the keep-alive close race is sent again to the same backend (as one

@@ -275,7 +275,7 @@ impl WorkerProxy {
         let mut response = respond::respond(
             cluster,
             outcome,
-            (prepared.upgrade, filters, shaping),
+            ((prepared.upgrade, prepared.session), filters, shaping),
             &client,
             connection,
             grpc,

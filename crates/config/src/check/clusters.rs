@@ -1,6 +1,6 @@
 //! `clusters:`: unique names, backends that can be reached and serve, and each cluster's settings.
 
-use super::{cluster_settings, hash, settings, upstream_tls};
+use super::{cluster_settings, hash, settings, sticky, upstream_tls};
 use crate::{
     checker::Checker,
     error::did_you_mean,
@@ -96,6 +96,10 @@ fn cluster(checker: &mut Checker, c: &RawCluster, field: &Field, name: String) -
         tls,
         http2,
         send_proxy_protocol,
+        sticky: c
+            .sticky
+            .as_ref()
+            .map(|raw| sticky::sticky(checker, raw, &field.key("sticky"))),
     }
 }
 

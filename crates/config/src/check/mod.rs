@@ -15,6 +15,7 @@ mod cluster_settings;
 mod listener_tls;
 mod upstream_tls;
 mod hash;
+mod sticky;
 mod redirect;
 pub(crate) mod shadowing;
 mod split;

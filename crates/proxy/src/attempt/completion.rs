@@ -425,7 +425,9 @@ mod tests {
     /// Runs one attempt to the end; returns (ejected, failure kinds counted, in flight after).
     fn settle(how: Settle) -> (bool, Vec<&'static str>, u64) {
         let cluster = cluster();
-        let (backend, Upstream { stats, .. }, guard) = cluster.pick(&[], None).expect("a backend");
+        let (backend, Upstream { stats, .. }, guard) = cluster
+            .pick(&[], (None, crate::backend::sticky::Session::Off))
+            .expect("a backend");
         let in_flight = |c: &Cluster| {
             c.with_balance(|b| b.endpoint_load(&backend).map(|l| l.in_flight()))
                 .expect("the backend")

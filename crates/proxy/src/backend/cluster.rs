@@ -11,6 +11,7 @@ use crate::{
     backend::h2_pool::{h2_client, h2_client_over, H2Client},
     backend::outlier::Outliers,
     backend::pool::{upstream_client, upstream_client_over, UpstreamClient},
+    backend::sticky::{Session, StickyCookies},
     backend::tls,
     backend::transport::Transport,
     telemetry::metrics::{BackendCell, BackendStats, ClusterCells, ClusterCounters},
@@ -117,6 +118,8 @@ pub(crate) struct Cluster {
     policy: Policy,
     /// `policy: hash`'s settings.
     hash: Option<HashPolicy>,
+    /// `sticky:`'s cookies.
+    sticky: Option<StickyCookies>,
     timeouts: Timeouts,
     client: Transport,
     balance: RefCell<ClusterBalance>,
@@ -202,6 +205,7 @@ impl Cluster {
             name: Arc::from(config.name.as_str()),
             policy: config.policy,
             hash: config.hash.clone(),
+            sticky: (config.sticky.as_ref()).map(|s| StickyCookies::new(&config.name, s)),
             timeouts: config.timeouts,
             client,
             balance: RefCell::new(balance),
@@ -268,6 +272,9 @@ impl Cluster {
                 }
             }
         }
+        if let Some(sticky) = &self.sticky {
+            sticky.set_backends(endpoints.iter().map(|e| e.address));
+        }
         self.outliers.borrow_mut().retain(
             |address| endpoints.iter().any(|e| e.address == *address),
             endpoints.len(),
@@ -323,16 +330,35 @@ impl Cluster {
     }
 
     /// Picks a backend for one attempt among those not `tried` yet, and counts it as load until the
-    /// returned guard is dropped: by the request's affinity `key` under `policy: hash` (its next
-    /// candidate on a retry), else by the policy.
+    /// returned guard is dropped: the backend the request's sticky `session` is bound to while it is
+    /// eligible, else by the request's affinity `key` under `policy: hash` (its next candidate on a
+    /// retry), else by the policy.
     pub(crate) fn pick(
         &self,
         tried: &[SocketAddr],
-        key: Option<u64>,
+        (key, session): (Option<u64>, Session),
     ) -> Result<(SocketAddr, Upstream, LoadGuard), NoEligibleEndpoint> {
         let mut balance = self.balance.borrow_mut();
-        let (address, upstream, guard) = balance.pick_and_claim_for(key, tried)?;
+        let prefer = session.backend();
+        let (address, upstream, guard) =
+            balance.pick_and_claim_preferring(prefer.as_ref(), key, tried)?;
         Ok((*address, upstream.clone(), guard))
+    }
+
+    /// The request's sticky session: [`Session::Off`] unless the cluster has `sticky:`.
+    pub(crate) fn session(&self, headers: &http::HeaderMap) -> Session {
+        (self.sticky.as_ref()).map_or(Session::Off, |sticky| sticky.session(headers))
+    }
+
+    /// The `Set-Cookie` for `backend`'s answer to a request in `session` (`secure`: over TLS), if it
+    /// needs one.
+    pub(crate) fn sticky_cookie(
+        &self,
+        session: Session,
+        backend: SocketAddr,
+        secure: bool,
+    ) -> Option<http::HeaderValue> {
+        (self.sticky.as_ref())?.set_cookie(session, backend, secure)
     }
 
     /// What `policy: hash` keys requests by, if it is the policy.
@@ -618,21 +644,35 @@ mod tests {
             "keyless requests: {debug}"
         );
         let key = Some(duet_balance::algo::stable_hash(b"u1".as_slice()));
-        let (home, _, first) = cluster.pick(&[], key).expect("a backend");
+        let (home, _, first) = cluster.pick(&[], (key, Session::Off)).expect("a backend");
         drop(first);
         for _ in 0..5 {
-            assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(home));
+            assert_eq!(
+                cluster.pick(&[], (key, Session::Off)).map(|p| p.0),
+                Ok(home)
+            );
         }
-        let (next, _, retry) = cluster.pick(&[home], key).expect("another backend");
+        let (next, _, retry) = cluster
+            .pick(&[home], (key, Session::Off))
+            .expect("another backend");
         assert_ne!(next, home);
         // Released: held, it would put `next` over the bound (1 in flight of 2, 4 backends).
         drop(retry);
-        assert_eq!(cluster.pick(&[home], key).map(|p| p.0), Ok(next));
+        assert_eq!(
+            cluster.pick(&[home], (key, Session::Off)).map(|p| p.0),
+            Ok(next)
+        );
         // Ejected or unhealthy: the key walks past its home, and returns when it is back.
         cluster.balance.borrow_mut().set_eligible(&home, false);
-        assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(next));
+        assert_eq!(
+            cluster.pick(&[], (key, Session::Off)).map(|p| p.0),
+            Ok(next)
+        );
         cluster.balance.borrow_mut().set_eligible(&home, true);
-        assert_eq!(cluster.pick(&[], key).map(|p| p.0), Ok(home));
+        assert_eq!(
+            cluster.pick(&[], (key, Session::Off)).map(|p| p.0),
+            Ok(home)
+        );
     }
 
     #[test]
@@ -641,7 +681,7 @@ mod tests {
         let in_flight = |backend: &str| {
             cluster.with_balance(|b| b.endpoint_load(&addr(backend)).map(|l| l.in_flight()))
         };
-        let (picked, _, guard) = cluster.pick(&[], None).expect("a backend");
+        let (picked, _, guard) = cluster.pick(&[], (None, Session::Off)).expect("a backend");
         let other = if picked == addr("127.0.0.1:9") {
             "127.0.0.1:10"
         } else {
@@ -665,11 +705,15 @@ mod tests {
     #[test]
     fn a_retry_excludes_what_was_tried_and_an_empty_choice_is_an_error() {
         let cluster = for_tests(&["127.0.0.1:9", "127.0.0.1:10"], "");
-        let (first, _, _a) = cluster.pick(&[], None).expect("a backend");
-        let (second, _, _b) = cluster.pick(&[first], None).expect("another backend");
+        let (first, _, _a) = cluster.pick(&[], (None, Session::Off)).expect("a backend");
+        let (second, _, _b) = cluster
+            .pick(&[first], (None, Session::Off))
+            .expect("another backend");
         assert_ne!(first, second);
         assert!(
-            cluster.pick(&[first, second], None).is_err(),
+            cluster
+                .pick(&[first, second], (None, Session::Off))
+                .is_err(),
             "nothing left"
         );
     }

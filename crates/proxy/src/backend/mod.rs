@@ -3,6 +3,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod affinity;
+pub(crate) mod sticky;
 pub(crate) mod probe;
 
 pub(crate) mod outlier;

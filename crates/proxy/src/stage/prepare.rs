@@ -85,11 +85,12 @@ pub(crate) fn prepare(
     let affinity = cluster
         .hash_key()
         .and_then(|key| key_hash(key, &parts, client.address.ip()));
+    let session = cluster.session(&parts.headers);
     let source = match plan {
         BodyPlan::Ready(source) => source,
         BodyPlan::ReadFirst(body, limit) => {
             let mut prepared = Prepared::new(parts, BodySource::Empty, upgrade);
-            (prepared.affinity, prepared.client) = (affinity, named);
+            (prepared.affinity, prepared.client, prepared.session) = (affinity, named, session);
             let trailer = seldom.trailer;
             return Ok(Preparing::Unread(Unread {
                 prepared,
@@ -103,7 +104,7 @@ pub(crate) fn prepare(
         drop_trailer(&mut parts.headers);
     }
     let mut prepared = Prepared::new(parts, source, upgrade);
-    (prepared.affinity, prepared.client) = (affinity, named);
+    (prepared.affinity, prepared.client, prepared.session) = (affinity, named, session);
     Ok(Preparing::Ready(prepared))
 }
 

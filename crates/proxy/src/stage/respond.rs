@@ -5,6 +5,7 @@ use crate::{
     attempt::body::ProxyBody,
     attempt::completion::Completion,
     backend::cluster::Cluster,
+    backend::sticky::Session,
     error::{ErrorKind, ProxyError, ALLOWED_METHODS},
     exchange::{ConnectionState, Failed, Outcome, Upgrade},
     filter::phase::{BodyPlan, ResponseHead, Shaping},
@@ -21,11 +22,12 @@ use hyper::body::Incoming;
 /// The client's response for what the attempts came to; a backend's goes through the response-head
 /// and response-body phases of the route's `filters`, duet's own answer through the error-page phase
 /// (what they need of the request in `shaping`); for a gRPC call (`grpc`) that no backend answered,
-/// a gRPC error its client can read.
+/// a gRPC error its client can read. A backend's answer in a sticky cluster carries the cookie naming
+/// it when the request's `session` did not name it already.
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
-    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
+    ((upgrade, session), filters, shaping): ((Option<Upgrade>, Session), &RouteFilters, Shaping),
     client: &Client,
     connection: &ConnectionState,
     grpc: bool,
@@ -33,14 +35,20 @@ pub(crate) fn respond(
     let mut shaping = shaping;
     let fields = shaping.fields.take();
     let mut response = match outcome {
-        Ok((response, completion)) => relay(
-            response,
-            completion,
-            (upgrade, filters, shaping),
-            client,
-            (connection, cluster),
-            grpc,
-        ),
+        Ok((mut response, completion)) => {
+            let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
+            if let Some(cookie) = cookie {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            relay(
+                response,
+                completion,
+                (upgrade, filters, shaping),
+                client,
+                (connection, cluster),
+                grpc,
+            )
+        }
         Err(Failed { error, log }) => {
             let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");

@@ -60,7 +60,7 @@ pub(super) async fn race(
     let Some(body) = prepared.source.attempt() else {
         return unanswered(Err(ProxyError::new(ErrorKind::BadGateway)));
     };
-    let Ok(picked) = cluster.pick(tried, prepared.affinity) else {
+    let Ok(picked) = cluster.pick(tried, (prepared.affinity, prepared.session)) else {
         return unanswered(Err(ProxyError::new(ErrorKind::NoEligibleBackend)));
     };
     let first_backend = picked.0;
@@ -131,7 +131,9 @@ fn start_hedge<'a>(
     }
     let body = prepared.source.attempt()?;
     // A hedge goes to the key's next candidate: the first is excluded.
-    let picked = cluster.pick(excluded, prepared.affinity).ok()?;
+    let picked = cluster
+        .pick(excluded, (prepared.affinity, prepared.session))
+        .ok()?;
     hedging.withdraw();
     Some(Box::pin(forward::send(
         cluster, prepared, picked, body, None,
