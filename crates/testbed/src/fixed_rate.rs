@@ -229,3 +229,51 @@ async fn read_more(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> io::Result<(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Backend, BackendOptions};
+
+    #[test]
+    fn sends_on_schedule_from_a_bound_source_and_counts_every_answer() {
+        let backend = Backend::start(BackendOptions::named("fixed")).expect("backend");
+        let plan = Plan {
+            target: backend.address(),
+            path: "/".to_owned(),
+            rate: 200.0,
+            duration: Duration::from_millis(500),
+            source: IpAddr::from([127, 0, 0, 2]),
+            timeout: Duration::from_secs(5),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let report = tokio::task::LocalSet::new().block_on(&runtime, run(plan));
+        assert_eq!(report.sent, 100);
+        assert_eq!(report.statuses, BTreeMap::from([(200, 100)]));
+        assert_eq!(report.ok_per_second, vec![100]);
+        assert_eq!(backend.requests(), 100);
+        assert!(backend.connections() < 100, "keep-alive connections reused");
+        assert!(
+            report.elapsed >= Duration::from_millis(495),
+            "open loop: on schedule, not as fast as answers come"
+        );
+        let p50 = report.percentile(0.5).expect("a 200");
+        assert!(p50 <= report.percentile(0.99).expect("a 200"));
+        assert!(report.to_json().contains("\"statuses\": {\"200\": 100}"));
+    }
+
+    #[test]
+    fn percentiles_pick_the_element_at_q_times_len() {
+        let report = Report {
+            ok_latencies: (1..=100).map(Duration::from_millis).collect(),
+            ..Report::default()
+        };
+        assert_eq!(report.percentile(0.5), Some(Duration::from_millis(51)));
+        assert_eq!(report.percentile(0.99), Some(Duration::from_millis(100)));
+        assert_eq!(Report::default().percentile(0.99), None);
+        assert!(Report::default().to_json().contains("\"p99_ms\": null"));
+    }
+}
