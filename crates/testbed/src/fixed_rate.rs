@@ -207,7 +207,9 @@ async fn read_answer(stream: &mut TcpStream) -> io::Result<Answer> {
             read_more(stream, &mut buffer).await?;
         }
     } else {
-        let length: usize = field("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let length: usize = field("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         while buffer.len() < head_end + length {
             read_more(stream, &mut buffer).await?;
         }

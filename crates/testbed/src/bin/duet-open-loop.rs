@@ -11,7 +11,10 @@ fn main() -> ExitCode {
         eprintln!("usage: duet-open-loop HOST PORT PATH RATE SECONDS SOURCE_IP");
         return ExitCode::from(2);
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("duet-open-loop: {error}");
@@ -28,8 +31,14 @@ fn plan(arguments: &[String]) -> Option<Plan> {
     let [host, port, path, rate, seconds, source] = arguments else {
         return None;
     };
-    let rate: f64 = rate.parse().ok().filter(|r: &f64| *r > 0.0 && r.is_finite())?;
-    let seconds: f64 = seconds.parse().ok().filter(|s: &f64| *s > 0.0 && s.is_finite())?;
+    let rate: f64 = rate
+        .parse()
+        .ok()
+        .filter(|r: &f64| *r > 0.0 && r.is_finite())?;
+    let seconds: f64 = seconds
+        .parse()
+        .ok()
+        .filter(|s: &f64| *s > 0.0 && s.is_finite())?;
     Some(Plan {
         target: (host.parse::<std::net::IpAddr>().ok()?, port.parse().ok()?).into(),
         path: path.clone(),
