@@ -5,12 +5,14 @@
 #   benches/rate_limit.sh [SECONDS]        (default: 10)
 #
 # Every proxy: one instant loopback backend (duet-backend), a route limited to 200/s with a burst of
-# 200, keyed by the client address. The clients are benches/open_loop.py: open loop (requests sent on
-# schedule whatever the answers), each from its own loopback source address.
+# 200, keyed by the client address. The clients are duet-open-loop (crates/testbed): open loop
+# (requests sent on schedule whatever the answers, each timed from its write to the end of its
+# answer), each from its own loopback source address.
 #   one     one client (127.0.0.2) offers 1,000/s for SECONDS
 #   two     two clients (127.0.0.3, 127.0.0.4) offer 1,000/s each at once: each should get its own 200/s
 #   quiet   (duet) a client at 100/s (127.0.0.6) beside a 1,000/s one (127.0.0.5): no 429, and its
-#           p99 beside the same client on a route without a limit (/free, 127.0.0.8 beside 127.0.0.7)
+#           p99 beside the same client on a route without a limit (/free, 127.0.0.8 beside 127.0.0.7),
+#           ROUNDS rounds (default 3) alternating the two, so the machine's noise falls on both
 # "accepted/s" is the mean of the 200s per second after the first second (the burst is spent in the
 # first quarter second: 200 extra at 800/s over the refill); "total" counts every 200.
 #   duet              rate_limit: { rate: 200/s, burst: 200, key: client_ip }
@@ -28,7 +30,8 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 ulimit -n "$(ulimit -Hn)"
 
 echo "== building duet (release)"
-[ -n "${NO_BUILD:-}" ] || cargo build --release -q --bin duet --bin duet-backend
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q -p duet -p duet-testbed \
+  --bin duet --bin duet-backend --bin duet-open-loop
 target/release/duet-backend --listen 127.0.0.1:19601 --name b >/dev/null &
 
 cat >"$WORK/duet.yaml" <<YAML
@@ -98,7 +101,7 @@ haproxy -f "$WORK/haproxy.cfg" >"$WORK/haproxy.log" 2>&1 &
 sleep 2
 
 client() { # port path rate source
-  python3 benches/open_loop.py 127.0.0.1 "$1" "$2" "$3" "$SECS" "$4"
+  target/release/duet-open-loop 127.0.0.1 "$1" "$2" "$3" "$SECS" "$4"
 }
 
 summary() { # label json
@@ -125,17 +128,20 @@ for proxy in duet:18600 nginx:18610 haproxy:18620 haproxy_req_rate:18621; do
   summary "$name two clients: 127.0.0.4" "$(cat "$WORK/b.json")"
 done
 
-echo "== duet: a quiet client beside a 1,000/s one"
+echo "== duet: a quiet client beside a 1,000/s one (limited route, then the same without a limit)"
 quiet() { # path loud quiet
   client 18600 "$1" 1000 "$2" >/dev/null &
   local loud=$!
   client 18600 "$1" 100 "$3"
   wait "$loud"
 }
-python3 - "$(quiet / 127.0.0.5 127.0.0.6)" "$(quiet /free 127.0.0.7 127.0.0.8)" <<'PY'
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  python3 - "$round" "$(quiet / 127.0.0.5 127.0.0.6)" "$(quiet /free 127.0.0.7 127.0.0.8)" <<'PY'
 import json, sys
-limited, free = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+round, limited, free = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 for label, r in (("limited route", limited), ("route without a limit", free)):
-    print(f"quiet client, {label:<22} statuses {r['statuses']}  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms")
-print(f"p99 difference: {limited['p99_ms'] - free['p99_ms']:+.3f} ms")
+    print(f"round {round}: quiet client, {label:<22} statuses {r['statuses']}  "
+          f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms")
+print(f"round {round}: p99 difference (limited - without): {limited['p99_ms'] - free['p99_ms']:+.3f} ms")
 PY
+done

@@ -279,11 +279,12 @@ fn two_workers_share_one_bucket_and_a_reload_keeps_it_while_the_rule_stays() {
     let applied = || (0..8).all(|_| ok("/marker"));
     assert!(crate::support::eventually(Duration::from_secs(10), applied));
     assert!((0..8).all(|_| !ok("/")), "still empty on every worker");
-    // A changed rule starts from a full bucket. (Until a worker applies it, `/marker2` is the
-    // limited route's, empty: nothing is taken from the new bucket while waiting.)
-    let marker = "  - { name: marker, match: { path_prefix: /marker2 }, cluster: web }\n";
+    // A changed rule starts from a full bucket. (Until a worker applies it, `/second` is the
+    // limited route's, empty: nothing is taken from the new bucket while waiting. Not `/marker2`:
+    // the first reload's `/marker` prefix would take it, and the wait would end before the reload.)
+    let marker = "  - { name: marker, match: { path_prefix: /second }, cluster: web }\n";
     rewrite(marker, "{ rate: 1/h, burst: 4, key: route }");
-    let applied = || (0..8).all(|_| ok("/marker2"));
+    let applied = || (0..8).all(|_| ok("/second"));
     assert!(crate::support::eventually(Duration::from_secs(10), applied));
     assert_eq!((0..20).filter(|_| ok("/")).count(), 4);
 }

@@ -19,6 +19,7 @@
 
 pub mod alloc;
 pub mod config;
+pub mod fixed_rate;
 pub mod load;
 pub mod raw;
 pub mod wait;

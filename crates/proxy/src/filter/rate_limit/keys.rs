@@ -1,4 +1,4 @@
-//! The buckets of one rate limit, one per key, in bounded memory: governor's GCRA state (a
+//! The buckets of one keyed rate limit, one per key, in bounded memory: governor's GCRA state (a
 //! theoretical arrival time per key, in nanoseconds since the limiter started) in a `DashMap` of at
 //! most `max_keys` entries.
 //!
@@ -8,47 +8,84 @@
 //! arrival times: the buckets that refilled longest ago, which a key dropped and seen again would
 //! find (nearly) full anyway. One eviction scans the map once, so its cost spread over the next
 //! `max_keys / 8` new keys is a few operations each.
+//!
+//! **Hashing.** A client may choose its keys (a field's value outright; an address through a trusted
+//! proxy's `X-Forwarded-For`), so the map's hash is keyed per process, against keys made to
+//! collide. A field's value, any bytes of any length, gets SipHash (std's `RandomState`). An
+//! address, 4 or 16 bytes, gets foldhash (`quality`) seeded from std's random keys: SipHash was
+//! ~155 instructions of a ~240-instruction decision, foldhash on one integer is a few multiplies,
+//! and the seed the client cannot see is what keeps it from precomputing collisions.
 
 use dashmap::DashMap;
 use governor::{nanos::Nanos, state::StateStore};
 use std::{
     cell::Cell,
-    hash::{Hash, Hasher},
+    hash::{BuildHasher, Hash, Hasher},
     net::IpAddr,
     num::NonZeroU64,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc, LazyLock, Mutex,
     },
 };
 
-/// What a bucket is kept for: a client address, a field's value, or the one bucket of a route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Key {
-    Client(IpAddr),
-    Value(Box<[u8]>),
-    Route,
+/// A client address key: the address as the access log names it, IPv4-mapped IPv6 as IPv4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientKey(IpAddr);
+
+impl ClientKey {
+    pub(crate) fn new(client: IpAddr) -> Self {
+        Self(client.to_canonical())
+    }
 }
 
-impl Hash for Key {
-    /// One write per key: SipHash pays per write, and the derived hash made five of a client
-    /// address (the variant, the address's variant, the octets' length, the octets). Keys of
-    /// different variants may hash alike; equality still tells them apart.
+impl Hash for ClientKey {
+    /// One write: the derived hash made four (the variant, the octets' length, the octets).
     fn hash<H: Hasher>(&self, state: &mut H) {
-        match self {
-            Self::Client(IpAddr::V4(ip)) => state.write_u32(ip.to_bits()),
-            Self::Client(IpAddr::V6(ip)) => state.write_u128(ip.to_bits()),
-            Self::Value(value) => state.write(value),
-            Self::Route => state.write_u8(0),
+        match self.0 {
+            IpAddr::V4(ip) => state.write_u32(ip.to_bits()),
+            IpAddr::V6(ip) => state.write_u128(ip.to_bits()),
         }
     }
 }
 
+/// A field's value as a key (`key: header:NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FieldKey(Box<[u8]>);
+
+impl FieldKey {
+    pub(crate) fn new(value: &[u8]) -> Self {
+        Self(value.into())
+    }
+}
+
+impl Hash for FieldKey {
+    /// One write (no length prefix: the value is the whole key, nothing follows it to be confused
+    /// with): SipHash pays per write.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(&self.0);
+    }
+}
+
+/// The hash of client address keys: foldhash, seeded once per process.
+pub(crate) type ClientHashing = foldhash::quality::SeedableRandomState;
+
+/// The hash of field value keys: SipHash, randomly keyed.
+pub(crate) type FieldHashing = std::hash::RandomState;
+
+/// A foldhash state seeded from the process's secret random keys (std's `RandomState` draws them
+/// from the OS): foldhash's own `RandomState` seeds from addresses and the clock, which it does not
+/// claim to be unpredictable.
+pub(crate) fn client_hashing() -> ClientHashing {
+    static SHARED: LazyLock<foldhash::SharedSeed> =
+        LazyLock::new(|| foldhash::SharedSeed::from_u64(std::hash::RandomState::new().hash_one(0)));
+    let per_map = std::hash::RandomState::new().hash_one(1);
+    ClientHashing::with_seed(per_map, &SHARED)
+}
+
 /// A rate limit's buckets, shared by the workers of the process.
-#[derive(Debug)]
-pub(crate) struct Keys {
-    /// SipHash (`RandomState`): the keys are the clients' to choose.
-    map: DashMap<Key, AtomicU64>,
+pub(crate) struct Keys<K, S> {
+    map: DashMap<K, AtomicU64, S>,
     cap: usize,
     /// Held by the one thread evicting; the others go on meanwhile (the map may pass its cap by
     /// the keys they add until the eviction ends).
@@ -66,10 +103,10 @@ pub(crate) fn take_evicted() -> u64 {
     EVICTED.with(|evicted| evicted.replace(0))
 }
 
-impl Keys {
-    pub(crate) fn new(cap: usize) -> Self {
+impl<K: Hash + Eq, S: BuildHasher + Clone> Keys<K, S> {
+    pub(crate) fn new(cap: usize, hashing: S) -> Self {
         Self {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(hashing),
             cap: cap.max(1),
             evicting: Mutex::new(()),
         }
@@ -98,13 +135,12 @@ impl Keys {
 }
 
 /// The limiter's handle on the shared buckets.
-#[derive(Debug, Clone)]
-pub(crate) struct SharedKeys(pub(crate) Arc<Keys>);
+pub(crate) struct SharedKeys<K, S>(pub(crate) Arc<Keys<K, S>>);
 
-impl StateStore for SharedKeys {
-    type Key = Key;
+impl<K: Hash + Eq + Clone, S: BuildHasher + Clone> StateStore for SharedKeys<K, S> {
+    type Key = K;
 
-    fn measure_and_replace<T, F, E>(&self, key: &Key, f: F) -> Result<T, E>
+    fn measure_and_replace<T, F, E>(&self, key: &K, f: F) -> Result<T, E>
     where
         F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
     {
@@ -145,18 +181,22 @@ where
 mod tests {
     use super::*;
 
+    fn client(last: u8) -> ClientKey {
+        ClientKey::new(IpAddr::from([10, 0, 0, last]))
+    }
+
     #[test]
     fn past_the_cap_the_buckets_that_refilled_longest_ago_go_first() {
-        let keys = SharedKeys(Arc::new(Keys::new(16)));
+        let keys = SharedKeys(Arc::new(Keys::new(16, client_hashing())));
         take_evicted();
         for i in 0..16u8 {
-            let key = Key::Client(IpAddr::from([10, 0, 0, i]));
             // Later keys, later theoretical arrival times.
-            let _ = keys
-                .measure_and_replace(&key, |_| Ok::<_, ()>(((), Nanos::from(u64::from(i) + 1))));
+            let _ = keys.measure_and_replace(&client(i), |_| {
+                Ok::<_, ()>(((), Nanos::from(u64::from(i) + 1)))
+            });
         }
         assert_eq!(keys.0.map.len(), 16);
-        let new = Key::Value(b"new".to_vec().into_boxed_slice());
+        let new = client(200);
         let _ = keys.measure_and_replace(&new, |_| Ok::<_, ()>(((), Nanos::from(100))));
         assert_eq!(
             take_evicted(),
@@ -164,14 +204,29 @@ mod tests {
             "the eighth of 16 with the earliest times"
         );
         assert_eq!(keys.0.map.len(), 15);
-        assert!(!keys
-            .0
-            .map
-            .contains_key(&Key::Client(IpAddr::from([10, 0, 0, 0]))));
-        assert!(keys
-            .0
-            .map
-            .contains_key(&Key::Client(IpAddr::from([10, 0, 0, 15]))));
+        assert!(!keys.0.map.contains_key(&client(0)));
+        assert!(!keys.0.map.contains_key(&client(1)));
+        assert!(keys.0.map.contains_key(&client(15)));
         assert!(keys.0.map.contains_key(&new));
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_is_the_ipv4_client() {
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().expect("address");
+        assert_eq!(ClientKey::new(mapped), client(7));
+        let keys = SharedKeys(Arc::new(Keys::new(4, client_hashing())));
+        let _ = keys.measure_and_replace(&client(7), |_| Ok::<_, ()>(((), Nanos::from(5))));
+        let seen = keys.measure_and_replace(&ClientKey::new(mapped), |time| {
+            Ok::<_, ()>((time.map(u64::from), Nanos::from(6)))
+        });
+        assert_eq!(seen, Ok(Some(5)), "the same bucket");
+    }
+
+    #[test]
+    fn each_map_hashes_with_its_own_secret_seed() {
+        let key = client(1);
+        let (first, second) = (client_hashing(), client_hashing());
+        assert_ne!(first.hash_one(key), second.hash_one(key));
+        assert_eq!(first.hash_one(key), first.hash_one(key));
     }
 }

@@ -30,16 +30,16 @@ use duet_config::{
     filter::rate_limit::{RateKey, RateLimit, RateMode},
     Route,
 };
-use governor::clock::{Clock, Reference};
 use http::{header, HeaderMap, HeaderName, HeaderValue};
-use keys::Key;
+use keys::{ClientKey, FieldKey};
+use shared::{Limiter, Refused};
 use std::{sync::Arc, time::Duration};
 
 /// A route's rate limit in one worker: the process's limiter, and this worker's counts.
 pub(crate) struct RouteRateLimit {
     rule: RateLimit,
     header: Option<HeaderName>,
-    limiter: Arc<shared::Limiter>,
+    limiter: Arc<Limiter>,
     /// `RateLimit-Policy`, written once per config.
     policy: HeaderValue,
     /// The route's first cluster (in `config.clusters`), whose series carry the counts.
@@ -108,13 +108,8 @@ impl Phases for RouteRateLimit {
     }
 
     fn on_request(&self, arrival: &Arrival<'_>, _: &mut Option<Box<AccessLog>>) -> Decision {
-        let Some(key) = self.key(arrival) else {
-            self.decisions.add(ALLOWED);
-            return Decision::Continue;
-        };
-        let checked = self.limiter.gcra.check_key(&key);
-        self.evictions.add_many(0, keys::take_evicted());
-        let Err(not_until) = checked else {
+        let Some(Err(refused)) = self.check(arrival) else {
+            // Let through, or not judged (a `header:` key's field absent).
             self.decisions.add(ALLOWED);
             return Decision::Continue;
         };
@@ -123,10 +118,9 @@ impl Phases for RouteRateLimit {
             return Decision::Continue;
         }
         self.decisions.add(LIMITED);
-        let now = self.limiter.gcra.clock().now();
-        let wait = not_until.earliest_possible().duration_since(now);
+        let wait = refused.wait_time_from(self.limiter.now());
         let error = ProxyError::new(ErrorKind::TooManyRequests);
-        Decision::RefuseWith(error, self.fields(wait.into()))
+        Decision::RefuseWith(error, self.fields(wait))
     }
 
     fn publish(&self, cells: &mut [ClusterCells]) {
@@ -138,19 +132,23 @@ impl Phases for RouteRateLimit {
 }
 
 impl RouteRateLimit {
-    /// The request's key; `None`: the field a `header:` key names is absent.
-    fn key(&self, arrival: &Arrival<'_>) -> Option<Key> {
-        match (&self.rule.key, &self.header) {
-            (RateKey::Header(_), Some(name)) => {
-                let value = arrival.request.headers().get(name)?;
-                Some(Key::Value(value.as_bytes().into()))
+    /// The request's decision, on its key's bucket; `None`: the field a `header:` key names is
+    /// absent. Only the keyed limiters may evict keys, and count them here.
+    fn check(&self, arrival: &Arrival<'_>) -> Option<Result<(), Refused>> {
+        let headers = arrival.request.headers();
+        let checked = match &*self.limiter {
+            Limiter::Route(gcra) => return Some(gcra.check()),
+            Limiter::Client(gcra) => {
+                let client = original_client(headers, arrival.client);
+                gcra.check_key(&ClientKey::new(client))
             }
-            (RateKey::Route, _) => Some(Key::Route),
-            _ => {
-                let client = original_client(arrival.request.headers(), arrival.client);
-                Some(Key::Client(client.to_canonical()))
+            Limiter::Field(gcra) => {
+                let value = headers.get(self.header.as_ref()?)?;
+                gcra.check_key(&FieldKey::new(value.as_bytes()))
             }
-        }
+        };
+        self.evictions.add_many(0, keys::take_evicted());
+        Some(checked)
     }
 
     /// The fields of a 429: `Retry-After`, `RateLimit-Policy` and `RateLimit`, in whole seconds
@@ -211,20 +209,39 @@ mod tests {
 
     #[test]
     fn workers_share_a_route_s_limiter_while_its_rule_stays_the_same() {
-        let first = shared::limiter("shared-test", &rule(5, 1, 5));
-        let again = shared::limiter("shared-test", &rule(5, 1, 5));
+        let route_key = |requests| RateLimit {
+            key: RateKey::Route,
+            ..rule(requests, 1, 5)
+        };
+        let first = shared::limiter("shared-test", &route_key(5));
+        let again = shared::limiter("shared-test", &route_key(5));
         assert!(Arc::ptr_eq(&first, &again));
-        let changed = shared::limiter("shared-test", &rule(6, 1, 5));
+        let changed = shared::limiter("shared-test", &route_key(6));
         assert!(!Arc::ptr_eq(&first, &changed));
-        let other_route = shared::limiter("shared-test-2", &rule(5, 1, 5));
+        let other_route = shared::limiter("shared-test-2", &route_key(5));
         assert!(!Arc::ptr_eq(&first, &other_route));
-        let allowed = (0..20)
-            .filter(|_| first.gcra.check_key(&Key::Route).is_ok())
-            .count();
+        let Limiter::Route(gcra) = &*first else {
+            panic!("key: route has the one bucket");
+        };
+        let allowed = (0..20).filter(|_| gcra.check().is_ok()).count();
         assert_eq!(allowed, 5, "the burst, then the rate");
-        assert!(
-            again.gcra.check_key(&Key::Route).is_err(),
-            "the same buckets"
-        );
+        let Limiter::Route(same) = &*again else {
+            panic!("key: route has the one bucket");
+        };
+        assert!(same.check().is_err(), "the same bucket");
+    }
+
+    #[test]
+    fn each_key_kind_gets_its_own_store() {
+        let keyed = |key| RateLimit {
+            key,
+            ..rule(5, 1, 5)
+        };
+        let client = shared::limiter("kinds-client", &keyed(RateKey::ClientIp));
+        let field = shared::limiter("kinds-field", &keyed(RateKey::Header("x-key".into())));
+        let route = shared::limiter("kinds-route", &keyed(RateKey::Route));
+        assert!(matches!(*client, Limiter::Client(_)));
+        assert!(matches!(*field, Limiter::Field(_)));
+        assert!(matches!(*route, Limiter::Route(_)));
     }
 }

@@ -5,18 +5,45 @@
 //! The same table is the reload carry-over: a route of the same name with the same rule finds the
 //! limiter the workers still hold from before the reload, its buckets as they were; a changed rule
 //! (or name) gets a new one, and the old one goes when the last worker drops its old table.
+//!
+//! A `key: route` rule has one bucket, governor's direct limiter (one atomic): no map, no hash.
 
-use super::keys::{Key, Keys, SharedKeys};
-use duet_config::filter::rate_limit::RateLimit;
-use governor::{clock::QuantaClock, Quota, RateLimiter};
+use super::keys::{
+    client_hashing, ClientHashing, ClientKey, FieldHashing, FieldKey, Keys, SharedKeys,
+};
+use duet_config::filter::rate_limit::{RateKey, RateLimit};
+use governor::{
+    clock::{Clock, QuantaClock, QuantaInstant},
+    state::{InMemoryState, NotKeyed},
+    NotUntil, Quota, RateLimiter,
+};
 use std::{
     num::NonZeroU32,
     sync::{Arc, Mutex, Weak},
 };
 
-/// A rule's GCRA over its bounded buckets.
-pub(crate) struct Limiter {
-    pub(crate) gcra: RateLimiter<Key, SharedKeys, QuantaClock>,
+/// A rule's GCRA over its buckets, by what the rule keys them on.
+pub(crate) enum Limiter {
+    /// `key: route`: the route's one bucket.
+    Route(RateLimiter<NotKeyed, InMemoryState, QuantaClock>),
+    /// `key: client_ip`.
+    Client(RateLimiter<ClientKey, SharedKeys<ClientKey, ClientHashing>, QuantaClock>),
+    /// `key: header:NAME`.
+    Field(RateLimiter<FieldKey, SharedKeys<FieldKey, FieldHashing>, QuantaClock>),
+}
+
+/// Why a request was not let through: the time from which one more would be.
+pub(crate) type Refused = NotUntil<QuantaInstant>;
+
+impl Limiter {
+    /// The time now on the limiter's clock.
+    pub(crate) fn now(&self) -> QuantaInstant {
+        match self {
+            Self::Route(gcra) => gcra.clock().now(),
+            Self::Client(gcra) => gcra.clock().now(),
+            Self::Field(gcra) => gcra.clock().now(),
+        }
+    }
 }
 
 /// A limiter some worker holds, under its route's name and rule.
@@ -41,16 +68,30 @@ pub(crate) fn limiter(route: &str, rule: &RateLimit) -> Arc<Limiter> {
     if let Some(limiter) = found {
         return limiter;
     }
-    let keys = SharedKeys(Arc::new(Keys::new(rule.max_keys as usize)));
-    let limiter = Arc::new(Limiter {
-        gcra: RateLimiter::new(quota(rule), keys, QuantaClock::default()),
-    });
+    let limiter = Arc::new(new_limiter(rule));
     all.push(Held {
         route: route.into(),
         rule: rule.clone(),
         limiter: Arc::downgrade(&limiter),
     });
     limiter
+}
+
+/// A limiter for `rule`, its buckets all full.
+fn new_limiter(rule: &RateLimit) -> Limiter {
+    let (quota, clock) = (quota(rule), QuantaClock::default());
+    let cap = rule.max_keys as usize;
+    match rule.key {
+        RateKey::Route => Limiter::Route(RateLimiter::direct_with_clock(quota, clock)),
+        RateKey::ClientIp => {
+            let keys = SharedKeys(Arc::new(Keys::new(cap, client_hashing())));
+            Limiter::Client(RateLimiter::new(quota, keys, clock))
+        }
+        RateKey::Header(_) => {
+            let keys = SharedKeys(Arc::new(Keys::new(cap, FieldHashing::new())));
+            Limiter::Field(RateLimiter::new(quota, keys, clock))
+        }
+    }
 }
 
 /// The rule as governor's quota: a request's share refills every `per / requests`, up to `burst`.
