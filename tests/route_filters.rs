@@ -122,7 +122,10 @@ clusters:
     let json = page.split("\r\n\r\n").nth(1).unwrap_or_default();
     let mut status: serde_json::Value = serde_json::from_str(json).expect("JSON");
     // Requests there cover the page's window, which may start after the first requests: the text page
-    // above counts them since start.
+    // above counts them since start. The route's history over time is `status_over_time`'s to pin.
+    status["routes"][0]
+        .as_object_mut()
+        .map(|route| route.remove("history"));
     for share in status["routes"][0]["split"]
         .as_array_mut()
         .into_iter()
