@@ -280,7 +280,7 @@ pub(crate) const DEFAULT_BUCKET: Duration = Duration::from_secs(10);
 
 /// Readings of [`Totals`] over the last minute or so, so the page can show rates over it rather than
 /// since start (which after a week says nothing about now), and the figures over time: a bucket
-/// closed every `bucket`, the last [`BUCKETS`] kept. Record one reading every few seconds
+/// closed every `bucket`, the last 30 kept. Record one reading every few seconds
 /// ([`StatusWindow::record`]) and close a bucket every `bucket` ([`StatusWindow::close_bucket`]).
 #[derive(Debug)]
 pub struct StatusWindow {
