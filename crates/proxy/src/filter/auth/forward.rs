@@ -8,7 +8,7 @@
 //! answer (401, 403, a redirect to a login page) goes back to the client as the auth service wrote
 //! it (its body up to [`MAX_ANSWER_BODY`]). No answer within `timeout` follows `on_error`.
 
-use super::{ALLOWED, DENIED, ERROR};
+use super::{subrequest, ALLOWED, DENIED, ERROR};
 use crate::{
     attempt::body::ProxyBody,
     backend::cluster::Cluster,
@@ -16,15 +16,13 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     filter::phase::{Build, Decision},
-    forward::forward,
     headers::remove_hop_by_hop,
     telemetry::access_log::AccessLog,
     telemetry::metrics::RouteCounters,
 };
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use duet_config::filter::auth::{Forward, ForwardMethod, OnError};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::{future::Future, rc::Rc, sync::Arc};
 use tokio::time::{timeout_at, Instant};
@@ -140,22 +138,11 @@ impl ForwardAuth {
 
     /// The auth service's answer; `None` when none came.
     async fn ask(&self, mut sub: Prepared) -> Option<Said> {
-        let (response, mut completion) = forward(&self.cluster, &mut sub, &[], true)
-            .await
-            .map_err(|e| tracing::debug!(cluster = %self.cluster.name, "forward auth: {e}"))
-            .ok()?;
-        let (head, body) = response.into_parts();
-        completion.drop_response();
-        completion.on_head(&head);
-        // Read to its end, the body settles the attempt (load, latency, the pooled connection).
-        let mut body = ProxyBody::upstream(body, completion);
-        let mut kept = BytesMut::new();
-        while let Some(frame) = body.frame().await {
-            if let Some(data) = frame.ok()?.data_ref() {
-                let room = MAX_ANSWER_BODY.saturating_sub(kept.len());
-                kept.extend_from_slice(&data[..data.len().min(room)]);
-            }
-        }
+        let subrequest::Answer { head, body, .. } =
+            subrequest::ask(&self.cluster, &mut sub, MAX_ANSWER_BODY)
+                .await
+                .map_err(|e| tracing::debug!(cluster = %self.cluster.name, "forward auth: {e}"))
+                .ok()?;
         if head.status.is_success() {
             let mut fields = HeaderMap::new();
             for name in &self.response_headers {
@@ -165,7 +152,7 @@ impl ForwardAuth {
             }
             return Some(Said::Yes(fields));
         }
-        let mut answer = Response::from_parts(head, kept.freeze());
+        let mut answer = Response::from_parts(head, body);
         remove_hop_by_hop(answer.headers_mut(), None);
         answer.headers_mut().remove(header::CONTENT_LENGTH);
         Some(Said::No(answer))

@@ -2,13 +2,9 @@
 //! named cluster's own pool and balancer, as forward auth asks its service, so the key server gets
 //! health checks, outlier ejection and metrics like any backend.
 
-use crate::{
-    attempt::body::ProxyBody, backend::cluster::Cluster, backend::request_body::BodySource,
-    exchange::Prepared, forward::forward,
-};
-use bytes::BytesMut;
+use super::subrequest;
+use crate::{backend::cluster::Cluster, backend::request_body::BodySource, exchange::Prepared};
 use http::{header, HeaderValue, Method, Request, Uri};
-use http_body_util::BodyExt;
 use std::{rc::Rc, time::Duration};
 use tokio::time::timeout;
 
@@ -50,27 +46,13 @@ impl JwksFetch {
             .body(())
             .map_err(|e| e.to_string())?;
         let mut prepared = Prepared::new(request.into_parts().0, BodySource::Empty, None);
-        let (response, mut completion) = forward(&self.cluster, &mut prepared, &[], true)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (head, body) = response.into_parts();
-        completion.drop_response();
-        completion.on_head(&head);
-        // Read to its end, the body settles the attempt (load, latency, the pooled connection).
-        let mut body = ProxyBody::upstream(body, completion);
-        let mut kept = BytesMut::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| e.to_string())?;
-            if let Some(data) = frame.data_ref() {
-                if kept.len() + data.len() > MAX_JWKS {
-                    return Err(format!("a body longer than {MAX_JWKS} bytes"));
-                }
-                kept.extend_from_slice(data);
-            }
+        let answer = subrequest::ask(&self.cluster, &mut prepared, MAX_JWKS).await?;
+        if answer.cut {
+            return Err(format!("a body longer than {MAX_JWKS} bytes"));
         }
-        if !head.status.is_success() {
-            return Err(format!("answered {}", head.status));
+        if !answer.head.status.is_success() {
+            return Err(format!("answered {}", answer.head.status));
         }
-        String::from_utf8(kept.to_vec()).map_err(|_| "a body that is not UTF-8".to_owned())
+        String::from_utf8(answer.body.to_vec()).map_err(|_| "a body that is not UTF-8".to_owned())
     }
 }

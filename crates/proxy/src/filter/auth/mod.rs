@@ -19,6 +19,8 @@ mod jwt;
 
 mod jwks_fetch;
 
+mod subrequest;
+
 use crate::{
     error::{ErrorKind, ProxyError},
     filter::phase::{Admit, Build, Decision, Phase, Phases},
