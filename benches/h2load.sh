@@ -2,11 +2,14 @@
 # HTTP/2 from clients (issue #28): h2load against duet, nginx and HAProxy side by side in one run, each
 # speaking h2 to the client, as h2c (prior knowledge) and over TLS (ALPN h2, TLS 1.3, one self-signed
 # P-256 certificate shared by all three), and HTTP/1.1 to the same four loopback backends, at 1 and at
-# 10 streams per connection.
+# 10 and 100 streams per connection.
 #
 #   benches/h2load.sh [REPETITIONS] [SECONDS] [SCHEMES]
 #   (defaults: 3 repetitions of 10 s per proxy and run; SCHEMES "h2c tls", or either alone;
-#   OFFSET=N in the environment moves every port by N)
+#   OFFSET=N in the environment moves every port by N; STREAMS="1 10 100" the streams per connection;
+#   PROXIES="duet haproxy nginx" a subset; DUET=path another duet build; DUET_B=path adds "duet-b", a
+#   second duet build run beside the first in every repetition: an interleaved A/B, its ratio to
+#   "duet" reported)
 #
 # Installs nginx-light, haproxy and nghttp2-client (h2load) with apt if missing and builds duet in release
 # mode. Each proxy gets one worker pinned to CPU 0, access log off; four duet-backend processes and h2load
@@ -18,7 +21,7 @@
 #            `http2 on`; a plain http2 listener is h2c prior knowledge only); keepalive_requests raised
 #            on both sides: its default of 1,000 ends each h2 connection after 1,000 streams, and h2load
 #            does not reconnect (the run would measure 16,000 requests and then errors)
-# In each repetition, for -m 1 and -m 10, the proxies run in turn, each a fresh process:
+# In each repetition, for -m 1, 10 and 100, the proxies run in turn, each a fresh process:
 #   h2load -t1 -c16 -m M -D SECONDS: requests/s and CPU µs per request (the proxy's utime + stime from
 #   /proc over the run, over the requests h2load saw succeed)
 # Reported: medians, and the medians of per-repetition ratios of duet to nginx and to HAProxy.
@@ -41,7 +44,7 @@ else
   REPS=${1:-3}
   SECS=${2:-10}
   SCHEMES=${3:-h2c tls}
-  STREAMS="1 10"
+  STREAMS=${STREAMS:-1 10 100}
 fi
 # Every port moves by OFFSET, for a machine where another run holds the defaults.
 OFFSET=${OFFSET:-0}
@@ -138,8 +141,10 @@ CONF
 
 start() { # proxy -> pid (its output never to our stdout)
   case $1 in
-    duet)
-      RUST_LOG=warn $LAUNCH target/release/duet run --config "$WORK/duet.yaml" >/dev/null 2>"$WORK/duet.err" &
+    duet | duet-b)
+      local binary=${DUET:-target/release/duet}
+      [ "$1" = duet-b ] && binary=$DUET_B
+      RUST_LOG=warn $LAUNCH "$binary" run --config "$WORK/duet.yaml" >/dev/null 2>"$WORK/duet.err" &
       echo $! ;;
     nginx)
       $LAUNCH /usr/sbin/nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" >/dev/null 2>"$WORK/nginx.err" &
@@ -151,7 +156,7 @@ start() { # proxy -> pid (its output never to our stdout)
 }
 port() { # proxy scheme
   local base
-  case $1 in duet) base=$((18400 + OFFSET)) ;; nginx) base=$((18410 + OFFSET)) ;; haproxy) base=$((18420 + OFFSET)) ;; esac
+  case $1 in duet | duet-b) base=$((18400 + OFFSET)) ;; nginx) base=$((18410 + OFFSET)) ;; haproxy) base=$((18420 + OFFSET)) ;; esac
   if [ "$2" = tls ]; then echo $((base + 1)); else echo "$base"; fi
 }
 url() { # proxy scheme
@@ -213,7 +218,8 @@ if [ "$COUNT" = instructions ]; then
 fi
 
 RESULTS="$WORK/results.txt"
-PROXIES="duet haproxy nginx"
+PROXIES=${PROXIES:-duet haproxy nginx}
+[ -z "${DUET_B:-}" ] || PROXIES="$PROXIES duet-b"
 printf "%-4s %-6s %-8s %-8s %10s %12s %8s\n" rep scheme streams proxy req/s "CPU us/req" errors
 for rep in $(seq 1 "$REPS"); do
  for scheme in $SCHEMES; do
@@ -236,8 +242,9 @@ for rep in $(seq 1 "$REPS"); do
  done
 done
 
-python3 - "$RESULTS" <<'PY'
+python3 - "$RESULTS" "$PROXIES" <<'PY'
 import collections, statistics, sys
+proxies = sys.argv[2].split()
 data = collections.defaultdict(dict)  # (rep, scheme, streams) -> proxy -> (rps, cpu)
 bad = 0
 for line in open(sys.argv[1]):
@@ -250,10 +257,12 @@ for scheme, streams in sorted({(k[1], k[2]) for k in data}, key=lambda k: (k[0],
     med = lambda proxy, i: statistics.median(v[proxy][i] for v in runs)
     ratio = lambda f: statistics.median(f(v) for v in runs)
     print(f"h2load -c16 -m{streams} ({scheme}):")
-    for proxy in ("duet", "haproxy", "nginx"):
+    for proxy in proxies:
         print(f"  {proxy:<8} {med(proxy, 0):>8.0f} req/s  {med(proxy, 1):6.1f} us CPU per request")
-    for other in ("nginx", "haproxy"):
-        print(f"  duet / {other:<8} req/s {ratio(lambda v: v['duet'][0] / v[other][0]):.2f}"
-              f"   CPU per request {ratio(lambda v: v['duet'][1] / v[other][1]):.2f}")
+    pairs = [("duet", other) for other in ("nginx", "haproxy") if "duet" in proxies and other in proxies]
+    pairs += [("duet-b", "duet")] if "duet-b" in proxies and "duet" in proxies else []
+    for mine, other in pairs:
+        print(f"  {mine} / {other:<8} req/s {ratio(lambda v: v[mine][0] / v[other][0]):.2f}"
+              f"   CPU per request {ratio(lambda v: v[mine][1] / v[other][1]):.2f}")
 print(f"errors (failed, errored or non-2xx streams) across all runs: {bad}")
 PY

@@ -151,20 +151,23 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let mut closing = false;
     // Idle while no request has started since the last look and no stream is open.
     let mut seen = 0;
-    let mut check = opened + limits.header_read_timeout;
+    let check = tokio::time::sleep_until(opened + limits.header_read_timeout);
+    let mut check = std::pin::pin!(check);
     if *shutdown.borrow() {
         connection.as_mut().graceful_shutdown();
-        (closing, check) = (true, Instant::now() + close_within);
+        closing = true;
+        check.as_mut().reset(Instant::now() + close_within);
     }
     loop {
-        tokio::select! {
-            result = connection.as_mut() => {
+        let watch = (!closing).then_some(&shared.shutdown);
+        match next_event(connection.as_mut(), check.as_mut(), &mut shutdown, watch).await {
+            Event::Finished(result) => {
                 if let Err(error) = result {
                     log_connection_error(&error, client.address, shared.counters());
                 }
                 return;
             }
-            () = tokio::time::sleep_until(check) => {
+            Event::Tick => {
                 let requests = state.requests.get();
                 let idle = requests == seen && open.get() == 0;
                 if closing && open.get() == 0 {
@@ -177,16 +180,68 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
                     closing = true;
                 }
                 seen = requests;
-                check = Instant::now() + if closing { close_within } else { limits.keepalive_timeout };
+                let next = if closing { close_within } else { limits.keepalive_timeout };
+                check.as_mut().reset(Instant::now() + next);
             }
-            changed = shutdown.changed(), if !closing => {
-                if changed.is_err() || *shutdown.borrow() {
+            Event::Signal(open) => {
+                if !open || *shutdown.borrow() {
                     connection.as_mut().graceful_shutdown();
-                    (closing, check) = (true, Instant::now() + close_within);
+                    closing = true;
+                    check.as_mut().reset(Instant::now() + close_within);
                 }
             }
         }
     }
+}
+
+/// What woke [`serve`]'s loop.
+enum Event {
+    /// hyper is done with the connection.
+    Finished(hyper::Result<()>),
+    /// The idle (or closing) check is due.
+    Tick,
+    /// The drain signal changed (`false`: its sender is gone, which drains too).
+    Signal(bool),
+}
+
+/// Waits for what [`serve`]'s loop acts on next: hyper finishing, the `check` timer, or a change of the
+/// drain signal (watched while `watch`, the worker's receiver, is given).
+///
+/// The connection's task wakes several times per stream (a stream's response queued, a frame read),
+/// nearly always for hyper. The check timer and the drain signal keep the task's waker from their
+/// first poll, so later wakes look at them only once they have fired, not poll them again (a timer
+/// and a `select!` polled on every wake cost hundreds of instructions a stream: #50), as the HTTP/1.1
+/// connection's `next_event` does.
+async fn next_event<C: Future<Output = hyper::Result<()>>>(
+    mut connection: Pin<&mut C>,
+    mut check: Pin<&mut tokio::time::Sleep>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    watch: Option<&tokio::sync::watch::Receiver<bool>>,
+) -> Event {
+    let changed = shutdown.changed();
+    let mut changed = std::pin::pin!(changed);
+    let (mut check_armed, mut watching) = (false, false);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = connection.as_mut().poll(cx) {
+            return Poll::Ready(Event::Finished(result));
+        }
+        if !check_armed || check.is_elapsed() {
+            check_armed = true;
+            if check.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Tick);
+            }
+        }
+        if let Some(hint) = watch {
+            if !watching || !matches!(hint.has_changed(), Ok(false)) {
+                watching = true;
+                if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Signal(changed.is_ok()));
+                }
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// The spare slots a connection keeps for its streams' futures: enough for the streams that end
