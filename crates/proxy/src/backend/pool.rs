@@ -408,3 +408,54 @@ async fn sweep(pool: Weak<Pool>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use duet_testbed::{Backend, BackendOptions};
+    use http_body_util::BodyExt;
+
+    /// `count` requests, each response read to its end and its lease kept: as many connections lent
+    /// out at once.
+    async fn lend(client: &UpstreamClient, key: Key, count: usize) -> Vec<Lease> {
+        let mut leases = Vec::with_capacity(count);
+        for _ in 0..count {
+            let request = Request::get("/")
+                .header(http::header::HOST, "backend")
+                .body(UpstreamBody::Empty)
+                .expect("request");
+            let (response, lease) = client
+                .send(key, request, Instant::now())
+                .await
+                .expect("response");
+            response.into_body().collect().await.expect("body");
+            leases.push(lease);
+        }
+        leases
+    }
+
+    #[tokio::test]
+    async fn connections_freed_while_more_than_64_are_lent_out_stay_pooled_for_the_next_requests() {
+        let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+        let client = upstream_client(&Timeouts::default());
+        let key = (backend.address(), None);
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let mut leases = lend(&client, key, 200).await;
+                assert_eq!(backend.connections(), 200);
+                // Half the responses end while the other half are still out: all 100 stay idle.
+                let now = Instant::now();
+                for lease in leases.drain(..100) {
+                    lease.release(now);
+                }
+                assert_eq!(client.idle_connections(), 100, "not trimmed to 64");
+                // The next 100 requests take them: no connection is opened again.
+                let more = lend(&client, key, 100).await;
+                assert_eq!(backend.connections(), 200);
+                assert_eq!(client.idle_connections(), 0);
+                drop((leases, more));
+            })
+            .await;
+    }
+}

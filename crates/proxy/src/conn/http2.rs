@@ -180,7 +180,11 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
                     closing = true;
                 }
                 seen = requests;
-                let next = if closing { close_within } else { limits.keepalive_timeout };
+                let next = if closing {
+                    close_within
+                } else {
+                    limits.keepalive_timeout
+                };
                 check.as_mut().reset(Instant::now() + next);
             }
             Event::Signal(open) => {
