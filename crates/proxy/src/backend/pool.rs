@@ -89,7 +89,8 @@ struct Pool {
     /// Plain or TLS.
     connector: Connector,
     sweeping: Cell<bool>,
-    /// One clone in each [`Lease`]: its count beyond this one is how many connections are lent out.
+    /// One clone for each request between leaving for a connection and the end of its [`Lease`]: its
+    /// count beyond this one is how many connections are lent out (or being opened).
     lent: Rc<()>,
 }
 
@@ -251,10 +252,13 @@ impl UpstreamClient {
         mut request: Request<UpstreamBody>,
         now: Instant,
     ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
+        // The connection counts as lent out from now (while the request waits for its response, too)
+        // until its lease ends.
+        let out = self.pool.lent.clone();
         while let Some(mut sender) = self.pool.take(key, now) {
             // Pinned where built: hyper's future holds the request, copied once more if moved.
             match pin!(sender.try_send_request(request)).await {
-                Ok(response) => return Ok((response, self.lease(key, sender, None))),
+                Ok(response) => return Ok((response, self.lease(key, sender, None, out))),
                 Err(mut failed) => match failed.take_message() {
                     // Closed before the request went out: nothing was sent, try the next one.
                     Some(unsent) => request = unsent,
@@ -279,7 +283,7 @@ impl UpstreamClient {
                 error,
                 reused: false,
             })?;
-        Ok((response, self.lease(key, sender, connected_in)))
+        Ok((response, self.lease(key, sender, connected_in, out)))
     }
 
     /// A new connection to `key`'s backend, its handshake done and its connection task spawned.
@@ -315,13 +319,14 @@ impl UpstreamClient {
         key: Key,
         sender: SendRequest<UpstreamBody>,
         connected_in: Option<Duration>,
+        out: Rc<()>,
     ) -> Lease {
         Lease {
             sender,
             key,
             pool: Rc::downgrade(&self.pool),
             connected_in,
-            _lent: self.pool.lent.clone(),
+            _lent: out,
         }
     }
 
