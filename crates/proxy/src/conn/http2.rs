@@ -112,6 +112,11 @@ pub(crate) struct Http2Connection<IO> {
 
 /// Serves an HTTP/2 connection until the client closes it, it idles out, or the drain's GOAWAY has
 /// let its streams finish.
+///
+/// It is idle while no request has started since the last check and no stream is open. Once the
+/// GOAWAY is out, the close is timed too: a client that never answers its PING (or never sends a byte
+/// at all) would otherwise hold the connection, and its place under `limits.max_connections`, for
+/// good. Open streams finish under their own bounds first.
 pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let Http2Connection {
         shared,
@@ -144,12 +149,8 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let connection = server_builder(&limits, StreamExec(watch)).serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut shutdown = shared.shutdown.clone();
-    // Once the GOAWAY is out, the close is timed too: a client that never answers its PING (or never
-    // sends a byte at all) would otherwise hold the connection, and its place under
-    // `limits.max_connections`, for good. Open streams finish under their own bounds first.
     let close_within = limits.header_read_timeout;
     let mut closing = false;
-    // Idle while no request has started since the last look and no stream is open.
     let mut seen = 0;
     let check = tokio::time::sleep_until(opened + limits.header_read_timeout);
     let mut check = std::pin::pin!(check);
@@ -169,12 +170,11 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
             }
             Event::Tick => {
                 let requests = state.requests.get();
-                let idle = requests == seen && open.get() == 0;
                 if closing && open.get() == 0 {
                     tracing::debug!(target: "duet::conn", peer = %client.address, "closing an h2 connection whose client let its GOAWAY go unanswered");
                     return;
                 }
-                if idle && !closing {
+                if requests == seen && open.get() == 0 && !closing {
                     tracing::trace!(target: "duet::conn", peer = %client.address, "idle h2 connection: GOAWAY");
                     connection.as_mut().graceful_shutdown();
                     closing = true;
