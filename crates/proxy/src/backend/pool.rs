@@ -65,7 +65,7 @@ pub(crate) async fn dial(
 /// many as it needs, afterwards only this many stay. While more are lent out than this (many HTTP/2
 /// streams at once, each its own HTTP/1.1 exchange), a backend keeps up to that many idle: responses
 /// end in bursts, and a connection closed there is one the next burst of requests opens again (at
-/// 1,600 streams in flight, a third of all requests paid a connect and a close: #50).
+/// 1,600 streams in flight, 29% of all requests paid a connect and a close: #50).
 pub(crate) const MAX_IDLE_PER_BACKEND: usize = 64;
 
 /// A worker's connections toward one cluster's backends (the cluster's timeouts apply). Cheap to clone:
