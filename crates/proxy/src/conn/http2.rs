@@ -187,8 +187,8 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
                 };
                 check.as_mut().reset(Instant::now() + next);
             }
-            Event::Signal(open) => {
-                if !open || *shutdown.borrow() {
+            Event::Signal(sender_alive) => {
+                if !sender_alive || *shutdown.borrow() {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                     check.as_mut().reset(Instant::now() + close_within);
