@@ -653,7 +653,10 @@ where
             Policy::P2c | Policy::P2cMemory => {
                 let now = clock_reading(endpoints);
                 // A retry keeps the memory for the next first pick.
-                let freed = on_release.as_deref().and_then(OnRelease::freed);
+                let freed = match rule {
+                    Policy::P2cMemory => on_release.as_deref().and_then(OnRelease::freed),
+                    _ => None,
+                };
                 let remembered = match freed {
                     Some(freed) if left.is_all() => freed.take(candidates.generation()),
                     _ => [None, None],
