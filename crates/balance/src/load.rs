@@ -216,60 +216,60 @@ const UNMEASURED: u64 = u64::MAX;
 /// the measured ones (which would starve it of the answer that measures it): it ties with or beats
 /// the fastest until its own first answer. Under [`DefaultRtt::Fixed`] it stays at the configured estimate.
 pub(crate) struct ColdStart {
-    /// Under `PoolMedian`: f64 bits of the estimate in nanoseconds, with the sign bit set until the
-    /// first sample. Read as an integer, a sample's bits (a latency is never negative) are below it
-    /// exactly when the sample is to be learned: the first one, then any lower one. So a sample that
-    /// teaches nothing, every one but a few, costs one comparison. Under `Fixed`: 0, below no sample.
-    learned_ns: AtomicU64,
+    /// f64 bits of what a sample must be below to be learned: under `PoolMedian`, +∞ until the first
+    /// sample, then the lowest sample, which is the estimate; under `Fixed`, −∞. So a sample that
+    /// teaches nothing, every one but a few, costs one comparison.
+    learn_below: AtomicU64,
     /// Under `Fixed`: the estimate, never learned.
     fixed_ns: Option<f64>,
 }
-
-/// The sign bit of an f64: set in `learned_ns` until the first sample.
-const NOT_YET: u64 = 1 << 63;
 
 impl ColdStart {
     pub(crate) fn new(metric: &LoadMetric) -> Self {
         let ns = |rtt: Duration| rtt.as_nanos() as u64 as f64;
         match metric.latency_config().map(|c| c.default_rtt) {
             Some(DefaultRtt::Fixed(rtt)) => Self {
-                learned_ns: AtomicU64::new(0),
+                learn_below: AtomicU64::new(f64::NEG_INFINITY.to_bits()),
                 fixed_ns: Some(ns(rtt)),
             },
             _ => Self {
-                learned_ns: AtomicU64::new(ns(FALLBACK_RTT).to_bits() | NOT_YET),
+                learn_below: AtomicU64::new(f64::INFINITY.to_bits()),
                 fixed_ns: None,
             },
         }
     }
 
-    #[inline]
+    fn learn_below(&self) -> f64 {
+        f64::from_bits(self.learn_below.load(Relaxed))
+    }
+
     fn estimate_ns(&self) -> f64 {
         match self.fixed_ns {
             Some(fixed) => fixed,
-            None => f64::from_bits(self.learned_ns.load(Relaxed) & !NOT_YET),
+            None if self.learned() => self.learn_below(),
+            None => FALLBACK_RTT.as_nanos() as f64,
         }
     }
 
     /// Whether a sample was learned (under `PoolMedian`).
     fn learned(&self) -> bool {
-        self.fixed_ns.is_none() && self.learned_ns.load(Relaxed) & NOT_YET == 0
+        self.fixed_ns.is_none() && self.learn_below() < f64::INFINITY
     }
 
     /// A sample of any endpoint: the first one replaces the start, later ones can only lower it.
     #[inline]
     fn learn(&self, rtt_ns: f64) {
-        if rtt_ns.to_bits() < self.learned_ns.load(Relaxed) {
-            self.lower(rtt_ns.to_bits());
+        if rtt_ns < self.learn_below() {
+            self.lower(rtt_ns);
         }
     }
 
-    /// Keeps `bits` unless a lower sample (on another thread) came first.
+    /// Keeps `rtt_ns` unless a lower sample (on another thread) came first.
     #[cold]
-    fn lower(&self, bits: u64) {
-        let _ = self
-            .learned_ns
-            .fetch_update(Relaxed, Relaxed, |learned| (bits < learned).then_some(bits));
+    fn lower(&self, rtt_ns: f64) {
+        let _ = self.learn_below.fetch_update(Relaxed, Relaxed, |bits| {
+            (rtt_ns < f64::from_bits(bits)).then_some(rtt_ns.to_bits())
+        });
     }
 }
 
