@@ -632,9 +632,7 @@ where
         stats.picks.add(1);
         if let (Some(key), Some(hashing)) = (key, hashing.as_mut()) {
             // The table was rebuilt when members or weights changed (a handle's update above too).
-            let in_flight = on_release
-                .as_ref()
-                .map_or(0, |on_release| on_release.in_flight());
+            let in_flight = on_release.as_deref().map_or(0, OnRelease::in_flight);
             return keyed(hashing, key, &left, in_flight, endpoints, stats).map(|at| (at, None));
         }
         let (slot, picked_at) = match rule {
@@ -652,15 +650,7 @@ where
             }
             Policy::P2c | Policy::P2cMemory => {
                 let now = clock_reading(endpoints);
-                // A retry keeps the memory for the next first pick.
-                let freed = match rule {
-                    Policy::P2cMemory => on_release.as_deref().and_then(OnRelease::freed),
-                    _ => None,
-                };
-                let remembered = match freed {
-                    Some(freed) if left.is_all() => freed.take(candidates.generation()),
-                    _ => [None, None],
-                };
+                let remembered = remembered(*rule, on_release.as_deref(), &left);
                 let loads = Loads {
                     endpoints,
                     service_load: *service_load,
@@ -676,6 +666,22 @@ where
         // Something is left, so every policy chooses.
         let slot = slot.ok_or(NoEligibleEndpoint)?;
         Ok((candidates.position(slot), picked_at))
+    }
+}
+
+/// Under P2C with memory, on a first pick (a retry keeps the memory for the next first pick): the
+/// slots requests last completed on, taken.
+#[inline]
+fn remembered(
+    rule: Policy,
+    on_release: Option<&OnRelease>,
+    left: &Remaining<'_>,
+) -> [Option<usize>; 2] {
+    match (rule, on_release.and_then(OnRelease::freed)) {
+        (Policy::P2cMemory, Some(freed)) if left.is_all() => {
+            freed.take(left.candidates().generation())
+        }
+        _ => [None, None],
     }
 }
 
