@@ -9,10 +9,12 @@ use crate::{
     error::ProxyError,
     header_copy::HeaderCopy,
     peer::TlsSession,
-    telemetry::{access_log::AccessLog, metrics::WorkerCounters, trace::RequestTrace},
+    telemetry::access_log::AccessLog,
+    telemetry::metrics::WorkerCounters,
+    telemetry::trace::{RequestTrace, TRACEPARENT},
     tunnel::PendingTunnel,
 };
-use http::{request::Parts, HeaderMap, HeaderValue, Response};
+use http::{request::Parts, HeaderMap, HeaderName, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::{
     cell::{Cell, RefCell},
@@ -78,6 +80,16 @@ impl Prepared {
             Some(copy) => copy.to_map(),
             None => std::mem::take(&mut self.parts.headers),
         }
+    }
+
+    /// The attempt settled by `completion` starts: if the request is traced, its span starts, and
+    /// the field its request carries (each resend too) names it as the backend's parent.
+    pub(crate) fn attempt_field(
+        &self,
+        completion: &mut Completion,
+    ) -> Option<(HeaderName, HeaderValue)> {
+        let trace = self.trace.as_ref()?;
+        Some((TRACEPARENT, completion.trace(trace)))
     }
 
     /// A copy of the headers, for an attempt that cannot take them (a hedge, a resend).

@@ -22,7 +22,7 @@ use crate::{
     telemetry::done::{self, Done},
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
-    telemetry::trace::{Export, RequestTrace, Tracer},
+    telemetry::trace::{Export, RequestTrace, TraceId, Tracer},
     view::{HealthView, ResolvedNames},
 };
 use duet_config::{Config, Route, Underscores};
@@ -281,7 +281,8 @@ impl WorkerProxy {
             grpc,
         );
         if unanswered {
-            unanswered_done(timings, filters, started, response.status());
+            let exemplar = trace.as_ref().map(|trace| trace.ids().0);
+            unanswered_done(timings, filters, (started, exemplar), response.status());
         }
         self.connection_fields(&table, connection, &mut response, (http2, grpc));
         Ok(traced(&trace, response))
@@ -527,7 +528,7 @@ fn routed_to(
 fn unanswered_done(
     timings: &RouteTimings,
     filters: &RouteFilters,
-    started: Instant,
+    (started, exemplar): (Instant, Option<TraceId>),
     status: http::StatusCode,
 ) {
     let done = Done {
@@ -535,6 +536,7 @@ fn unanswered_done(
         status,
         duration: started.elapsed(),
         backend: None,
+        exemplar,
     };
     // Its access-log line is written when duet's answer's body is done with.
     done::finish(

@@ -146,14 +146,10 @@ impl Completion {
         self.dropped_response = true;
     }
 
-    /// The attempt to `backend` of a traced request: it starts a span of `trace`, which it ends
-    /// when it settles. Returns the `traceparent` the attempt sends.
-    pub(crate) fn trace(
-        &mut self,
-        trace: &Rc<RequestTrace>,
-        backend: SocketAddr,
-    ) -> http::HeaderValue {
-        let (span, traceparent) = trace.attempt(backend);
+    /// The attempt of a traced request: it starts a span of `trace`, which it ends when it
+    /// settles. Returns the `traceparent` the attempt sends.
+    pub(crate) fn trace(&mut self, trace: &Rc<RequestTrace>) -> http::HeaderValue {
+        let (span, traceparent) = trace.attempt(self.backend);
         self.span = Some(span);
         traceparent
     }
@@ -182,13 +178,15 @@ impl Completion {
             log.backend = Some(self.backend);
         }
         let now = Instant::now();
+        let exemplar = self.span.as_ref().map(|span| *span.trace_id());
+        let exemplar = exemplar.as_ref();
         timings
             .response_head
-            .observe(now.saturating_duration_since(started));
+            .observe_with(now.saturating_duration_since(started), exemplar);
         self.request = Some((started, timings));
         self.observer = observer;
         let head_time = now.saturating_duration_since(self.attempt_started);
-        self.stats.header_time.observe(head_time);
+        self.stats.header_time.observe_with(head_time, exemplar);
         if let Some(log) = log.as_mut() {
             log.upstream_head_ms = Some(head_time.as_secs_f64() * 1000.0);
             if let Some(Hold::Lease(lease)) = &self.lease {
@@ -316,6 +314,7 @@ impl Drop for Settlement {
             }
         }
         self.settle(now);
+        let exemplar = self.span.as_ref().map(|span| *span.trace_id());
         if let Some(span) = self.span.take() {
             span.end(self.status, self.ended, &self.stats.address_text);
         }
@@ -327,6 +326,7 @@ impl Drop for Settlement {
                 status: self.status.unwrap_or(StatusCode::OK),
                 duration: now.saturating_duration_since(*started),
                 backend: Some(self.backend),
+                exemplar,
             };
             let (observer, log) = (self.observer.as_deref(), self.log.take());
             done::finish(&done, timings, observer, log, &self.stats.address_text);

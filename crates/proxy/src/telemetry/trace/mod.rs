@@ -248,6 +248,11 @@ pub(crate) struct AttemptSpan {
 }
 
 impl AttemptSpan {
+    /// The id of the trace the attempt is a span of.
+    pub(crate) fn trace_id(&self) -> &TraceId {
+        &self.trace.trace_id
+    }
+
     /// The attempt settled: `status` is its response's (if one came), `ended` how it ended
     /// (`None`: dropped unfinished); `backend_text` is its backend's address already written.
     pub(crate) fn end(self, status: Option<StatusCode>, ended: Option<Ending>, backend_text: &str) {
