@@ -22,7 +22,7 @@ use crate::{
     telemetry::done::{self, Done},
     telemetry::metrics::{Readiness, Registry, RouteTimings, WorkerCounters},
     telemetry::route_cells::RouteCells,
-    telemetry::trace::{Export, RequestTrace, TraceId, Tracer},
+    telemetry::trace::{Export, RequestTrace, Tracer},
     view::{HealthView, ResolvedNames},
 };
 use duet_config::{Config, Route, Underscores};
@@ -281,8 +281,7 @@ impl WorkerProxy {
             grpc,
         );
         if unanswered {
-            let exemplar = trace.as_ref().map(|trace| trace.ids().0);
-            unanswered_done(timings, filters, (started, exemplar), response.status());
+            unanswered_done(timings, filters, (started, &trace), response.status());
         }
         self.connection_fields(&table, connection, &mut response, (http2, grpc));
         Ok(traced(&trace, response))
@@ -528,7 +527,7 @@ fn routed_to(
 fn unanswered_done(
     timings: &RouteTimings,
     filters: &RouteFilters,
-    (started, exemplar): (Instant, Option<TraceId>),
+    (started, trace): (Instant, &Option<Rc<RequestTrace>>),
     status: http::StatusCode,
 ) {
     let done = Done {
@@ -536,7 +535,7 @@ fn unanswered_done(
         status,
         duration: started.elapsed(),
         backend: None,
-        exemplar,
+        exemplar: trace.as_ref().map(|trace| trace.ids().0),
     };
     // Its access-log line is written when duet's answer's body is done with.
     done::finish(
