@@ -3,16 +3,9 @@
 //! can be read knowing only this.
 
 use crate::{
-    attempt::completion::Completion,
-    backend::request_body::BodySource,
-    backend::sticky::Session,
-    error::ProxyError,
-    header_copy::HeaderCopy,
-    peer::TlsSession,
-    telemetry::access_log::AccessLog,
-    telemetry::metrics::WorkerCounters,
-    telemetry::trace::{RequestTrace, TRACEPARENT},
-    tunnel::PendingTunnel,
+    attempt::completion::Completion, backend::request_body::BodySource, backend::sticky::Session,
+    error::ProxyError, header_copy::HeaderCopy, peer::TlsSession, telemetry::access_log::AccessLog,
+    telemetry::metrics::WorkerCounters, telemetry::watch::RequestWatch, tunnel::PendingTunnel,
 };
 use http::{request::Parts, HeaderMap, HeaderName, HeaderValue, Response};
 use hyper::body::Incoming;
@@ -44,8 +37,9 @@ pub(crate) struct Prepared {
     /// The client a PROXY header names, when the cluster sends one: its connections are pooled per
     /// client.
     pub(crate) client: Option<SocketAddr>,
-    /// The request's trace, if it is traced: each attempt starts a span of it.
-    pub(crate) trace: Option<Rc<RequestTrace>>,
+    /// What follows the request through its attempts (its trace, when it is traced): each
+    /// attempt starts its own watch from it.
+    pub(crate) watch: Option<Rc<dyn RequestWatch>>,
 }
 
 impl Prepared {
@@ -58,7 +52,7 @@ impl Prepared {
             affinity: None,
             session: Session::Off,
             client: None,
-            trace: None,
+            watch: None,
         }
     }
 
@@ -82,14 +76,14 @@ impl Prepared {
         }
     }
 
-    /// The attempt settled by `completion` starts: if the request is traced, its span starts, and
-    /// the field its request carries (each resend too) names it as the backend's parent.
+    /// The attempt settled by `completion` starts: if the request is watched, the attempt's
+    /// watch starts, and the field its request then carries (each resend too) is returned.
     pub(crate) fn attempt_field(
         &self,
         completion: &mut Completion,
     ) -> Option<(HeaderName, HeaderValue)> {
-        let trace = self.trace.as_ref()?;
-        Some((TRACEPARENT, completion.trace(trace)))
+        let watch = self.watch.as_ref()?;
+        Some(completion.watch(Rc::clone(watch)))
     }
 
     /// A copy of the headers, for an attempt that cannot take them (a hedge, a resend).

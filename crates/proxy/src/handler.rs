@@ -267,7 +267,7 @@ impl WorkerProxy {
                 Err(e) => return Ok(refuse(&e, log)),
             };
         filters.on_prepared(&prepared);
-        prepared.trace = trace.clone();
+        prepared.watch = trace.clone().map(|trace| trace as _);
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
         let outcome = pin!(sent).await;

@@ -28,7 +28,7 @@ use crate::{
     telemetry::access_log::AccessLog,
     telemetry::done::{self, Done, Observer},
     telemetry::metrics::{BackendStats, RouteTimings},
-    telemetry::trace::{AttemptSpan, RequestTrace},
+    telemetry::watch::{AttemptWatch, RequestWatch},
 };
 use crate::{grpc, headers::may_hold};
 use duet_balance::LoadGuard;
@@ -74,8 +74,8 @@ pub(crate) struct Settlement {
     /// The response goes to no client (a mirror's copy, read and dropped): its bytes are not counted as
     /// passed to clients.
     dropped_response: bool,
-    /// The attempt's span, when its request is traced.
-    span: Option<AttemptSpan>,
+    /// What follows the attempt until it settles (its span, when its request is traced).
+    watch: Option<Box<dyn AttemptWatch>>,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
 }
@@ -131,7 +131,7 @@ impl Completion {
             lease: None,
             upgraded: false,
             dropped_response: false,
-            span: None,
+            watch: None,
             guard,
         };
         Self(ManuallyDrop::new(spare::boxed(
@@ -146,12 +146,15 @@ impl Completion {
         self.dropped_response = true;
     }
 
-    /// The attempt of a traced request: it starts a span of `trace`, which it ends when it
-    /// settles. Returns the `traceparent` the attempt sends.
-    pub(crate) fn trace(&mut self, trace: &Rc<RequestTrace>) -> http::HeaderValue {
-        let (span, traceparent) = trace.attempt(self.backend);
-        self.span = Some(span);
-        traceparent
+    /// The attempt of a watched request: it starts the attempt's watch from `request`'s, and
+    /// settles it when it settles. Returns the field the attempt's request carries.
+    pub(crate) fn watch(
+        &mut self,
+        request: Rc<dyn RequestWatch>,
+    ) -> (http::HeaderName, http::HeaderValue) {
+        let (watch, field) = request.attempt(self.backend);
+        self.watch = Some(watch);
+        field
     }
 
     /// The response arrived on `lease`'s connection (or stream).
@@ -178,7 +181,7 @@ impl Completion {
             log.backend = Some(self.backend);
         }
         let now = Instant::now();
-        let exemplar = self.span.as_ref().map(|span| *span.trace_id());
+        let exemplar = self.watch.as_ref().map(|watch| watch.exemplar());
         let exemplar = exemplar.as_ref();
         timings
             .response_head
@@ -314,9 +317,9 @@ impl Drop for Settlement {
             }
         }
         self.settle(now);
-        let exemplar = self.span.as_ref().map(|span| *span.trace_id());
-        if let Some(span) = self.span.take() {
-            span.end(self.status, self.ended, &self.stats.address_text);
+        let exemplar = self.watch.as_ref().map(|watch| watch.exemplar());
+        if let Some(watch) = self.watch.take() {
+            watch.end(self.status, self.ended, &self.stats.address_text);
         }
         // The request is done once every verdict is in; timed with the clock reading the pool took,
         // rather than a reading of its own.

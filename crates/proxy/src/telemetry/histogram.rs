@@ -48,7 +48,10 @@ pub(crate) struct Histogram {
 }
 
 impl Histogram {
-    #[inline]
+    /// Observes `duration`, untraced (the request path says whether with [`observe_with`]).
+    ///
+    /// [`observe_with`]: Histogram::observe_with
+    #[cfg(test)]
     pub(crate) fn observe(&self, duration: Duration) {
         self.add(duration);
     }
