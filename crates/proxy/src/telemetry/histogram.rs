@@ -69,11 +69,7 @@ impl Histogram {
     /// Counts `duration`: its bucket and its microseconds.
     #[inline]
     fn add(&self, duration: Duration) -> (usize, u64) {
-        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        let bucket = BOUNDS_MICROS
-            .iter()
-            .position(|&bound| micros <= bound)
-            .unwrap_or(BOUNDS_MICROS.len());
+        let (bucket, micros) = bucket_of(duration);
         self.buckets[bucket].fetch_add(1, Relaxed);
         self.sum_micros.fetch_add(micros, Relaxed);
         (bucket, micros)
@@ -85,13 +81,21 @@ impl Histogram {
     /// Makes `id`, observed as `duration` at `unix_millis`, its bucket's exemplar without counting
     /// it: fixtures at fixed times.
     pub(crate) fn set_exemplar(&self, duration: Duration, id: &ExemplarId, unix_millis: u64) {
-        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        let bucket = BOUNDS_MICROS
-            .iter()
-            .position(|&bound| micros <= bound)
-            .unwrap_or(BOUNDS_MICROS.len());
+        let (bucket, micros) = bucket_of(duration);
         self.exemplars[bucket].store_at(id, micros, unix_millis);
     }
+}
+
+/// The bucket that holds `duration` (the first whose bound it does not pass), and `duration` in
+/// microseconds.
+#[inline]
+fn bucket_of(duration: Duration) -> (usize, u64) {
+    let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+    let bucket = BOUNDS_MICROS
+        .iter()
+        .position(|&bound| micros <= bound)
+        .unwrap_or(BOUNDS_MICROS.len());
+    (bucket, micros)
 }
 
 /// An observation named by a trace, as a scrape reads it.

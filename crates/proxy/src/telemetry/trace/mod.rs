@@ -14,10 +14,12 @@
 //!
 //! A traced request's [`RequestTrace`] is shared (`Rc`) by the handler, the prepared request and
 //! each attempt: its server span ends when the last of them lets go, which is when the response's
-//! body ended (or duet's own answer was made). Each attempt, a retry's and a hedge's included,
-//! starts an [`AttemptSpan`], a child of the server span, whose `traceparent` the attempt sends
-//! the backend in place of the client's (its `tracestate` passes on as it came); the attempt's
-//! `Completion` ends it when the attempt settles. An attempt started while another of the request
+//! body ended (or duet's own answer was made). The stages know it only as the request's
+//! [`RequestWatch`] (`telemetry/watch.rs`): each attempt, a retry's and a hedge's included,
+//! starts an [`AttemptSpan`] from it, a child of the server span, whose `traceparent` the attempt
+//! sends the backend in place of the client's (its `tracestate` passes on as it came); the
+//! attempt's `Completion` ends it, as an [`AttemptWatch`], when the attempt settles. Its trace id is
+//! the latency histograms' exemplar. An attempt started while another of the request
 //! is in flight is a hedge (`duet.hedged`); one dropped before its response head, the race's loser,
 //! ends `cancelled`.
 //!
