@@ -78,6 +78,7 @@ impl Prepared {
 
     /// The attempt settled by `completion` starts: if the request is watched, the attempt's
     /// watch starts, and the field its request then carries (each resend too) is returned.
+    #[inline]
     pub(crate) fn attempt_field(
         &self,
         completion: &mut Completion,

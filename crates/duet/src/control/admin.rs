@@ -107,8 +107,8 @@ fn metrics(state: &State, request: &Request<Incoming>) -> Answer {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Whether an `Accept` asks for OpenMetrics (1.0.0, 0.0.1, or no version named) at least as much as
-/// for Prometheus's text (`text/plain`): what Prometheus sends when it scrapes with exemplars on.
-/// Anything else, `*/*` included, gets Prometheus's text, as before OpenMetrics was served.
+/// for Prometheus's text (`text/plain`), as Prometheus's scrapes ask by default (its
+/// `scrape_protocols`). Anything else, `*/*` included, gets Prometheus's text, as before OpenMetrics was served.
 fn prefers_openmetrics(accept: &str) -> bool {
     let (mut openmetrics, mut plain) = (0.0_f32, 0.0_f32);
     for range in accept.split(',') {

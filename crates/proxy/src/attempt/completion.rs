@@ -148,6 +148,7 @@ impl Completion {
 
     /// The attempt of a watched request: it starts the attempt's watch from `request`'s, and
     /// settles it when it settles. Returns the field the attempt's request carries.
+    #[inline(never)]
     pub(crate) fn watch(
         &mut self,
         request: Rc<dyn RequestWatch>,
@@ -317,10 +318,7 @@ impl Drop for Settlement {
             }
         }
         self.settle(now);
-        let exemplar = self.watch.as_ref().map(|watch| watch.exemplar());
-        if let Some(watch) = self.watch.take() {
-            watch.end(self.status, self.ended, &self.stats.address_text);
-        }
+        let exemplar = self.watch.take().map(|watch| self.end_watch(watch));
         // The request is done once every verdict is in; timed with the clock reading the pool took,
         // rather than a reading of its own.
         if let Some((started, timings)) = &self.request {
@@ -338,6 +336,15 @@ impl Drop for Settlement {
 }
 
 impl Settlement {
+    /// Ends the attempt's watch (its span), out of the way of the unwatched attempts' path; returns
+    /// the id of the request's latency exemplar.
+    #[inline(never)]
+    fn end_watch(&self, watch: Box<dyn AttemptWatch>) -> [u8; 16] {
+        let exemplar = watch.exemplar();
+        watch.end(self.status, self.ended, &self.stats.address_text);
+        exemplar
+    }
+
     /// The outlier verdict, the load's latency sample and the failure counted, by how it ended.
     fn settle(&mut self, now: Instant) {
         let ending = self.ended.unwrap_or(Ending::ClientGone);

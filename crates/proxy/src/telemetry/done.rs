@@ -43,6 +43,7 @@ pub(crate) trait Observer {
 /// Hands `done` to its observers, once: the route's histograms and counts, then `observer` (the
 /// route's done-phase filters, if any), then the access log (last, so its line is written once
 /// every count is in). `backend_text` is the answering backend's address already formatted.
+#[inline]
 pub(crate) fn finish(
     done: &Done<'_>,
     timings: &RouteTimings,
