@@ -3,9 +3,14 @@
 //! can be read knowing only this.
 
 use crate::{
-    attempt::completion::Completion, backend::request_body::BodySource, backend::sticky::Session,
-    error::ProxyError, header_copy::HeaderCopy, peer::TlsSession, telemetry::access_log::AccessLog,
-    telemetry::metrics::WorkerCounters, telemetry::watch::RequestWatch, tunnel::PendingTunnel,
+    attempt::completion::Completion,
+    backend::request_body::BodySource,
+    backend::sticky::Session,
+    error::ProxyError,
+    header_copy::HeaderCopy,
+    peer::TlsSession,
+    telemetry::{access_log::AccessLog, metrics::WorkerCounters, watch::RequestWatch},
+    tunnel::PendingTunnel,
 };
 use http::{request::Parts, HeaderMap, HeaderName, HeaderValue, Response};
 use hyper::body::Incoming;
