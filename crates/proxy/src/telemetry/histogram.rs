@@ -405,6 +405,36 @@ mod tests {
     }
 
     #[test]
+    fn a_scrape_never_reads_one_request_s_id_with_another_s_value_while_the_worker_writes() {
+        let cell = std::sync::Arc::new(ExemplarCell::default());
+        // Both sides start together, so that the reads overlap the writes.
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let writer = {
+            let (cell, start) = (cell.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..200_000_u64 {
+                    // The id's bytes and the value say the same number: a torn read shows.
+                    let n = (i % 251) as u8;
+                    cell.store_at(&[n; 16], u64::from(n), 1 + i);
+                }
+            })
+        };
+        start.wait();
+        while !writer.is_finished() {
+            if let Some(exemplar) = cell.load() {
+                assert!(
+                    exemplar.id.iter().all(|&b| u64::from(b) == exemplar.micros),
+                    "{exemplar:?}"
+                );
+            }
+        }
+        writer.join().expect("the writer");
+        let last = cell.load().expect("the last exemplar");
+        assert_eq!((last.micros, last.unix_millis), (199_999 % 251, 200_000));
+    }
+
+    #[test]
     fn a_bucket_s_exemplar_is_its_newest_traced_observation_of_any_worker_and_only_in_openmetrics()
     {
         let (a, b) = (Histogram::default(), Histogram::default());
