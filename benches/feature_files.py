@@ -25,12 +25,17 @@ def strip(text):
             j += 1
         i = j + 1
     text = "".join(out)
-    text = re.sub(r"b?'(\\.|[^'\\\n])'", "' '", text)
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    return text
+    # One pass left to right, so that a `//` inside a string, a quote inside a comment or the `r"`
+    # that ends a literal such as "other" is read as what it is.
+    token = re.compile(
+        r'(?<![A-Za-z0-9_])b?r(#*)".*?"\1'   # raw string
+        r'|b?"(?:\\.|[^"\\])*"'            # string
+        r"|b?'(?:\\.|[^'\\\n])'"          # char (a lifetime has no closing quote)
+        r"|//[^\n]*"                         # line comment
+        r"|/\*.*?\*/",                       # block comment
+        re.S,
+    )
+    return token.sub(lambda m: '""' if m.group(0).endswith(('"', '#')) else " ", text)
 hits = []
 for base in ("crates/proxy/src", "crates/duet/src"):
     for dp, _, fs in os.walk(os.path.join(root, base)):

@@ -260,6 +260,51 @@ clusters:
     assert!(!edited, "{head:?}");
 }
 
+/// `limit_methods:` answers a method the route does not list with 405 and the route's own `Allow`,
+/// without asking the backend; the listed ones (and `HEAD`, beside `GET`) reach it.
+#[test]
+fn a_method_the_route_does_not_list_gets_405_with_its_allow_and_never_reaches_the_backend() {
+    let app = Backend::start(BackendOptions::named("app")).expect("app");
+    let yaml = format!(
+        "workers: 1
+listeners: [ {{ address: 127.0.0.1:0 }} ]
+routes:
+  - {{ match: {{ path_prefix: /api }}, cluster: app, limit_methods: [GET, POST] }}
+  - {{ cluster: app }}
+clusters:
+  - {{ name: app, backends: [ {{ address: {} }} ] }}
+",
+        app.address()
+    );
+    let duet = Duet::start(&yaml);
+    let allow = |head: &[String]| -> Vec<String> {
+        (head.iter())
+            .filter_map(|l| l.split_once(": "))
+            .filter(|(n, _)| n.eq_ignore_ascii_case("allow"))
+            .map(|(_, v)| v.to_owned())
+            .collect()
+    };
+    for method in ["GET", "HEAD", "POST"] {
+        let request = format!("{method} /api/x HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n");
+        let (status, head) = exchange(&duet, &request);
+        assert_eq!((method, status.as_str()), (method, "200"), "{head:?}");
+    }
+    assert_eq!(app.requests(), 3);
+    for method in ["DELETE", "OPTIONS", "PUT"] {
+        let request = format!("{method} /api/x HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n");
+        let (status, head) = exchange(&duet, &request);
+        assert_eq!((method, status.as_str()), (method, "405"), "{head:?}");
+        assert_eq!(allow(&head), ["GET, HEAD, POST"], "{method}: {head:?}");
+    }
+    assert_eq!(app.requests(), 3, "no refused method reached the backend");
+    let (status, _) = exchange(&duet, "DELETE /other HTTP/1.1\r\nHost: h\r\n");
+    assert_eq!(
+        status, "200",
+        "a route without the list serves every method"
+    );
+    assert_eq!(app.requests(), 4);
+}
+
 /// A route's `retries.attempts` replaces its cluster's: on a round-robin cluster of one refusing and
 /// one live backend that never retries, the route allowing two attempts always gets an answer, the
 /// route left to the cluster fails every other request.

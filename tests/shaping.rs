@@ -412,14 +412,50 @@ fn python_codecs() -> bool {
     found
 }
 
+/// Whether curl is here and decodes brotli and zstd; without it the curl check is skipped with a
+/// note, unless `DUET_REQUIRE_CURL_CODECS` says CI installed it.
+fn curl_codecs() -> bool {
+    let version = std::process::Command::new("curl").arg("-V").output();
+    let features = version.map_or_else(
+        |_| String::new(),
+        |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+    );
+    let found = ["brotli", "zstd"].iter().all(|f| features.contains(f));
+    if !found {
+        assert!(
+            std::env::var_os("DUET_REQUIRE_CURL_CODECS").is_none(),
+            "curl with brotli and zstd is required here"
+        );
+        eprintln!("SKIPPED: curl is missing or lacks brotli/zstd (apt-get install curl)");
+    }
+    found
+}
+
+/// The body curl's `--compressed` decodes from `url` when it offers only `coding`, and the coding
+/// the answer carried.
+fn curl_decoded(url: &str, coding: &str) -> (String, Vec<u8>) {
+    let output = std::process::Command::new("curl")
+        .args(["-s", "--compressed", "-D", "/dev/stderr", "-H"])
+        .arg(format!("Accept-Encoding: {coding}"))
+        .arg(url)
+        .output()
+        .expect("curl");
+    assert!(output.status.success(), "curl {url}: {:?}", output.status);
+    let head = String::from_utf8_lossy(&output.stderr).to_ascii_lowercase();
+    let sent = (head.lines())
+        .find_map(|l| l.strip_prefix("content-encoding:"))
+        .map_or_else(String::new, |v| v.trim().to_owned());
+    (sent, output.stdout)
+}
+
 fn field<'a>(headers: &'a http::HeaderMap, name: &str) -> Vec<&'a str> {
     (headers.get_all(name).iter())
         .map(|v| v.to_str().unwrap_or_default())
         .collect()
 }
 
-/// Each coding by `Accept-Encoding` with q-values, decoded by Python to the exact bytes, a streamed
-/// response of unknown length included, with `Vary`, a weak `ETag` and no `Content-Length`.
+/// Each coding by `Accept-Encoding` with q-values, decoded by Python and by `curl --compressed` to
+/// the exact bytes, a streamed response of unknown length included, with `Vary`, a weak `ETag` and no `Content-Length`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_compresses_by_accept_encoding_to_the_exact_bytes() {
     if !python_codecs() {
@@ -475,6 +511,18 @@ clusters:
         }
     }
     let streamed = page_text(1 << 20);
+    if curl_codecs() {
+        for (path, body) in [("/text", &expected), ("/stream", &streamed)] {
+            for coding in ["gzip", "br", "zstd"] {
+                let (sent, decoded) = curl_decoded(&duet.url(path), coding);
+                assert_eq!(sent, coding, "curl {path}");
+                assert!(
+                    &decoded == body,
+                    "curl --compressed {path} {coding}: decoded differs"
+                );
+            }
+        }
+    }
     for coding in ["gzip", "br", "zstd"] {
         let (status, headers, body) =
             support::get(&duet.url("/stream"), &[("accept-encoding", coding)]).await;

@@ -47,6 +47,7 @@ fn start(backends: &[Backend], sticky: &str) -> Duet {
     }
     let yaml = DuetConfig::new()
         .workers(2)
+        .admin()
         .route(None, "/", "web")
         .cluster(cluster)
         .to_yaml();
@@ -78,6 +79,20 @@ fn the_first_answer_sets_the_cookie_and_every_worker_honours_it() {
         Some(31),
         "all on one of {served}"
     );
+    // Both workers took some of the 31 connections (all on one: a chance of 2 in 2^31).
+    let request = b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let (metrics, _) = raw_exchange(duet.admin_address(), request, Duration::from_secs(5));
+    for worker in ["0", "1"] {
+        let accepted = (metrics.lines())
+            .filter(|l| l.starts_with("duet_connections_total{"))
+            .filter(|l| l.contains(&format!("worker=\"{worker}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        assert!(
+            accepted > 0.0,
+            "worker {worker} took no connection:\n{metrics}"
+        );
+    }
 }
 
 #[test]

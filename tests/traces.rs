@@ -382,3 +382,142 @@ fn a_collector_down_or_stuck_holds_no_request_back_and_drops_are_counted() {
     let after = dropped(&duet, "queue_full");
     assert_eq!(after - before, 9.0, "ten spans, one queued");
 }
+
+/// Parses an OpenMetrics exposition with Prometheus's Python client's strict parser
+/// (`prometheus_client.openmetrics.parser`), which refuses anything the format does not allow;
+/// returns its exemplars, or `None` (the test is skipped) when python3 lacks `prometheus_client`,
+/// unless `DUET_REQUIRE_PYTHON_OPENMETRICS` says CI installed it.
+fn openmetrics_exemplars(text: &str) -> Option<Vec<Value>> {
+    use std::io::Write;
+    const PARSE: &str = "
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+exemplars = []
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for sample in family.samples:
+        if sample.exemplar is not None:
+            exemplars.append({'family': family.name, 'type': family.type, 'labels': sample.labels,
+                'exemplar': sample.exemplar.labels, 'value': sample.exemplar.value,
+                'timestamp': float(sample.exemplar.timestamp)})
+print(json.dumps(exemplars))
+";
+    let present = Command::new("python3")
+        .args(["-c", "import prometheus_client.openmetrics.parser"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        assert!(
+            std::env::var_os("DUET_REQUIRE_PYTHON_OPENMETRICS").is_none(),
+            "python3's prometheus_client is required here"
+        );
+        eprintln!("SKIPPED: python3 lacks prometheus_client (pip install prometheus_client)");
+        return None;
+    }
+    let mut child = Command::new("python3")
+        .args(["-c", PARSE])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut stdin = child.stdin.take().expect("its stdin");
+    stdin
+        .write_all(text.as_bytes())
+        .expect("write the exposition");
+    drop(stdin);
+    let output = child.wait_with_output().expect("python3 ran");
+    assert!(
+        output.status.success(),
+        "the OpenMetrics parser refused the exposition: {}\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(serde_json::from_slice(&output.stdout).expect("the parser's JSON"))
+}
+
+/// `/metrics` asked for as Prometheus asks when it scrapes with exemplars on: the response's
+/// head and body.
+fn scrape_openmetrics(admin: SocketAddr, query: &str) -> (String, String) {
+    let request = format!(
+        "GET /metrics{query} HTTP/1.1\r\nHost: admin\r\nAccept: application/openmetrics-text;\
+         version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;\
+         version=0.0.4;q=0.5,*/*;q=0.1\r\nConnection: close\r\n\r\n"
+    );
+    let (response, _) = raw_exchange(admin, request.as_bytes(), Duration::from_secs(5));
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    (head.to_owned(), body.to_owned())
+}
+
+#[test]
+fn openmetrics_exemplars_on_the_latency_histograms_name_the_trace_the_backend_heard_of() {
+    let backend = Backend::start(BackendOptions::named("b")).expect("backend");
+    // Every request traced (none exported: nothing listens), on one worker, so that the last
+    // request's observations are the newest of their buckets.
+    let config = DuetConfig::single("p2c_inflight", &[backend.address()])
+        .workers(1)
+        .admin()
+        .section(
+            "tracing",
+            &format!("{{ otlp: http://{}, sample: 100% }}", closed_port()),
+        );
+    let duet = Duet::start(&config.to_yaml());
+    assert_eq!(get(duet.address, "/", ""), 200);
+    let fields = format!("traceparent: 00-{TRACE}-{PARENT}-01\r\n");
+    assert_eq!(get(duet.address, "/", &fields), 200);
+    let heard: Vec<String> = (backend.recorded().iter())
+        .map(|r| r.headers["traceparent"].to_str().expect("text")[3..35].to_owned())
+        .collect();
+    assert_eq!(heard.len(), 2);
+    assert_eq!(heard[1], TRACE, "the sampled parent's trace is joined");
+    let admin = duet.admin_address();
+    let (head, body) = scrape_openmetrics(admin, "");
+    assert!(
+        head.contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "{head}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    let Some(exemplars) = openmetrics_exemplars(&body) else {
+        return;
+    };
+    for family in [
+        "duet_request_duration_seconds",
+        "duet_response_head_seconds",
+        "duet_upstream_header_seconds",
+    ] {
+        let of_family: Vec<&Value> = exemplars.iter().filter(|e| e["family"] == family).collect();
+        let ids: Vec<&str> = (of_family.iter())
+            .map(|e| e["exemplar"]["trace_id"].as_str().expect("a trace id"))
+            .collect();
+        assert!(
+            ids.contains(&TRACE),
+            "{family}: the last request's trace: {ids:?}"
+        );
+        assert!(
+            ids.iter().all(|id| heard.iter().any(|h| h == id)),
+            "{family}: only traces the backend heard of: {ids:?} {heard:?}"
+        );
+        for exemplar in of_family {
+            let value = exemplar["value"].as_f64().expect("a value");
+            let le: f64 = (exemplar["labels"]["le"].as_str())
+                .and_then(|le| le.parse().ok())
+                .expect("a bucket");
+            assert!(value <= le && value < 5.0, "in its bucket: {exemplar}");
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let now = now.expect("after 1970").as_secs_f64();
+            let age = now - exemplar["timestamp"].as_f64().expect("a timestamp");
+            assert!((0.0..60.0).contains(&age), "recent: {exemplar}");
+        }
+    }
+    // The aggregated exposition parses too; the Prometheus text has no exemplar and no `# EOF`.
+    let (_, aggregated) = scrape_openmetrics(admin, "?aggregate=worker");
+    let aggregated = openmetrics_exemplars(&aggregated).expect("parsed above");
+    assert_eq!(aggregated.len(), exemplars.len(), "{aggregated:?}");
+    let plain = crate::admin::get(admin, "/metrics");
+    assert!(
+        plain.contains("content-type: text/plain; version=0.0.4"),
+        "{plain}"
+    );
+    assert!(
+        !plain.contains("# {") && !plain.contains("# EOF"),
+        "{plain}"
+    );
+}

@@ -3,10 +3,6 @@
 //! to its next candidates.
 
 use crate::{candidates::Remaining, maglev::Maglev, ring::Ring, stable_hash::stable_hash};
-use std::sync::{
-    atomic::{AtomicU64, Ordering::Relaxed},
-    Arc,
-};
 
 /// Keyed picks by consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
 /// *Consistent Hashing with Bounded Loads*, SODA 2018), on a Maglev table or a hash ring; set with
@@ -257,8 +253,6 @@ pub(crate) struct Hashing {
     /// `(id, weight)` by endpoint position, as the table was built for.
     members: Vec<(u64, u32)>,
     built: bool,
-    /// Requests in flight through this balancer, all endpoints together: each guard gives its one back.
-    in_flight: Arc<AtomicU64>,
     /// `seen[slot] == epoch`: the slot was met in this pick's walk (no clearing per pick).
     seen: Vec<u32>,
     epoch: u32,
@@ -278,15 +272,9 @@ impl Hashing {
             table: Table::Maglev(Maglev::default()),
             members: Vec::new(),
             built: false,
-            in_flight: Arc::default(),
             seen: Vec::new(),
             epoch: 0,
         }
-    }
-
-    /// The counter of this balancer's requests in flight, for a guard to give its request back to.
-    pub(crate) fn in_flight(&self) -> &Arc<AtomicU64> {
-        &self.in_flight
     }
 
     /// Rebuilds the table if the members changed: `members` are the endpoints' keys by position with
@@ -308,13 +296,15 @@ impl Hashing {
         self.built = true;
     }
 
-    /// The slot for `key` among `left`, whose loads are `load(slot)` (requests in flight) and shares
+    /// The slot for `key` among `left`, with `in_flight` requests in flight through the balancer, all
+    /// endpoints together; `left`'s loads are `load(slot)` (requests in flight) and shares
     /// `share(slot)` (weight over total weight); `slot(position)` is an endpoint's slot if it is a
     /// candidate. `None` when nothing is left.
     pub(crate) fn select(
         &mut self,
         key: u64,
         left: &Remaining<'_>,
+        in_flight: u64,
         slot: impl Fn(usize) -> Option<usize>,
         load: impl Fn(usize) -> u64,
         share: impl Fn(usize) -> f64,
@@ -327,7 +317,7 @@ impl Hashing {
             self.seen.iter_mut().for_each(|s| *s = 0);
             self.epoch = 1;
         }
-        let total = self.in_flight.load(Relaxed) + 1;
+        let total = in_flight + 1;
         let under = |slot: usize| match self.config.bound {
             None => true,
             Some(c) => (load(slot) as f64) < (c * total as f64 * share(slot)).ceil(),

@@ -8,10 +8,10 @@ use crate::{
     draw::Draws,
     endpoints::EndpointSet,
     error::NoEligibleEndpoint,
-    guard::LoadGuard,
+    guard::{LoadGuard, OnRelease},
     handle::{BalanceHandle, Counters, EndpointStats, PickStats, Shared, Update},
     load::{EndpointLoad, PeakEwmaConfig},
-    memory::LastFreed,
+    memory::{self, LastFreed},
     p2c::{P2c, Selection},
     policy::{self, Policy, Turns},
     strategy::Strategy,
@@ -119,8 +119,9 @@ pub struct Balancer<K, S, C = CompleteOnResponse> {
     pub(crate) service_load: Option<fn(&S) -> f64>,
     /// The slots a pick excludes, ascending: kept between picks so a retry allocates nothing.
     excluded: Vec<u32>,
-    /// Under [`Policy::P2cMemory`]: the endpoints requests completed on last.
-    freed: Option<Arc<LastFreed>>,
+    /// Under [`Policy::P2cMemory`] or with affinity: what the guards also do on release (remember the
+    /// endpoints requests completed on last, count the requests in flight).
+    on_release: Option<Arc<OnRelease>>,
     /// Under [`Policy::LeastLoaded`]: the slots tied at the minimum, kept between picks so a scan
     /// allocates nothing.
     tied: Vec<usize>,
@@ -160,7 +161,7 @@ where
             observer: None,
             service_load: None,
             excluded: Vec::new(),
-            freed: (policy == Policy::P2cMemory).then(LastFreed::new),
+            on_release: OnRelease::new(policy == Policy::P2cMemory, false),
             tied: Vec::new(),
             hashing: None,
             completion: CompleteOnResponse::default(),
@@ -185,7 +186,7 @@ where
             observer: self.observer,
             service_load: self.service_load,
             excluded: self.excluded,
-            freed: self.freed,
+            on_release: self.on_release,
             tied: self.tied,
             hashing: self.hashing,
             completion,
@@ -233,6 +234,8 @@ where
     /// rebuilt on every change of the candidates.
     pub fn with_affinity(mut self, affinity: Affinity) -> Self {
         self.hashing = Some(Hashing::new(affinity));
+        let remembers = self.policy == Policy::P2cMemory;
+        self.on_release = Some(OnRelease::counting(self.on_release.as_deref(), remembers));
         self.sync_hashing();
         self
     }
@@ -554,20 +557,17 @@ where
     pub(crate) fn claim(&mut self, (at, picked_at): PickedAt) -> (&K, &mut S, LoadGuard) {
         let started = self.started(picked_at);
         let candidates = self.endpoints.candidates();
-        let remembered = self.freed.as_ref().and_then(|freed| {
-            let slot = candidates.slot(at)?;
-            Some((
-                freed.clone(),
-                LastFreed::token(candidates.generation(), slot),
-            ))
+        let also = self.on_release.as_ref().map(|on_release| {
+            let token = match candidates.slot(at) {
+                Some(slot) => LastFreed::token(candidates.generation(), slot),
+                None => memory::NOTHING,
+            };
+            (on_release.clone(), token)
         });
         let endpoint = self.endpoints.at_mut(at);
         let mut guard = LoadGuard::new(endpoint.load.clone(), started);
-        if let Some((freed, token)) = remembered {
-            guard = guard.remembered_in(freed, token);
-        }
-        if let Some(hashing) = &self.hashing {
-            guard = guard.counted_in(hashing.in_flight().clone());
+        if let Some((on_release, token)) = also {
+            guard = guard.releasing_to(on_release, token);
         }
         (&endpoint.key, &mut endpoint.service, guard)
     }
@@ -612,7 +612,7 @@ where
             observer,
             service_load,
             excluded,
-            freed,
+            on_release,
             tied,
             hashing,
             ..
@@ -632,7 +632,8 @@ where
         stats.picks.add(1);
         if let (Some(key), Some(hashing)) = (key, hashing.as_mut()) {
             // The table was rebuilt when members or weights changed (a handle's update above too).
-            return keyed(hashing, key, &left, endpoints, stats).map(|at| (at, None));
+            let in_flight = on_release.as_deref().map_or(0, OnRelease::in_flight);
+            return keyed(hashing, key, &left, in_flight, endpoints, stats).map(|at| (at, None));
         }
         let (slot, picked_at) = match rule {
             Policy::RoundRobin => (turns.select(left), None),
@@ -649,11 +650,7 @@ where
             }
             Policy::P2c | Policy::P2cMemory => {
                 let now = clock_reading(endpoints);
-                // A retry keeps the memory for the next first pick.
-                let remembered = match freed {
-                    Some(freed) if left.is_all() => freed.take(candidates.generation()),
-                    _ => [None, None],
-                };
+                let remembered = remembered(*rule, on_release.as_deref(), &left);
                 let loads = Loads {
                     endpoints,
                     service_load: *service_load,
@@ -672,6 +669,22 @@ where
     }
 }
 
+/// Under P2C with memory, on a first pick (a retry keeps the memory for the next first pick): the
+/// slots requests last completed on, taken.
+#[inline]
+fn remembered(
+    rule: Policy,
+    on_release: Option<&OnRelease>,
+    left: &Remaining<'_>,
+) -> [Option<usize>; 2] {
+    match (rule, on_release.and_then(OnRelease::freed)) {
+        (Policy::P2cMemory, Some(freed)) if left.is_all() => {
+            freed.take(left.candidates().generation())
+        }
+        _ => [None, None],
+    }
+}
+
 /// Rebuilds `hashing`'s table if `endpoints`' members or weights changed.
 fn sync<K: Hash + Eq + Clone, S>(hashing: &mut Hashing, endpoints: &EndpointSet<K, S>) {
     hashing.sync(endpoints.views().map(|view| (view.key, view.weight)));
@@ -685,12 +698,14 @@ fn clock_reading<K, S>(endpoints: &EndpointSet<K, S>) -> Option<u64> {
         .then(|| endpoints.clock().now())
 }
 
-/// The keyed pick among `left` (loads are requests in flight, shares the candidates' weight shares),
-/// as an endpoint position; counts it in `walked` when it is not the key's home.
+/// The keyed pick among `left`, `in_flight` requests being in flight through the balancer (loads are
+/// requests in flight, shares the candidates' weight shares), as an endpoint position; counts it in
+/// `walked` when it is not the key's home.
 fn keyed<K: Hash + Eq + Clone, S>(
     hashing: &mut Hashing,
     key: u64,
     left: &Remaining<'_>,
+    in_flight: u64,
     endpoints: &EndpointSet<K, S>,
     stats: &Counters,
 ) -> Result<usize, NoEligibleEndpoint> {
@@ -699,6 +714,7 @@ fn keyed<K: Hash + Eq + Clone, S>(
     let keyed: Option<Keyed> = hashing.select(
         key,
         left,
+        in_flight,
         |position| candidates.slot(position).map(|slot| slot as usize),
         |slot| endpoints.at(candidates.position(slot)).load.in_flight(),
         |slot| match candidates.weights() {

@@ -5,6 +5,7 @@ use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use std::{
+    fmt,
     pin::Pin,
     task::{ready, Context, Poll},
 };
@@ -19,8 +20,9 @@ use tower::load::TrackCompletion;
 /// let shedding: StatusSet = [StatusCode::TOO_MANY_REQUESTS, StatusCode::SERVICE_UNAVAILABLE].into_iter().collect();
 /// assert!(shedding.contains(StatusCode::SERVICE_UNAVAILABLE));
 /// assert!(!shedding.contains(StatusCode::INTERNAL_SERVER_ERROR));
+/// assert_eq!(format!("{shedding:?}"), "StatusSet {429, 503}");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct StatusSet {
     bits: [u64; 8],
 }
@@ -48,6 +50,16 @@ impl StatusSet {
     fn slot(status: StatusCode) -> Option<usize> {
         let code = usize::from(status.as_u16());
         (100..600).contains(&code).then(|| code - 100)
+    }
+}
+
+/// The codes, not the bits.
+impl fmt::Debug for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let codes = (100..600u16)
+            .filter(|&code| StatusCode::from_u16(code).is_ok_and(|status| self.contains(status)));
+        f.write_str("StatusSet ")?;
+        f.debug_set().entries(codes).finish()
     }
 }
 

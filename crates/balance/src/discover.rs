@@ -35,6 +35,14 @@ use tower_service::Service;
 /// balancer is moved into a `Buffer`) also sets weights and eligibility; its updates are applied at the
 /// next `poll_ready`, in the order they were made, after the stream's changes.
 ///
+/// **What else an endpoint carries.** Its key is its id: the one [`Affinity`](crate::Affinity)
+/// hashes for keyed picks ([`balance_mut`](Self::balance_mut) shows them over a discovered set), so
+/// announce endpoints under an id that stays when it should keep its keys (a replica's name rather
+/// than an address that changes on restart). Weight and id are all the balancer uses of an endpoint:
+/// it has no notion of zone or locality, so a stream has none to carry. Zones sit a level above: a
+/// balancer per zone, each an endpoint of an outer balancer that compares their loads
+/// ([`Balancer::with_service_load`]; a balancer is a [`Load`]).
+///
 /// A stream that ends leaves the last membership in place; a stream that fails makes `poll_ready` fail
 /// with its error (as tower's balancer does), and the next `poll_ready` polls the stream again.
 ///
@@ -112,9 +120,57 @@ where
         &self.balance
     }
 
+    /// The balancer, mutably: for what the tower interface cannot ask, such as a keyed pick
+    /// ([`Balancer::pick_and_claim_for`]) over the discovered endpoints. Apply the stream's changes
+    /// first ([`poll_changes`](Self::poll_changes)); `poll_ready` does so before its own pick.
+    ///
+    /// The keys the stream announces are the endpoints' ids, and the ones [`Affinity`](crate::Affinity)
+    /// hashes: every balancer that discovers the same keys (and weights) sends a request key to the
+    /// same endpoint, whatever the order they were announced in.
+    ///
+    /// ```
+    /// use duet_balance::{algo::stable_hash, Affinity, Balancer, DiscoverBalancer, Strategy};
+    /// use std::convert::Infallible;
+    /// use tower::{discover::Change, service_fn, Service, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), duet_balance::BoxError> {
+    /// let backend = |name: &'static str| service_fn(move |_: ()| async move { Ok::<_, Infallible>(name) });
+    /// let changes = futures_util::stream::iter(
+    ///     ["a", "b", "c"].map(|name| Ok::<_, Infallible>(Change::Insert(name, backend(name)))),
+    /// );
+    /// let keyed = Balancer::new(Strategy::P2cPeakEwma).with_affinity(Affinity::maglev());
+    /// let mut balance = DiscoverBalancer::from_balance(changes, keyed);
+    ///
+    /// std::future::poll_fn(|cx| balance.poll_changes(cx)).await?;
+    /// let mut served = Vec::new();
+    /// for _ in 0..3 {
+    ///     let (_, service, guard) = balance.balance_mut().pick_and_claim_for(Some(stable_hash("user-42")), &[])?;
+    ///     served.push(service.ready().await?.call(()).await?);
+    ///     drop(guard); // the request is done: its load is released
+    /// }
+    /// assert!(served.iter().all(|name| *name == served[0]), "one key, one endpoint: {served:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn balance_mut(&mut self) -> &mut Balancer<D::Key, D::Service, C> {
+        &mut self.balance
+    }
+
     /// The selection counters.
     pub fn stats(&self) -> PickStats {
         self.balance.stats()
+    }
+
+    /// Applies every change the stream has ready, without picking (`poll_ready` does this, then
+    /// picks): for picks made through [`balance_mut`](Self::balance_mut). Always ready: what the
+    /// stream has not announced yet waits for the next call, which `cx` is woken for. Fails with the
+    /// stream's error, as `poll_ready` does.
+    pub fn poll_changes(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>
+    where
+        D::Error: Into<BoxError>,
+    {
+        Poll::Ready(self.follow(cx))
     }
 
     /// Applies every change the stream has ready (the pick that follows applies the handles' updates,

@@ -139,7 +139,8 @@
 //! the key's home while it is under `c` times its share of the requests in flight, else its next
 //! candidates (the first under the bound, or the lighter of the first two). A pick without a key is the
 //! strategy's. Its hash takes no seed, unlike the draws below, so that every balancer agrees on a key's
-//! home; see [`Affinity`] for the rule, the reasons, the choice of table and an example, and
+//! home, also over a discovered set, whose keys are the endpoint ids it hashes
+//! ([`DiscoverBalancer::balance_mut`]); see [`Affinity`] for the rule, the reasons, the choice of table and an example, and
 //! [`algo::Maglev`] and [`algo::Ring`] for the tables alone.
 //!
 //! # Randomness

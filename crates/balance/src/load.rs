@@ -216,43 +216,58 @@ const UNMEASURED: u64 = u64::MAX;
 /// the measured ones (which would starve it of the answer that measures it): it ties with or beats
 /// the fastest until its own first answer. Under [`DefaultRtt::Fixed`] it stays at the configured estimate.
 pub(crate) struct ColdStart {
-    /// f64 bits of the estimate in nanoseconds.
-    estimate_ns: AtomicU64,
-    /// Whether first samples replace it (`PoolMedian`), and whether one has.
-    learns: bool,
-    learned: AtomicBool,
+    /// f64 bits of what a sample must be below to be learned: under `PoolMedian`, +∞ until the first
+    /// sample, then the lowest sample, which is the estimate; under `Fixed`, −∞. So a sample that
+    /// teaches nothing, every one but a few, costs one comparison.
+    learn_below: AtomicU64,
+    /// Under `Fixed`: the estimate, never learned.
+    fixed_ns: Option<f64>,
 }
 
 impl ColdStart {
     pub(crate) fn new(metric: &LoadMetric) -> Self {
-        let (start, learns) = match metric.latency_config().map(|c| c.default_rtt) {
-            Some(DefaultRtt::Fixed(rtt)) => (rtt, false),
-            _ => (FALLBACK_RTT, true),
-        };
-        Self {
-            estimate_ns: AtomicU64::new((start.as_nanos() as u64 as f64).to_bits()),
-            learns,
-            learned: AtomicBool::new(false),
+        let ns = |rtt: Duration| rtt.as_nanos() as u64 as f64;
+        match metric.latency_config().map(|c| c.default_rtt) {
+            Some(DefaultRtt::Fixed(rtt)) => Self {
+                learn_below: AtomicU64::new(f64::NEG_INFINITY.to_bits()),
+                fixed_ns: Some(ns(rtt)),
+            },
+            _ => Self {
+                learn_below: AtomicU64::new(f64::INFINITY.to_bits()),
+                fixed_ns: None,
+            },
         }
     }
 
-    #[inline]
+    fn learn_below(&self) -> f64 {
+        f64::from_bits(self.learn_below.load(Relaxed))
+    }
+
     fn estimate_ns(&self) -> f64 {
-        f64::from_bits(self.estimate_ns.load(Relaxed))
+        match self.fixed_ns {
+            Some(fixed) => fixed,
+            None if self.learned() => self.learn_below(),
+            None => FALLBACK_RTT.as_nanos() as f64,
+        }
+    }
+
+    /// Whether a sample was learned (under `PoolMedian`).
+    fn learned(&self) -> bool {
+        self.fixed_ns.is_none() && self.learn_below() < f64::INFINITY
     }
 
     /// A sample of any endpoint: the first one replaces the start, later ones can only lower it.
-    /// (Two first samples at the same instant on two threads may keep the later instead of the lower:
-    /// harmless, and impossible in duet's single-threaded workers.)
+    #[inline]
     fn learn(&self, rtt_ns: f64) {
-        if !self.learns {
-            return;
+        if rtt_ns < self.learn_below() {
+            self.lower(rtt_ns);
         }
-        if !self.learned.swap(true, Relaxed) {
-            self.estimate_ns.store(rtt_ns.to_bits(), Relaxed);
-            return;
-        }
-        let _ = self.estimate_ns.fetch_update(Relaxed, Relaxed, |bits| {
+    }
+
+    /// Keeps `rtt_ns` unless a lower sample (on another thread) came first.
+    #[cold]
+    fn lower(&self, rtt_ns: f64) {
+        let _ = self.learn_below.fetch_update(Relaxed, Relaxed, |bits| {
             (rtt_ns < f64::from_bits(bits)).then_some(rtt_ns.to_bits())
         });
     }
@@ -262,8 +277,8 @@ impl fmt::Debug for ColdStart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ColdStart")
             .field("estimate", &nanos(self.estimate_ns()))
-            .field("learns", &self.learns)
-            .field("learned", &self.learned.load(Relaxed))
+            .field("learns", &self.fixed_ns.is_none())
+            .field("learned", &self.learned())
             .finish()
     }
 }
@@ -856,6 +871,30 @@ mod tests {
              latency_average: 30ms, measured: true, penalty: 1s, sample_at: ResponseHeaders, .. }"
         );
         state.finish();
+    }
+
+    #[test]
+    fn the_cold_estimate_takes_the_first_sample_then_only_lower_ones_and_a_fixed_one_none() {
+        let pooled = ColdStart::new(&LoadMetric::PeakEwma(PeakEwmaConfig::default()));
+        assert_eq!((pooled.estimate_ns(), pooled.learned()), (30e6, false));
+        pooled.learn(50e6);
+        assert_eq!(
+            (pooled.estimate_ns(), pooled.learned()),
+            (50e6, true),
+            "the first, even above the start"
+        );
+        pooled.learn(60e6);
+        assert_eq!(pooled.estimate_ns(), 50e6);
+        pooled.learn(0.0);
+        pooled.learn(1e3);
+        assert_eq!(pooled.estimate_ns(), 0.0, "the lowest");
+        let fixed = ColdStart::new(&LoadMetric::PeakEwma(PeakEwmaConfig {
+            default_rtt: DefaultRtt::Fixed(Duration::from_millis(5)),
+            ..PeakEwmaConfig::default()
+        }));
+        fixed.learn(1e3);
+        fixed.learn(0.0);
+        assert_eq!((fixed.estimate_ns(), fixed.learned()), (5e6, false));
     }
 
     #[test]

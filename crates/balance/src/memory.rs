@@ -1,13 +1,11 @@
 //! The memory of P2C with memory (`Policy::P2cMemory`): the last two endpoints a request of
 //! this balancer completed on, written by the requests' guards and taken by the next pick.
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering::Relaxed},
-    Arc,
-};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Nothing remembered (no slot is `u32::MAX`: a candidate list that long cannot be built).
-const NOTHING: u64 = u64::MAX;
+/// Nothing remembered (no slot is `u32::MAX`: a candidate list that long cannot be built); as a
+/// guard's token, an endpoint that was no candidate, which nothing remembers.
+pub(crate) const NOTHING: u64 = u64::MAX;
 
 /// The last two distinct endpoints that freed a request slot, each named by its slot in the candidate
 /// list and the list's generation (the low 32 bits of each in one word), so that a slot of a list rebuilt
@@ -19,11 +17,19 @@ pub(crate) struct LastFreed {
 }
 
 impl LastFreed {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self {
+    pub(crate) fn new() -> Self {
+        Self {
             last: AtomicU64::new(NOTHING),
             before: AtomicU64::new(NOTHING),
-        })
+        }
+    }
+
+    /// A copy of what `self` remembers now.
+    pub(crate) fn copy(&self) -> Self {
+        Self {
+            last: AtomicU64::new(self.last.load(Relaxed)),
+            before: AtomicU64::new(self.before.load(Relaxed)),
+        }
     }
 
     /// What a guard records for the endpoint at `slot` of the candidates of `generation`.
@@ -32,8 +38,11 @@ impl LastFreed {
     }
 
     /// The request of `token` released its endpoint. An endpoint completing twice in a row stays one
-    /// memory: the one before it is kept.
+    /// memory: the one before it is kept. [`NOTHING`] is not recorded.
     pub(crate) fn record(&self, token: u64) {
+        if token == NOTHING {
+            return;
+        }
         let previous = self.last.swap(token, Relaxed);
         if previous != token && previous != NOTHING {
             self.before.store(previous, Relaxed);

@@ -48,15 +48,19 @@ where
 
     /// The reserved pick, if the candidates have not changed since it was made (a membership change
     /// moves positions and may rule the endpoint out: the pick is made again).
+    #[inline]
     fn reserved_now(&self) -> Reserved {
-        let generation = self.endpoints.candidates().generation();
-        match self.reserved {
-            Reserved::Endpoint { generation: g, .. } | Reserved::NoEligible { generation: g }
-                if g != generation =>
-            {
-                Reserved::None
+        let made_for = match self.reserved {
+            // The common case (every `poll_ready` after a `call`) answered first and alone.
+            Reserved::None => return Reserved::None,
+            Reserved::Endpoint { generation, .. } | Reserved::NoEligible { generation } => {
+                generation
             }
-            reserved => reserved,
+        };
+        if made_for == self.endpoints.candidates().generation() {
+            self.reserved
+        } else {
+            Reserved::None
         }
     }
 

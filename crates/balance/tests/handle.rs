@@ -165,4 +165,14 @@ fn a_balancer_without_a_handle_publishes_nothing_and_a_late_handle_sees_everythi
     assert_eq!(weights, NAMES.map(|n| (n, 2)));
     balance.remove(&"b");
     assert_eq!(handle.endpoints().len(), 3);
+
+    // Every pick hands its counts on, a refused one too.
+    for _ in 0..5 {
+        let _ = balance.pick();
+    }
+    balance.retain(|_| false);
+    assert!(balance.pick().is_err());
+    let stats = handle.stats();
+    assert_eq!((stats.picks, stats.no_eligible), (15, 1));
+    assert_eq!(stats, balance.stats());
 }

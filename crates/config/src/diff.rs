@@ -2,8 +2,8 @@
 //! a plan to read before applying it.
 
 use crate::model::{
-    http_method, Cluster, Config, HostPattern, Listener, Route, Sticky, StickySecret, UpstreamTls,
-    Workers,
+    http_method, Cluster, Config, HashAlgorithm, HashKey, HashPolicy, HashWalk, HostPattern,
+    Listener, Route, Sticky, StickySecret, UpstreamTls, Workers,
 };
 use std::fmt::{self, Debug};
 
@@ -374,6 +374,38 @@ fn sticky(changes: &mut Changes, prefix: &str, old: Option<&Sticky>, new: Option
     }
 }
 
+/// `hash:` of a `policy: hash` cluster, in the words it is written with.
+fn hash(changes: &mut Changes, prefix: &str, old: Option<&HashPolicy>, new: Option<&HashPolicy>) {
+    let shown = |hash: Option<&HashPolicy>| match hash {
+        None => "off".to_owned(),
+        Some(h) => {
+            let key = match &h.key {
+                HashKey::Header(name) => format!("header:{name}"),
+                HashKey::Cookie(name) => format!("cookie:{name}"),
+                HashKey::Query(name) => format!("query:{name}"),
+                HashKey::ClientIp => "client_ip".to_owned(),
+                HashKey::Path => "path".to_owned(),
+            };
+            let walk = match h.walk {
+                HashWalk::Next => "next",
+                HashWalk::P2c => "p2c",
+            };
+            let algorithm = match h.algorithm {
+                HashAlgorithm::Maglev => "maglev",
+                HashAlgorithm::Ring => "ring",
+            };
+            format!(
+                "key {key} bound {} walk {walk} algorithm {algorithm}",
+                h.bound
+            )
+        }
+    };
+    let (before, after) = (shown(old), shown(new));
+    if before != after {
+        changes.push(format!("~ {prefix}: hash {before} -> {after}"));
+    }
+}
+
 fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
     let prefix = format!("cluster {}", new.name);
     if old.policy != new.policy {
@@ -399,6 +431,7 @@ fn cluster_changes(changes: &mut Changes, old: &Cluster, new: &Cluster) {
         ));
     }
     sticky(changes, &prefix, old.sticky.as_ref(), new.sticky.as_ref());
+    hash(changes, &prefix, old.hash.as_ref(), new.hash.as_ref());
     backends(changes, &prefix, old, new);
     let timeouts = format!("{prefix}.timeouts");
     changed!(

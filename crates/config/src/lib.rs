@@ -48,6 +48,7 @@ mod units;
 
 pub use access_log::{AccessLog, LogField, LogFormat};
 pub use check::shadowing::{shadowed_routes, Shadowed};
+pub use check::{warnings, Warning};
 pub use diff::{diff, Change};
 pub use error::{ConfigError, ConfigErrors};
 pub use filter::hedge::{Hedge, HedgeAfter};

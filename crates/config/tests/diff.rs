@@ -253,3 +253,31 @@ fn sticky_shows_its_cookie_and_whether_its_key_changed_never_the_key() {
     assert!(!format!("{rotation:?}").contains("0123"));
     assert!(diff(&shared, &shared).is_empty());
 }
+
+#[test]
+fn a_hash_policy_shows_its_key_bound_walk_and_table() {
+    let with = |hash: &str| {
+        let yaml = OLD.replace(
+            "    timeouts: { connect: 1s }\n",
+            &format!("    timeouts: {{ connect: 1s }}\n    policy: hash\n    hash: {hash}\n"),
+        );
+        parse(&yaml, "x.yaml").expect("hash")
+    };
+    let header = with("{ key: header:x-user }");
+    let ring = with("{ key: header:x-user, bound: 1.5, walk: next, algorithm: ring }");
+    let lines = |a, b| -> Vec<String> { diff(a, b).iter().map(ToString::to_string).collect() };
+    assert_eq!(
+        lines(&header, &ring),
+        ["~ cluster api: hash key header:x-user bound 1.25 walk p2c algorithm maglev -> key header:x-user bound 1.5 walk next algorithm ring"]
+    );
+    let old = parse(OLD, "old.yaml").expect("old");
+    let added = lines(&old, &header);
+    assert!(
+        added.contains(
+            &"~ cluster api: hash off -> key header:x-user bound 1.25 walk p2c algorithm maglev"
+                .to_owned()
+        ),
+        "{added:?}"
+    );
+    assert!(diff(&ring, &ring).is_empty());
+}

@@ -1,6 +1,6 @@
 //! A cluster's `sticky:`: read as written, defaults where left out, each mistake located.
 
-use duet_config::{parse, Location, Sticky, StickySecret};
+use duet_config::{parse, warnings, Location, Sticky, StickySecret};
 use std::time::Duration;
 
 mod support;
@@ -85,5 +85,26 @@ fn a_sticky_mapping_without_its_cookie_is_located() {
     assert!(
         found[0].starts_with("bad.yaml:4:26: missing field `cookie`"),
         "{found:#?}"
+    );
+}
+
+#[test]
+fn only_a_random_key_is_warned_of_where_it_is_written() {
+    let yaml = clusters(
+        "  - { name: web, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
+         - { name: b, sticky: { cookie: b_id, secret: \"0123456789abcdef\" }, backends: [ { address: 127.0.0.1:9001 } ] }\n  \
+         - { name: c, sticky: { cookie: sid }, backends: [ { address: 127.0.0.1:9001 } ] }",
+    );
+    let config = parse(&yaml, "ok.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let found: Vec<String> = warnings(&config).iter().map(|w| w.to_string()).collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "6:24: warning: clusters[2].sticky: cluster `c` signs its cookies with a random key"
+        ),
+        "{found:?}"
+    );
+    assert!(
+        found[0].ends_with("set `secret_file:` (or `secret:`) to the same key on every instance")
     );
 }

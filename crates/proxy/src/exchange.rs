@@ -9,10 +9,10 @@ use crate::{
     error::ProxyError,
     header_copy::HeaderCopy,
     peer::TlsSession,
-    telemetry::{access_log::AccessLog, metrics::WorkerCounters, trace::RequestTrace},
+    telemetry::{access_log::AccessLog, metrics::WorkerCounters, watch::RequestWatch},
     tunnel::PendingTunnel,
 };
-use http::{request::Parts, HeaderMap, HeaderValue, Response};
+use http::{request::Parts, HeaderMap, HeaderName, HeaderValue, Response};
 use hyper::body::Incoming;
 use std::{
     cell::{Cell, RefCell},
@@ -42,8 +42,9 @@ pub(crate) struct Prepared {
     /// The client a PROXY header names, when the cluster sends one: its connections are pooled per
     /// client.
     pub(crate) client: Option<SocketAddr>,
-    /// The request's trace, if it is traced: each attempt starts a span of it.
-    pub(crate) trace: Option<Rc<RequestTrace>>,
+    /// What follows the request through its attempts (its trace, when it is traced): each
+    /// attempt starts its own watch from it.
+    pub(crate) watch: Option<Rc<dyn RequestWatch>>,
 }
 
 impl Prepared {
@@ -56,7 +57,7 @@ impl Prepared {
             affinity: None,
             session: Session::Off,
             client: None,
-            trace: None,
+            watch: None,
         }
     }
 
@@ -78,6 +79,17 @@ impl Prepared {
             Some(copy) => copy.to_map(),
             None => std::mem::take(&mut self.parts.headers),
         }
+    }
+
+    /// The attempt settled by `completion` starts: if the request is watched, the attempt's
+    /// watch starts, and the field its request then carries (each resend too) is returned.
+    #[inline]
+    pub(crate) fn attempt_field(
+        &self,
+        completion: &mut Completion,
+    ) -> Option<(HeaderName, HeaderValue)> {
+        let watch = self.watch.as_ref()?;
+        Some(completion.watch(Rc::clone(watch)))
     }
 
     /// A copy of the headers, for an attempt that cannot take them (a hedge, a resend).

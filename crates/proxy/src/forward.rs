@@ -10,7 +10,6 @@ use crate::{
     error::{ErrorKind, ProxyError},
     exchange::Prepared,
     outcome::{Blame, Failure},
-    telemetry::trace::TRACEPARENT,
     telemetry::upload::Upload,
 };
 use duet_balance::LoadGuard;
@@ -95,8 +94,9 @@ pub(crate) async fn send(
     mut headers: Option<HeaderMap>,
 ) -> Result<(Response<Incoming>, Completion), ProxyError> {
     let mut completion = Completion::new(guard, cluster.clone(), backend, stats);
-    // A traced request's attempt is a span of its own, which the backend hears of as its parent.
-    let traceparent = (prepared.trace.as_ref()).map(|trace| completion.trace(trace, backend));
+    // The field the request's telemetry has the attempt carry, if any (a traced request's
+    // `traceparent`, naming the attempt's span).
+    let field = prepared.attempt_field(&mut completion);
     let resendable = resendable(prepared);
     let h2 = matches!(cluster.client(), Transport::H2(_));
     let mut resends = 0;
@@ -105,8 +105,8 @@ pub(crate) async fn send(
     let mut sent = completion.started();
     let error = loop {
         let mut headers = headers.take().unwrap_or_else(|| prepared.attempt_headers());
-        if let Some(traceparent) = &traceparent {
-            headers.insert(TRACEPARENT, traceparent.clone());
+        if let Some((name, value)) = &field {
+            headers.insert(name, value.clone());
         }
         let request = upstream_request(&prepared.parts, &authority, body, headers);
         let upload = prepared.source.upload().cloned();

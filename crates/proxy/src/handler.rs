@@ -267,7 +267,7 @@ impl WorkerProxy {
                 Err(e) => return Ok(refuse(&e, log)),
             };
         filters.on_prepared(&prepared);
-        prepared.trace = trace.clone();
+        prepared.watch = trace.clone().map(|trace| trace as _);
         let attempts = retry::RouteState { timings, filters };
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
         let outcome = pin!(sent).await;
@@ -281,7 +281,7 @@ impl WorkerProxy {
             grpc,
         );
         if unanswered {
-            unanswered_done(timings, filters, started, response.status());
+            unanswered_done(timings, filters, (started, &trace), response.status());
         }
         self.connection_fields(&table, connection, &mut response, (http2, grpc));
         Ok(traced(&trace, response))
@@ -527,7 +527,7 @@ fn routed_to(
 fn unanswered_done(
     timings: &RouteTimings,
     filters: &RouteFilters,
-    started: Instant,
+    (started, trace): (Instant, &Option<Rc<RequestTrace>>),
     status: http::StatusCode,
 ) {
     let done = Done {
@@ -535,6 +535,7 @@ fn unanswered_done(
         status,
         duration: started.elapsed(),
         backend: None,
+        exemplar: trace.as_ref().map(|trace| trace.ids().0),
     };
     // Its access-log line is written when duet's answer's body is done with.
     done::finish(

@@ -28,6 +28,28 @@ use crate::{
 };
 use std::path::PathBuf;
 
+/// Something a valid file says that is likely not what its author meant, found by [`warnings`]: the
+/// file runs as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Where the setting warned of is written.
+    pub at: crate::Location,
+    /// What is wrong and what to write instead.
+    pub message: String,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: warning: {}", self.at, self.message)
+    }
+}
+
+/// What `duet check` warns of in a valid `config` (each section's checks add their own), in file
+/// order of the sections.
+pub fn warnings(config: &Config) -> Vec<Warning> {
+    sticky::random_key_warnings(config).collect()
+}
+
 /// The checked model, and every problem found (the model is meant to be used only when there are
 /// none). `base` is the config file's folder, which relative paths start from.
 pub(crate) fn check(

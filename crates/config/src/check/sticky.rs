@@ -75,3 +75,22 @@ fn secret(checker: &mut Checker, sticky: &RawSticky, field: &Field) -> StickySec
     }
     StickySecret::Shared(bytes)
 }
+
+/// `sticky:` without `secret`/`secret_file` is valid, but its key is drawn per process: its cookies
+/// then hold neither across a restart nor on another instance, which `duet check` warns of.
+pub(super) fn random_key_warnings(
+    config: &crate::Config,
+) -> impl Iterator<Item = super::Warning> + '_ {
+    (config.clusters.iter().enumerate()).filter_map(|(i, cluster)| {
+        let sticky = (cluster.sticky.as_ref()).filter(|s| s.secret == StickySecret::Random)?;
+        Some(super::Warning {
+            at: sticky.at,
+            message: format!(
+                "clusters[{i}].sticky: cluster `{}` signs its cookies with a random key drawn per \
+                 process: they do not survive a restart, nor reach another duet instance behind the \
+                 same balancer; set `secret_file:` (or `secret:`) to the same key on every instance",
+                cluster.name
+            ),
+        })
+    })
+}

@@ -23,6 +23,7 @@ pub mod error_pages;
 pub mod hedge;
 pub mod hsts;
 pub mod ip_list;
+pub mod limit_methods;
 pub mod max_request_body;
 pub mod mirror;
 pub mod rate_limit;
@@ -163,6 +164,7 @@ sections! {
     error_pages: error_pages::ErrorPages,
     compress: compress::Compress,
     cors: cors::Cors,
+    limit_methods: limit_methods::LimitMethods,
 }
 
 impl RawFilters {

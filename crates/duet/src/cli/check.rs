@@ -23,7 +23,9 @@ pub(super) fn check(path: &std::path::Path, resolve: bool, old: Option<&std::pat
         return 1;
     }
     warn_unverified(path, &config);
-    warn_random_sticky_key(path, &config);
+    for warning in duet_config::warnings(&config) {
+        eprintln!("{}:{warning}", path.display());
+    }
     // Dead routes are mistakes to fix, not errors: the file still runs as written.
     for shadowed in duet_config::shadowed_routes(&config) {
         eprintln!("warning: {}: {shadowed}", path.display());
@@ -123,26 +125,6 @@ fn warn_unverified(path: &std::path::Path, config: &duet_config::Config) {
              from its backends (encrypted, not authenticated: anyone on the path can pose as them)",
             path.display(),
             tls.at,
-            cluster.name
-        );
-    }
-}
-
-/// `sticky:` without `secret`/`secret_file` is valid, but its key is drawn per process: said on
-/// stderr, since its cookies then hold neither across a restart nor on another instance.
-fn warn_random_sticky_key(path: &std::path::Path, config: &duet_config::Config) {
-    for (i, cluster) in config.clusters.iter().enumerate() {
-        let Some(sticky) = (cluster.sticky.as_ref())
-            .filter(|sticky| sticky.secret == duet_config::StickySecret::Random)
-        else {
-            continue;
-        };
-        eprintln!(
-            "{}:{}: warning: clusters[{i}].sticky: cluster `{}` signs its cookies with a random key \
-             drawn per process: they do not survive a restart, nor reach another duet instance \
-             behind the same balancer; set `secret_file:` (or `secret:`) to the same key on every instance",
-            path.display(),
-            sticky.at,
             cluster.name
         );
     }

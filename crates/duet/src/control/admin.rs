@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics` (Prometheus text), `/status`, `/healthz`, `/ready`.
+//! The admin listener: `/metrics` (Prometheus text, or OpenMetrics when asked for), `/status`,
+//! `/healthz`, `/ready`.
 //!
 //! It shares the control thread with health checks and DNS discovery, so nothing here may make them
 //! wait: each connection is a task of its own, bounded in time (a header timeout, a lifetime) and in
@@ -88,12 +89,49 @@ fn route(state: &State, request: &Request<Incoming>) -> Answer {
 }
 
 fn metrics(state: &State, request: &Request<Incoming>) -> Answer {
-    let body = if request.uri().query() == Some("aggregate=worker") {
+    let aggregate = request.uri().query() == Some("aggregate=worker");
+    let accept = (request.headers().get(header::ACCEPT)).and_then(|v| v.to_str().ok());
+    if accept.is_some_and(prefers_openmetrics) {
+        let body = state.registry.render_openmetrics(aggregate);
+        return (StatusCode::OK, OPENMETRICS, body);
+    }
+    let body = if aggregate {
         state.registry.render_prometheus_aggregated()
     } else {
         state.registry.render_prometheus()
     };
     (StatusCode::OK, "text/plain; version=0.0.4", body)
+}
+
+/// The content type of the OpenMetrics exposition.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Whether an `Accept` asks for OpenMetrics (1.0.0, 0.0.1, or no version named) at least as much as
+/// for Prometheus's text (`text/plain`), as Prometheus's scrapes ask by default (its
+/// `scrape_protocols`). Anything else, `*/*` included, gets Prometheus's text, as before OpenMetrics was served.
+fn prefers_openmetrics(accept: &str) -> bool {
+    let (mut openmetrics, mut plain) = (0.0_f32, 0.0_f32);
+    for range in accept.split(',') {
+        let mut params = range.split(';').map(str::trim);
+        let media = params.next().unwrap_or("").to_ascii_lowercase();
+        let (mut quality, mut version_ok) = (1.0_f32, true);
+        for param in params {
+            let Some((key, value)) = param.split_once('=') else {
+                continue;
+            };
+            match key.trim().to_ascii_lowercase().as_str() {
+                "q" => quality = value.trim().parse().unwrap_or(0.0),
+                "version" => version_ok = matches!(value.trim(), "1.0.0" | "0.0.1"),
+                _ => {}
+            }
+        }
+        match media.as_str() {
+            "application/openmetrics-text" if version_ok => openmetrics = openmetrics.max(quality),
+            "text/plain" => plain = plain.max(quality),
+            _ => {}
+        }
+    }
+    openmetrics > 0.0 && openmetrics >= plain
 }
 
 fn status(state: &State, request: &Request<Incoming>) -> Answer {

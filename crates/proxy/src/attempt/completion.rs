@@ -28,7 +28,7 @@ use crate::{
     telemetry::access_log::AccessLog,
     telemetry::done::{self, Done, Observer},
     telemetry::metrics::{BackendStats, RouteTimings},
-    telemetry::trace::{AttemptSpan, RequestTrace},
+    telemetry::watch::{AttemptWatch, RequestWatch},
 };
 use crate::{grpc, headers::may_hold};
 use duet_balance::LoadGuard;
@@ -74,8 +74,8 @@ pub(crate) struct Settlement {
     /// The response goes to no client (a mirror's copy, read and dropped): its bytes are not counted as
     /// passed to clients.
     dropped_response: bool,
-    /// The attempt's span, when its request is traced.
-    span: Option<AttemptSpan>,
+    /// What follows the attempt until it settles (its span, when its request is traced).
+    watch: Option<Box<dyn AttemptWatch>>,
     // Dropped last, after the verdict: the load is released once the attempt is fully settled.
     guard: LoadGuard,
 }
@@ -131,7 +131,7 @@ impl Completion {
             lease: None,
             upgraded: false,
             dropped_response: false,
-            span: None,
+            watch: None,
             guard,
         };
         Self(ManuallyDrop::new(spare::boxed(
@@ -146,16 +146,16 @@ impl Completion {
         self.dropped_response = true;
     }
 
-    /// The attempt to `backend` of a traced request: it starts a span of `trace`, which it ends
-    /// when it settles. Returns the `traceparent` the attempt sends.
-    pub(crate) fn trace(
+    /// The attempt of a watched request: it starts the attempt's watch from `request`'s, and
+    /// settles it when it settles. Returns the field the attempt's request carries.
+    #[inline(never)]
+    pub(crate) fn watch(
         &mut self,
-        trace: &Rc<RequestTrace>,
-        backend: SocketAddr,
-    ) -> http::HeaderValue {
-        let (span, traceparent) = trace.attempt(backend);
-        self.span = Some(span);
-        traceparent
+        request: Rc<dyn RequestWatch>,
+    ) -> (http::HeaderName, http::HeaderValue) {
+        let (watch, field) = request.attempt(self.backend);
+        self.watch = Some(watch);
+        field
     }
 
     /// The response arrived on `lease`'s connection (or stream).
@@ -182,13 +182,15 @@ impl Completion {
             log.backend = Some(self.backend);
         }
         let now = Instant::now();
+        let exemplar = self.watch.as_ref().map(|watch| watch.exemplar());
+        let exemplar = exemplar.as_ref();
         timings
             .response_head
-            .observe(now.saturating_duration_since(started));
+            .observe_with(now.saturating_duration_since(started), exemplar);
         self.request = Some((started, timings));
         self.observer = observer;
         let head_time = now.saturating_duration_since(self.attempt_started);
-        self.stats.header_time.observe(head_time);
+        self.stats.header_time.observe_with(head_time, exemplar);
         if let Some(log) = log.as_mut() {
             log.upstream_head_ms = Some(head_time.as_secs_f64() * 1000.0);
             if let Some(Hold::Lease(lease)) = &self.lease {
@@ -316,9 +318,7 @@ impl Drop for Settlement {
             }
         }
         self.settle(now);
-        if let Some(span) = self.span.take() {
-            span.end(self.status, self.ended, &self.stats.address_text);
-        }
+        let exemplar = self.watch.take().map(|watch| self.end_watch(watch));
         // The request is done once every verdict is in; timed with the clock reading the pool took,
         // rather than a reading of its own.
         if let Some((started, timings)) = &self.request {
@@ -327,6 +327,7 @@ impl Drop for Settlement {
                 status: self.status.unwrap_or(StatusCode::OK),
                 duration: now.saturating_duration_since(*started),
                 backend: Some(self.backend),
+                exemplar,
             };
             let (observer, log) = (self.observer.as_deref(), self.log.take());
             done::finish(&done, timings, observer, log, &self.stats.address_text);
@@ -335,6 +336,15 @@ impl Drop for Settlement {
 }
 
 impl Settlement {
+    /// Ends the attempt's watch (its span), out of the way of the unwatched attempts' path; returns
+    /// the id of the request's latency exemplar.
+    #[inline(never)]
+    fn end_watch(&self, watch: Box<dyn AttemptWatch>) -> [u8; 16] {
+        let exemplar = watch.exemplar();
+        watch.end(self.status, self.ended, &self.stats.address_text);
+        exemplar
+    }
+
     /// The outlier verdict, the load's latency sample and the failure counted, by how it ended.
     fn settle(&mut self, now: Instant) {
         let ending = self.ended.unwrap_or(Ending::ClientGone);

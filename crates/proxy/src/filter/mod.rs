@@ -72,6 +72,7 @@ mod headers;
 mod hedge;
 mod hsts;
 mod ip_list;
+mod limit_methods;
 mod mirror;
 mod rate_limit;
 mod redirect;
@@ -161,6 +162,7 @@ filters! {
     IpList(ip_list::IpList),
     RateLimit(rate_limit::RouteRateLimit),
     Cors(cors::Cors),
+    LimitMethods(limit_methods::LimitMethods),
     Auth(auth::Auth),
     Redirect(redirect::RedirectRoute),
     Respond(respond::Respond),

@@ -7,7 +7,7 @@
 //! backend answered and the handler finishes it with duet's own error answer. Both build a [`Done`]
 //! and call [`finish`]; nothing else reads the clock or the status again.
 
-use crate::telemetry::{access_log::AccessLog, metrics::RouteTimings};
+use crate::telemetry::{access_log::AccessLog, histogram::ExemplarId, metrics::RouteTimings};
 use http::StatusCode;
 use std::{net::SocketAddr, time::Duration};
 
@@ -29,6 +29,8 @@ pub(crate) struct Done<'a> {
     pub(crate) duration: Duration,
     /// The backend that answered; `None`: none did.
     pub(crate) backend: Option<SocketAddr>,
+    /// The request's trace, when it is traced: the latency histogram's exemplar.
+    pub(crate) exemplar: Option<ExemplarId>,
 }
 
 /// What observes finished requests besides the route's histograms and the access log: a route's
@@ -41,6 +43,7 @@ pub(crate) trait Observer {
 /// Hands `done` to its observers, once: the route's histograms and counts, then `observer` (the
 /// route's done-phase filters, if any), then the access log (last, so its line is written once
 /// every count is in). `backend_text` is the answering backend's address already formatted.
+#[inline]
 pub(crate) fn finish(
     done: &Done<'_>,
     timings: &RouteTimings,
@@ -48,7 +51,7 @@ pub(crate) fn finish(
     log: Option<Box<AccessLog>>,
     backend_text: &str,
 ) {
-    timings.request_duration.observe(done.duration);
+    (timings.request_duration).observe_with(done.duration, done.exemplar.as_ref());
     timings.response(done.status);
     if let Some(observer) = observer {
         observer.on_done(done);
@@ -84,6 +87,7 @@ mod tests {
                 status: StatusCode::from_u16(status).expect("a status"),
                 duration: Duration::from_millis(3),
                 backend,
+                exemplar: None,
             };
             finish(&done, &timings, Some(&seen), None, "127.0.0.1:9001");
         }

@@ -675,6 +675,10 @@ pub(crate) mod fixture {
         for micros in [300, 800 * seed, 42_000, 70_000_000] {
             stats.header_time.observe(Duration::from_micros(micros));
         }
+        // A traced request's, in OpenMetrics only: the later worker's (seed) is the newest.
+        let at = 1_700_000_000_000 + seed * 1_001;
+        let id = [seed as u8 | 0x10; 16];
+        (stats.header_time).set_exemplar(Duration::from_micros(41_000), &id, at);
         BackendCell {
             address,
             weight,
@@ -730,6 +734,14 @@ pub(crate) mod fixture {
                         .response_head
                         .observe(Duration::from_micros(micros / 2));
                 }
+                // Traced requests', in OpenMetrics only: the later worker's (seed) is the newest
+                // of a bucket both have.
+                let at = 1_700_000_000_000 + seed * 1_000 + i as u64;
+                let id = [(seed * 16 + i as u64) as u8; 16];
+                let duration = &timings.request_duration;
+                duration.set_exemplar(Duration::from_micros(450), &id, at);
+                duration.set_exemplar(Duration::from_micros(250_000 + seed), &id, at);
+                (timings.response_head).set_exemplar(Duration::from_micros(130_000), &id, at);
                 // Codes out of order, one twice, one in no worker's other cells.
                 for code in [503, 200, 200, 404 + i as u16] {
                     timings.response(http::StatusCode::from_u16(code).expect("a status"));
@@ -972,6 +984,26 @@ mod golden_tests {
             "metrics_aggregated.prom",
             include_str!("golden/metrics_aggregated.prom"),
             &registry.render_prometheus_aggregated(),
+        );
+    }
+
+    #[test]
+    fn openmetrics_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(true);
+        check(
+            "metrics.om",
+            include_str!("golden/metrics.om"),
+            &registry.render_openmetrics(false),
+        );
+    }
+
+    #[test]
+    fn aggregated_openmetrics_text_is_byte_identical_to_its_capture() {
+        let (registry, _loads) = fixture(true);
+        check(
+            "metrics_aggregated.om",
+            include_str!("golden/metrics_aggregated.om"),
+            &registry.render_openmetrics(true),
         );
     }
 

@@ -14,7 +14,7 @@
 use crate::{
     grpc,
     outcome::Failure,
-    telemetry::histogram::{Histogram, Sum, Summed, SummedAttempts},
+    telemetry::histogram::{Exposition, Histogram, Sum, Summed, SummedAttempts},
     telemetry::metrics::{
         BackendCell, BackendStats, ClusterCells, ClusterCounters, CounterFamily, DiscoveryCounters,
         ListenerHandshakes, ProcessState, Registry, RouteCounters, RouteTimings, WorkerCounters,
@@ -303,7 +303,7 @@ fn nth<C: Borrow<AtomicU64>>(cells: &[C], index: usize) -> Value {
 impl Registry {
     /// The Prometheus text exposition of every worker's cells.
     pub fn render_prometheus(&self) -> String {
-        self.render_families(false)
+        self.render_families(false, Exposition::Prometheus)
     }
 
     /// Like [`render_prometheus`](Self::render_prometheus) with the `worker` label summed away:
@@ -312,10 +312,23 @@ impl Registry {
     /// workers that may pick the backend. Each sum adds the values as `/metrics` writes them, so it is
     /// to the digit what `sum without (worker)` over `/metrics` gives.
     pub fn render_prometheus_aggregated(&self) -> String {
-        self.render_families(true)
+        self.render_families(true, Exposition::Prometheus)
     }
 
-    fn render_families(&self, aggregate: bool) -> String {
+    /// The same families and samples in the OpenMetrics 1.0 text format, `aggregate` as
+    /// [`render_prometheus_aggregated`](Self::render_prometheus_aggregated): a counter's family is
+    /// named without its `_total` (which its samples keep), a name ending in a unit says it in
+    /// `# UNIT`, the latency histograms' buckets carry their exemplars (the latest traced request
+    /// that fell in each), and `# EOF` ends it. A counter whose family name would be another
+    /// family's (`duet_connections_parked_total` beside the gauge `duet_connections_parked`) is
+    /// typed `unknown` under its whole name.
+    pub fn render_openmetrics(&self, aggregate: bool) -> String {
+        let mut out = self.render_families(aggregate, Exposition::OpenMetrics);
+        out.push_str("# EOF\n");
+        out
+    }
+
+    fn render_families(&self, aggregate: bool, exposition: Exposition) -> String {
         let discovery = self.discovery();
         self.inspect(|workers, process, _| {
             let scrape = Scrape {
@@ -323,6 +336,7 @@ impl Registry {
                 process,
                 discovery,
                 resources: (process.resources)(),
+                exposition,
             };
             let mut out = String::new();
             for family in FAMILIES {
@@ -340,6 +354,7 @@ struct Scrape<'a> {
     discovery: &'a DiscoveryCounters,
     /// The process's resources, read once for the scrape.
     resources: Option<ProcessStats>,
+    exposition: Exposition,
 }
 
 impl<'a> Scrape<'a> {
@@ -407,14 +422,20 @@ impl Family {
             return;
         }
         let name = self.name;
-        let _ = writeln!(
-            out,
-            "# HELP {name} {}\n# TYPE {name} {}",
-            self.help, self.kind
-        );
+        match scrape.exposition {
+            Exposition::Prometheus => {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {}\n# TYPE {name} {}",
+                    self.help, self.kind
+                );
+            }
+            Exposition::OpenMetrics => self.write_openmetrics_header(out),
+        }
+        let exposition = scrape.exposition;
         match self.read {
             Read::RouteLatency(cell) => write_summed::<Summed, _>(
-                out,
+                (out, exposition),
                 name,
                 scrape.clusters().flat_map(|(_, c)| {
                     c.routes
@@ -424,14 +445,14 @@ impl Family {
             ),
             Read::RouteCodes => write_codes(out, name, scrape),
             Read::Attempts => write_summed::<SummedAttempts, _>(
-                out,
+                (out, exposition),
                 name,
                 scrape
                     .clusters()
                     .map(|(_, c)| (Labels::cluster(&c.name), &c.counters.attempts)),
             ),
             Read::BackendLatency(cell) => write_summed::<Summed, _>(
-                out,
+                (out, exposition),
                 name,
                 scrape
                     .backends()
@@ -454,6 +475,30 @@ impl Family {
                 labels.write(out);
                 let _ = writeln!(out, " {value}");
             }),
+        }
+    }
+
+    /// The family's `# HELP`, `# TYPE` and `# UNIT` lines in OpenMetrics's terms: a counter's
+    /// family is named without `_total`, unless that is another family's name (then it is
+    /// `unknown` under its whole name); a name ending in `_seconds` or `_bytes` has that unit.
+    fn write_openmetrics_header(&self, out: &mut String) {
+        let mut name = self.name;
+        let mut kind = self.kind;
+        if kind == COUNTER {
+            match name.strip_suffix("_total") {
+                Some(family) if !FAMILIES.iter().any(|f| f.name == family) => name = family,
+                _ => kind = "unknown",
+            }
+        }
+        let _ = write!(out, "# HELP {name} ");
+        escape_into(out, self.help);
+        let _ = writeln!(out, "\n# TYPE {name} {kind}");
+        let unit = ["seconds", "bytes"].into_iter().find(|unit| {
+            name.strip_suffix(unit)
+                .is_some_and(|rest| rest.ends_with('_'))
+        });
+        if let Some(unit) = unit.filter(|_| kind != "unknown") {
+            let _ = writeln!(out, "# UNIT {name} {unit}");
         }
     }
 
@@ -559,21 +604,26 @@ impl Family {
     }
 }
 
-/// Adds up each series' cells over workers and writes the sums in label order.
-fn write_summed<'a, S: Sum, I>(out: &mut String, name: &str, cells: I)
+/// Adds up each series' cells over workers and writes the sums in label order (in OpenMetrics,
+/// with the newest exemplar of each bucket).
+fn write_summed<'a, S: Sum, I>((out, exposition): (&mut String, Exposition), name: &str, cells: I)
 where
     I: Iterator<Item = (Labels<'a>, &'a S::Cell)>,
     S::Cell: 'a,
 {
     let mut summed: BTreeMap<Labels<'a>, S> = BTreeMap::new();
     for (labels, cell) in cells {
-        summed.entry(labels).or_default().add(cell);
+        let sum = summed.entry(labels).or_default();
+        sum.add(cell);
+        if exposition == Exposition::OpenMetrics {
+            sum.add_exemplars(cell);
+        }
     }
     let mut inner = String::new();
     for (labels, sum) in &summed {
         inner.clear();
         labels.write_inner(&mut inner);
-        sum.write(out, name, &inner);
+        sum.write(out, name, &inner, exposition);
     }
 }
 

@@ -22,3 +22,5 @@ pub(crate) mod histogram;
 pub(crate) mod process_stats;
 
 pub(crate) mod trace;
+
+pub(crate) mod watch;

@@ -149,3 +149,25 @@ async fn a_busy_connection_closes_after_its_lifetime_between_requests() {
         })
         .await;
 }
+
+#[test]
+fn openmetrics_is_served_when_the_accept_prefers_it_and_prometheus_text_otherwise() {
+    // Prometheus's own `Accept` (its default scrape protocols), and a bare ask.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                      version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    assert!(prefers_openmetrics(prometheus));
+    assert!(prefers_openmetrics("application/openmetrics-text"));
+    assert!(prefers_openmetrics(
+        "text/plain;q=0.4, Application/OpenMetrics-Text; version=0.0.1; q=0.6"
+    ));
+    for plain in [
+        "",
+        "*/*",
+        "text/plain",
+        "text/plain;version=0.0.4,application/openmetrics-text;q=0.5",
+        "application/openmetrics-text;version=2.0.0",
+        "application/openmetrics-text;q=0",
+    ] {
+        assert!(!prefers_openmetrics(plain), "{plain}");
+    }
+}

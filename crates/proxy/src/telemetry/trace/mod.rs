@@ -14,10 +14,12 @@
 //!
 //! A traced request's [`RequestTrace`] is shared (`Rc`) by the handler, the prepared request and
 //! each attempt: its server span ends when the last of them lets go, which is when the response's
-//! body ended (or duet's own answer was made). Each attempt, a retry's and a hedge's included,
-//! starts an [`AttemptSpan`], a child of the server span, whose `traceparent` the attempt sends
-//! the backend in place of the client's (its `tracestate` passes on as it came); the attempt's
-//! `Completion` ends it when the attempt settles. An attempt started while another of the request
+//! body ended (or duet's own answer was made). The stages know it only as the request's
+//! [`RequestWatch`] (`telemetry/watch.rs`): each attempt, a retry's and a hedge's included,
+//! starts an [`AttemptSpan`] from it, a child of the server span, whose `traceparent` the attempt
+//! sends the backend in place of the client's (its `tracestate` passes on as it came); the
+//! attempt's `Completion` ends it, as an [`AttemptWatch`], when the attempt settles. Its trace id is
+//! the latency histograms' exemplar. An attempt started while another of the request
 //! is in flight is a hedge (`duet.hedged`); one dropped before its response head, the race's loser,
 //! ends `cancelled`.
 //!
@@ -35,6 +37,7 @@ use crate::{
     headers::may_hold,
     outcome::{Blame, Ending},
     peer::Client,
+    telemetry::watch::{AttemptWatch, RequestWatch},
 };
 use context::Parent;
 use duet_config::Tracing;
@@ -49,7 +52,7 @@ use std::{
 };
 
 /// W3C Trace Context's request field.
-pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// A worker's tracer under one configuration: its sampler, and its end of the export queue.
@@ -187,9 +190,14 @@ impl RequestTrace {
     pub(crate) fn respond(&self, status: StatusCode) {
         self.status.set(Some(status));
     }
+}
 
+impl RequestWatch for RequestTrace {
     /// An attempt to `backend` starts: its span, and the `traceparent` it sends.
-    pub(crate) fn attempt(self: &Rc<Self>, backend: SocketAddr) -> (AttemptSpan, HeaderValue) {
+    fn attempt(
+        self: Rc<Self>,
+        backend: SocketAddr,
+    ) -> (Box<dyn AttemptWatch>, (HeaderName, HeaderValue)) {
         let attempt = self.attempts.get() + 1;
         self.attempts.set(attempt);
         let hedged = self.in_flight.get() > 0;
@@ -197,14 +205,14 @@ impl RequestTrace {
         let span_id = context::span_id();
         let traceparent = context::traceparent(&self.trace_id, &span_id);
         let span = AttemptSpan {
-            trace: self.clone(),
+            trace: self,
             span_id,
             start: now_nanos(),
             attempt,
             hedged,
             backend,
         };
-        (span, traceparent)
+        (Box::new(span), (TRACEPARENT, traceparent))
     }
 }
 
@@ -247,10 +255,14 @@ pub(crate) struct AttemptSpan {
     backend: SocketAddr,
 }
 
-impl AttemptSpan {
-    /// The attempt settled: `status` is its response's (if one came), `ended` how it ended
-    /// (`None`: dropped unfinished); `backend_text` is its backend's address already written.
-    pub(crate) fn end(self, status: Option<StatusCode>, ended: Option<Ending>, backend_text: &str) {
+impl AttemptWatch for AttemptSpan {
+    /// The id of the trace the attempt is a span of.
+    fn exemplar(&self) -> TraceId {
+        self.trace.trace_id
+    }
+
+    /// The attempt's span ends: its attributes say how it ended.
+    fn end(self: Box<Self>, status: Option<StatusCode>, ended: Option<Ending>, backend_text: &str) {
         let trace = &self.trace;
         trace.in_flight.set(trace.in_flight.get().saturating_sub(1));
         let (outcome, failed) = outcome(status, ended);
