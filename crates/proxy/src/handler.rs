@@ -213,6 +213,9 @@ impl WorkerProxy {
         in_service: InService,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let connection = in_service.connection();
+        // Here rather than in the connection's service: a request changed there is moved once more
+        // into this future (a `memcpy` of it per request).
+        headers::set_client_certificate(request.headers_mut(), connection.certificate.as_ref());
         // HTTP/2 has no connection fields: its connection says GOAWAY when it closes.
         let http2 = request.version() == http::Version::HTTP_2;
         self.counters.request(request.version());
@@ -254,18 +257,22 @@ impl WorkerProxy {
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
-        // A body read in full holds its share of the buffering budgets until the request is done.
-        let (mut prepared, _buffering) =
-            match prepare::prepare(request, cluster, parts, routed.host, client) {
-                Ok(Preparing::Ready(prepared)) => (prepared, None),
-                Ok(Preparing::Unread(unread)) => {
-                    match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
-                        Ok((prepared, turn)) => (prepared, Some(turn)),
-                        Err(e) => return Ok(refuse(&e, log)),
+        // A body read in full holds its share of the buffering budgets until the request is done;
+        // kept apart from the request, as a pair with it would be one more copy of the request.
+        let mut _buffering = None;
+        let mut prepared = match prepare::prepare(request, cluster, parts, routed.host, client) {
+            Ok(Preparing::Ready(prepared)) => prepared,
+            Ok(Preparing::Unread(unread)) => {
+                match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
+                    Ok((prepared, turn)) => {
+                        _buffering = Some(turn);
+                        prepared
                     }
+                    Err(e) => return Ok(refuse(&e, log)),
                 }
-                Err(e) => return Ok(refuse(&e, log)),
-            };
+            }
+            Err(e) => return Ok(refuse(&e, log)),
+        };
         filters.on_prepared(&prepared);
         prepared.trace = trace.clone();
         let attempts = retry::RouteState { timings, filters };
@@ -556,6 +563,9 @@ fn request_phase(
     log: &mut Option<Box<AccessLog>>,
     (grpc, pages): (bool, Option<bool>),
 ) -> Option<Response<ProxyBody>> {
+    if !state.filters.requests() {
+        return None;
+    }
     let arrival = Arrival {
         request,
         route: routed.route,

@@ -35,20 +35,14 @@ pub(crate) fn respond(
     let mut shaping = shaping;
     let fields = shaping.fields.take();
     let mut response = match outcome {
-        Ok((mut response, completion)) => {
-            let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
-            if let Some(cookie) = cookie {
-                response.headers_mut().append(header::SET_COOKIE, cookie);
-            }
-            relay(
-                response,
-                completion,
-                (upgrade, filters, shaping),
-                client,
-                (connection, cluster),
-                grpc,
-            )
-        }
+        Ok((response, completion)) => relay(
+            response,
+            completion,
+            ((upgrade, session), filters, shaping),
+            client,
+            (connection, cluster),
+            grpc,
+        ),
         Err(Failed { error, log }) => {
             let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
@@ -96,14 +90,20 @@ fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
 
 /// Passes a backend's response on, unless its framing is ambiguous or it switches to a protocol the
 /// client did not ask for: then 502 (a gRPC error for a gRPC call), counted against the backend.
+/// The sticky cookie is set here, on the response in place: set in [`respond`], the response was
+/// moved once more (a `memcpy` per request, sticky cluster or not).
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
+    ((upgrade, session), filters, shaping): ((Option<Upgrade>, Session), &RouteFilters, Shaping),
     client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
 ) -> Response<ProxyBody> {
+    let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
+    if let Some(cookie) = cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
     let refuse = |completion: Completion, why: &'static str| {
         let backend = completion.backend();
         tracing::warn!(%backend, "refusing the response: {why}");
