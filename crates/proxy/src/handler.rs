@@ -254,17 +254,13 @@ impl WorkerProxy {
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
-        // A body read in full holds its share of the buffering budgets until the request is done;
-        // kept apart from the request, as a pair with it would be one more copy of the request.
-        let mut _buffering = None;
+        let mut buffering = None; // a body read in full: its budgets' share, held to the end
         let mut prepared = match prepare::prepare(request, cluster, parts, routed.host, client) {
             Ok(Preparing::Ready(prepared)) => prepared,
             Ok(Preparing::Unread(unread)) => {
-                match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
-                    Ok((prepared, turn)) => {
-                        _buffering = Some(turn);
-                        prepared
-                    }
+                let read = unread.read(cluster, (connection, self.buffers(&table)), &mut buffering);
+                match pin!(read).await {
+                    Ok(prepared) => prepared,
                     Err(e) => return Ok(refuse(&e, log)),
                 }
             }
@@ -288,11 +284,7 @@ impl WorkerProxy {
             unanswered_done(timings, filters, started, response.status());
         }
         self.connection_fields(&table, connection, &mut response, (http2, grpc));
-        // Not `traced`: the response passed through it by value is copied once more, every request.
-        if let Some(trace) = &trace {
-            trace.respond(response.status());
-        }
-        Ok(response)
+        Ok(traced(&trace, response))
     }
 }
 

@@ -35,14 +35,20 @@ pub(crate) fn respond(
     let mut shaping = shaping;
     let fields = shaping.fields.take();
     let mut response = match outcome {
-        Ok((response, completion)) => relay(
-            response,
-            completion,
-            ((upgrade, session), filters, shaping),
-            client,
-            (connection, cluster),
-            grpc,
-        ),
+        Ok((mut response, completion)) => {
+            let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
+            if let Some(cookie) = cookie {
+                response.headers_mut().append(header::SET_COOKIE, cookie);
+            }
+            relay(
+                response,
+                completion,
+                (upgrade, filters, shaping),
+                client,
+                (connection, cluster),
+                grpc,
+            )
+        }
         Err(Failed { error, log }) => {
             let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
@@ -90,20 +96,14 @@ fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
 
 /// Passes a backend's response on, unless its framing is ambiguous or it switches to a protocol the
 /// client did not ask for: then 502 (a gRPC error for a gRPC call), counted against the backend.
-/// The sticky cookie is set here, on the response in place: set in [`respond`], the response was
-/// moved once more (a `memcpy` per request, sticky cluster or not).
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    ((upgrade, session), filters, shaping): ((Option<Upgrade>, Session), &RouteFilters, Shaping),
+    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
     client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
 ) -> Response<ProxyBody> {
-    let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
-    if let Some(cookie) = cookie {
-        response.headers_mut().append(header::SET_COOKIE, cookie);
-    }
     let refuse = |completion: Completion, why: &'static str| {
         let backend = completion.backend();
         tracing::warn!(%backend, "refusing the response: {why}");
@@ -152,19 +152,23 @@ fn relay(
         None => ProxyBody::upstream(body, completion),
         Some(page) => ProxyBody::in_place_of(page.body.clone(), body, completion),
     };
-    // Changed in place and returned once: a `match` handing it on by value copied it once more.
-    let mut response = Response::from_parts(parts, body);
-    if let Some(plan) = shaping.body {
-        body_phase(&mut response, filters, plan);
+    let response = Response::from_parts(parts, body);
+    match shaping.body {
+        None => response,
+        Some(plan) => body_phase(response, filters, plan),
     }
-    response
 }
 
 /// The response-body phase of a backend's response; out of line, so that a route without it pays
 /// one test.
 #[inline(never)]
-fn body_phase(response: &mut Response<ProxyBody>, filters: &RouteFilters, plan: BodyPlan) {
-    filters.on_response_body(plan, response);
+fn body_phase(
+    mut response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    plan: BodyPlan,
+) -> Response<ProxyBody> {
+    filters.on_response_body(plan, &mut response);
+    response
 }
 
 /// RFC 9112 §6.3: a response with both `Transfer-Encoding` and `Content-Length` may be an attempt at
