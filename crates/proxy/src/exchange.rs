@@ -131,6 +131,8 @@ pub(crate) struct ConnectionState {
     pub(crate) buffering: BufferBudget,
     /// What its TLS handshake negotiated (for the access log); `None` over plain TCP.
     pub(crate) tls: Option<TlsSession>,
+    /// The `X-Forwarded-Client-Cert` its requests carry, when its client presented a certificate.
+    pub(crate) certificate: Option<HeaderValue>,
 }
 
 /// The bytes a connection's bodies read in full may hold at once: as much as the largest one its

@@ -220,7 +220,7 @@ impl WorkerProxy {
         let started = Instant::now();
         let table = self.table.borrow().clone();
         let client = table.trust(client);
-        let dropped = self.drop_underscored(&table, client.listener, request.headers_mut());
+        let dropped = self.scrub_client_fields(&table, (client, connection), request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
         let mut log = table.log(&request, started, client, request_id, connection);
         if request.uri().path() == "*" {
@@ -254,18 +254,18 @@ impl WorkerProxy {
         // A body refused is left unread, and the connection closes after the answer.
         let closes = !http2 && !http_body::Body::is_end_stream(request.body());
         let refuse = |e: &ProxyError, log| paged(refused(cluster, client, e, log, grpc, closes));
-        // A body read in full holds its share of the buffering budgets until the request is done.
-        let (mut prepared, _buffering) =
-            match prepare::prepare(request, cluster, parts, routed.host, client) {
-                Ok(Preparing::Ready(prepared)) => (prepared, None),
-                Ok(Preparing::Unread(unread)) => {
-                    match pin!(unread.read(cluster, connection, self.buffers(&table))).await {
-                        Ok((prepared, turn)) => (prepared, Some(turn)),
-                        Err(e) => return Ok(refuse(&e, log)),
-                    }
+        let mut buffering = None; // a body read in full: its budgets' share, held to the end
+        let mut prepared = match prepare::prepare(request, cluster, parts, routed.host, client) {
+            Ok(Preparing::Ready(prepared)) => prepared,
+            Ok(Preparing::Unread(unread)) => {
+                let read = unread.read(cluster, (connection, self.buffers(&table)), &mut buffering);
+                match pin!(read).await {
+                    Ok(prepared) => prepared,
+                    Err(e) => return Ok(refuse(&e, log)),
                 }
-                Err(e) => return Ok(refuse(&e, log)),
-            };
+            }
+            Err(e) => return Ok(refuse(&e, log)),
+        };
         filters.on_prepared(&prepared);
         prepared.watch = trace.clone().map(|trace| trace as _);
         let attempts = retry::RouteState { timings, filters };
@@ -328,23 +328,25 @@ impl WorkerProxy {
         }
     }
 
-    /// Drops (and counts) the request fields whose name holds an underscore, unless the listener the
-    /// request came on keeps them (`underscores_in_headers: keep`); says whether it drops them (its
-    /// trailers then lose them too). Before routing: no matcher, header edit or forwarding rule then
-    /// sees them.
-    fn drop_underscored(
+    /// Takes out the request fields no client sets: any `X-Forwarded-Client-Cert` (the
+    /// `connection`'s own goes in its place, if its client presented a certificate), and (counted)
+    /// those whose name holds an underscore, unless the listener the request came on keeps them
+    /// (`underscores_in_headers: keep`); says whether it drops them (its trailers then lose them
+    /// too). Before routing: no matcher, header edit or forwarding rule then sees them. Here rather
+    /// than in the connection's service: a request changed there is moved once more into this
+    /// future (a `memcpy` of it, every request).
+    fn scrub_client_fields(
         &self,
         table: &Table,
-        listener: usize,
+        (client, connection): (Client, &ConnectionState),
         headers: &mut http::HeaderMap,
     ) -> bool {
-        let keeps = (table.config.listeners.get(listener))
+        let keeps = (table.config.listeners.get(client.listener))
             .is_some_and(|l| l.underscores_in_headers == Underscores::Keep);
-        if !keeps {
-            let dropped = headers::remove_underscored(headers);
-            if dropped > 0 {
-                self.counters.underscore_dropped.fetch_add(dropped, Relaxed);
-            }
+        let certificate = connection.certificate.as_ref();
+        let dropped = headers::scrub_client_fields(headers, certificate, !keeps);
+        if dropped > 0 {
+            self.counters.underscore_dropped.fetch_add(dropped, Relaxed);
         }
         !keeps
     }
@@ -398,7 +400,8 @@ impl Table {
     }
 
     /// The trace of `request` on `route`, if this table's `tracing:` traces it; its access-log
-    /// record then names it.
+    /// record then names it. Inlined: without `tracing:` it is one test, not a call.
+    #[inline]
     fn trace(
         &self,
         request: &Request<Incoming>,
@@ -508,6 +511,7 @@ fn traced(trace: &Option<Rc<RequestTrace>>, response: Response<ProxyBody>) -> Re
 }
 
 /// The request's route picked `cluster`: its access-log record and its trace (if any) name it.
+#[inline]
 fn routed_to(
     log: &mut Option<Box<AccessLog>>,
     trace: Option<&RequestTrace>,
@@ -549,6 +553,8 @@ fn unanswered_done(
 
 /// The request phase of the route's filters: duet's own answer if a filter answers or refuses the
 /// request, a refusal in the route's error page (`pages`, as [`respond::with_error_page`] takes it).
+/// Inlined: a route without a request filter pays one test.
+#[inline]
 fn request_phase(
     state: &RouteState,
     routed: &route::Routed<'_>,
@@ -557,6 +563,9 @@ fn request_phase(
     log: &mut Option<Box<AccessLog>>,
     (grpc, pages): (bool, Option<bool>),
 ) -> Option<Response<ProxyBody>> {
+    if !state.filters.requests() {
+        return None;
+    }
     let arrival = Arrival {
         request,
         route: routed.route,

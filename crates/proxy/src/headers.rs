@@ -226,16 +226,57 @@ fn any_of(headers: &HeaderMap, names: &[HeaderName]) -> bool {
     headers.keys().any(|present| names.contains(present))
 }
 
+/// Takes out of a client's request the fields no client sets: any `X-Forwarded-Client-Cert` (its
+/// connection's own, `certificate`, when its client presented one, goes in its place) and, when
+/// `underscores` says so, the names with an underscore ([`remove_underscored`]), saying how many of
+/// those went. One pass over the names tells both absent, in most requests: each looked for on its
+/// own was a pass (or a hashed look-up) of its own, every request.
+pub(crate) fn scrub_client_fields(
+    headers: &mut HeaderMap,
+    certificate: Option<&HeaderValue>,
+    underscores: bool,
+) -> u64 {
+    let certificate_name = &crate::client_cert::X_FORWARDED_CLIENT_CERT;
+    let (mut sent_certificate, mut underscored) = (false, false);
+    for name in headers.keys() {
+        sent_certificate |= name == certificate_name;
+        underscored |= underscores && has_underscore(name);
+    }
+    match certificate {
+        Some(value) => {
+            headers.insert(certificate_name, value.clone());
+        }
+        None if sent_certificate => {
+            headers.remove(certificate_name);
+        }
+        None => {}
+    }
+    if underscored {
+        remove_underscored(headers)
+    } else {
+        0
+    }
+}
+
+/// Whether a field name holds an underscore; a byte loop rather than `contains`, which calls `memchr`
+/// for each name.
+fn has_underscore(name: &HeaderName) -> bool {
+    name.as_str().bytes().any(|b| b == b'_')
+}
+
 /// Removes the fields whose name holds an underscore (`X_Forwarded_For`), and says how many went. A CGI
 /// or WSGI backend reads each field as `HTTP_` and its name upper-cased with `-` as `_`, so such a name
 /// reaches it as the hyphenated field duet scrubs, sets or a route edits, past every rule that goes by
 /// name; nginx drops them by default too. One pass over the names finds none in most requests.
 pub(crate) fn remove_underscored(headers: &mut HeaderMap) -> u64 {
-    let underscored = |name: &HeaderName| name.as_str().as_bytes().contains(&b'_');
-    if !headers.keys().any(underscored) {
+    if !headers.keys().any(has_underscore) {
         return 0;
     }
-    let names: Vec<HeaderName> = headers.keys().filter(|n| underscored(n)).cloned().collect();
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| has_underscore(n))
+        .cloned()
+        .collect();
     let mut removed = 0;
     for name in names {
         removed += headers.get_all(&name).iter().count() as u64;
@@ -728,6 +769,37 @@ mod tests {
         names.sort_unstable();
         assert_eq!(names, ["host", "x-team"]);
         assert_eq!(remove_underscored(&mut request), 0);
+    }
+
+    #[test]
+    fn a_client_certificate_field_is_replaced_or_removed_and_underscores_dropped_as_told() {
+        let sent = || {
+            headers(&[
+                ("x-forwarded-client-cert", "Hash=forged"),
+                ("host", "a"),
+                ("x_team", "a"),
+            ])
+        };
+        let names = |headers: &HeaderMap| {
+            let mut names: Vec<String> = headers.keys().map(|k| k.as_str().to_owned()).collect();
+            names.sort_unstable();
+            names
+        };
+        let own = HeaderValue::from_static("Hash=own");
+        let mut request = sent();
+        assert_eq!(scrub_client_fields(&mut request, None, true), 1);
+        assert_eq!(names(&request), ["host"]);
+        let mut request = sent();
+        assert_eq!(scrub_client_fields(&mut request, Some(&own), false), 0);
+        assert_eq!(
+            names(&request),
+            ["host", "x-forwarded-client-cert", "x_team"]
+        );
+        let certificates: Vec<_> = request.get_all("x-forwarded-client-cert").iter().collect();
+        assert_eq!(certificates, [&own]);
+        let mut plain = headers(&[("host", "a")]);
+        assert_eq!(scrub_client_fields(&mut plain, None, true), 0);
+        assert_eq!(names(&plain), ["host"]);
     }
 
     #[test]

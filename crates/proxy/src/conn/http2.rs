@@ -16,7 +16,7 @@ use crate::{
     attempt::body::ProxyBody,
     conn::{
         active::Active,
-        io::{set_client_certificate, ClientIo, Prefixed, SendTimeout},
+        io::{ClientIo, Prefixed, SendTimeout},
         recycled::Recycler,
         serve::log_connection_error,
         shared::Shared,
@@ -28,7 +28,7 @@ use crate::{
 };
 use bytes::Bytes;
 use duet_config::Limits;
-use http::{HeaderValue, Response};
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use hyper::{server::conn::http2, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -130,6 +130,7 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
     let limits = shared.proxy().limits();
     let state = Rc::new(ConnectionState {
         tls: io.io.tls_session(),
+        certificate: io.io.client_certificate(),
         ..ConnectionState::default()
     });
     let open = Rc::new(Cell::new(0usize));
@@ -138,8 +139,7 @@ pub(crate) async fn serve<IO: ClientIo>(connection: Http2Connection<IO>) {
         shared.counters.clone(),
         client.address,
     ));
-    let certificate = io.io.client_certificate();
-    let service = stream_service(&shared, (client, certificate), &state, &open, &watch);
+    let service = stream_service(&shared, client, &state, &open, &watch);
     let io = TokioIo::new(SendTimeout {
         io,
         stall: Stall::new(limits.send_timeout),
@@ -257,7 +257,7 @@ const SPARE_STREAM_SLOTS: usize = 8;
 /// finished stream left ([`Recycler`]), not boxed anew and copied into its box.
 fn stream_service(
     shared: &Shared,
-    (client, certificate): (Client, Option<HeaderValue>),
+    client: Client,
     state: &Rc<ConnectionState>,
     open: &Rc<Cell<usize>>,
     watch: &Rc<StreamWatch>,
@@ -266,8 +266,7 @@ fn stream_service(
     let (proxy, state, open) = (shared.proxy().clone(), state.clone(), open.clone());
     let watch = watch.clone();
     let recycler = Recycler::keeping(SPARE_STREAM_SLOTS);
-    service_fn(move |mut request| {
-        set_client_certificate(&mut request, certificate.as_ref());
+    service_fn(move |request| {
         let stream = OpenStream::new(&open);
         let waiting = Rc::new(Waiting::default());
         watch.expect(waiting.clone());

@@ -66,25 +66,6 @@ impl<IO: AsyncRead + AsyncWrite + Send + Unpin + 'static> ClientIo
     }
 }
 
-/// Takes out any `X-Forwarded-Client-Cert` the client sent, and puts in the connection's own.
-pub(crate) fn set_client_certificate<B>(
-    request: &mut http::Request<B>,
-    certificate: Option<&HeaderValue>,
-) {
-    let headers = request.headers_mut();
-    let name = &crate::client_cert::X_FORWARDED_CLIENT_CERT;
-    match certificate {
-        Some(value) => {
-            headers.insert(name, value.clone());
-        }
-        // On every request of a listener without client certificates: looked up only if it may be there.
-        None if crate::headers::may_hold(headers, name) => {
-            headers.remove(name);
-        }
-        None => {}
-    }
-}
-
 /// A connection with bytes already read from it in front.
 pub(crate) struct Prefixed<IO> {
     pub(crate) prefix: Bytes,

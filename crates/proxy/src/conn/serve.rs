@@ -5,7 +5,7 @@ use crate::{
     conn::{
         active::Active,
         head_timer::{ClientBody, HeadClock, WithClientBody},
-        io::{set_client_certificate, ClientIo, Prefixed, SendTimeout},
+        io::{ClientIo, Prefixed, SendTimeout},
         linger::linger,
         parking::Parked,
         recycled::Recycler,
@@ -185,19 +185,18 @@ async fn hyper_turn<IO: ClientIo>(
     let state = Rc::new(ConnectionState {
         requests: Cell::new(requests),
         tls: io.io.tls_session(),
+        certificate: io.io.client_certificate(),
         ..ConnectionState::default()
     });
     let head = Rc::new(HeadClock::new(limits.header_read_timeout));
-    let certificate = io.io.client_certificate();
     let service = {
         let (proxy, state, head) = (connections.proxy().clone(), state.clone(), head.clone());
         // Each request's future is made into the slot the one before it left.
         let recycler = Recycler::new();
-        service_fn(move |mut request| {
+        service_fn(move |request| {
             // hyper hands over the head that was awaited.
             head.disarm();
             let (proxy, state) = (proxy.clone(), state.clone());
-            set_client_certificate(&mut request, certificate.as_ref());
             let future = recycler.recycled(|| proxy.handle(request, client, InService::new(state)));
             WithClientBody::new(future, head.clone())
         })

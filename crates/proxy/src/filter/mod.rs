@@ -214,6 +214,11 @@ impl RouteFilters {
         Decision::Continue
     }
 
+    /// Whether a filter of the route acts in the request phase: a route without one skips it.
+    pub(crate) fn requests(&self) -> bool {
+        self.phases.has(Phase::REQUEST)
+    }
+
     /// Whether a filter of the route acts in the admission phase.
     pub(crate) fn admits(&self) -> bool {
         self.phases.has(Phase::ADMIT)

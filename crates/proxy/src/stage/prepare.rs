@@ -126,16 +126,17 @@ pub(crate) struct Unread {
 
 impl Unread {
     /// The request with its body read, as `limits` allow, within `connection`'s buffering budget (what
-    /// it takes of it is held as long as what is returned with the request): 413 past `limit`, 400 for
+    /// it takes of it is put in `hold`, to be held as long as the request): 413 past `limit`, 400 for
     /// a malformed body, 408 for one that stalls or falls behind `limits.min_upload_rate`, 503 if its
     /// share of the budget does not come within `limits.body_read_timeout`, or if `worker` holds
-    /// `limits.max_buffered_bytes` already.
+    /// `limits.max_buffered_bytes` already. The hold goes apart from the request: returned in a pair
+    /// with it, the request was copied once more.
     pub(crate) async fn read<'c>(
         self,
         cluster: &Cluster,
-        connection: &'c ConnectionState,
-        worker: WorkerBuffers<'_>,
-    ) -> Result<(Prepared, BufferHold<'c>), ProxyError> {
+        (connection, worker): (&'c ConnectionState, WorkerBuffers<'_>),
+        hold: &mut Option<BufferHold<'c>>,
+    ) -> Result<Prepared, ProxyError> {
         let Unread {
             mut prepared,
             body,
@@ -162,7 +163,8 @@ impl Unread {
         if trailer {
             drop_trailer(&mut prepared.parts.headers);
         }
-        Ok((prepared, BufferHold::new(turn, held)))
+        *hold = Some(BufferHold::new(turn, held));
+        Ok(prepared)
     }
 }
 
