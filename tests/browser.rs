@@ -15,8 +15,12 @@ fn chromium() -> Option<&'static str> {
         })
 }
 
-/// Runs headless Chromium with `args` on `url`, bounded in time; its stdout.
+/// Runs headless Chromium with `args` on `url`, bounded in time; its stdout. Each run has a profile
+/// folder of its own (Chromium locks its profile, and tests run side by side), removed afterwards.
 fn headless(browser: &str, args: &[&str], url: &str) -> String {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = std::env::temp_dir().join(format!("duet-chromium-{}-{run}", std::process::id()));
     let mut child = Command::new(browser)
         .args([
             "--headless",
@@ -25,12 +29,7 @@ fn headless(browser: &str, args: &[&str], url: &str) -> String {
             "--no-first-run",
         ])
         .arg("--disable-dev-shm-usage")
-        .arg(format!(
-            "--user-data-dir={}",
-            std::env::temp_dir()
-                .join(format!("duet-chromium-{}", std::process::id()))
-                .display()
-        ))
+        .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
         .arg(url)
         .stdout(std::process::Stdio::piped())
@@ -42,9 +41,12 @@ fn headless(browser: &str, args: &[&str], url: &str) -> String {
     });
     if !finished {
         let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&profile);
         panic!("chromium did not finish within 60 s");
     }
     let output = child.wait_with_output().expect("chromium output");
+    let _ = std::fs::remove_dir_all(&profile);
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 

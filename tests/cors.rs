@@ -193,4 +193,6 @@ clusters:
     );
     let duet = Duet::start(&yaml);
     crate::browser::check_cors(duet.address, || app.requests());
+    drop(duet);
+    let _ = std::fs::remove_dir_all(&dir);
 }
