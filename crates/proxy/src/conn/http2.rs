@@ -21,6 +21,7 @@ use crate::{
         serve::log_connection_error,
         shared::Shared,
         stream_watch::{StreamExec, StreamWatch, Waiting},
+        wakeups::{Armed, Woke},
     },
     exchange::{ConnectionState, InService},
     peer::Client,
@@ -209,13 +210,8 @@ enum Event {
 }
 
 /// Waits for what [`serve`]'s loop acts on next: hyper finishing, the `check` timer, or a change of the
-/// drain signal (watched while `watch`, the worker's receiver, is given).
-///
-/// The connection's task wakes several times per stream (a stream's response queued, a frame read),
-/// nearly always for hyper. The check timer and the drain signal keep the task's waker from their
-/// first poll, so later wakes look at them only once they have fired, not poll them again (a timer
-/// and a `select!` polled on every wake cost hundreds of instructions a stream: #50), as the HTTP/1.1
-/// connection's `next_event` does.
+/// drain signal (watched while `watch`, the worker's receiver, is given); the timer and the signal
+/// polled as [`Armed`] says, as the HTTP/1.1 connection's loop does.
 async fn next_event<C: Future<Output = hyper::Result<()>>>(
     mut connection: Pin<&mut C>,
     mut check: Pin<&mut tokio::time::Sleep>,
@@ -224,26 +220,17 @@ async fn next_event<C: Future<Output = hyper::Result<()>>>(
 ) -> Event {
     let changed = shutdown.changed();
     let mut changed = std::pin::pin!(changed);
-    let (mut check_armed, mut watching) = (false, false);
+    let mut armed = Armed::default();
     std::future::poll_fn(|cx| {
         if let Poll::Ready(result) = connection.as_mut().poll(cx) {
             return Poll::Ready(Event::Finished(result));
         }
-        if !check_armed || check.is_elapsed() {
-            check_armed = true;
-            if check.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Tick);
-            }
-        }
-        if let Some(hint) = watch {
-            if !watching || !matches!(hint.has_changed(), Ok(false)) {
-                watching = true;
-                if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
-                    return Poll::Ready(Event::Signal(changed.is_ok()));
-                }
-            }
-        }
-        Poll::Pending
+        armed
+            .poll(cx, check.as_mut(), changed.as_mut(), watch)
+            .map(|woke| match woke {
+                Woke::Timer => Event::Tick,
+                Woke::Signal(sender_alive) => Event::Signal(sender_alive),
+            })
     })
     .await
 }

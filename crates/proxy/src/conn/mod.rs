@@ -18,3 +18,4 @@ pub(crate) mod proxy_protocol;
 pub(crate) mod stream_watch;
 pub(crate) mod recycled;
 pub(crate) mod place;
+pub(crate) mod wakeups;

@@ -10,6 +10,7 @@ use crate::{
         parking::Parked,
         recycled::Recycler,
         shared::Shared,
+        wakeups::{Armed, Woke},
     },
     exchange::{ConnectionState, InService},
     peer::Client,
@@ -391,13 +392,7 @@ where
 
 /// Waits for what [`drive`]'s loop acts on next: hyper finishing, the idle tick (`tick` from now), a
 /// change of the drain signal (watched while `watch`, the worker's receiver, is given), or the end of
-/// the drain's grace.
-///
-/// The task wakes a few times per request, nearly always for hyper. The idle tick and the drain signal
-/// keep the task's waker from their first poll, so later wakes look at them only once they have fired
-/// (an atomic load each), not poll them again (a timer-state update and a lock each, about 600
-/// instructions a request). The worker's receiver has seen no value since the worker started: any
-/// send (the drain) shows there, and the connection's own receiver then says what it is.
+/// the drain's grace; the tick and the signal polled as [`Armed`] says.
 async fn next_event<IO, S>(
     connection: &mut http1::Connection<TokioIo<SendTimeout<Prefixed<IO>>>, S>,
     tick: Duration,
@@ -415,24 +410,15 @@ where
     tokio::pin!(idle);
     let changed = shutdown.changed();
     tokio::pin!(changed);
-    let (mut idle_armed, mut watching) = (false, false);
+    let mut armed = Armed::default();
     std::future::poll_fn(|cx| {
         if let Poll::Ready(result) = connection.poll_without_shutdown(cx) {
             return Poll::Ready(Event::Finished(result));
         }
-        if !idle_armed || idle.is_elapsed() {
-            idle_armed = true;
-            if idle.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Tick);
-            }
-        }
-        if let Some(hint) = watch {
-            if !watching || !matches!(hint.has_changed(), Ok(false)) {
-                watching = true;
-                if let Poll::Ready(changed) = changed.as_mut().poll(cx) {
-                    return Poll::Ready(Event::Signal(changed.is_ok()));
-                }
-            }
+        match armed.poll(cx, idle.as_mut(), changed.as_mut(), watch) {
+            Poll::Ready(Woke::Timer) => return Poll::Ready(Event::Tick),
+            Poll::Ready(Woke::Signal(open)) => return Poll::Ready(Event::Signal(open)),
+            Poll::Pending => {}
         }
         if let Some(grace) = drain_grace.as_mut() {
             if grace.as_mut().poll(cx).is_ready() {
@@ -444,7 +430,6 @@ where
     .await
 }
 
-/// What woke [`drive`]'s loop.
 enum Event {
     /// hyper is done with the connection.
     Finished(hyper::Result<()>),
