@@ -4,7 +4,7 @@
 use crate::{
     attempt::completion::Completion,
     backend::cluster::{Cluster, SpareTimers, Upstream},
-    backend::pool::UpstreamError,
+    backend::pool::{Key, UpstreamError},
     backend::request_body::{BodySource, ClientFailure, UpstreamBody},
     backend::transport::{Hold, Transport},
     error::{ErrorKind, ProxyError},
@@ -115,7 +115,7 @@ pub(crate) async fn send(
         // pool's future without the transport's around it: one layer less per attempt.
         let unanswered = match cluster.client() {
             Transport::Http1(client) => {
-                let response = pin!(client.send((backend, prepared.client), request, sent));
+                let response = pin!(client.send(Key(backend, prepared.client), request, sent));
                 match head_deadline(cluster, response, upload, sent).await {
                     Ok(Ok((response, lease))) => {
                         completion.lend(Hold::Lease(lease));
@@ -126,7 +126,7 @@ pub(crate) async fn send(
                 }
             }
             transport => {
-                let response = pin!(transport.send((backend, prepared.client), request, sent));
+                let response = pin!(transport.send(Key(backend, prepared.client), request, sent));
                 match head_deadline(cluster, response, upload, sent).await {
                     Ok(Ok((response, hold))) => {
                         completion.lend(hold);

@@ -34,6 +34,7 @@ pub(crate) fn original_client_address(headers: &HeaderMap, client: Client) -> So
 /// trusted (nginx's `real_ip_header X-Forwarded-For` without recursion), the peer otherwise. The
 /// one address the access log names and every per-client decision (`allow:`, `rate_limit:`) is
 /// taken on: an untrusted peer's `X-Forwarded-For` never changes it.
+#[inline]
 pub(crate) fn original_client(headers: &HeaderMap, client: Client) -> IpAddr {
     if !client.trusted {
         return client.address.ip();

@@ -14,7 +14,7 @@
 
 use crate::backend::{
     connect::{Connector, H2},
-    pool::{dial, UpstreamError},
+    pool::{dial, Key, UpstreamError},
     request_body::UpstreamBody,
 };
 use duet_config::{Http2Windows, Timeouts};
@@ -205,7 +205,7 @@ impl H2Client {
     async fn connect(&self, backend: SocketAddr) -> Result<Shared, UpstreamError> {
         let io = dial(
             &self.pool.connector,
-            (backend, None),
+            Key(backend, None),
             H2,
             self.pool.connect_timeout,
         )

@@ -42,7 +42,7 @@ use tokio::{net::TcpStream, time::Instant};
 /// cluster's PROXY header naming `client` if it sends one, then its TLS offering `alpn`, if it has TLS.
 pub(crate) async fn dial(
     connector: &Connector,
-    (backend, client): (SocketAddr, Option<SocketAddr>),
+    Key(backend, client): Key,
     alpn: &[&[u8]],
     limit: Duration,
 ) -> Result<UpstreamIo, UpstreamError> {
@@ -79,7 +79,31 @@ pub struct UpstreamClient {
 
 /// Which pooled connections a request may take: to its backend and, when the cluster sends PROXY
 /// headers, made for its client (always `None` otherwise).
-pub(crate) type Key = (SocketAddr, Option<SocketAddr>);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key(pub(crate) SocketAddr, pub(crate) Option<SocketAddr>);
+
+/// Hashed as one word per address: the derived hash writes each part of each address on its own
+/// (the variants, the octets, the port), twice per request (a take and a put).
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(folded(self.0));
+        if let Some(client) = self.1 {
+            state.write_u64(folded(client));
+        }
+    }
+}
+
+/// An address in one word, equal for equal addresses (what [`Key`]'s hash needs).
+fn folded(address: SocketAddr) -> u64 {
+    let port = u64::from(address.port());
+    match address {
+        SocketAddr::V4(v4) => u64::from(v4.ip().to_bits()) << 16 | port,
+        SocketAddr::V6(v6) => {
+            let ip = v6.ip().to_bits();
+            (ip as u64) ^ ((ip >> 64) as u64).rotate_left(16) ^ port
+        }
+    }
+}
 
 struct Pool {
     idle: RefCell<HashMap<Key, VecDeque<Idle>, FxBuildHasher>>,
@@ -364,9 +388,9 @@ impl Pool {
         for entry in busy.into_iter().flatten().rev() {
             stack.push_back(entry);
         }
-        if stack.is_empty() {
-            idle.remove(&key);
-        }
+        // An emptied stack stays for the lease coming back (the sweeper removes it if none does):
+        // removed here, it would be hashed and inserted again, allocation and all, every request
+        // that took a backend's last idle connection.
         found
     }
 
@@ -443,7 +467,7 @@ mod tests {
     async fn connections_freed_while_more_than_64_are_lent_out_stay_pooled_for_the_next_requests() {
         let backend = Backend::start(BackendOptions::named("b")).expect("backend");
         let client = upstream_client(&Timeouts::default());
-        let key = (backend.address(), None);
+        let key = Key(backend.address(), None);
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async {

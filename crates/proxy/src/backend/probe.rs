@@ -9,7 +9,7 @@ use crate::{
     backend::{
         connect::Connector,
         h2_pool::h2_client_over,
-        pool::upstream_client_over,
+        pool::{upstream_client_over, Key},
         request_body::UpstreamBody,
         tls,
         transport::{Hold, Transport},
@@ -67,7 +67,7 @@ impl HealthClient {
         }
         let (response, hold) = self
             .0
-            .send((backend, None), request, Instant::now())
+            .send(Key(backend, None), request, Instant::now())
             .await
             .map_err(|e| match std::error::Error::source(&e) {
                 Some(cause) => format!("{e}: {cause}"),

@@ -259,7 +259,7 @@ impl Connections {
     /// request is, since clients open connections ahead of their requests: for a moment in its task,
     /// then in the worker's parking lot, until `limits.keepalive_timeout` after the accept (or until
     /// `limits.max_connections` needs its place). The drain starting first closes it.
-    async fn serve_plain(self, stream: TcpStream, client: Client, permit: Place) {
+    async fn serve_plain(self, mut stream: TcpStream, client: Client, permit: Place) {
         let limits = self.proxy().limits();
         let opened = Instant::now();
         let active = self.count_open();
@@ -269,33 +269,45 @@ impl Connections {
             FirstByte::Closed => return,
             FirstByte::NotYet => {
                 let deadline = opened + limits.keepalive_timeout;
-                let Some(lot) = self.shared().parking_lot() else {
-                    // No lot: it waits in its task.
-                    if first_byte(&stream, deadline, &mut shutdown).await == FirstByte::Arrived {
-                        self.serve_first(stream, Bytes::new(), client, permit, active)
-                            .await;
+                if let Some(lot) = self.shared().parking_lot() {
+                    match stream.into_std() {
+                        Ok(stream) => {
+                            let parked = Parked {
+                                client,
+                                requests: 0,
+                                active,
+                                permit,
+                            };
+                            lot.park(stream, parked, deadline);
+                        }
+                        Err(error) => {
+                            tracing::debug!(target: "duet::conn", peer = %client.address, "closing instead of parking: {error}");
+                        }
                     }
                     return;
-                };
-                match stream.into_std() {
-                    Ok(stream) => {
-                        let parked = Parked {
-                            client,
-                            requests: 0,
-                            active,
-                            permit,
-                        };
-                        lot.park(stream, parked, deadline);
-                    }
-                    Err(error) => {
-                        tracing::debug!(target: "duet::conn", peer = %client.address, "closing instead of parking: {error}");
-                    }
                 }
-                return;
+                // No lot: it waits in its task.
+                if first_byte(&stream, deadline, &mut shutdown).await != FirstByte::Arrived {
+                    return;
+                }
             }
         }
-        self.serve_first(stream, Bytes::new(), client, permit, active)
-            .await;
+        // As `serve_first` does, but with the HTTP/1.1 connection's future awaited in this one and
+        // not a layer further down: every poll of the connection's task passes through each layer
+        // (~60 instructions per request).
+        let arrived = Instant::now();
+        let head_by = arrived + limits.header_read_timeout;
+        match http2::sniff(&mut stream, Bytes::new(), head_by).await {
+            Sniffed::Http1(prefix) => {
+                (self.serve_accepted(stream, prefix, client, permit, active)).await;
+            }
+            Sniffed::Http2(prefix) => {
+                // Boxed: hyper's h2 state would otherwise size every plain connection's task.
+                let serve = self.serve_http2(stream, prefix, client, permit, arrived, active);
+                Box::pin(serve).await;
+            }
+            Sniffed::Closed => {}
+        }
     }
 
     /// Serves a plain connection whose first bytes have arrived (`prefix`: what was read of them) in

@@ -32,35 +32,34 @@ pub(crate) fn respond(
     connection: &ConnectionState,
     grpc: bool,
 ) -> Response<ProxyBody> {
-    let mut shaping = shaping;
-    let fields = shaping.fields.take();
-    let mut response = match outcome {
-        Ok((mut response, completion)) => {
-            let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
-            if let Some(cookie) = cookie {
-                response.headers_mut().append(header::SET_COOKIE, cookie);
-            }
-            relay(
-                response,
-                completion,
-                (upgrade, filters, shaping),
-                client,
-                (connection, cluster),
-                grpc,
-            )
-        }
+    let response = match outcome {
+        Ok((response, completion)) => relay(
+            response,
+            completion,
+            (upgrade, session, filters, shaping),
+            client,
+            (connection, cluster),
+            grpc,
+        ),
         Err(Failed { error, log }) => {
             let client = client.address;
             tracing::warn!(cluster = %cluster.name, %client, "{error}");
-            with_error_page(
-                cluster_error(cluster, &error, log, grpc),
-                filters,
-                shaping.pages,
-            )
+            shaped_error(cluster_error(cluster, &error, log, grpc), filters, shaping)
         }
     };
     cluster.counters.response(response.status().as_u16());
-    if let Some(fields) = fields {
+    response
+}
+
+/// duet's own answer in place of a backend's, through the error-page and response-fields phases.
+#[inline(never)]
+fn shaped_error(
+    response: Response<ProxyBody>,
+    filters: &RouteFilters,
+    shaping: Shaping,
+) -> Response<ProxyBody> {
+    let mut response = with_error_page(response, filters, shaping.pages);
+    if let Some(fields) = shaping.fields {
         add_fields(response.headers_mut(), *fields);
     }
     response
@@ -96,34 +95,42 @@ fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
 
 /// Passes a backend's response on, unless its framing is ambiguous or it switches to a protocol the
 /// client did not ask for: then 502 (a gRPC error for a gRPC call), counted against the backend.
+/// Inlined, and the response built as the value returned, not changed once built: each call that
+/// takes or returns a response by value, and each change through a reference, costs a copy of it
+/// (~30 instructions).
+#[inline(always)]
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    (upgrade, filters, shaping): (Option<Upgrade>, &RouteFilters, Shaping),
+    (upgrade, session, filters, shaping): (Option<Upgrade>, Session, &RouteFilters, Shaping),
     client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
 ) -> Response<ProxyBody> {
-    let refuse = |completion: Completion, why: &'static str| {
+    let cookie = cluster.sticky_cookie(session, completion.backend(), client.tls);
+    if let Some(cookie) = cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    let refuse = |completion: Completion, why: &'static str, shaping| {
         let backend = completion.backend();
         tracing::warn!(%backend, "refusing the response: {why}");
         let log = completion.reject();
         let error = ProxyError::upstream(ErrorKind::BadGateway, backend, why);
-        with_error_page(
-            cluster_error(cluster, &error, log, grpc),
-            filters,
-            shaping.pages,
-        )
+        shaped_error(cluster_error(cluster, &error, log, grpc), filters, shaping)
     };
     if let Err(why) = check_framing(response.headers()) {
-        return refuse(completion, why);
+        return refuse(completion, why, shaping);
     }
     let mut protocol = None;
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
         let Some(upgrade) =
             upgrade.filter(|u| headers::switches_to(response.headers(), &u.protocol))
         else {
-            return refuse(completion, "a 101 to a protocol the client did not ask for");
+            return refuse(
+                completion,
+                "a 101 to a protocol the client did not ask for",
+                shaping,
+            );
         };
         // The client's side is this connection, handed back by hyper once the 101 is written.
         connection.expect_tunnel(PendingTunnel {
@@ -152,22 +159,53 @@ fn relay(
         None => ProxyBody::upstream(body, completion),
         Some(page) => ProxyBody::in_place_of(page.body.clone(), body, completion),
     };
-    let response = Response::from_parts(parts, body);
-    match shaping.body {
-        None => response,
-        Some(plan) => body_phase(response, filters, plan),
+    shaped(parts, body, filters, shaping)
+}
+
+/// A backend's response through the response-body and response-fields phases, built as the value
+/// returned (inlined into [`relay`], for the reason given there).
+#[inline(always)]
+fn shaped(
+    mut parts: http::response::Parts,
+    body: ProxyBody,
+    filters: &RouteFilters,
+    shaping: Shaping,
+) -> Response<ProxyBody> {
+    match shaping {
+        Shaping {
+            body: None,
+            fields: None,
+            ..
+        } => Response::from_parts(parts, body),
+        Shaping {
+            body: None,
+            fields: Some(fields),
+            ..
+        } => {
+            add_fields(&mut parts.headers, *fields);
+            Response::from_parts(parts, body)
+        }
+        Shaping {
+            body: Some(plan),
+            fields,
+            ..
+        } => body_phase(Response::from_parts(parts, body), filters, plan, fields),
     }
 }
 
-/// The response-body phase of a backend's response; out of line, so that a route without it pays
-/// one test.
+/// The response-body phase of a backend's response, then the response-fields phase; out of line, so
+/// that a route without it pays one test.
 #[inline(never)]
 fn body_phase(
     mut response: Response<ProxyBody>,
     filters: &RouteFilters,
     plan: BodyPlan,
+    fields: Option<Box<HeaderMap>>,
 ) -> Response<ProxyBody> {
     filters.on_response_body(plan, &mut response);
+    if let Some(fields) = fields {
+        add_fields(response.headers_mut(), *fields);
+    }
     response
 }
 

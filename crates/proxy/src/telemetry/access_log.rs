@@ -456,7 +456,13 @@ impl AccessLog {
             }
             return;
         }
-        // Longer than the room (a long path or user agent): the line again, growing the buffer.
+        self.format_grown(line, json, values);
+    }
+
+    /// A line longer than the room (a long path or user agent): written again, growing the buffer.
+    #[cold]
+    #[inline(never)]
+    fn format_grown(&self, line: &mut Vec<u8>, json: bool, values: LineValues<'_>) {
         if json {
             self.write_line::<true, _>(line, values);
         } else {
@@ -464,6 +470,9 @@ impl AccessLog {
         }
     }
 
+    /// Inlined into [`AccessLog::format`]: the [`Room`] handed to a function of its own would be
+    /// kept in memory, its pointer and length stored and loaded again by every push.
+    #[inline(always)]
     fn write_line<const JSON: bool, O: Out>(&self, line: &mut O, values: LineValues<'_>) {
         push_timestamp::<JSON, O>(line, values.0);
         let mut fields = Fields::<JSON, O> { line };
@@ -503,7 +512,11 @@ impl AccessLog {
         values: LineValues<'_>,
     ) {
         match field {
-            LogField::Client => fields.address(name!("client"), |line| push_ip(line, self.client)),
+            LogField::Client => {
+                fields.open_address(name!("client"));
+                push_ip(fields.line, self.client);
+                fields.close_address();
+            }
             LogField::Method => fields.text(name!("method"), self.method.as_str()),
             LogField::Host => {
                 fields.client_text(name!("host"), self.host.as_ref(), ClientText::bare)
@@ -561,10 +574,14 @@ impl AccessLog {
             },
             LogField::Backend => match (self.backend, backend_text) {
                 (Some(_), Some(text)) => {
-                    fields.address(name!("backend"), |line| line.put(text.as_bytes()))
+                    fields.open_address(name!("backend"));
+                    fields.line.put(text.as_bytes());
+                    fields.close_address();
                 }
                 (Some(backend), None) => {
-                    fields.address(name!("backend"), |line| push_socket(line, backend))
+                    fields.open_address(name!("backend"));
+                    push_socket(fields.line, backend);
+                    fields.close_address();
                 }
                 (None, _) => fields.maybe_text(name!("backend"), None),
             },
@@ -604,14 +621,14 @@ impl AccessLog {
         if self.tried.is_empty() {
             return fields.maybe_text(name!("tried"), None);
         }
-        fields.address(name!("tried"), |line| {
-            for (i, backend) in self.tried.iter().enumerate() {
-                if i > 0 {
-                    line.byte(b',');
-                }
-                push_socket(line, *backend);
+        fields.open_address(name!("tried"));
+        for (i, backend) in self.tried.iter().enumerate() {
+            if i > 0 {
+                fields.line.byte(b',');
             }
-        });
+            push_socket(fields.line, *backend);
+        }
+        fields.close_address();
     }
 }
 
@@ -932,14 +949,20 @@ impl<const JSON: bool, O: Out> Fields<'_, JSON, O> {
         }
     }
 
-    /// Text that never needs escaping (addresses), written by `write`: quoted in JSON.
+    /// Opens text that never needs escaping (addresses), written next on [`Fields::line`] and
+    /// closed by [`Fields::close_address`]: quoted in JSON. Two calls, not one taking the writing as
+    /// a closure: a closure is not always inlined, and the line handed to one cannot stay in
+    /// registers.
     #[inline(always)]
-    fn address(&mut self, name: Name, write: impl FnOnce(&mut O)) {
+    fn open_address(&mut self, name: Name) {
         self.name(name);
         if JSON {
             self.line.byte(b'"');
         }
-        write(self.line);
+    }
+
+    #[inline(always)]
+    fn close_address(&mut self) {
         if JSON {
             self.line.byte(b'"');
         }
