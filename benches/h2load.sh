@@ -7,9 +7,9 @@
 #   benches/h2load.sh [REPETITIONS] [SECONDS] [SCHEMES]
 #   (defaults: 3 repetitions of 10 s per proxy and run; SCHEMES "h2c tls", or either alone;
 #   OFFSET=N in the environment moves every port by N; STREAMS="1 10 100" the streams per connection;
-#   PROXIES="duet haproxy nginx" a subset; DUET=path another duet build; BARE_H2=path another bare_h2; DUET_B=path adds "duet-b", a
+#   PROXIES="duet haproxy nginx" a subset; DUET=path another duet build; DUET_B=path adds "duet-b", a
 #   second duet build run beside the first in every repetition: an interleaved A/B, its ratio to
-#   "duet" reported)
+#   "duet" reported; BARE_H2=path another build of the floors' bare_h2, below)
 #
 # Installs nginx-light, haproxy and nghttp2-client (h2load) with apt if missing and builds duet in release
 # mode. Each proxy gets one worker pinned to CPU 0, access log off; four duet-backend processes and h2load
@@ -36,6 +36,7 @@
 # robin, a pool of hyper HTTP/1.1 client connections, nothing of duet's):
 #   bare-hyper-h2-proxy   bare_h2.rs hyper BACKEND...: hyper's HTTP/2 server
 #   bare-h2-proxy         bare_h2.rs h2 BACKEND...: the h2 crate, one task per stream
+# (built with `cargo build --release -p duet-proxy --example bare_h2` when PROXIES names one)
 #
 #   COUNT=instructions benches/h2load.sh [REQUESTS] [STREAMS] [SCHEMES]
 #   (defaults: 20000 requests, streams "1 10 100", scheme h2c; PROXIES="duet" for fewer, KEEP=DIR
@@ -291,6 +292,8 @@ for scheme, streams in sorted({(k[1], k[2]) for k in data}, key=lambda k: (k[0],
     ratio = lambda f: statistics.median(f(v) for v in runs)
     print(f"h2load -c16 -m{streams} ({scheme}):")
     for proxy in proxies:
+        if any(proxy not in v for v in runs):
+            continue  # the floors run h2c only
         print(f"  {proxy:<8} {med(proxy, 0):>8.0f} req/s  {med(proxy, 1):6.1f} us CPU per request")
     pairs = [("duet", other) for other in ("nginx", "haproxy") if "duet" in proxies and other in proxies]
     pairs += [("duet-b", "duet")] if "duet-b" in proxies and "duet" in proxies else []

@@ -1,21 +1,23 @@
-//! The floor of #50: the least an HTTP/2 server built on the `h2` crate pays per stream, before any
-//! proxying. Not a product: an h2c (prior knowledge) server that answers every request at once with
-//! what the benchmarks' backends answer (`duet-backend`: 200, `x-backend: NAME`, `content-length`,
-//! `date`, the 6-byte body NAME), so that its instructions per request, counted by
-//! `benches/h2load.sh` (`PROXIES="bare-h2 bare-hyper-h2"`), are what HTTP/2 alone costs a server on
-//! `h2`, to set beside HAProxy answering itself (`haproxy-return`) and proxying.
+//! The floors of #50: the least an HTTP/2 server built on the `h2` crate pays per stream, and the
+//! least an h2-to-HTTP/1.1 proxy on it pays. Not a product: an h2c (prior knowledge) server that
+//! answers every request at once with what the benchmarks' backends answer (`duet-backend`: 200,
+//! `x-backend: NAME`, `content-length`, `date`, the 6-byte body NAME), so that its instructions per
+//! request, counted by `benches/h2load.sh` (`PROXIES="bare-h2 bare-hyper-h2"`), are what HTTP/2
+//! alone costs a server on `h2`, to set beside HAProxy answering itself (`haproxy-return`).
 //!
-//! One current-thread runtime with a `LocalSet`, as each duet worker, and one of three ways to serve:
+//! One current-thread runtime with a `LocalSet`, as each duet worker, and one of three ways to
+//! serve:
 //! - `hyper`: hyper's `server::conn::http2` with a local executor (duet's serving, without duet);
 //! - `h2`: the `h2` crate driven directly, one `spawn_local` task per stream (as Pingora serves);
 //! - `h2-inline`: the `h2` crate, each stream answered inside the connection's task, no task per
 //!   stream (the least a server on `h2` can do).
 //!
 //! Given backend addresses instead of a name, `hyper` and `h2` forward each request to the next
-//! backend in turn over HTTP/1.1 instead (`PROXIES="bare-hyper-h2-proxy bare-h2-proxy"`): the same
-//! pool of `hyper::client::conn::http1` senders as `bare_hyper.rs`, so the floor of an h2-to-HTTP/1.1
+//! backend in turn over HTTP/1.1 (`PROXIES="bare-hyper-h2-proxy bare-h2-proxy"`): the same pool of
+//! `hyper::client::conn::http1` senders as `bare_hyper.rs`, so the floor of an h2-to-HTTP/1.1
 //! proxy on these crates, with nothing of duet's (no routing, header rules, balancing, limits or
-//! logs; the request's body is not forwarded, the benchmark's requests are GETs).
+//! logs; the request's body is not forwarded: the benchmark's requests are GETs), to set beside
+//! HAProxy proxying.
 //!
 //! ```sh
 //! cargo run --release -p duet-proxy --example bare_h2 -- h2 127.0.0.1:18440 b19301
