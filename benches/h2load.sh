@@ -9,7 +9,7 @@
 #   OFFSET=N in the environment moves every port by N; STREAMS="1 10 100" the streams per connection;
 #   PROXIES="duet haproxy nginx" a subset; DUET=path another duet build; DUET_B=path adds "duet-b", a
 #   second duet build run beside the first in every repetition: an interleaved A/B, its ratio to
-#   "duet" reported)
+#   "duet" reported; BARE_H2=path another build of the floors' bare_h2, below)
 #
 # Installs nginx-light, haproxy and nghttp2-client (h2load) with apt if missing and builds duet in release
 # mode. Each proxy gets one worker pinned to CPU 0, access log off; four duet-backend processes and h2load
@@ -25,6 +25,18 @@
 #   h2load -t1 -c16 -m M -D SECONDS: requests/s and CPU µs per request (the proxy's utime + stime from
 #   /proc over the run, over the requests h2load saw succeed)
 # Reported: medians, and the medians of per-repetition ratios of duet to nginx and to HAProxy.
+#
+# Floors (issue #50), in PROXIES only when named, h2c only (skipped for tls): servers that answer every
+# request themselves with what the backends answer (200, 3 fields, 6-byte body), no proxying:
+#   bare-hyper-h2   crates/proxy/examples/bare_h2.rs hyper: hyper's HTTP/2 server, one task per stream
+#   bare-h2         bare_h2.rs h2: the h2 crate driven directly, one task per stream (as Pingora)
+#   bare-h2-inline  bare_h2.rs h2-inline: the h2 crate, each stream answered in the connection's task
+#   haproxy-return  HAProxy's h2 frontend answering `http-request return` (200, x-backend, body)
+# and the floor of a proxy on hyper and h2, forwarding to the four backends like bare_hyper.rs (round
+# robin, a pool of hyper HTTP/1.1 client connections, nothing of duet's):
+#   bare-hyper-h2-proxy   bare_h2.rs hyper BACKEND...: hyper's HTTP/2 server
+#   bare-h2-proxy         bare_h2.rs h2 BACKEND...: the h2 crate, one task per stream
+# (built with `cargo build --release -p duet-proxy --example bare_h2` when PROXIES names one)
 #
 #   COUNT=instructions benches/h2load.sh [REQUESTS] [STREAMS] [SCHEMES]
 #   (defaults: 20000 requests, streams "1 10 100", scheme h2c; PROXIES="duet" for fewer, KEEP=DIR
@@ -65,8 +77,11 @@ if [ ! -x /usr/sbin/nginx ] || [ ! -x /usr/sbin/haproxy ] || ! command -v h2load
 fi
 [ -n "${NO_BUILD:-}" ] || echo "== building duet (release)"
 [ -n "${NO_BUILD:-}" ] || cargo build --release -q --bin duet --bin duet-backend
+case " ${PROXIES:-} " in
+  *" bare-"*) [ -n "${NO_BUILD:-}" ] || cargo build --release -q -p duet-proxy --example bare_h2 ;;
+esac
 source "$(dirname "$0")/proc_cpu.sh"
-for port in 18400 18401 18409 18410 18411 18420 18421 19301 19302 19303 19304; do refuse_taken $((port + OFFSET)); done
+for port in 18400 18401 18409 18410 18411 18420 18421 18422 18423 18440 18442 18444 18446 18448 19301 19302 19303 19304; do refuse_taken $((port + OFFSET)); done
 # One certificate for every proxy's TLS listener: h2load does not verify it.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
   -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
@@ -138,6 +153,13 @@ backend app
   server b3 127.0.0.1:$((19303 + OFFSET))
   server b4 127.0.0.1:$((19304 + OFFSET))
 CONF
+# HAProxy's floor: its h2 frontend answering itself, the backends' answer (status, 3 fields, 6 bytes).
+sed -n '1,/^frontend/p' "$WORK/haproxy.cfg" >"$WORK/haproxy-return.cfg"
+cat >>"$WORK/haproxy-return.cfg" <<CONF
+  bind 127.0.0.1:$((18422 + OFFSET)) proto h2
+  bind 127.0.0.1:$((18423 + OFFSET)) ssl crt $WORK/haproxy.pem alpn h2 ssl-min-ver TLSv1.3
+  http-request return status 200 content-type text/plain string b$((19301 + OFFSET)) hdr x-backend b$((19301 + OFFSET))
+CONF
 
 start() { # proxy -> pid (its output never to our stdout)
   case $1 in
@@ -149,14 +171,24 @@ start() { # proxy -> pid (its output never to our stdout)
     nginx)
       $LAUNCH /usr/sbin/nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" >/dev/null 2>"$WORK/nginx.err" &
       echo $! ;;
-    haproxy)
-      $LAUNCH /usr/sbin/haproxy -f "$WORK/haproxy.cfg" -db >"$WORK/haproxy.err" 2>&1 &
+    haproxy | haproxy-return)
+      $LAUNCH /usr/sbin/haproxy -f "$WORK/$1.cfg" -db >"$WORK/$1.err" 2>&1 &
+      echo $! ;;
+    bare-*)
+      local mode=${1#bare-} answer="b$((19301 + OFFSET))"
+      case $1 in *-proxy) mode=${mode%-proxy} answer=$(printf "127.0.0.1:%s " $((19301 + OFFSET)) $((19302 + OFFSET)) $((19303 + OFFSET)) $((19304 + OFFSET))) ;; esac
+      # shellcheck disable=SC2086 # the backends, one word each
+      $LAUNCH "${BARE_H2:-target/release/examples/bare_h2}" "${mode%-h2}" "127.0.0.1:$(port "$1" h2c)" $answer \
+        >/dev/null 2>"$WORK/$1.err" &
       echo $! ;;
   esac
 }
 port() { # proxy scheme
   local base
-  case $1 in duet | duet-b) base=$((18400 + OFFSET)) ;; nginx) base=$((18410 + OFFSET)) ;; haproxy) base=$((18420 + OFFSET)) ;; esac
+  case $1 in duet | duet-b) base=$((18400 + OFFSET)) ;; nginx) base=$((18410 + OFFSET)) ;; haproxy) base=$((18420 + OFFSET)) ;;
+    haproxy-return) base=$((18422 + OFFSET)) ;; bare-hyper-h2) base=$((18440 + OFFSET)) ;;
+    bare-h2) base=$((18442 + OFFSET)) ;; bare-h2-inline) base=$((18444 + OFFSET)) ;;
+    bare-hyper-h2-proxy) base=$((18446 + OFFSET)) ;; bare-h2-proxy) base=$((18448 + OFFSET)) ;; esac
   if [ "$2" = tls ]; then echo $((base + 1)); else echo "$base"; fi
 }
 url() { # proxy scheme
@@ -204,12 +236,13 @@ if [ "$COUNT" = instructions ]; then
   for scheme in $SCHEMES; do
     for streams in $STREAMS; do
       for proxy in ${PROXIES:-duet haproxy nginx}; do
+        [ "$scheme" = tls ] && [ "${proxy#bare-}" != "$proxy" ] && continue   # h2c only
         refuse_taken "$(port "$proxy" h2c)"; refuse_taken "$(port "$proxy" tls)"
         pid=$(start "$proxy")
         PROXY_PID=$pid
         wait_for "$(port "$proxy" "$scheme")"
         read -r per bad ok <<<"$(count "$proxy" "$streams" "$pid" "$scheme")"
-        printf "  %-4s -m%-4s %-8s %8d instructions/request  (%d requests, %d failed)\n" \
+        printf "  %-4s -m%-4s %-14s %8d instructions/request  (%d requests, %d failed)\n" \
           "$scheme" "$streams" "$proxy" "$per" "$ok" "$bad"
       done
     done
@@ -225,6 +258,7 @@ for rep in $(seq 1 "$REPS"); do
  for scheme in $SCHEMES; do
   for streams in $STREAMS; do
     for proxy in $PROXIES; do
+      [ "$scheme" = tls ] && [ "${proxy#bare-}" != "$proxy" ] && continue   # h2c only
       # another benchmark on the same ports would share the traffic
       refuse_taken "$(port "$proxy" h2c)"; refuse_taken "$(port "$proxy" tls)"
       pid=$(start "$proxy")
@@ -258,6 +292,8 @@ for scheme, streams in sorted({(k[1], k[2]) for k in data}, key=lambda k: (k[0],
     ratio = lambda f: statistics.median(f(v) for v in runs)
     print(f"h2load -c16 -m{streams} ({scheme}):")
     for proxy in proxies:
+        if any(proxy not in v for v in runs):
+            continue  # the floors run h2c only
         print(f"  {proxy:<8} {med(proxy, 0):>8.0f} req/s  {med(proxy, 1):6.1f} us CPU per request")
     pairs = [("duet", other) for other in ("nginx", "haproxy") if "duet" in proxies and other in proxies]
     pairs += [("duet-b", "duet")] if "duet-b" in proxies and "duet" in proxies else []
