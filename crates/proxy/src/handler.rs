@@ -219,8 +219,8 @@ impl WorkerProxy {
         let grpc = grpc::is_grpc(request.headers());
         let started = Instant::now();
         let table = self.table.borrow().clone();
-        let client = table.trust(client);
-        let dropped = self.scrub_client_fields(&table, (client, connection), request.headers_mut());
+        let (client, keeps) = table.trust(client);
+        let dropped = self.scrub_client_fields(keeps, connection, request.headers_mut());
         let request_id = self.ids.assign(request.headers_mut(), client.trusted);
         let mut log = table.log(&request, started, client, request_id, connection);
         if request.uri().path() == "*" {
@@ -272,35 +272,34 @@ impl WorkerProxy {
         let sent = retry::send(cluster, route, attempts, &mut prepared, started, log);
         let outcome = pin!(sent).await;
         let unanswered = outcome.is_err();
-        let mut response = respond::respond(
-            cluster,
-            outcome,
-            ((prepared.upgrade, prepared.session), filters, shaping),
-            &client,
-            connection,
-            grpc,
-        );
+        let asked = (prepared.upgrade.as_ref(), &prepared.session);
+        let shaped = (asked, &**filters, shaping);
+        let mut response = respond::respond(cluster, outcome, shaped, &client, connection, grpc);
         if unanswered {
             unanswered_done(timings, filters, (started, &trace), response.status());
         }
-        self.connection_fields(&table, connection, &mut response, (http2, grpc));
-        Ok(traced(&trace, response))
+        self.finish_head((&table, connection), &trace, &mut response, (http2, grpc));
+        // Returned as it is: handed through a function by value, it would be moved twice more.
+        Ok(response)
     }
 }
 
 impl WorkerProxy {
-    /// The fields of `response` that speak of its connection: only an HTTP/1.1 response has them
-    /// (`http2`: HTTP/2 has none, its connection says GOAWAY when it closes), and a `101` keeps
-    /// its own.
-    fn connection_fields(
+    /// The response's last touches: the fields that speak of its connection (only an HTTP/1.1
+    /// response has them: `http2` has none, its connection says GOAWAY when it closes; and a `101`
+    /// keeps its own), and its status noted in the request's `trace`, if it is traced.
+    fn finish_head(
         &self,
-        table: &Table,
-        connection: &ConnectionState,
+        (table, connection): (&Table, &ConnectionState),
+        trace: &Option<Rc<RequestTrace>>,
         response: &mut Response<ProxyBody>,
         (http2, grpc): (bool, bool),
     ) {
         if response.status() != http::StatusCode::SWITCHING_PROTOCOLS && !http2 {
             self.http1_fields(table, connection, response.headers_mut(), grpc);
+        }
+        if let Some(trace) = trace {
+            trace.respond(response.status());
         }
     }
 
@@ -330,19 +329,17 @@ impl WorkerProxy {
 
     /// Takes out the request fields no client sets: any `X-Forwarded-Client-Cert` (the
     /// `connection`'s own goes in its place, if its client presented a certificate), and (counted)
-    /// those whose name holds an underscore, unless the listener the request came on keeps them
+    /// those whose name holds an underscore, unless the listener the request came on `keeps` them
     /// (`underscores_in_headers: keep`); says whether it drops them (its trailers then lose them
     /// too). Before routing: no matcher, header edit or forwarding rule then sees them. Here rather
     /// than in the connection's service: a request changed there is moved once more into this
     /// future (a `memcpy` of it, every request).
     fn scrub_client_fields(
         &self,
-        table: &Table,
-        (client, connection): (Client, &ConnectionState),
+        keeps: bool,
+        connection: &ConnectionState,
         headers: &mut http::HeaderMap,
     ) -> bool {
-        let keeps = (table.config.listeners.get(client.listener))
-            .is_some_and(|l| l.underscores_in_headers == Underscores::Keep);
         let certificate = connection.certificate.as_ref();
         let dropped = headers::scrub_client_fields(headers, certificate, !keeps);
         if dropped > 0 {
@@ -431,11 +428,21 @@ impl Table {
     }
 
     /// `client` trusted as its listener's `trusted_proxies` say now: a reload may have revoked (or
-    /// granted) the trust since the connection was accepted.
-    fn trust(&self, client: Client) -> Client {
-        let trusted = (self.config.listeners.get(client.listener))
-            .is_some_and(|listener| listener.trusts(client.address.ip()));
-        Client { trusted, ..client }
+    /// granted) the trust since the connection was accepted; and whether the listener keeps field
+    /// names with underscores (`underscores_in_headers: keep`). One look-up of the listener for both.
+    fn trust(&self, client: Client) -> (Client, bool) {
+        let Some(listener) = self.config.listeners.get(client.listener) else {
+            return (
+                Client {
+                    trusted: false,
+                    ..client
+                },
+                false,
+            );
+        };
+        let trusted = listener.trusts(client.address.ip());
+        let keeps = listener.underscores_in_headers == Underscores::Keep;
+        (Client { trusted, ..client }, keeps)
     }
 
     /// The table for `config`, taking over what `previous` clusters of the same name can hand on, and

@@ -354,11 +354,11 @@ impl Cluster {
     /// needs one.
     pub(crate) fn sticky_cookie(
         &self,
-        session: Session,
+        session: &Session,
         backend: SocketAddr,
         secure: bool,
     ) -> Option<http::HeaderValue> {
-        (self.sticky.as_ref())?.set_cookie(session, backend, secure)
+        (self.sticky.as_ref())?.set_cookie(*session, backend, secure)
     }
 
     /// What `policy: hash` keys requests by, if it is the policy.

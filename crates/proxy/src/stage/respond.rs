@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 pub(crate) fn respond(
     cluster: &Cluster,
     outcome: Outcome,
-    ((upgrade, session), filters, shaping): ((Option<Upgrade>, Session), &RouteFilters, Shaping),
+    ((upgrade, session), filters, shaping): ((Option<&Upgrade>, &Session), &RouteFilters, Shaping),
     client: &Client,
     connection: &ConnectionState,
     grpc: bool,
@@ -102,7 +102,7 @@ fn add_fields(headers: &mut HeaderMap, fields: HeaderMap) {
 fn relay(
     mut response: Response<Incoming>,
     mut completion: Completion,
-    (upgrade, session, filters, shaping): (Option<Upgrade>, Session, &RouteFilters, Shaping),
+    (upgrade, session, filters, shaping): (Option<&Upgrade>, &Session, &RouteFilters, Shaping),
     client: &Client,
     (connection, cluster): (&ConnectionState, &Cluster),
     grpc: bool,
@@ -138,7 +138,7 @@ fn relay(
             idle: cluster.tunnel_idle(),
             peer: client.address,
         });
-        protocol = Some(upgrade.protocol);
+        protocol = Some(upgrade.protocol.clone());
         completion.upgraded();
     }
     let status = response.status().as_u16();
