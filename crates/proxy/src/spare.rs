@@ -60,8 +60,14 @@ pub(crate) fn boxed<T: 'static>(
     spare: &'static LocalKey<SpareBoxes<T>>,
     make: impl FnOnce() -> T,
 ) -> Box<T> {
-    let slot = (spare.try_with(SpareBoxes::take).ok().flatten()).unwrap_or_else(Box::new_uninit);
-    Box::write(slot, make())
+    Box::write(slot(spare), make())
+}
+
+/// One of the thread's spare boxes, or a new one, uninitialised: for a value written into it field
+/// by field ([`boxed`] when the compiler copies the value made rather than writing it in place).
+#[inline(always)]
+pub(crate) fn slot<T: 'static>(spare: &'static LocalKey<SpareBoxes<T>>) -> Box<MaybeUninit<T>> {
+    (spare.try_with(SpareBoxes::take).ok().flatten()).unwrap_or_else(Box::new_uninit)
 }
 
 /// Drops `boxed`'s value in place now, and keeps its box for a later [`boxed`] unless the thread

@@ -140,6 +140,28 @@ thread_local! {
     static SAMPLE_DRAWS: RefCell<Draws> = RefCell::new(Draws::from_os());
 }
 
+/// Writes every field of the `AccessLog` that `$record` (a `*mut AccessLog` to uninitialised memory)
+/// points to, each value as soon as it is made: no record assembled on the stack first.
+macro_rules! write_fields {
+    ($record:ident, $($field:ident: $value:expr),* $(,)?) => {{
+        // Every field is written, once: naming one twice or leaving one out fails to compile
+        // (`_every_field`'s pattern, of the same names, has no `..`).
+        $(
+            let value = $value;
+            // SAFETY: `$record` points to memory valid for writes of an `AccessLog` and aligned;
+            // the field's place is written without reading or dropping what was there.
+            #[allow(unsafe_code)]
+            unsafe {
+                std::ptr::addr_of_mut!((*$record).$field).write(value);
+            }
+        )*
+        #[allow(dead_code)]
+        fn _every_field(record: &AccessLog) {
+            let AccessLog { $($field: _),* } = record;
+        }
+    }};
+}
+
 impl AccessLog {
     /// A record for `request` from `client` (on a connection that negotiated `tls`, if it is TLS),
     /// its line as `format` says, if the access log is enabled (target `duet::access` at info).
@@ -166,16 +188,20 @@ impl AccessLog {
         let tls = tls.filter(|_| format.wants_tls).cloned();
         // Boxed: the record travels with the request through every stage and into the response body,
         // and a pointer moves where several hundred bytes would be copied at each step. In a box a finished
-        // record left behind, when there is one.
-        let record = || Self {
+        // record left behind, when there is one, written field by field: a record made as a value is
+        // assembled on the stack and then copied into the box (about 130 instructions).
+        let mut slot = spare::slot(&SPARE_RECORDS);
+        let record = slot.as_mut_ptr();
+        write_fields! {
+            record,
             method: request.method().clone(),
             target: Target::of(request.uri()),
             version: request.version(),
-            host,
-            user_agent,
-            request_id,
+            host: host,
+            user_agent: user_agent,
+            request_id: request_id,
             client: original_client(request.headers(), client),
-            started,
+            started: started,
             status: StatusCode::OK,
             cluster: None,
             route: None,
@@ -190,13 +216,16 @@ impl AccessLog {
             grpc_status: None,
             trace: None,
             connect_ms: None,
-            referer,
+            referer: referer,
             user: None,
-            tls,
+            tls: tls,
             layout: format.clone(),
             written: false,
-        };
-        Some(spare::boxed(&SPARE_RECORDS, record))
+        }
+        // SAFETY: every field of the record was written just above (`_every_field`'s pattern, which
+        // names each field once and lists all of them, or it would not compile).
+        #[allow(unsafe_code)]
+        Some(unsafe { slot.assume_init() })
     }
 
     /// Whether the line has the `user` field: the auth filters tell the record the user only then.
