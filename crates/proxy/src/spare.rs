@@ -52,12 +52,22 @@ impl<T> SpareBoxes<T> {
     }
 }
 
-/// `value` in one of the thread's spare boxes, or in a new one.
-pub(crate) fn boxed<T: 'static>(spare: &'static LocalKey<SpareBoxes<T>>, value: T) -> Box<T> {
-    match spare.try_with(SpareBoxes::take).ok().flatten() {
-        Some(slot) => Box::write(slot, value),
-        None => Box::new(value),
-    }
+/// What `make` makes, in one of the thread's spare boxes or in a new one. Made once the box is at
+/// hand, so that a value of many fields can be written into the box field by field rather than
+/// assembled on the stack and then copied (a few hundred bytes, a `memcpy` call).
+#[inline(always)]
+pub(crate) fn boxed<T: 'static>(
+    spare: &'static LocalKey<SpareBoxes<T>>,
+    make: impl FnOnce() -> T,
+) -> Box<T> {
+    Box::write(slot(spare), make())
+}
+
+/// One of the thread's spare boxes, or a new one, uninitialised: for a value written into it field
+/// by field ([`boxed`] when the compiler copies the value made rather than writing it in place).
+#[inline(always)]
+pub(crate) fn slot<T: 'static>(spare: &'static LocalKey<SpareBoxes<T>>) -> Box<MaybeUninit<T>> {
+    (spare.try_with(SpareBoxes::take).ok().flatten()).unwrap_or_else(Box::new_uninit)
 }
 
 /// Drops `boxed`'s value in place now, and keeps its box for a later [`boxed`] unless the thread
@@ -100,12 +110,12 @@ mod tests {
     #[test]
     fn a_recycled_box_drops_its_value_once_and_is_the_next_one_taken() {
         let drops = Rc::new(Cell::new(0));
-        let first = boxed(&SPARE, Counted(drops.clone()));
+        let first = boxed(&SPARE, || Counted(drops.clone()));
         let address = std::ptr::from_ref(&*first);
         recycle(&SPARE, first);
         assert_eq!(drops.get(), 1, "dropped when given back");
         assert_eq!(SPARE.with(SpareBoxes::len), 1);
-        let second = boxed(&SPARE, Counted(drops.clone()));
+        let second = boxed(&SPARE, || Counted(drops.clone()));
         assert_eq!(std::ptr::from_ref(&*second), address, "the same allocation");
         assert_eq!(SPARE.with(SpareBoxes::len), 0);
         drop(second);

@@ -118,7 +118,7 @@ impl Completion {
         backend: SocketAddr,
         stats: Arc<BackendStats>,
     ) -> Self {
-        let settlement = Settlement {
+        let settlement = || Settlement {
             stats,
             cluster,
             backend,
