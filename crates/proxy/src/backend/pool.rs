@@ -82,25 +82,29 @@ pub struct UpstreamClient {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Key(pub(crate) SocketAddr, pub(crate) Option<SocketAddr>);
 
-/// Hashed as one word per address: the derived hash writes each part of each address on its own
-/// (the variants, the octets, the port), twice per request (a take and a put).
+/// Hashed as one word per IPv4 address with its port (the derived hash writes each variant, octet
+/// and port on its own, twice per request: a take and a put). An IPv6 address goes in as its two
+/// halves and its port, each mixed in on its own: folded into one word, addresses a client picks
+/// from its prefix would collide at will (a PROXY cluster keys its pool by client address).
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(folded(self.0));
+        hash_address(self.0, state);
         if let Some(client) = self.1 {
-            state.write_u64(folded(client));
+            hash_address(client, state);
         }
     }
 }
 
-/// An address in one word, equal for equal addresses (what [`Key`]'s hash needs).
-fn folded(address: SocketAddr) -> u64 {
-    let port = u64::from(address.port());
+fn hash_address<H: std::hash::Hasher>(address: SocketAddr, state: &mut H) {
     match address {
-        SocketAddr::V4(v4) => u64::from(v4.ip().to_bits()) << 16 | port,
+        SocketAddr::V4(v4) => {
+            state.write_u64(u64::from(v4.ip().to_bits()) << 16 | u64::from(v4.port()));
+        }
         SocketAddr::V6(v6) => {
             let ip = v6.ip().to_bits();
-            (ip as u64) ^ ((ip >> 64) as u64).rotate_left(16) ^ port
+            state.write_u64(ip as u64);
+            state.write_u64((ip >> 64) as u64);
+            state.write_u16(v6.port());
         }
     }
 }
@@ -443,6 +447,25 @@ mod tests {
     use super::*;
     use duet_testbed::{Backend, BackendOptions};
     use http_body_util::BodyExt;
+
+    #[test]
+    fn ipv6_clients_chosen_to_fold_alike_still_hash_apart() {
+        use std::hash::BuildHasher;
+        let backend: SocketAddr = "127.0.0.1:9000".parse().expect("address");
+        // Low half XOR port kept equal: one word folded from the two would be the same for all.
+        let client = |port: u16| {
+            let ip = std::net::Ipv6Addr::from_bits(
+                0x2001_0db8_0000_0000_0000_0000_0000_0000 | u128::from(port ^ 0x5a5a),
+            );
+            SocketAddr::new(ip.into(), port)
+        };
+        let hashes: std::collections::HashSet<u64> = (1000..1100)
+            .map(|port| FxBuildHasher.hash_one(Key(backend, Some(client(port)))))
+            .collect();
+        assert_eq!(hashes.len(), 100);
+        let same = Key(backend, Some(client(1000)));
+        assert_eq!(FxBuildHasher.hash_one(same), FxBuildHasher.hash_one(same));
+    }
 
     /// `count` requests, each response read to its end and its lease kept: as many connections lent
     /// out at once.
