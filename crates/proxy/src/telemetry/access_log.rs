@@ -895,44 +895,45 @@ impl Out for Room<'_> {
 #[inline(always)]
 #[allow(unsafe_code)]
 unsafe fn copy_short(src: *const u8, dst: *mut u8, len: usize) {
-    use std::ptr::{read_unaligned as read, write_unaligned as write};
-    // SAFETY (each arm): both copies are within the first `len` bytes of `src` and of `dst` (each
-    // starts at 0 or at `len - width`, with `width <= len`); unaligned reads and writes of plain
-    // integers, with no overlap between `src` and `dst` as the caller promises.
+    // SAFETY (each arm): `copy_ends`'s width is at most `len`, the caller's promise is `copy_short`'s.
     unsafe {
         if len > 32 {
             std::ptr::copy_nonoverlapping(src, dst, len);
         } else if len >= 16 {
-            let (first, last) = (
-                read(src.cast::<u128>()),
-                read(src.add(len - 16).cast::<u128>()),
-            );
-            write(dst.cast::<u128>(), first);
-            write(dst.add(len - 16).cast::<u128>(), last);
+            copy_ends::<u128>(src, dst, len);
         } else if len >= 8 {
-            let (first, last) = (
-                read(src.cast::<u64>()),
-                read(src.add(len - 8).cast::<u64>()),
-            );
-            write(dst.cast::<u64>(), first);
-            write(dst.add(len - 8).cast::<u64>(), last);
+            copy_ends::<u64>(src, dst, len);
         } else if len >= 4 {
-            let (first, last) = (
-                read(src.cast::<u32>()),
-                read(src.add(len - 4).cast::<u32>()),
-            );
-            write(dst.cast::<u32>(), first);
-            write(dst.add(len - 4).cast::<u32>(), last);
+            copy_ends::<u32>(src, dst, len);
         } else if len >= 2 {
-            let (first, last) = (
-                read(src.cast::<u16>()),
-                read(src.add(len - 2).cast::<u16>()),
-            );
-            write(dst.cast::<u16>(), first);
-            write(dst.add(len - 2).cast::<u16>(), last);
+            copy_ends::<u16>(src, dst, len);
         } else if len == 1 {
             *dst = *src;
         }
+    }
+}
+
+/// Copies the first and the last `size_of::<T>()` of `len` bytes, overlapping in the middle: all of
+/// them when `len` is at most twice the width.
+///
+/// # Safety
+///
+/// As [`copy_short`], and `size_of::<T>() <= len`.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn copy_ends<T: Copy>(src: *const u8, dst: *mut u8, len: usize) {
+    use std::ptr::{read_unaligned, write_unaligned};
+    let width = std::mem::size_of::<T>();
+    // SAFETY: both copies are within the first `len` bytes of `src` and of `dst` (they start at 0
+    // and at `len - width`, with `width <= len`); unaligned reads and writes of plain integers, with
+    // no overlap between `src` and `dst` as the caller promises.
+    unsafe {
+        let (first, last) = (
+            read_unaligned(src.cast::<T>()),
+            read_unaligned(src.add(len - width).cast::<T>()),
+        );
+        write_unaligned(dst.cast::<T>(), first);
+        write_unaligned(dst.add(len - width).cast::<T>(), last);
     }
 }
 
