@@ -294,8 +294,8 @@ impl Connections {
         }
         // As `serve_first` does, but with the HTTP/1.1 connection's future awaited in this one and
         // not a layer further down: every poll of the connection's task passes through each layer
-        // (~60 instructions per request).
-        // Read again: a reload may have changed it while the connection waited for its first byte.
+        // (~60 instructions per request). The limits are read again, as there: a reload may have
+        // changed them while the connection waited for its first byte.
         let limits = self.proxy().limits();
         let arrived = Instant::now();
         let head_by = arrived + limits.header_read_timeout;

@@ -1520,8 +1520,8 @@ fn clean(bytes: &[u8], low: u8) -> bool {
 }
 
 /// Up to seven bytes as one word of overlapping picks that cover every byte, filled up with a clean
-/// byte: the first and last four, or for up to three the first, middle and last.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+/// byte (no copy of a variable length, which is a `memcpy` call): the first and last four, or for up
+/// to three the first, middle and last.
 fn short_word(bytes: &[u8]) -> u64 {
     let len = bytes.len();
     let mut eight = [b'a'; 8];
@@ -1561,23 +1561,7 @@ fn clean_words(bytes: &[u8], low: u8) -> bool {
     };
     let len = bytes.len();
     if len < 8 {
-        // A short value as one word of overlapping picks that cover every byte, filled up with a
-        // clean byte (no copy of a variable length, which is a `memcpy` call): the first and last
-        // four bytes, or for up to three the first, middle and last.
-        let mut eight = [b'a'; 8];
-        match len {
-            0 => return true,
-            1..=3 => {
-                eight[0] = bytes[0];
-                eight[1] = bytes[len / 2];
-                eight[2] = bytes[len - 1];
-            }
-            _ => {
-                eight[..4].copy_from_slice(&bytes[..4]);
-                eight[4..].copy_from_slice(&bytes[len - 4..]);
-            }
-        }
-        return !dirty(eight);
+        return len == 0 || !dirty(short_word(bytes).to_ne_bytes());
     }
     let words = bytes.chunks_exact(8);
     let tail = words.remainder().len();
